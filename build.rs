@@ -1,0 +1,28 @@
+//! Links libtorch so that CUDA is found at run time when the machine has it.
+//!
+//! torch-sys links `torch_cuda` "as needed"; no Rust code references a symbol in it, so the
+//! linker would drop it and CUDA would silently report as unavailable. We force it in and give
+//! every binary (and test) an rpath to the libtorch it was built against.
+
+fn main() {
+    println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
+    if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
+        println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
+        let version = std::path::Path::new(&lib).join("../version.py");
+        let text = std::fs::read_to_string(version).unwrap_or_default();
+        let found = text
+            .lines()
+            .find_map(|l| l.strip_prefix("__version__ = "))
+            .map(|v| v.trim_matches(['\'', '"']).to_string());
+        println!(
+            "cargo:rustc-env=KILN_LIBTORCH_VERSION={}",
+            found.unwrap_or_else(|| "unknown".into())
+        );
+        let has_cuda = std::path::Path::new(&lib).join("libtorch_cuda.so").exists();
+        if has_cuda {
+            println!("cargo:rustc-link-arg=-Wl,--no-as-needed");
+            println!("cargo:rustc-link-arg=-ltorch_cuda");
+            println!("cargo:rustc-link-arg=-Wl,--as-needed");
+        }
+    }
+}

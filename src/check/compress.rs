@@ -1,0 +1,284 @@
+//! The `compress` block: pruning and quantization of named layers.
+
+use super::cx::{Cx, Range};
+use super::experiment::unknown_reference;
+use super::model::ModelOut;
+use super::settings::callee;
+use crate::diagnostic::{Code, Diagnostic};
+use crate::plan::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
+use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
+
+/// Pruning methods and their parameters.
+pub const PRUNE_METHODS: &[(&str, &[&str])] = &[
+    ("l1_unstructured", &["amount", "schedule"]),
+    ("random_unstructured", &["amount", "schedule"]),
+    ("ln_structured", &["amount", "n", "dim", "schedule"]),
+];
+
+/// Quantization schemes and their parameters.
+pub const QUANT_SCHEMES: &[(&str, &[&str])] = &[
+    ("int8", &["granularity"]),
+    ("int4", &["group_size"]),
+    ("fp8", &["granularity"]),
+    ("qat", &["granularity"]),
+];
+
+/// Keywords of the compress block.
+pub const KEYWORDS: &[&str] = &["prune", "quantize"];
+
+/// Checks `compress { ... }`.
+pub fn check_compress(
+    cx: &mut Cx,
+    stmt: &Statement,
+    model: Option<&ModelOut>,
+) -> Option<Vec<Compression>> {
+    cx.block_statement(stmt);
+    let Some(body) = &stmt.body else {
+        cx.push(
+            Diagnostic::new(Code::WrongArguments, stmt.span, "`compress` needs a block")
+                .label("`{ ... }` missing")
+                .help("write `compress { prune fc1 l1_unstructured(amount: 0.5) }`"),
+        );
+        return None;
+    };
+    let mut out = Vec::new();
+    let mut ok = true;
+    for s in &body.statements {
+        let step = match s.keyword.name.as_str() {
+            "prune" => prune(cx, s, model),
+            "quantize" => quantize(cx, s, model),
+            _ => {
+                cx.unknown(
+                    Code::UnknownKeyword,
+                    "compression step",
+                    &s.keyword,
+                    KEYWORDS,
+                );
+                None
+            }
+        };
+        match step {
+            Some(c) => out.push(c),
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+/// Splits `prune TARGETS... METHOD(args)` into targets and the method statement.
+fn split<'s>(cx: &mut Cx, s: &'s Statement) -> Option<(&'s [Value], Statement)> {
+    cx.plain_statement(s, false);
+    let Some((method, targets)) = s.values.split_last().filter(|(_, t)| !t.is_empty()) else {
+        cx.push(
+            Diagnostic::new(
+                Code::WrongArguments,
+                s.span,
+                format!("`{}` needs targets and a method", s.keyword.name),
+            )
+            .label(if s.keyword.name == "prune" {
+                "expected `prune fc1 l1_unstructured(amount: 0.5)`"
+            } else {
+                "expected `quantize fc1 int8(per_channel)`"
+            })
+            .help("name the layers first, then how to compress them"),
+        );
+        return None;
+    };
+    let method_stmt = Statement {
+        label: None,
+        keyword: s.keyword.clone(),
+        args: None,
+        values: vec![method.clone()],
+        body: None,
+        span: s.span,
+    };
+    Some((targets, method_stmt))
+}
+
+fn targets(cx: &mut Cx, values: &[Value], model: Option<&ModelOut>) -> Option<Vec<Target>> {
+    let mut out = Vec::new();
+    let mut ok = true;
+    for v in values {
+        let items: Vec<&Value> = match &v.kind {
+            ValueKind::List(items) => items.iter().collect(),
+            _ => vec![v],
+        };
+        for item in items {
+            let Some(ident) = cx.name(item) else {
+                ok = false;
+                continue;
+            };
+            let Some(model) = model else { continue };
+            let (layer, param) = match ident.name.rsplit_once('.') {
+                Some((l, p @ ("weight" | "bias"))) if model.names.contains_key(l) => {
+                    (l.to_string(), Some(p.to_string()))
+                }
+                _ => (ident.name.clone(), None),
+            };
+            if !model.names.contains_key(&layer) {
+                let known: Vec<&str> = model.names.keys().map(String::as_str).collect();
+                unknown_reference(cx, &ident, &known);
+                ok = false;
+                continue;
+            }
+            out.push(Target { layer, param });
+        }
+    }
+    ok.then_some(out)
+}
+
+fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compression> {
+    let (target_values, method_stmt) = split(cx, s)?;
+    let targets = targets(cx, target_values, model);
+    let (kind, params, args, v) = callee(
+        cx,
+        &method_stmt,
+        Code::UnknownPruneMethod,
+        "pruning method",
+        PRUNE_METHODS,
+    )?;
+    let b = cx.bind(kind, args, v.span, params);
+    let amount = match b.get("amount") {
+        Some(a) => cx.number_in(a, "the pruning amount", Range::Unit),
+        None => {
+            cx.missing(kind, "amount", b.span);
+            None
+        }
+    };
+    let schedule = match b.get("schedule") {
+        None => Some(PruneSchedule::OneShot),
+        Some(sv) => prune_schedule(cx, sv),
+    };
+    let method = match kind {
+        "l1_unstructured" => Some(PruneMethod::L1Unstructured),
+        "random_unstructured" => Some(PruneMethod::RandomUnstructured),
+        _ => {
+            let n = b
+                .get("n")
+                .map_or(Some(2), |v| cx.uint_min(v, "the norm order `n`", 1));
+            let dim = b.get("dim").map_or(Some(0), |v| cx.int(v));
+            match (n, dim) {
+                (Some(n), Some(dim)) if dim == 0 || dim == 1 || dim == -1 => {
+                    Some(PruneMethod::LnStructured { n, dim })
+                }
+                (Some(_), Some(dim)) => {
+                    let at = b.get("dim").map_or(b.span, |v| v.span);
+                    cx.push(
+                        Diagnostic::new(
+                            Code::OutOfRange,
+                            at,
+                            format!("structured pruning along dimension {dim}"),
+                        )
+                        .label("must be 0 (output units) or 1 (input features)")
+                        .help("use `dim: 0` to remove whole output units"),
+                    );
+                    None
+                }
+                _ => None,
+            }
+        }
+    };
+    Some(Compression::Prune {
+        targets: targets?,
+        method: method?,
+        amount: amount?,
+        schedule: schedule?,
+        span: s.span,
+    })
+}
+
+fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
+    match &v.kind {
+        ValueKind::Path(p) if p == "oneshot" => Some(PruneSchedule::OneShot),
+        ValueKind::Call(name, args) if name.name == "gradual" => {
+            let b = cx.bind("gradual", Some(args), name.span, &["start", "end", "every"]);
+            let steps = |cx: &mut Cx, p: &str| -> Option<u64> {
+                let Some(v) = b.get(p) else {
+                    cx.missing("gradual", p, b.span);
+                    return None;
+                };
+                match cx.duration(v, Unit::Steps)? {
+                    (n, Unit::Steps) => Some(n),
+                    _ => {
+                        cx.push(
+                            Diagnostic::new(
+                                Code::WrongType,
+                                v.span,
+                                "gradual pruning is scheduled in steps",
+                            )
+                            .label("expected `N steps`")
+                            .help("write the schedule in steps, as in `start: 100 steps`"),
+                        );
+                        None
+                    }
+                }
+            };
+            let (start, end, every) = (steps(cx, "start"), steps(cx, "end"), steps(cx, "every"));
+            let (start, end, every) = (start?, end?, every?);
+            if end <= start {
+                let at = b.get("end").map_or(b.span, |v| v.span);
+                cx.push(
+                    Diagnostic::new(
+                        Code::OutOfRange,
+                        at,
+                        format!("gradual pruning ends at step {end}, not after its start {start}"),
+                    )
+                    .label("must come after `start`")
+                    .help("make `end` later than `start`"),
+                );
+                return None;
+            }
+            Some(PruneSchedule::Gradual { start, end, every })
+        }
+        _ => {
+            cx.push(
+                Diagnostic::new(Code::UnknownChoice, v.span, "unknown pruning schedule")
+                    .label("expected `oneshot` or `gradual(...)`")
+                    .help("write `schedule: gradual(start: 100 steps, end: 1000 steps, every: 100 steps)`"),
+            );
+            None
+        }
+    }
+}
+
+fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compression> {
+    let (target_values, method_stmt) = split(cx, s)?;
+    let targets = targets(cx, target_values, model);
+    let (kind, params, args, v) = callee(
+        cx,
+        &method_stmt,
+        Code::UnknownQuantScheme,
+        "quantization scheme",
+        QUANT_SCHEMES,
+    )?;
+    let b = cx.bind(kind, args, v.span, params);
+    let granularity = if kind == "int4" {
+        b.get("group_size")
+            .map_or(Some(128), |v| cx.uint_min(v, "the group size", 1))
+            .map(Granularity::PerGroup)
+    } else {
+        b.get("granularity")
+            .map_or(Some("per_channel"), |v| {
+                cx.choice(v, "granularity", &["per_tensor", "per_channel"])
+            })
+            .map(|g| {
+                if g == "per_tensor" {
+                    Granularity::PerTensor
+                } else {
+                    Granularity::PerChannel
+                }
+            })
+    };
+    let scheme = match kind {
+        "int8" => QuantScheme::Int8,
+        "int4" => QuantScheme::Int4,
+        "fp8" => QuantScheme::Fp8,
+        _ => QuantScheme::Qat,
+    };
+    Some(Compression::Quantize {
+        targets: targets?,
+        scheme,
+        granularity: granularity?,
+        span: s.span,
+    })
+}

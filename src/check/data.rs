@@ -1,0 +1,472 @@
+//! The `data` block: sources, generators, splits, batching and normalisation.
+
+use std::collections::HashMap;
+
+use super::cx::{Cx, Range};
+use super::experiment::duplicate;
+use crate::diagnostic::{Code, Diagnostic};
+use crate::plan::{DType, Data, Generator, Normalize, Shape, Source, Split, Targets};
+use crate::span::Span;
+use crate::syntax::ast::{Statement, Value, ValueKind};
+
+/// Keywords of the data block.
+pub const KEYWORDS: &[&str] = &["source", "split", "batch", "shuffle", "normalize"];
+
+/// Data sources and their parameters in positional order.
+pub const SOURCES: &[(&str, &[&str])] = &[
+    ("synthetic", &["inputs", "targets", "count"]),
+    ("idx", &["images", "labels", "classes", "shape"]),
+    ("npy", &["inputs", "targets", "classes", "shape"]),
+    ("npz", &["path", "inputs", "targets", "classes", "shape"]),
+    ("csv", &["path", "target", "header", "classes"]),
+    (
+        "safetensors",
+        &["path", "inputs", "targets", "classes", "shape"],
+    ),
+];
+
+/// Random generators for synthetic data.
+pub const GENERATORS: &[(&str, &[&str])] = &[
+    ("normal", &["shape", "mean", "std"]),
+    ("uniform", &["shape", "low", "high"]),
+    ("randint", &["high", "shape"]),
+];
+
+/// The checked data block with what the model checker needs.
+pub struct DataOut {
+    /// The typed data settings.
+    pub data: Data,
+    /// The declared per-sample input shape, when the source declares one.
+    pub sample: Option<(Shape, Span)>,
+    /// Input element type.
+    pub dtype: DType,
+    /// Exclusive bound of integer inputs.
+    pub int_bound: Option<u64>,
+}
+
+/// Checks a `data { ... }` statement.
+pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
+    cx.block_statement(stmt);
+    let Some(body) = &stmt.body else {
+        cx.push(
+            Diagnostic::new(Code::WrongArguments, stmt.span, "`data` needs a block")
+                .label("`{ ... }` missing")
+                .help("write `data { source ...; batch 64 }`"),
+        );
+        return None;
+    };
+    let mut seen: HashMap<&str, &Statement> = HashMap::new();
+    for s in &body.statements {
+        let kw = s.keyword.name.as_str();
+        if !KEYWORDS.contains(&kw) {
+            cx.unknown(Code::UnknownKeyword, "data setting", &s.keyword, KEYWORDS);
+        } else if let Some(first) = seen.get(kw) {
+            duplicate(cx, kw, first, s);
+        } else {
+            seen.insert(kw, s);
+        }
+    }
+    let missing = |cx: &mut Cx, k: &str, example: &str| {
+        cx.push(
+            Diagnostic::new(
+                Code::MissingSetting,
+                stmt.keyword.span,
+                format!("the data has no `{k}`"),
+            )
+            .label(format!("`{k}` missing in this block"))
+            .help(format!("add `{example}`")),
+        );
+    };
+    let source = match seen.get("source") {
+        Some(s) => check_source(cx, s),
+        None => {
+            missing(
+                cx,
+                "source",
+                "source synthetic(inputs: normal([784]), targets: randint(10), count: 1000)",
+            );
+            None
+        }
+    };
+    let batch = match seen.get("batch") {
+        Some(s) => cx
+            .single(s)
+            .and_then(|v| cx.uint_min(v, "the batch size", 1).map(|b| (b, v.span))),
+        None => {
+            missing(cx, "batch", "batch 64");
+            None
+        }
+    };
+    let shuffle = seen
+        .get("shuffle")
+        .map_or(Some(true), |s| cx.single(s).and_then(|v| cx.boolean(v)));
+    let split = seen.get("split").map_or(
+        Some(Split {
+            train: 1.0,
+            val: 0.0,
+            test: 0.0,
+        }),
+        |s| check_split(cx, s),
+    );
+    let normalize = match seen.get("normalize") {
+        None => Some(None),
+        Some(s) => check_normalize(cx, s).map(Some),
+    };
+    let (source, source_span, sample, dtype, int_bound, targets) = source?;
+    let (batch, batch_span) = batch?;
+    if let Source::Synthetic { count, .. } = &source {
+        let split = split.as_ref()?;
+        let train = (*count as f64 * split.train).floor() as u64;
+        if train < batch {
+            cx.push(
+                Diagnostic::new(
+                    Code::OutOfRange,
+                    batch_span,
+                    format!("batch {batch} is larger than the {train} training samples"),
+                )
+                .label("larger than the training split")
+                .with(source_span, format!("{count} samples"))
+                .help("use a smaller batch or more samples"),
+            );
+            return None;
+        }
+    }
+    Some(DataOut {
+        data: Data {
+            source,
+            source_span,
+            split: split?,
+            batch,
+            batch_span,
+            shuffle: shuffle?,
+            normalize: normalize?,
+            targets,
+        },
+        sample,
+        dtype,
+        int_bound,
+    })
+}
+
+type SourceOut = (
+    Source,
+    Span,
+    Option<(Shape, Span)>,
+    DType,
+    Option<u64>,
+    Targets,
+);
+
+fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
+    let v = cx.single(stmt)?;
+    let (name, args) = match &v.kind {
+        ValueKind::Call(name, args) => (name, Some(args)),
+        ValueKind::Path(_) => {
+            let ident = cx.name(v)?;
+            let known: Vec<&str> = SOURCES.iter().map(|(k, _)| *k).collect();
+            if !known.contains(&ident.name.as_str()) {
+                cx.unknown(Code::UnknownSource, "data source", &ident, &known);
+            } else {
+                cx.push(
+                    Diagnostic::new(
+                        Code::WrongArguments,
+                        v.span,
+                        format!("`{}` needs arguments", ident.name),
+                    )
+                    .label("arguments missing")
+                    .help(format!(
+                        "write `{}(...)` with its files or generators",
+                        ident.name
+                    )),
+                );
+            }
+            return None;
+        }
+        _ => {
+            cx.push(
+                Diagnostic::new(
+                    Code::WrongType,
+                    v.span,
+                    format!("expected a data source, found {}", v.type_name()),
+                )
+                .label("expected a source such as `idx(...)`")
+                .help("sources are synthetic, idx, npy, npz, csv and safetensors"),
+            );
+            return None;
+        }
+    };
+    let Some((kind, params)) = SOURCES.iter().find(|(k, _)| *k == name.name) else {
+        let known: Vec<&str> = SOURCES.iter().map(|(k, _)| *k).collect();
+        cx.unknown(Code::UnknownSource, "data source", name, &known);
+        return None;
+    };
+    let b = cx.bind(kind, args, name.span, params);
+    let need = |cx: &mut Cx, p: &str| {
+        let v = b.get(p);
+        if v.is_none() {
+            cx.missing(kind, p, b.span);
+        }
+        v
+    };
+    if *kind == "synthetic" {
+        let inputs = need(cx, "inputs").and_then(|v| generator(cx, v));
+        let targets = need(cx, "targets").and_then(|v| generator(cx, v));
+        let count = need(cx, "count").and_then(|v| cx.uint_min(v, "the sample count", 1));
+        let (inputs, targets, count) = (inputs?, targets?, count?);
+        let input_span = b.get("inputs").map_or(v.span, |x| x.span);
+        let (dtype, int_bound) = match &inputs {
+            Generator::Randint { high, .. } => (DType::Int, Some(*high)),
+            _ => (DType::Float, None),
+        };
+        let t = match &targets {
+            Generator::Randint { high, shape } if shape.is_empty() => Targets::Classes(Some(*high)),
+            g => Targets::Values(g.shape().clone()),
+        };
+        let sample = Some((inputs.shape().clone(), input_span));
+        return Some((
+            Source::Synthetic {
+                inputs,
+                targets,
+                count,
+            },
+            v.span,
+            sample,
+            dtype,
+            int_bound,
+            t,
+        ));
+    }
+    let string = |cx: &mut Cx, p: &str, default: &str| {
+        b.get(p).map_or(Some(default.to_string()), |v| cx.string(v))
+    };
+    let classes = b.get("classes").map_or(Some(None), |v| {
+        cx.uint_min(v, "the number of classes", 2).map(Some)
+    });
+    let shape = b
+        .get("shape")
+        .map_or(Some(None), |v| cx.shape(v).map(|s| Some((s, v.span))));
+    let source = match *kind {
+        "idx" => {
+            let images = need(cx, "images").and_then(|v| cx.string(v));
+            let labels = need(cx, "labels").and_then(|v| cx.string(v));
+            Source::Idx {
+                images: images?,
+                labels: labels?,
+            }
+        }
+        "npy" => {
+            let inputs = need(cx, "inputs").and_then(|v| cx.string(v));
+            let targets = need(cx, "targets").and_then(|v| cx.string(v));
+            Source::Npy {
+                inputs: inputs?,
+                targets: targets?,
+            }
+        }
+        "npz" | "safetensors" => {
+            let path = need(cx, "path").and_then(|v| cx.string(v));
+            let inputs = string(cx, "inputs", "inputs");
+            let targets = string(cx, "targets", "targets");
+            if *kind == "npz" {
+                Source::Npz {
+                    path: path?,
+                    inputs: inputs?,
+                    targets: targets?,
+                }
+            } else {
+                Source::Safetensors {
+                    path: path?,
+                    inputs: inputs?,
+                    targets: targets?,
+                }
+            }
+        }
+        _ => {
+            let path = need(cx, "path").and_then(|v| cx.string(v));
+            let target = string(cx, "target", "label");
+            let header = b.get("header").map_or(Some(true), |v| cx.boolean(v));
+            Source::Csv {
+                path: path?,
+                target: target?,
+                header: header?,
+            }
+        }
+    };
+    let classes = classes?;
+    let targets = match classes {
+        Some(c) => Targets::Classes(Some(c)),
+        None => Targets::Unknown,
+    };
+    Some((source, v.span, shape?, DType::Float, None, targets))
+}
+
+fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
+    let ValueKind::Call(name, args) = &v.kind else {
+        cx.push(
+            Diagnostic::new(
+                Code::WrongType,
+                v.span,
+                format!("expected a generator, found {}", v.type_name()),
+            )
+            .label("expected `normal(...)`, `uniform(...)` or `randint(...)`")
+            .help("write, for example, `normal([784])` or `randint(10)`"),
+        );
+        return None;
+    };
+    let Some((kind, params)) = GENERATORS.iter().find(|(k, _)| *k == name.name) else {
+        let known: Vec<&str> = GENERATORS.iter().map(|(k, _)| *k).collect();
+        cx.unknown(Code::UnknownSource, "generator", name, &known);
+        return None;
+    };
+    let b = cx.bind(kind, Some(args), name.span, params);
+    let shape = match b.get("shape") {
+        Some(s) => cx.shape(s),
+        None if *kind == "randint" => Some(vec![]),
+        None => {
+            cx.missing(kind, "shape", b.span);
+            None
+        }
+    };
+    let num = |cx: &mut Cx, p: &str, d: f64| b.get(p).map_or(Some(d), |v| cx.number(v));
+    Some(match *kind {
+        "normal" => {
+            let mean = num(cx, "mean", 0.0);
+            let std = b
+                .get("std")
+                .map_or(Some(1.0), |v| cx.number_in(v, "`std`", Range::Positive));
+            Generator::Normal {
+                shape: shape?,
+                mean: mean?,
+                std: std?,
+            }
+        }
+        "uniform" => {
+            let (low, high) = (num(cx, "low", 0.0)?, num(cx, "high", 1.0)?);
+            if high <= low {
+                let at = b.get("high").map_or(b.span, |v| v.span);
+                cx.push(
+                    Diagnostic::new(
+                        Code::OutOfRange,
+                        at,
+                        format!("`high` {high} is not above `low` {low}"),
+                    )
+                    .label("must be above `low`")
+                    .help("uniform samples lie in [low, high)"),
+                );
+                return None;
+            }
+            Generator::Uniform {
+                shape: shape?,
+                low,
+                high,
+            }
+        }
+        _ => {
+            let high = match b.get("high") {
+                Some(v) => cx.uint_min(v, "`high`", 1),
+                None => {
+                    cx.missing(kind, "high", b.span);
+                    None
+                }
+            };
+            Generator::Randint {
+                shape: shape?,
+                high: high?,
+            }
+        }
+    })
+}
+
+fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<Split> {
+    cx.plain_statement(stmt, true);
+    let b = cx.bind(
+        "split",
+        stmt.args.as_ref(),
+        stmt.keyword.span,
+        &["train", "val", "test"],
+    );
+    if stmt.args.is_none() || !stmt.values.is_empty() {
+        cx.push(
+            Diagnostic::new(
+                Code::WrongArguments,
+                stmt.span,
+                "`split` takes named fractions",
+            )
+            .label("expected `split(train: 0.8, val: 0.2)`")
+            .help("write `split(train: 0.8, val: 0.2)`"),
+        );
+        return None;
+    }
+    let frac = |cx: &mut Cx, p: &str| {
+        b.get(p).map_or(Some(0.0), |v| {
+            cx.number_in(v, &format!("the `{p}` fraction"), Range::Unit)
+        })
+    };
+    let (train, val, test) = (frac(cx, "train"), frac(cx, "val"), frac(cx, "test"));
+    let split = Split {
+        train: train?,
+        val: val?,
+        test: test?,
+    };
+    let sum = split.train + split.val + split.test;
+    if sum > 1.0 + 1e-9 {
+        cx.push(
+            Diagnostic::new(
+                Code::OutOfRange,
+                b.span,
+                format!("the split fractions add up to {sum}"),
+            )
+            .label("more than 1")
+            .help("the fractions of train, val and test must add up to at most 1"),
+        );
+        return None;
+    }
+    if split.train == 0.0 {
+        let at = b.get("train").map_or(b.span, |v| v.span);
+        cx.push(
+            Diagnostic::new(Code::OutOfRange, at, "the training split is empty")
+                .label("no training samples")
+                .help("give `train` a fraction above 0"),
+        );
+        return None;
+    }
+    Some(split)
+}
+
+fn check_normalize(cx: &mut Cx, stmt: &Statement) -> Option<Normalize> {
+    cx.plain_statement(stmt, true);
+    let b = cx.bind(
+        "normalize",
+        stmt.args.as_ref(),
+        stmt.keyword.span,
+        &["mean", "std"],
+    );
+    let list = |cx: &mut Cx, p: &str, range: Range| -> Option<Vec<f64>> {
+        let Some(v) = b.get(p) else {
+            cx.missing("normalize", p, b.span);
+            return None;
+        };
+        match &v.kind {
+            ValueKind::List(items) => items
+                .iter()
+                .map(|i| cx.number_in(i, &format!("`{p}`"), range))
+                .collect(),
+            _ => cx.number_in(v, &format!("`{p}`"), range).map(|x| vec![x]),
+        }
+    };
+    let mean = list(cx, "mean", Range::Any);
+    let std = list(cx, "std", Range::Positive);
+    let (mean, std) = (mean?, std?);
+    if mean.len() != std.len() {
+        cx.push(
+            Diagnostic::new(
+                Code::WrongArguments,
+                b.span,
+                format!("{} means but {} standard deviations", mean.len(), std.len()),
+            )
+            .label("lengths differ")
+            .help("give one mean and one std per channel"),
+        );
+        return None;
+    }
+    Some(Normalize { mean, std })
+}

@@ -1,0 +1,485 @@
+//! The checker: from files to checked experiments and diagnostics.
+//!
+//! It reads only the files it is given (through a [`Loader`]) and never stops at the first
+//! problem: every diagnostic of a file, and of every trial of its sweeps, is reported in one pass.
+
+mod compress;
+pub mod cx;
+mod data;
+mod experiment;
+mod model;
+mod settings;
+mod sweep;
+
+use std::path::{Path, PathBuf};
+
+use crate::diagnostic::{self, Code, Diagnostic};
+use crate::plan::{self, Device, Experiment};
+use crate::span::{FileId, Sources, Span};
+use crate::syntax::ast::{Statement, ValueKind};
+
+pub use experiment::layers;
+pub use model::{fmt_shape, LAYERS};
+
+/// Reads source files. The command line reads the file system; an editor reads its buffers.
+pub trait Loader: Sync {
+    /// The bytes of the file at `path`.
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>>;
+}
+
+/// Reads files from disk.
+pub struct FsLoader;
+
+impl Loader for FsLoader {
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        std::fs::read(path)
+    }
+}
+
+/// Settings that come from outside the file.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Device capacities given on the command line; they override the file's `memory` lines.
+    pub device_memory: Vec<(Device, u64)>,
+}
+
+/// The outcome of checking one file.
+pub struct Checked {
+    /// Every file read (the file and its `extends` bases).
+    pub sources: Sources,
+    /// All diagnostics, sorted by position.
+    pub diagnostics: Vec<Diagnostic>,
+    /// One checked experiment per trial that has no errors.
+    pub trials: Vec<Experiment>,
+    /// How many trials the sweep grid has (1 without sweeps).
+    pub trial_count: usize,
+}
+
+impl Checked {
+    /// Whether any diagnostic is an error.
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Checks one file and everything it extends.
+pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checked {
+    let mut sources = Sources::default();
+    let mut diags = Vec::new();
+    let mut trials = Vec::new();
+    let mut trial_count = 0;
+    let root = Load {
+        loader,
+        sources: &mut sources,
+        diags: &mut diags,
+    }
+    .experiment(path, None, &mut Vec::new());
+    if let Some(exp) = root {
+        let body = exp.body.as_ref().map_or(&[][..], |b| &b.statements[..]);
+        let axes = sweep::axes(body, &mut diags);
+        match sweep::grid_size(&axes) {
+            None => {
+                let span = axes
+                    .first()
+                    .and_then(|a| a.values.first())
+                    .map_or(exp.keyword.span, |v| v.span);
+                diags.push(
+                    Diagnostic::new(
+                        Code::BadSweep,
+                        span,
+                        format!("the sweeps make more than {} trials", sweep::MAX_TRIALS),
+                    )
+                    .label("this sweep and the others multiply")
+                    .help("sweep fewer values, or split the study into several files"),
+                );
+            }
+            Some(n) => {
+                trial_count = n;
+                let mut per_trial: Vec<Vec<Diagnostic>> = Vec::with_capacity(n);
+                for i in 0..n {
+                    let (statements, labels) =
+                        sweep::trial(body, &axes, i, |s| sources.slice(s).to_string());
+                    let mut stmt = exp.clone();
+                    if let Some(b) = &mut stmt.body {
+                        b.statements = statements;
+                    }
+                    let mut cx = cx::Cx::default();
+                    if let Some(mut e) = experiment::check_experiment(&mut cx, &stmt, labels) {
+                        memory_warnings(&mut cx, &e, options);
+                        apply_memory_overrides(&mut e, options);
+                        trials.push(e);
+                    }
+                    per_trial.push(cx.diags);
+                }
+                merge_trials(&mut diags, per_trial, &trials, n);
+            }
+        }
+    }
+    diagnostic::normalize(&mut diags);
+    Checked {
+        sources,
+        diagnostics: diags,
+        trials,
+        trial_count,
+    }
+}
+
+/// Adds each trial's diagnostics; one that only some trials have gets a note naming the first.
+fn merge_trials(
+    diags: &mut Vec<Diagnostic>,
+    per_trial: Vec<Vec<Diagnostic>>,
+    _ok: &[Experiment],
+    n: usize,
+) {
+    let key = |d: &Diagnostic| (d.primary.span, d.code, d.message.clone());
+    let all: Vec<std::collections::HashSet<_>> = per_trial
+        .iter()
+        .map(|t| t.iter().map(key).collect())
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    for (i, trial) in per_trial.into_iter().enumerate() {
+        for mut d in trial {
+            let k = key(&d);
+            if !seen.insert(k.clone()) {
+                continue;
+            }
+            if n > 1 && !all.iter().all(|s| s.contains(&k)) {
+                d.note = Some(format!("in trial {} of {n}", i + 1));
+            }
+            diags.push(d);
+        }
+    }
+}
+
+fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
+    let plan = plan::plan(e);
+    for need in &plan.devices {
+        let declared = options
+            .device_memory
+            .iter()
+            .find(|(d, _)| *d == need.device)
+            .map(|(_, b)| (*b, None))
+            .or_else(|| {
+                e.memory
+                    .iter()
+                    .find(|(d, _, _)| *d == need.device)
+                    .map(|(_, b, s)| (*b, Some(*s)))
+            });
+        let Some((capacity, span)) = declared else {
+            continue;
+        };
+        if need.total_bytes > capacity {
+            let at = span.unwrap_or(e.data.batch_span);
+            let mut d = Diagnostic::new(
+                Code::MemoryExceeded,
+                at,
+                format!("{} needs {} but has {}", need.device, plan::fmt_bytes(need.total_bytes), plan::fmt_bytes(capacity)),
+            )
+            .label(format!("{} available", plan::fmt_bytes(capacity)))
+            .help(format!(
+                "weights {} + gradients {} + optimizer state {} + activations {}: lower the batch, use bf16, or spread the model over more devices",
+                plan::fmt_bytes(need.weight_bytes),
+                plan::fmt_bytes(need.gradient_bytes),
+                plan::fmt_bytes(need.optimizer_bytes),
+                plan::fmt_bytes(need.activation_bytes)
+            ));
+            if span.is_some() {
+                d = d.with(e.data.batch_span, format!("batch {}", e.data.batch));
+            }
+            cx.push(d);
+        }
+    }
+}
+
+fn apply_memory_overrides(e: &mut Experiment, options: &Options) {
+    for (device, bytes) in &options.device_memory {
+        e.memory.retain(|(d, _, _)| d != device);
+        e.memory.push((*device, *bytes, Span::default()));
+    }
+}
+
+/// Loads files and resolves `extends`.
+struct Load<'a> {
+    loader: &'a dyn Loader,
+    sources: &'a mut Sources,
+    diags: &'a mut Vec<Diagnostic>,
+}
+
+impl Load<'_> {
+    /// Reads and parses a file; `from` is the `extends` string that named it.
+    fn file(
+        &mut self,
+        path: &Path,
+        from: Option<Span>,
+    ) -> Option<(FileId, crate::syntax::ast::File)> {
+        let bytes = match self.loader.read(path) {
+            Ok(b) => b,
+            Err(e) => {
+                match from {
+                    Some(span) => self.diags.push(
+                        Diagnostic::new(
+                            Code::ExtendsNotFound,
+                            span,
+                            format!("cannot read `{}`: {e}", path.display()),
+                        )
+                        .label("this file cannot be read")
+                        .help("paths in `extends` are relative to the file that contains them"),
+                    ),
+                    None => {
+                        let id = self.sources.add(path, String::new());
+                        self.diags.push(
+                            Diagnostic::new(
+                                Code::Io,
+                                Span::new(id, 0, 0),
+                                format!("cannot read `{}`: {e}", path.display()),
+                            )
+                            .label("unreadable")
+                            .help("check the path and its permissions"),
+                        );
+                    }
+                }
+                return None;
+            }
+        };
+        let (text, bad_at) = match String::from_utf8(bytes) {
+            Ok(t) => (t, None),
+            Err(e) => {
+                let at = e.utf8_error().valid_up_to();
+                (String::from_utf8_lossy(e.as_bytes()).into_owned(), Some(at))
+            }
+        };
+        let id = self.sources.add(path, text);
+        if let Some(at) = bad_at {
+            let end = self.sources.get(id).text[at..]
+                .chars()
+                .next()
+                .map_or(at, |c| at + c.len_utf8());
+            self.diags.push(
+                Diagnostic::new(
+                    Code::InvalidUtf8,
+                    Span::new(id, at, end),
+                    format!("`{}` is not valid UTF-8", path.display()),
+                )
+                .label("invalid byte here")
+                .help("save the file as UTF-8 text"),
+            );
+            return None;
+        }
+        match crate::syntax::parse(id, &self.sources.get(id).text) {
+            Ok(file) => Some((id, file)),
+            Err(d) => {
+                self.diags.push(d);
+                None
+            }
+        }
+    }
+
+    /// The file's experiment statement, with its bases merged in.
+    fn experiment(
+        &mut self,
+        path: &Path,
+        from: Option<Span>,
+        chain: &mut Vec<PathBuf>,
+    ) -> Option<Statement> {
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        if let Some(pos) = chain.iter().position(|p| *p == canonical) {
+            let cycle: Vec<String> = chain[pos..]
+                .iter()
+                .chain([&canonical])
+                .map(|p| p.display().to_string())
+                .collect();
+            if let Some(span) = from {
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::ExtendsCycle,
+                        span,
+                        "these files extend each other in a cycle",
+                    )
+                    .label("closes the cycle")
+                    .help(format!("break the cycle: {}", cycle.join(" -> "))),
+                );
+            }
+            return None;
+        }
+        let (id, file) = self.file(path, from)?;
+        chain.push(canonical);
+        let mut experiments = Vec::new();
+        let mut extends: Option<&Statement> = None;
+        for s in &file.statements {
+            match s.keyword.name.as_str() {
+                "experiment" => experiments.push(s),
+                "extends" => {
+                    if let Some(first) = extends {
+                        self.diags.push(
+                            Diagnostic::new(
+                                Code::DuplicateSetting,
+                                s.keyword.span,
+                                "`extends` is given twice",
+                            )
+                            .label("given again here")
+                            .with(first.keyword.span, "first given here")
+                            .help("an experiment extends one base; chain bases to combine more"),
+                        );
+                    } else {
+                        extends = Some(s);
+                    }
+                }
+                _ => {
+                    let mut cx = cx::Cx::default();
+                    cx.unknown(
+                        Code::UnknownKeyword,
+                        "top-level statement",
+                        &s.keyword,
+                        &["experiment", "extends"],
+                    );
+                    self.diags.extend(cx.diags);
+                }
+            }
+        }
+        let result = match experiments.as_slice() {
+            [one] => {
+                let base = extends.and_then(|e| self.base(e, path, chain));
+                Some(match base {
+                    Some(base) => merge(base, (*one).clone(), id),
+                    None => (*one).clone(),
+                })
+            }
+            [] => {
+                let end = self.sources.get(id).text.len();
+                self.diags.push(
+                    Diagnostic::new(
+                        Code::ExperimentCount,
+                        Span::new(id, 0, end.min(1)),
+                        "the file declares no experiment",
+                    )
+                    .label("no `experiment` in this file")
+                    .help("declare one: `experiment \"name\" { ... }`"),
+                );
+                None
+            }
+            [first, rest @ ..] => {
+                for again in rest {
+                    self.diags.push(
+                        Diagnostic::new(
+                            Code::ExperimentCount,
+                            again.keyword.span,
+                            "the file declares more than one experiment",
+                        )
+                        .label("another experiment")
+                        .with(first.keyword.span, "first experiment")
+                        .help("put each experiment in its own file; share settings with `extends`"),
+                    );
+                }
+                None
+            }
+        };
+        chain.pop();
+        result
+    }
+
+    fn base(
+        &mut self,
+        stmt: &Statement,
+        path: &Path,
+        chain: &mut Vec<PathBuf>,
+    ) -> Option<Statement> {
+        let mut cx = cx::Cx::default();
+        let value = cx.single(stmt);
+        let rel = value.and_then(|v| cx.string(v));
+        self.diags.extend(cx.diags);
+        let (rel, span) = (rel?, value?.span);
+        let base_path = path.parent().unwrap_or(Path::new("")).join(rel);
+        if !matches!(value?.kind, ValueKind::Str(_)) {
+            return None;
+        }
+        self.experiment(&base_path, Some(span), chain)
+    }
+}
+
+/// Blocks whose settings merge one by one when a file overrides its base.
+const MERGED_BLOCKS: &[&str] = &["data", "train"];
+/// Statements that add to the base's rather than replace them.
+const ADDITIVE: &[&str] = &["place", "memory"];
+
+/// Overrides the base experiment with the child's statements: a child statement replaces the
+/// base's statements of the same keyword; `data` and `train` blocks merge setting by setting.
+fn merge(base: Statement, child: Statement, child_file: FileId) -> Statement {
+    let base_body = base.body.map(|b| b.statements).unwrap_or_default();
+    let mut out = child.clone();
+    if let (Some(body), Some(child_body)) = (&mut out.body, &child.body) {
+        body.statements = merge_statements(base_body, &child_body.statements, child_file);
+    }
+    out
+}
+
+fn merge_statements(
+    mut base: Vec<Statement>,
+    child: &[Statement],
+    child_file: FileId,
+) -> Vec<Statement> {
+    for c in child {
+        let kw = c.keyword.name.as_str();
+        if ADDITIVE.contains(&kw) {
+            base.push(c.clone());
+            continue;
+        }
+        let from_base = |s: &Statement| s.keyword.name == kw && s.span.file != child_file;
+        match base.iter().position(from_base) {
+            Some(i)
+                if MERGED_BLOCKS.contains(&kw) && c.body.is_some() && base[i].body.is_some() =>
+            {
+                let mut merged = c.clone();
+                let base_inner = base[i]
+                    .body
+                    .take()
+                    .map(|b| b.statements)
+                    .unwrap_or_default();
+                if let (Some(mb), Some(cb)) = (&mut merged.body, &c.body) {
+                    mb.statements = merge_statements(base_inner, &cb.statements, child_file);
+                }
+                base[i] = merged;
+            }
+            Some(i) => {
+                base[i] = c.clone();
+                let mut j = base.len();
+                while j > i + 1 {
+                    j -= 1;
+                    if from_base(&base[j]) {
+                        base.remove(j);
+                    }
+                }
+            }
+            None => base.push(c.clone()),
+        }
+    }
+    base
+}
+
+/// Serves files from memory (tests, editors); paths not held read as "not found".
+#[derive(Default)]
+pub struct MemoryLoader {
+    files: std::collections::HashMap<PathBuf, Vec<u8>>,
+}
+
+impl MemoryLoader {
+    /// Holds `bytes` as the file at `path`.
+    pub fn insert(&mut self, path: impl Into<PathBuf>, bytes: impl Into<Vec<u8>>) {
+        self.files.insert(path.into(), bytes.into());
+    }
+}
+
+impl Loader for MemoryLoader {
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+        self.files
+            .get(path)
+            .cloned()
+            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))
+    }
+}
+
+/// Checks source text held in memory, as if it were the file at `path`.
+pub fn check_text(path: &str, text: impl Into<Vec<u8>>) -> Checked {
+    let mut loader = MemoryLoader::default();
+    loader.insert(path, text);
+    check_path(Path::new(path), &loader, &Options::default())
+}

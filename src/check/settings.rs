@@ -1,0 +1,774 @@
+//! Optimizer, schedule, training loop and parallel strategy settings.
+
+use std::collections::HashMap;
+
+use super::cx::{Cx, Range};
+use super::experiment::duplicate;
+use crate::diagnostic::{Code, Diagnostic};
+use crate::plan::{
+    Backend, Checkpoint, Device, Duration, EarlyStop, Loss, Metric, Optimizer, OptimizerKind,
+    Parallel, PipelineSchedule, Precision, Schedule, Train,
+};
+use crate::span::Span;
+use crate::syntax::ast::{Args, Ident, Statement, Unit, Value, ValueKind};
+
+/// Optimizers and their parameters in positional order.
+pub const OPTIMIZERS: &[(&str, &[&str])] = &[
+    (
+        "sgd",
+        &["lr", "momentum", "dampening", "nesterov", "weight_decay"],
+    ),
+    ("adam", &["lr", "betas", "eps", "weight_decay", "amsgrad"]),
+    ("adamw", &["lr", "betas", "eps", "weight_decay", "amsgrad"]),
+    (
+        "rmsprop",
+        &["lr", "alpha", "eps", "momentum", "centered", "weight_decay"],
+    ),
+];
+
+/// Learning-rate schedules and their parameters.
+pub const SCHEDULES: &[(&str, &[&str])] = &[
+    ("constant", &[]),
+    ("step", &["every", "gamma"]),
+    ("exponential", &["gamma"]),
+    ("cosine", &["warmup", "min_lr"]),
+    ("warmup", &["length"]),
+    ("one_cycle", &["max_lr", "pct_start"]),
+];
+
+/// Losses and their parameters.
+pub const LOSSES: &[(&str, &[&str])] = &[
+    ("cross_entropy", &["label_smoothing"]),
+    ("mse", &[]),
+    ("l1", &[]),
+    ("bce_with_logits", &[]),
+    ("nll", &[]),
+];
+
+/// Parallel strategies and their parameters.
+pub const STRATEGIES: &[(&str, &[&str])] = &[
+    ("none", &[]),
+    ("data", &["devices", "replicas"]),
+    ("model", &[]),
+    ("pipeline", &["stages", "micro_batches", "schedule"]),
+    ("ddp", &["backend", "world_size"]),
+];
+
+/// Keywords of the train block.
+pub const TRAIN_KEYWORDS: &[&str] = &[
+    "epochs",
+    "steps",
+    "loss",
+    "metrics",
+    "eval_every",
+    "early_stop",
+    "precision",
+    "checkpoint",
+    "accumulate",
+    "micro_batch",
+    "clip_norm",
+    "clip_value",
+];
+
+/// Metrics.
+pub const METRICS: &[&str] = &["accuracy", "top_k", "loss"];
+
+/// Reads a statement whose value names a choice, bare (`sgd`) or called (`sgd(lr: 0.1)`).
+pub fn callee<'s>(
+    cx: &mut Cx,
+    stmt: &'s Statement,
+    code: Code,
+    what: &str,
+    table: &[(&'static str, &'static [&'static str])],
+) -> Option<(
+    &'static str,
+    &'static [&'static str],
+    Option<&'s Args>,
+    &'s Value,
+)> {
+    let v = cx.single(stmt)?;
+    let (ident, args) = match &v.kind {
+        ValueKind::Call(name, args) => (name.clone(), Some(args)),
+        ValueKind::Path(p) => (
+            Ident {
+                name: p.clone(),
+                span: v.span,
+            },
+            None,
+        ),
+        _ => {
+            cx.push(
+                Diagnostic::new(
+                    Code::WrongType,
+                    v.span,
+                    format!("expected {what}, found {}", v.type_name()),
+                )
+                .label(format!("expected {what}"))
+                .help(format!(
+                    "known: {}",
+                    table.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
+                )),
+            );
+            return None;
+        }
+    };
+    match table.iter().find(|(k, _)| *k == ident.name) {
+        Some((k, p)) => Some((k, p, args, v)),
+        None => {
+            let known: Vec<&str> = table.iter().map(|(k, _)| *k).collect();
+            cx.unknown(code, what, &ident, &known);
+            None
+        }
+    }
+}
+
+/// Checks `optimizer NAME(args)`.
+pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
+    let (kind, params, args, v) =
+        callee(cx, stmt, Code::UnknownOptimizer, "optimizer", OPTIMIZERS)?;
+    let b = cx.bind(kind, args, v.span, params);
+    let num = |cx: &mut Cx, p: &str, d: f64, r: Range| {
+        b.get(p)
+            .map_or(Some(d), |v| cx.number_in(v, &format!("`{p}`"), r))
+    };
+    let flag = |cx: &mut Cx, p: &str| b.get(p).map_or(Some(false), |v| cx.boolean(v));
+    let (lr, lr_span) = match b.get("lr") {
+        Some(v) => (
+            cx.number_in(v, "the learning rate", Range::Positive),
+            v.span,
+        ),
+        None if kind == "sgd" => {
+            cx.missing(kind, "lr", b.span);
+            (None, b.span)
+        }
+        None => (Some(if kind == "rmsprop" { 1e-2 } else { 1e-3 }), v.span),
+    };
+    let weight_decay = num(
+        cx,
+        "weight_decay",
+        if kind == "adamw" { 1e-2 } else { 0.0 },
+        Range::NonNegative,
+    );
+    let kind = match kind {
+        "sgd" => {
+            let momentum = num(cx, "momentum", 0.0, Range::UnitOpen);
+            let dampening = num(cx, "dampening", 0.0, Range::Unit);
+            let nesterov = flag(cx, "nesterov");
+            let (momentum, dampening, nesterov) = (momentum?, dampening?, nesterov?);
+            if nesterov && (momentum <= 0.0 || dampening != 0.0) {
+                let at = b.get("nesterov").map_or(b.span, |v| v.span);
+                cx.push(
+                    Diagnostic::new(
+                        Code::Inconsistent,
+                        at,
+                        "Nesterov momentum needs momentum above 0 and no dampening",
+                    )
+                    .label(format!("momentum is {momentum}, dampening {dampening}"))
+                    .help("add `momentum: 0.9`, or drop `nesterov`"),
+                );
+                return None;
+            }
+            OptimizerKind::Sgd {
+                momentum,
+                dampening,
+                nesterov,
+            }
+        }
+        "adam" | "adamw" => {
+            let betas = match b.get("betas") {
+                None => Some((0.9, 0.999)),
+                Some(v) => match &v.kind {
+                    ValueKind::List(items) if items.len() == 2 => {
+                        let b1 = cx.number_in(&items[0], "beta1", Range::UnitOpen);
+                        let b2 = cx.number_in(&items[1], "beta2", Range::UnitOpen);
+                        Some((b1?, b2?))
+                    }
+                    _ => {
+                        cx.push(
+                            Diagnostic::new(Code::WrongType, v.span, "`betas` takes two numbers")
+                                .label("expected `[0.9, 0.999]`")
+                                .help("write `betas: [beta1, beta2]`"),
+                        );
+                        None
+                    }
+                },
+            };
+            let eps = num(cx, "eps", 1e-8, Range::Positive);
+            let amsgrad = flag(cx, "amsgrad");
+            let (betas, eps, amsgrad) = (betas?, eps?, amsgrad?);
+            if kind == "adam" {
+                OptimizerKind::Adam {
+                    betas,
+                    eps,
+                    amsgrad,
+                }
+            } else {
+                OptimizerKind::AdamW {
+                    betas,
+                    eps,
+                    amsgrad,
+                }
+            }
+        }
+        _ => {
+            let alpha = num(cx, "alpha", 0.99, Range::Unit);
+            let eps = num(cx, "eps", 1e-8, Range::Positive);
+            let momentum = num(cx, "momentum", 0.0, Range::UnitOpen);
+            let centered = flag(cx, "centered");
+            OptimizerKind::RmsProp {
+                alpha: alpha?,
+                eps: eps?,
+                momentum: momentum?,
+                centered: centered?,
+            }
+        }
+    };
+    Some(Optimizer {
+        kind,
+        lr: lr?,
+        weight_decay: weight_decay?,
+        span: stmt.span,
+        lr_span,
+    })
+}
+
+fn duration_of(cx: &mut Cx, v: &Value, default: Unit) -> Option<Duration> {
+    let (n, unit) = cx.duration(v, default)?;
+    Some(if unit == Unit::Epochs {
+        Duration::Epochs(n)
+    } else {
+        Duration::Steps(n)
+    })
+}
+
+/// Checks `schedule NAME(args)`.
+pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
+    let (kind, params, args, v) = callee(cx, stmt, Code::UnknownSchedule, "schedule", SCHEDULES)?;
+    let b = cx.bind(kind, args, v.span, params);
+    let need = |cx: &mut Cx, p: &str| {
+        let v = b.get(p);
+        if v.is_none() {
+            cx.missing(kind, p, b.span);
+        }
+        v
+    };
+    Some(match kind {
+        "constant" => Schedule::Constant,
+        "step" => {
+            let every = need(cx, "every").and_then(|v| duration_of(cx, v, Unit::Epochs));
+            let gamma = b.get("gamma").map_or(Some(0.1), |v| {
+                cx.number_in(v, "`gamma`", Range::UnitPositive)
+            });
+            Schedule::Step {
+                every: every?,
+                gamma: gamma?,
+            }
+        }
+        "exponential" => Schedule::Exponential {
+            gamma: need(cx, "gamma")
+                .and_then(|v| cx.number_in(v, "`gamma`", Range::UnitPositive))?,
+        },
+        "cosine" => {
+            let warmup = b
+                .get("warmup")
+                .map_or(Some(None), |v| duration_of(cx, v, Unit::Steps).map(Some));
+            let min_lr = b.get("min_lr").map_or(Some(0.0), |v| {
+                cx.number_in(v, "`min_lr`", Range::NonNegative)
+            });
+            Schedule::Cosine {
+                warmup: warmup?,
+                min_lr: min_lr?,
+            }
+        }
+        "warmup" => Schedule::Warmup {
+            length: need(cx, "length").and_then(|v| duration_of(cx, v, Unit::Steps))?,
+        },
+        _ => {
+            let max_lr =
+                need(cx, "max_lr").and_then(|v| cx.number_in(v, "`max_lr`", Range::Positive));
+            let pct = b.get("pct_start").map_or(Some(0.3), |v| {
+                cx.number_in(v, "`pct_start`", Range::UnitOpen)
+            });
+            Schedule::OneCycle {
+                max_lr: max_lr?,
+                pct_start: pct?,
+            }
+        }
+    })
+}
+
+/// The train block, with the spans the batch arithmetic points at.
+pub struct TrainIn {
+    /// The typed settings (the micro-batch is filled in later).
+    pub train: Train,
+    /// Where `accumulate` is set.
+    pub accumulate_span: Option<Span>,
+    /// A declared micro-batch.
+    pub micro_batch: Option<(u64, Span)>,
+}
+
+/// Checks `train { ... }`.
+pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
+    cx.block_statement(stmt);
+    let Some(body) = &stmt.body else {
+        cx.push(
+            Diagnostic::new(Code::WrongArguments, stmt.span, "`train` needs a block")
+                .label("`{ ... }` missing")
+                .help("write `train { epochs 10; loss cross_entropy }`"),
+        );
+        return None;
+    };
+    let mut seen: HashMap<&str, &Statement> = HashMap::new();
+    for s in &body.statements {
+        let kw = s.keyword.name.as_str();
+        if !TRAIN_KEYWORDS.contains(&kw) {
+            cx.unknown(
+                Code::UnknownKeyword,
+                "train setting",
+                &s.keyword,
+                TRAIN_KEYWORDS,
+            );
+        } else if let Some(first) = seen.get(kw) {
+            duplicate(cx, kw, first, s);
+        } else {
+            seen.insert(kw, s);
+        }
+    }
+    let get = |k: &str| seen.get(k).copied();
+    let value = |cx: &mut Cx, k: &str| get(k).and_then(|s| cx.single(s));
+
+    let length = match (get("epochs"), get("steps")) {
+        (Some(e), Some(s)) => {
+            cx.push(
+                Diagnostic::new(
+                    Code::Inconsistent,
+                    s.keyword.span,
+                    "training length is given both in epochs and in steps",
+                )
+                .label("steps given here")
+                .with(e.keyword.span, "epochs given here")
+                .help("keep either `epochs` or `steps`"),
+            );
+            None
+        }
+        (Some(_), None) => value(cx, "epochs")
+            .and_then(|v| cx.uint_min(v, "the number of epochs", 1))
+            .map(Duration::Epochs),
+        (None, Some(_)) => value(cx, "steps")
+            .and_then(|v| cx.uint_min(v, "the number of steps", 1))
+            .map(Duration::Steps),
+        (None, None) => {
+            cx.push(
+                Diagnostic::new(
+                    Code::MissingSetting,
+                    stmt.keyword.span,
+                    "the training length is missing",
+                )
+                .label("neither `epochs` nor `steps` given")
+                .help("add `epochs 10` or `steps 1000`"),
+            );
+            None
+        }
+    };
+    let loss = match get("loss") {
+        Some(s) => check_loss(cx, s).map(|l| (l, s.span)),
+        None => {
+            cx.push(
+                Diagnostic::new(
+                    Code::MissingSetting,
+                    stmt.keyword.span,
+                    "the training has no `loss`",
+                )
+                .label("`loss` missing in this block")
+                .help("add `loss cross_entropy` or `loss mse`"),
+            );
+            None
+        }
+    };
+    let metrics = match value(cx, "metrics") {
+        None if get("metrics").is_some() => None,
+        None => Some(vec![Metric::Loss]),
+        Some(v) => check_metrics(cx, v),
+    };
+    let eval_every = value(cx, "eval_every").map_or(Some(Duration::Epochs(1)), |v| {
+        duration_of(cx, v, Unit::Epochs)
+    });
+    let precision = match value(cx, "precision") {
+        None if get("precision").is_some() => None,
+        None => Some(Precision::Fp32),
+        Some(v) => cx
+            .choice(v, "precision", &["fp32", "bf16", "fp16"])
+            .map(|p| match p {
+                "bf16" => Precision::Bf16,
+                "fp16" => Precision::Fp16,
+                _ => Precision::Fp32,
+            }),
+    };
+    let accumulate = value(cx, "accumulate").map_or(Some(1), |v| cx.uint_min(v, "`accumulate`", 1));
+    let micro_batch = match value(cx, "micro_batch") {
+        None => Some(None),
+        Some(v) => cx
+            .uint_min(v, "the micro-batch", 1)
+            .map(|m| Some((m, v.span))),
+    };
+    let clip_norm = value(cx, "clip_norm").map_or(Some(None), |v| {
+        cx.number_in(v, "`clip_norm`", Range::Positive).map(Some)
+    });
+    let clip_value = value(cx, "clip_value").map_or(Some(None), |v| {
+        cx.number_in(v, "`clip_value`", Range::Positive).map(Some)
+    });
+    let early_stop = match get("early_stop") {
+        None => Some(None),
+        Some(s) => check_early_stop(cx, s).map(Some),
+    };
+    let checkpoint = match get("checkpoint") {
+        None => Some(None),
+        Some(s) => check_checkpoint(cx, s).map(Some),
+    };
+    let (loss, loss_span) = loss?;
+    Some(TrainIn {
+        train: Train {
+            length: length?,
+            loss,
+            loss_span,
+            metrics: metrics?,
+            eval_every: eval_every?,
+            early_stop: early_stop?,
+            precision: precision?,
+            checkpoint: checkpoint?,
+            accumulate: accumulate?,
+            micro_batch: 0,
+            clip_norm: clip_norm?,
+            clip_value: clip_value?,
+        },
+        accumulate_span: get("accumulate").map(|s| s.span),
+        micro_batch: micro_batch?,
+    })
+}
+
+fn check_loss(cx: &mut Cx, stmt: &Statement) -> Option<Loss> {
+    let (kind, params, args, v) = callee(cx, stmt, Code::UnknownLoss, "loss", LOSSES)?;
+    let b = cx.bind(kind, args, v.span, params);
+    Some(match kind {
+        "cross_entropy" => Loss::CrossEntropy {
+            label_smoothing: b.get("label_smoothing").map_or(Some(0.0), |v| {
+                cx.number_in(v, "label smoothing", Range::UnitOpen)
+            })?,
+        },
+        "mse" => Loss::Mse,
+        "l1" => Loss::L1,
+        "bce_with_logits" => Loss::BceWithLogits,
+        _ => Loss::Nll,
+    })
+}
+
+fn check_metrics(cx: &mut Cx, v: &Value) -> Option<Vec<Metric>> {
+    let items: Vec<&Value> = match &v.kind {
+        ValueKind::List(items) => items.iter().collect(),
+        _ => vec![v],
+    };
+    let mut out = Vec::new();
+    let mut ok = true;
+    for item in items {
+        let (ident, args) = match &item.kind {
+            ValueKind::Path(p) => (
+                Ident {
+                    name: p.clone(),
+                    span: item.span,
+                },
+                None,
+            ),
+            ValueKind::Call(n, a) => (n.clone(), Some(a)),
+            _ => {
+                cx.push(
+                    Diagnostic::new(
+                        Code::WrongType,
+                        item.span,
+                        format!("expected a metric, found {}", item.type_name()),
+                    )
+                    .label("expected a metric")
+                    .help("metrics are accuracy, top_k(k) and loss"),
+                );
+                ok = false;
+                continue;
+            }
+        };
+        match ident.name.as_str() {
+            "accuracy" | "loss" => {
+                cx.bind(&ident.name, args, ident.span, &[]);
+                out.push(if ident.name == "loss" {
+                    Metric::Loss
+                } else {
+                    Metric::Accuracy
+                });
+            }
+            "top_k" => {
+                let b = cx.bind("top_k", args, ident.span, &["k"]);
+                match b.get("k") {
+                    Some(k) => match cx.uint_min(k, "`k`", 1) {
+                        Some(k) => out.push(Metric::TopK(k)),
+                        None => ok = false,
+                    },
+                    None => {
+                        cx.missing("top_k", "k", b.span);
+                        ok = false;
+                    }
+                }
+            }
+            _ => {
+                cx.unknown(Code::UnknownMetric, "metric", &ident, METRICS);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(out)
+}
+
+fn check_early_stop(cx: &mut Cx, stmt: &Statement) -> Option<EarlyStop> {
+    cx.plain_statement(stmt, true);
+    let b = cx.bind(
+        "early_stop",
+        stmt.args.as_ref(),
+        stmt.keyword.span,
+        &["metric", "patience", "min_delta", "mode"],
+    );
+    let metric = b.get("metric").map_or(Some("val_loss"), |v| {
+        cx.choice(
+            v,
+            "watched metric",
+            &["val_loss", "val_accuracy", "train_loss"],
+        )
+    });
+    let patience = b
+        .get("patience")
+        .map_or(Some(3), |v| cx.uint_min(v, "`patience`", 1));
+    let min_delta = b.get("min_delta").map_or(Some(0.0), |v| {
+        cx.number_in(v, "`min_delta`", Range::NonNegative)
+    });
+    let mode = b.get("mode").map_or(Some(None), |v| {
+        cx.choice(v, "mode", &["min", "max"]).map(Some)
+    });
+    let metric = metric?;
+    let maximize = match mode? {
+        Some(m) => m == "max",
+        None => metric.ends_with("accuracy"),
+    };
+    Some(EarlyStop {
+        metric: metric.to_string(),
+        patience: patience?,
+        min_delta: min_delta?,
+        maximize,
+    })
+}
+
+fn check_checkpoint(cx: &mut Cx, stmt: &Statement) -> Option<Checkpoint> {
+    cx.plain_statement(stmt, true);
+    let b = cx.bind(
+        "checkpoint",
+        stmt.args.as_ref(),
+        stmt.keyword.span,
+        &["every", "dir", "keep"],
+    );
+    let every = b.get("every").map_or(Some(Duration::Epochs(1)), |v| {
+        duration_of(cx, v, Unit::Epochs)
+    });
+    let dir = b
+        .get("dir")
+        .map_or(Some("checkpoints".to_string()), |v| cx.string(v));
+    let keep = b
+        .get("keep")
+        .map_or(Some(3), |v| cx.uint_min(v, "`keep`", 1));
+    Some(Checkpoint {
+        every: every?,
+        dir: dir?,
+        keep: keep?,
+    })
+}
+
+/// The parallel strategy, with the spans other checks point at.
+pub struct ParallelIn {
+    /// The typed strategy (pipeline boundaries are filled in later).
+    pub parallel: Parallel,
+    /// The `parallel` statement.
+    pub span: Span,
+    /// What sets the data-parallel size.
+    pub dp_span: Option<Span>,
+    /// The pipeline's `micro_batches`.
+    pub micro_batches_span: Option<Span>,
+    /// The pipeline's `stages`.
+    pub stages_span: Option<Span>,
+    /// The ddp `backend`.
+    pub backend_span: Option<Span>,
+}
+
+impl ParallelIn {
+    /// A strategy without spans (the default).
+    pub fn plain(parallel: Parallel) -> ParallelIn {
+        ParallelIn {
+            parallel,
+            span: Span::default(),
+            dp_span: None,
+            micro_batches_span: None,
+            stages_span: None,
+            backend_span: None,
+        }
+    }
+}
+
+/// Checks `parallel STRATEGY(args)`.
+pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<ParallelIn> {
+    let (kind, params, args, v) = callee(
+        cx,
+        stmt,
+        Code::UnknownStrategy,
+        "parallel strategy",
+        STRATEGIES,
+    )?;
+    let b = cx.bind(kind, args, v.span, params);
+    let mut out = ParallelIn::plain(Parallel::None);
+    out.span = stmt.span;
+    out.parallel = match kind {
+        "none" => Parallel::None,
+        "model" => Parallel::Model,
+        "data" => {
+            let devices = match (b.get("devices"), b.get("replicas")) {
+                (Some(d), Some(r)) => {
+                    cx.push(
+                        Diagnostic::new(
+                            Code::Inconsistent,
+                            r.span,
+                            "data parallel is given both devices and a replica count",
+                        )
+                        .label("replicas given here")
+                        .with(d.span, "devices given here")
+                        .help("give either `devices: [...]` or `replicas: N`"),
+                    );
+                    return None;
+                }
+                (Some(d), None) => {
+                    out.dp_span = Some(d.span);
+                    let ValueKind::List(items) = &d.kind else {
+                        cx.push(
+                            Diagnostic::new(
+                                Code::WrongType,
+                                d.span,
+                                format!("expected a list of devices, found {}", d.type_name()),
+                            )
+                            .label("expected `[cuda:0, cuda:1]`")
+                            .help("write `devices: [cuda:0, cuda:1]`"),
+                        );
+                        return None;
+                    };
+                    let devices: Vec<Device> =
+                        items.iter().map(|i| cx.device(i)).collect::<Option<_>>()?;
+                    for (i, d) in devices.iter().enumerate() {
+                        if devices[..i].contains(d) {
+                            cx.push(
+                                Diagnostic::new(
+                                    Code::DuplicateSetting,
+                                    items[i].span,
+                                    format!("`{d}` is listed twice"),
+                                )
+                                .label("listed again")
+                                .help("list each device once"),
+                            );
+                            return None;
+                        }
+                    }
+                    if devices.is_empty() {
+                        cx.push(
+                            Diagnostic::new(
+                                Code::OutOfRange,
+                                d.span,
+                                "data parallel over no devices",
+                            )
+                            .label("empty list")
+                            .help("list the devices to replicate the model on"),
+                        );
+                        return None;
+                    }
+                    devices
+                }
+                (None, Some(r)) => {
+                    out.dp_span = Some(r.span);
+                    let n = cx.uint_min(r, "the number of replicas", 1)?;
+                    match default {
+                        Device::Cpu => vec![Device::Cpu; n as usize],
+                        _ => (0..n as u32).map(Device::Cuda).collect(),
+                    }
+                }
+                (None, None) => {
+                    cx.missing("data", "devices", b.span);
+                    return None;
+                }
+            };
+            Parallel::Data { devices }
+        }
+        "pipeline" => {
+            let stages = b
+                .get("stages")
+                .map(|v| (cx.uint_min(v, "the number of stages", 1), v.span));
+            let micro = b
+                .get("micro_batches")
+                .map(|v| (cx.uint_min(v, "the number of micro-batches", 1), v.span));
+            let schedule = b.get("schedule").map_or(Some("gpipe"), |v| {
+                cx.choice(v, "pipeline schedule", &["gpipe", "1f1b", "one_f_one_b"])
+            });
+            let Some((stages, stages_span)) = stages else {
+                cx.missing("pipeline", "stages", b.span);
+                return None;
+            };
+            let stages = stages?;
+            out.stages_span = Some(stages_span);
+            if stages < 2 {
+                cx.push(
+                    Diagnostic::new(
+                        Code::PipelineOneStage,
+                        stages_span,
+                        format!("a pipeline of {stages} stage runs nothing in parallel"),
+                    )
+                    .label("needs at least 2 stages")
+                    .help("use 2 or more stages, or `parallel none`"),
+                );
+                return None;
+            }
+            let (micro, micro_span) = micro.unwrap_or((Some(stages), b.span));
+            out.micro_batches_span = Some(micro_span);
+            Parallel::Pipeline {
+                stages,
+                micro_batches: micro?,
+                schedule: if schedule? == "gpipe" {
+                    PipelineSchedule::GPipe
+                } else {
+                    PipelineSchedule::OneFOneB
+                },
+                boundaries: vec![],
+            }
+        }
+        _ => {
+            let backend = b
+                .get("backend")
+                .map_or(Some("gloo"), |v| cx.choice(v, "backend", &["gloo", "nccl"]));
+            out.backend_span = b.get("backend").map(|v| v.span);
+            let Some(ws) = b.get("world_size") else {
+                cx.push(
+                    Diagnostic::new(Code::DdpWithoutWorldSize, b.span, "distributed data parallel needs a world size")
+                        .label("`world_size` missing")
+                        .help("add `world_size: N`, the number of processes (as torchrun's --nproc-per-node x nodes)"),
+                );
+                return None;
+            };
+            out.dp_span = Some(ws.span);
+            let world_size = cx.uint_min(ws, "the world size", 1)?;
+            Parallel::Distributed {
+                backend: if backend? == "nccl" {
+                    Backend::Nccl
+                } else {
+                    Backend::Gloo
+                },
+                world_size,
+            }
+        }
+    };
+    Some(out)
+}

@@ -1,0 +1,103 @@
+//! The command line: argument parsing, file discovery, output. The only place, with the future
+//! language server, that does IO.
+
+mod commands;
+
+use std::io::Write;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Exit status: no errors.
+pub const EXIT_OK: i32 = 0;
+/// Exit status: the files have errors.
+pub const EXIT_ERRORS: i32 = 1;
+/// Exit status: wrong usage or unreadable input.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Declarative deep-learning experiments, checked before they run.
+#[derive(Parser)]
+#[command(name = "kiln", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check experiment files (or every `.exp` file under directories) and report problems.
+    Check {
+        /// Files or directories.
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Format::Human)]
+        format: Format,
+        /// A device's memory, as `cuda:0=80GiB` (overrides the file's `memory` lines).
+        #[arg(long = "device-memory", value_name = "DEVICE=SIZE")]
+        device_memory: Vec<String>,
+    },
+    /// Print the static plan of an experiment: shapes, parameters, FLOPs and memory per device.
+    Plan {
+        /// The experiment file.
+        path: std::path::PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
+        format: PlanFormat,
+        /// A device's memory, as `cuda:0=80GiB` (overrides the file's `memory` lines).
+        #[arg(long = "device-memory", value_name = "DEVICE=SIZE")]
+        device_memory: Vec<String>,
+    },
+    /// Print the libtorch version and the devices it sees.
+    Env,
+}
+
+/// How `kiln check` prints diagnostics.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Format {
+    /// miette reports, in colour on a terminal.
+    Human,
+    /// A JSON array with one object per diagnostic.
+    Json,
+}
+
+/// How `kiln plan` prints the plan.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PlanFormat {
+    /// A table.
+    Text,
+    /// YAML, one document per trial.
+    Yaml,
+}
+
+/// Runs the command line and returns the exit status.
+pub fn main() -> i32 {
+    // Internal errors become diagnostics (see `commands::guarded`); keep backtraces off screen.
+    std::panic::set_hook(Box::new(|_| {}));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
+        }
+    };
+    let result = match cli.command {
+        Command::Check {
+            paths,
+            format,
+            device_memory,
+        } => commands::check(&paths, format, &device_memory),
+        Command::Plan {
+            path,
+            format,
+            device_memory,
+        } => commands::plan(&path, format, &device_memory),
+        Command::Env => commands::env(),
+    };
+    match result {
+        Ok(code) => code,
+        Err(message) => {
+            let _ = writeln!(std::io::stderr(), "error: {message}");
+            EXIT_USAGE
+        }
+    }
+}

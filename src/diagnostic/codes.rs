@@ -1,0 +1,156 @@
+//! The table of diagnostic codes. Codes are stable: a code is never reused or renumbered.
+//! `docs/diagnostics.md` documents each one and a test keeps it in step with this table.
+
+use super::Severity;
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident = $code:literal, $name:literal, $sev:ident, $summary:literal; )*) => {
+        /// A kind of problem Kiln reports. Each variant is one diagnostic type with a stable code.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $( $(#[$doc])* $variant, )*
+        }
+
+        impl Code {
+            /// Every code, in table order.
+            pub const ALL: &'static [Code] = &[$(Code::$variant,)*];
+
+            /// The stable code, as in `K0102`.
+            pub fn code(self) -> &'static str {
+                match self { $(Code::$variant => $code,)* }
+            }
+
+            /// A short kebab-case name.
+            pub fn name(self) -> &'static str {
+                match self { $(Code::$variant => $name,)* }
+            }
+
+            /// Whether it is an error or a warning.
+            pub fn severity(self) -> Severity {
+                match self { $(Code::$variant => Severity::$sev,)* }
+            }
+
+            /// One sentence saying what the diagnostic means.
+            pub fn summary(self) -> &'static str {
+                match self { $(Code::$variant => $summary,)* }
+            }
+        }
+    };
+}
+
+codes! {
+    /// The file does not follow the grammar.
+    Syntax = "K0001", "syntax-error", Error, "The file does not follow Kiln's grammar.";
+    /// The file is not valid UTF-8.
+    InvalidUtf8 = "K0002", "invalid-utf8", Error, "The file is not valid UTF-8 text.";
+    /// A file could not be read.
+    Io = "K0003", "unreadable-file", Error, "A file could not be read.";
+    /// Brackets nest deeper than the parser allows.
+    TooDeep = "K0004", "nesting-too-deep", Error, "Brackets or braces nest deeper than 64 levels.";
+    /// Kiln itself failed; the problem is Kiln's, not the file's.
+    Internal = "K0005", "internal-error", Error, "Kiln failed internally while checking the file; please report it.";
+
+    /// A statement keyword that the enclosing block does not know.
+    UnknownKeyword = "K0101", "unknown-keyword", Error, "A statement's keyword is not known in its block.";
+    /// A layer kind that does not exist.
+    UnknownLayer = "K0102", "unknown-layer", Error, "A layer kind that Kiln does not know.";
+    /// An optimizer that does not exist.
+    UnknownOptimizer = "K0103", "unknown-optimizer", Error, "An optimizer that Kiln does not know.";
+    /// A loss that does not exist.
+    UnknownLoss = "K0104", "unknown-loss", Error, "A loss function that Kiln does not know.";
+    /// A device that does not exist.
+    UnknownDevice = "K0105", "unknown-device", Error, "A device name that is not `cpu`, `cuda`, `cuda:N` or `auto`.";
+    /// A named argument that the callee does not take.
+    UnknownParameter = "K0106", "unknown-parameter", Error, "A named argument that the layer, optimizer or setting does not take.";
+    /// A learning-rate schedule that does not exist.
+    UnknownSchedule = "K0107", "unknown-schedule", Error, "A learning-rate schedule that Kiln does not know.";
+    /// A metric that does not exist.
+    UnknownMetric = "K0108", "unknown-metric", Error, "A metric that Kiln does not know.";
+    /// A data source kind that does not exist.
+    UnknownSource = "K0109", "unknown-source", Error, "A data source or generator that Kiln does not know.";
+    /// A pruning method that does not exist.
+    UnknownPruneMethod = "K0110", "unknown-prune-method", Error, "A pruning method that Kiln does not know.";
+    /// A quantization scheme that does not exist.
+    UnknownQuantScheme = "K0111", "unknown-quant-scheme", Error, "A quantization scheme that Kiln does not know.";
+    /// A parallel strategy that does not exist.
+    UnknownStrategy = "K0112", "unknown-strategy", Error, "A parallel strategy that Kiln does not know.";
+    /// A name used as a choice that is not one of the allowed words.
+    UnknownChoice = "K0113", "unknown-choice", Error, "A word that is not one of the values a setting accepts.";
+    /// A reference to a layer, block or parameter that the model does not define.
+    UnknownReference = "K0114", "unknown-reference", Error, "A placement or compression target names no layer, block or parameter of the model.";
+    /// The file declares no experiment, or more than one.
+    ExperimentCount = "K0115", "experiment-count", Error, "A file must declare exactly one `experiment`.";
+    /// A required setting is missing.
+    MissingSetting = "K0116", "missing-setting", Error, "A setting the experiment needs is missing.";
+    /// Two layers or blocks share a name.
+    DuplicateName = "K0117", "duplicate-name", Error, "Two layers or blocks have the same name.";
+    /// A setting is given twice in one place.
+    DuplicateSetting = "K0118", "duplicate-setting", Error, "A setting is given more than once; Kiln never silently keeps one of them.";
+    /// A value of the wrong type.
+    WrongType = "K0119", "wrong-type", Error, "A value has the wrong type for its setting.";
+    /// Too many, too few or misplaced arguments.
+    WrongArguments = "K0120", "wrong-arguments", Error, "A statement or call has too many, too few or misplaced arguments.";
+    /// A value outside its allowed range.
+    OutOfRange = "K0121", "out-of-range", Error, "A value lies outside the range its setting allows.";
+    /// An `extends` path that cannot be loaded.
+    ExtendsNotFound = "K0122", "extends-not-found", Error, "The file named by `extends` cannot be read.";
+    /// `extends` files that extend each other in a cycle.
+    ExtendsCycle = "K0123", "extends-cycle", Error, "Files extend each other in a cycle.";
+    /// A statement in a place where it cannot stand.
+    Misplaced = "K0124", "misplaced-statement", Error, "A statement stands where it has no meaning (a label on a setting, a block where none is taken).";
+
+    /// A pipeline with fewer than two stages.
+    PipelineOneStage = "K0201", "pipeline-one-stage", Error, "A pipeline needs at least two stages.";
+    /// Distributed data parallel without a world size.
+    DdpWithoutWorldSize = "K0202", "ddp-without-world-size", Error, "Distributed data parallel needs a world size.";
+    /// FP8 quantization of a layer placed on the CPU.
+    Fp8OnCpu = "K0203", "fp8-on-cpu", Error, "FP8 needs a CUDA device with FP8 support; the layer is placed on the CPU.";
+    /// INT4 quantization of a layer that is not linear.
+    Int4NonLinear = "K0204", "int4-non-linear", Error, "INT4 weight-only quantization applies to linear layers only.";
+    /// The global batch does not split into micro-batches, accumulation steps and replicas.
+    BatchArithmetic = "K0205", "batch-arithmetic", Error, "Global batch must equal micro-batch x accumulation x data-parallel size.";
+    /// Pipeline micro-batches that do not divide the batch.
+    MicroBatches = "K0206", "micro-batches-indivisible", Error, "The number of pipeline micro-batches must divide the batch.";
+    /// Attention heads that do not divide the embedding width.
+    HeadsIndivisible = "K0207", "heads-indivisible", Error, "Attention heads must divide the embedding width.";
+    /// More pipeline stages than layers.
+    TooManyStages = "K0208", "too-many-stages", Error, "A pipeline cannot have more stages than layers.";
+    /// A layer placed on devices in two places.
+    PlacementConflict = "K0209", "placement-conflict", Error, "A layer is placed on a device more than once.";
+    /// Settings that contradict each other.
+    Inconsistent = "K0210", "inconsistent-strategy", Error, "Settings contradict each other (backend and devices, precision and device, ...).";
+    /// A sweep with no values or too many trials.
+    BadSweep = "K0211", "bad-sweep", Error, "A sweep is empty or makes more than 10,000 trials.";
+
+    /// A layer receives a feature size other than the one it declares.
+    ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
+    /// A layer receives a tensor of the wrong rank.
+    RankMismatch = "K0302", "rank-mismatch", Error, "A layer receives a tensor with the wrong number of dimensions.";
+    /// The loss cannot take the model's output or the data's targets.
+    LossShape = "K0303", "loss-shape", Error, "The loss cannot take the model's output together with the data's targets.";
+    /// A residual connection adds tensors of different shapes.
+    ResidualShape = "K0304", "residual-shape", Error, "A residual block's output shape differs from its input shape.";
+    /// A reshape to a different number of elements.
+    ReshapeSize = "K0305", "reshape-size", Error, "A reshape must keep the number of elements.";
+    /// A layer receives integer data where it needs floats, or the reverse.
+    DtypeMismatch = "K0306", "dtype-mismatch", Error, "A layer receives integer token ids where it needs floats, or the reverse.";
+    /// The data's samples do not fit the model's input.
+    DataShape = "K0307", "data-shape", Error, "The data's sample shape does not match the model's `input`.";
+    /// A layer would produce an empty dimension.
+    EmptyDimension = "K0308", "empty-dimension", Error, "A layer shrinks a dimension to zero or below (kernel larger than its input).";
+
+    /// Data parallel over a single device.
+    DataParallelOneDevice = "K0401", "data-parallel-one-device", Warning, "Data parallel over one device only adds overhead.";
+    /// A device's memory need exceeds its declared capacity.
+    MemoryExceeded = "K0402", "memory-exceeded", Warning, "The plan needs more memory on a device than its declared capacity.";
+    /// Model parallel with every layer on one device.
+    ModelParallelOneDevice = "K0403", "model-parallel-one-device", Warning, "Model parallel with every layer on one device does nothing.";
+    /// A layer that does nothing.
+    NoOpLayer = "K0404", "no-op-layer", Warning, "A layer has no effect (dropout 0, identity reshape).";
+    /// A softmax before a loss that applies its own.
+    DoubleSoftmax = "K0405", "double-softmax", Warning, "The model ends in softmax but the loss expects raw logits.";
+    /// A setting that has no effect with the others chosen.
+    IgnoredSetting = "K0406", "ignored-setting", Warning, "A setting has no effect with the other settings chosen.";
+    /// A placement on one device while the experiment runs data parallel.
+    PlacementIgnored = "K0407", "placement-ignored", Warning, "Per-layer placement is ignored under data parallel strategies.";
+}

@@ -1,0 +1,164 @@
+//! Diagnostics as plain data.
+//!
+//! The checker produces [`Diagnostic`] values: a [`Code`], a message, a primary span with its
+//! label, secondary labels and a help line. They become text (miette reports, JSON) only in
+//! [`render`], at the edge of the program.
+
+mod codes;
+pub mod render;
+
+pub use codes::Code;
+
+use crate::span::Span;
+
+/// Whether a diagnostic stops the experiment from running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// The experiment cannot run.
+    Error,
+    /// The experiment runs, but probably not as meant.
+    Warning,
+}
+
+/// A span with a short text shown under it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Label {
+    /// Where the label points.
+    pub span: Span,
+    /// What it says there.
+    pub text: String,
+}
+
+/// One problem found in a source file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Diagnostic {
+    /// What kind of problem it is.
+    pub code: Code,
+    /// One terse sentence.
+    pub message: String,
+    /// The span the problem is at, with its label.
+    pub primary: Label,
+    /// Other places that explain the problem ("defined here").
+    pub secondary: Vec<Label>,
+    /// How to fix it.
+    pub help: Option<String>,
+    /// Extra context, such as the sweep trial the problem occurs in.
+    pub note: Option<String>,
+}
+
+impl Diagnostic {
+    /// A new diagnostic of `code` at `span`; the label defaults to the message.
+    pub fn new(code: Code, span: Span, message: impl Into<String>) -> Diagnostic {
+        let message = message.into();
+        Diagnostic {
+            code,
+            primary: Label {
+                span,
+                text: String::new(),
+            },
+            message,
+            secondary: Vec::new(),
+            help: None,
+            note: None,
+        }
+    }
+
+    /// Sets the primary label's text.
+    pub fn label(mut self, text: impl Into<String>) -> Diagnostic {
+        self.primary.text = text.into();
+        self
+    }
+
+    /// Adds a secondary label.
+    pub fn with(mut self, span: Span, text: impl Into<String>) -> Diagnostic {
+        self.secondary.push(Label {
+            span,
+            text: text.into(),
+        });
+        self
+    }
+
+    /// Sets the help line.
+    pub fn help(mut self, text: impl Into<String>) -> Diagnostic {
+        self.help = Some(text.into());
+        self
+    }
+
+    /// Sets the help line only when there is one.
+    pub fn maybe_help(mut self, text: Option<String>) -> Diagnostic {
+        if text.is_some() {
+            self.help = text;
+        }
+        self
+    }
+
+    /// The severity of its code.
+    pub fn severity(&self) -> Severity {
+        self.code.severity()
+    }
+
+    /// Whether it is an error.
+    pub fn is_error(&self) -> bool {
+        self.severity() == Severity::Error
+    }
+}
+
+/// Sorts diagnostics by file and position and drops exact repeats (sweeps check each trial, and
+/// the same problem in every trial is reported once).
+pub fn normalize(diags: &mut Vec<Diagnostic>) {
+    diags.sort_by(|a, b| {
+        (a.primary.span, a.code, &a.message).cmp(&(b.primary.span, b.code, &b.message))
+    });
+    diags.dedup_by(|a, b| {
+        a.primary.span == b.primary.span && a.code == b.code && a.message == b.message
+    });
+}
+
+/// The closest of `candidates` to `name`, when one is close enough to be a likely typo.
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(&name.to_lowercase(), &c.to_lowercase()), c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance over characters, with adjacent transpositions counted as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev2 = vec![0usize; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                cur[j] = cur[j].min(prev2[j - 2] + 1);
+            }
+        }
+        prev2 = std::mem::replace(&mut prev, cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_find_typos() {
+        let kinds = ["linear", "conv2d", "relu", "dropout"];
+        assert_eq!(did_you_mean("linaer", kinds), Some("linear"));
+        assert_eq!(did_you_mean("Relu", kinds), Some("relu"));
+        assert_eq!(did_you_mean("xyz", kinds), None);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

@@ -1,0 +1,803 @@
+//! The checked experiment: a typed description with every value validated and every shape
+//! inferred. The runtime lowers this, never the syntax tree. Spans are kept where a runtime
+//! failure must point back into the `.exp` file.
+
+use serde::Serialize;
+
+use crate::span::Span;
+
+/// A per-sample tensor shape (the batch dimension is implicit).
+pub type Shape = Vec<i64>;
+
+/// Element type of a tensor flowing between layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// Floating point values.
+    Float,
+    /// Integer token ids or class labels.
+    Int,
+}
+
+/// Where a layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Device {
+    /// The CPU.
+    Cpu,
+    /// A CUDA device by index (`cuda` alone is `cuda:0`).
+    Cuda(u32),
+    /// CUDA when available, else the CPU, decided at run time.
+    Auto,
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+            Device::Auto => write!(f, "auto"),
+        }
+    }
+}
+
+impl Serialize for Device {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// A length of training time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Duration {
+    /// Optimizer steps.
+    Steps(u64),
+    /// Passes over the training split.
+    Epochs(u64),
+}
+
+/// The whole checked experiment (one trial of a sweep).
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    /// The experiment's name.
+    pub name: String,
+    /// Free text.
+    pub description: Option<String>,
+    /// Free labels.
+    pub tags: Vec<String>,
+    /// The seed for every random generator.
+    pub seed: u64,
+    /// The sweep values of this trial, as `(setting, value)`; empty without a sweep.
+    pub trial: Vec<(String, String)>,
+    /// The data pipeline.
+    pub data: Data,
+    /// The model.
+    pub model: Model,
+    /// The device layers go to unless placed elsewhere.
+    pub device: Device,
+    /// Declared device capacities in bytes.
+    pub memory: Vec<(Device, u64, Span)>,
+    /// How work is spread over devices and processes.
+    pub parallel: Parallel,
+    /// Pruning and quantization.
+    pub compression: Vec<Compression>,
+    /// The optimizer.
+    pub optimizer: Optimizer,
+    /// The learning-rate schedule.
+    pub schedule: Schedule,
+    /// The training loop.
+    pub train: Train,
+}
+
+/// The data pipeline.
+#[derive(Clone, Debug)]
+pub struct Data {
+    /// Where samples come from.
+    pub source: Source,
+    /// The `source` statement, for runtime data errors.
+    pub source_span: Span,
+    /// Fractions of the samples for each split.
+    pub split: Split,
+    /// Global batch size.
+    pub batch: u64,
+    /// The `batch` statement, for out-of-memory reports.
+    pub batch_span: Span,
+    /// Whether to reshuffle the training split every epoch.
+    pub shuffle: bool,
+    /// Per-channel (or scalar) normalisation of inputs.
+    pub normalize: Option<Normalize>,
+    /// What a target is.
+    pub targets: Targets,
+}
+
+/// Fractions of the data given to each split (they sum to at most 1).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Split {
+    /// Training fraction.
+    pub train: f64,
+    /// Validation fraction.
+    pub val: f64,
+    /// Test fraction.
+    pub test: f64,
+}
+
+/// `(x - mean) / std`, per channel when lists are given.
+#[derive(Clone, Debug, Serialize)]
+pub struct Normalize {
+    /// Means.
+    pub mean: Vec<f64>,
+    /// Standard deviations.
+    pub std: Vec<f64>,
+}
+
+/// What the training targets are.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Targets {
+    /// Class indices; the number of classes when known.
+    Classes(Option<u64>),
+    /// Real values of this per-sample shape.
+    Values(Shape),
+    /// Not known statically (a file source without `classes` or `shape`).
+    Unknown,
+}
+
+/// Where the samples come from.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// Generated samples, as `torch.randn(count, *shape)`.
+    Synthetic {
+        /// Input generator.
+        inputs: Generator,
+        /// Target generator.
+        targets: Generator,
+        /// Number of samples.
+        count: u64,
+    },
+    /// MNIST-format IDX files, optionally gzipped.
+    Idx {
+        /// Images file.
+        images: String,
+        /// Labels file.
+        labels: String,
+    },
+    /// Two `.npy` arrays.
+    Npy {
+        /// Inputs array.
+        inputs: String,
+        /// Targets array.
+        targets: String,
+    },
+    /// An `.npz` archive with two named arrays.
+    Npz {
+        /// The archive.
+        path: String,
+        /// Key of the inputs.
+        inputs: String,
+        /// Key of the targets.
+        targets: String,
+    },
+    /// A CSV file with one target column.
+    Csv {
+        /// The file.
+        path: String,
+        /// The target column's name.
+        target: String,
+        /// Whether the first row is a header.
+        header: bool,
+    },
+    /// A safetensors file with two named tensors.
+    Safetensors {
+        /// The file.
+        path: String,
+        /// Name of the inputs tensor.
+        inputs: String,
+        /// Name of the targets tensor.
+        targets: String,
+    },
+}
+
+/// A random generator of per-sample tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Generator {
+    /// Normal distribution.
+    Normal {
+        /// Per-sample shape.
+        shape: Shape,
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
+    /// Uniform distribution on `[low, high)`.
+    Uniform {
+        /// Per-sample shape.
+        shape: Shape,
+        /// Lower bound.
+        low: f64,
+        /// Upper bound.
+        high: f64,
+    },
+    /// Uniform integers on `[0, high)`.
+    Randint {
+        /// Per-sample shape.
+        shape: Shape,
+        /// Exclusive upper bound.
+        high: u64,
+    },
+}
+
+impl Generator {
+    /// The per-sample shape it generates.
+    pub fn shape(&self) -> &Shape {
+        match self {
+            Generator::Normal { shape, .. }
+            | Generator::Uniform { shape, .. }
+            | Generator::Randint { shape, .. } => shape,
+        }
+    }
+}
+
+/// The model: an input shape and a tree of layers.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// Per-sample input shape.
+    pub input: Shape,
+    /// Input element type.
+    pub input_dtype: DType,
+    /// Layers, blocks and residual connections in order.
+    pub nodes: Vec<Node>,
+    /// Per-sample output shape.
+    pub output: Shape,
+}
+
+/// One element of the model tree.
+#[derive(Clone, Debug)]
+pub enum Node {
+    /// A layer.
+    Layer(Layer),
+    /// A named group of nodes.
+    Block {
+        /// The block's name.
+        name: String,
+        /// Its nodes.
+        nodes: Vec<Node>,
+        /// The `block` statement.
+        span: Span,
+    },
+    /// `x + f(x)` over its nodes.
+    Residual {
+        /// The nodes computing `f`.
+        nodes: Vec<Node>,
+        /// The `residual` statement.
+        span: Span,
+    },
+}
+
+/// One checked layer.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    /// Qualified name (`encoder.fc1`, or `layer3` when unnamed).
+    pub name: String,
+    /// What it computes, with every size resolved.
+    pub kind: LayerKind,
+    /// Per-sample input shape.
+    pub input: Shape,
+    /// Per-sample output shape.
+    pub output: Shape,
+    /// Output element type.
+    pub dtype: DType,
+    /// Number of trainable parameters.
+    pub params: u64,
+    /// Forward FLOPs for one sample.
+    pub flops: u64,
+    /// Where it runs.
+    pub device: Device,
+    /// The layer's statement.
+    pub span: Span,
+}
+
+/// Layer kinds with every size resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerKind {
+    /// `y = x W^T + b` over the last dimension.
+    Linear {
+        inputs: i64,
+        outputs: i64,
+        bias: bool,
+    },
+    /// 1-D convolution over `[channels, length]`.
+    Conv1d { conv: Conv },
+    /// 2-D convolution over `[channels, height, width]`.
+    Conv2d { conv: Conv },
+    /// Max pooling (1-D or 2-D by `dims`).
+    MaxPool { pool: Pool },
+    /// Average pooling.
+    AvgPool { pool: Pool },
+    /// Adaptive average pooling to a fixed output size.
+    AdaptiveAvgPool { output: Vec<i64> },
+    /// Batch normalisation over channels.
+    BatchNorm {
+        features: i64,
+        eps: f64,
+        momentum: f64,
+    },
+    /// Layer normalisation over the trailing dimensions.
+    LayerNorm { shape: Vec<i64>, eps: f64 },
+    /// Group normalisation.
+    GroupNorm {
+        groups: i64,
+        channels: i64,
+        eps: f64,
+    },
+    /// Dropout with drop probability `p`.
+    Dropout { p: f64 },
+    /// ReLU.
+    Relu,
+    /// GELU.
+    Gelu,
+    /// SiLU (swish).
+    Silu,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// Softmax along a per-sample dimension.
+    Softmax { dim: i64 },
+    /// Log-softmax along a per-sample dimension.
+    LogSoftmax { dim: i64 },
+    /// Flattens every per-sample dimension into one.
+    Flatten,
+    /// Reshapes each sample.
+    Reshape { shape: Vec<i64> },
+    /// Mean over one per-sample dimension.
+    Mean { dim: i64 },
+    /// Token embedding.
+    Embedding { vocab: i64, dim: i64 },
+    /// Multi-head self-attention over `[sequence, width]`.
+    Attention {
+        width: i64,
+        heads: i64,
+        dropout: f64,
+        causal: bool,
+    },
+    /// Pre-norm transformer block: attention and MLP, each residual.
+    TransformerBlock {
+        width: i64,
+        heads: i64,
+        hidden: i64,
+        dropout: f64,
+        causal: bool,
+    },
+}
+
+/// Convolution sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conv {
+    /// Input channels.
+    pub inputs: i64,
+    /// Output channels.
+    pub outputs: i64,
+    /// Kernel size per spatial dimension.
+    pub kernel: Vec<i64>,
+    /// Stride per spatial dimension.
+    pub stride: Vec<i64>,
+    /// Zero padding per spatial dimension.
+    pub padding: Vec<i64>,
+    /// Dilation per spatial dimension.
+    pub dilation: Vec<i64>,
+    /// Channel groups.
+    pub groups: i64,
+    /// Whether a bias is added.
+    pub bias: bool,
+}
+
+/// Pooling sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    /// Kernel per spatial dimension.
+    pub kernel: Vec<i64>,
+    /// Stride per spatial dimension.
+    pub stride: Vec<i64>,
+    /// Padding per spatial dimension.
+    pub padding: Vec<i64>,
+}
+
+/// How the work is spread.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Parallel {
+    /// One device (or the placement, without model-parallel intent).
+    None,
+    /// One replica per device, the batch split between them.
+    Data {
+        /// The replicas' devices.
+        devices: Vec<Device>,
+    },
+    /// Layers on the devices they are placed on.
+    Model,
+    /// Consecutive stages on their own devices, fed micro-batches.
+    Pipeline {
+        /// Number of stages.
+        stages: u64,
+        /// Micro-batches per batch.
+        micro_batches: u64,
+        /// `gpipe` or `1f1b`.
+        schedule: PipelineSchedule,
+        /// The first top-level node of each stage.
+        boundaries: Vec<usize>,
+    },
+    /// Several processes, one replica each, gradients averaged by c10d.
+    Distributed {
+        /// `gloo` or `nccl`.
+        backend: Backend,
+        /// Number of processes.
+        world_size: u64,
+    },
+}
+
+impl Parallel {
+    /// How many replicas split the batch.
+    pub fn data_parallel_size(&self) -> u64 {
+        match self {
+            Parallel::Data { devices } => devices.len() as u64,
+            Parallel::Distributed { world_size, .. } => *world_size,
+            _ => 1,
+        }
+    }
+}
+
+/// Pipeline schedules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum PipelineSchedule {
+    /// All forwards, then all backwards.
+    #[serde(rename = "gpipe")]
+    GPipe,
+    /// One forward, one backward, interleaved.
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+}
+
+/// c10d backends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Gloo (CPU and CUDA).
+    Gloo,
+    /// NCCL (CUDA only).
+    Nccl,
+}
+
+/// What a compression step applies to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Target {
+    /// Qualified layer name.
+    pub layer: String,
+    /// `weight` or `bias`; `None` for the layer's weight.
+    pub param: Option<String>,
+}
+
+/// A compression step.
+#[derive(Clone, Debug)]
+pub enum Compression {
+    /// Sets weights to zero.
+    Prune {
+        /// Layers or parameters pruned.
+        targets: Vec<Target>,
+        /// How weights are chosen.
+        method: PruneMethod,
+        /// Fraction pruned, in [0, 1].
+        amount: f64,
+        /// When pruning happens.
+        schedule: PruneSchedule,
+        /// The statement.
+        span: Span,
+    },
+    /// Lowers weight precision.
+    Quantize {
+        /// Layers quantized.
+        targets: Vec<Target>,
+        /// The number format.
+        scheme: QuantScheme,
+        /// Scale granularity.
+        granularity: Granularity,
+        /// The statement.
+        span: Span,
+    },
+}
+
+/// Pruning methods.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PruneMethod {
+    /// Smallest absolute values first.
+    L1Unstructured,
+    /// Uniformly random weights.
+    RandomUnstructured,
+    /// Whole rows (dim 0) or columns by Ln norm.
+    LnStructured {
+        /// The norm's order.
+        n: u64,
+        /// The dimension whose slices are removed.
+        dim: i64,
+    },
+}
+
+/// When pruning happens.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PruneSchedule {
+    /// Once, after training.
+    OneShot,
+    /// Sparsity grown from 0 to `amount` between `start` and `end`, every `every` steps.
+    Gradual {
+        /// First step.
+        start: u64,
+        /// Last step.
+        end: u64,
+        /// Interval in steps.
+        every: u64,
+    },
+}
+
+/// Quantization number formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QuantScheme {
+    /// 8-bit integer weights.
+    Int8,
+    /// 4-bit integer weights (linear layers).
+    Int4,
+    /// FP8 (e4m3) on CUDA.
+    Fp8,
+    /// Quantization-aware training with fake-quantized int8 weights.
+    Qat,
+}
+
+/// Quantization scale granularity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Granularity {
+    /// One scale per tensor.
+    PerTensor,
+    /// One scale per output channel.
+    PerChannel,
+    /// One scale per group of input features.
+    PerGroup(u64),
+}
+
+/// Optimizers, with the hyper-parameters of their PyTorch namesakes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Optimizer {
+    /// The algorithm.
+    pub kind: OptimizerKind,
+    /// Learning rate.
+    pub lr: f64,
+    /// L2 penalty (decoupled for AdamW).
+    pub weight_decay: f64,
+    /// The `optimizer` statement.
+    pub span: Span,
+    /// The learning rate's value, for NaN reports.
+    pub lr_span: Span,
+}
+
+/// Optimizer algorithms.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OptimizerKind {
+    /// Stochastic gradient descent.
+    Sgd {
+        /// Momentum factor.
+        momentum: f64,
+        /// Dampening for momentum.
+        dampening: f64,
+        /// Nesterov momentum.
+        nesterov: bool,
+    },
+    /// Adam.
+    Adam {
+        /// Betas.
+        betas: (f64, f64),
+        /// Epsilon.
+        eps: f64,
+        /// AMSGrad variant.
+        amsgrad: bool,
+    },
+    /// AdamW (decoupled weight decay).
+    AdamW {
+        /// Betas.
+        betas: (f64, f64),
+        /// Epsilon.
+        eps: f64,
+        /// AMSGrad variant.
+        amsgrad: bool,
+    },
+    /// RMSprop.
+    RmsProp {
+        /// Smoothing constant.
+        alpha: f64,
+        /// Epsilon.
+        eps: f64,
+        /// Momentum factor.
+        momentum: f64,
+        /// Centered variant.
+        centered: bool,
+    },
+}
+
+impl Optimizer {
+    /// The optimizer's name in the language.
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            OptimizerKind::Sgd { .. } => "sgd",
+            OptimizerKind::Adam { .. } => "adam",
+            OptimizerKind::AdamW { .. } => "adamw",
+            OptimizerKind::RmsProp { .. } => "rmsprop",
+        }
+    }
+
+    /// Bytes of optimizer state per fp32 parameter.
+    pub fn state_bytes_per_param(&self) -> u64 {
+        match self.kind {
+            OptimizerKind::Sgd { momentum, .. } => {
+                if momentum > 0.0 {
+                    4
+                } else {
+                    0
+                }
+            }
+            OptimizerKind::Adam { amsgrad, .. } | OptimizerKind::AdamW { amsgrad, .. } => {
+                if amsgrad {
+                    12
+                } else {
+                    8
+                }
+            }
+            OptimizerKind::RmsProp {
+                momentum, centered, ..
+            } => 4 + if momentum > 0.0 { 4 } else { 0 } + if centered { 4 } else { 0 },
+        }
+    }
+}
+
+/// Learning-rate schedules.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Schedule {
+    /// The optimizer's rate throughout.
+    Constant,
+    /// Multiply by `gamma` every `every`.
+    Step {
+        /// Interval.
+        every: Duration,
+        /// Factor.
+        gamma: f64,
+    },
+    /// Multiply by `gamma` every epoch.
+    Exponential {
+        /// Factor.
+        gamma: f64,
+    },
+    /// Cosine decay to `min_lr`, after an optional linear warmup.
+    Cosine {
+        /// Warmup length.
+        warmup: Option<Duration>,
+        /// Final rate.
+        min_lr: f64,
+    },
+    /// Linear warmup from 0, then constant.
+    Warmup {
+        /// Warmup length.
+        length: Duration,
+    },
+    /// One-cycle: warm up to `max_lr`, then anneal.
+    OneCycle {
+        /// Peak rate.
+        max_lr: f64,
+        /// Fraction of training spent warming up.
+        pct_start: f64,
+    },
+}
+
+/// Loss functions.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Loss {
+    /// Cross-entropy over class logits.
+    CrossEntropy {
+        /// Label smoothing in [0, 1).
+        label_smoothing: f64,
+    },
+    /// Mean squared error.
+    Mse,
+    /// Mean absolute error.
+    L1,
+    /// Binary cross-entropy on logits.
+    BceWithLogits,
+    /// Negative log-likelihood over log-probabilities.
+    Nll,
+}
+
+/// Metrics.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Top-1 accuracy.
+    Accuracy,
+    /// Top-k accuracy.
+    TopK(u64),
+    /// The loss.
+    Loss,
+}
+
+/// Numeric precision of the forward and backward passes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// Plain fp32.
+    Fp32,
+    /// bf16 autocast, fp32 master weights.
+    Bf16,
+    /// fp16 autocast with loss scaling, fp32 master weights.
+    Fp16,
+}
+
+impl Precision {
+    /// Bytes per stored activation.
+    pub fn activation_bytes(self) -> u64 {
+        match self {
+            Precision::Fp32 => 4,
+            Precision::Bf16 | Precision::Fp16 => 2,
+        }
+    }
+}
+
+/// Early stopping.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct EarlyStop {
+    /// Watched metric (`val_loss`, `val_accuracy`, ...).
+    pub metric: String,
+    /// Evaluations without improvement before stopping.
+    pub patience: u64,
+    /// Smallest change that counts as improvement.
+    pub min_delta: f64,
+    /// Whether larger is better.
+    pub maximize: bool,
+}
+
+/// Checkpointing.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Checkpoint {
+    /// Interval.
+    pub every: Duration,
+    /// Directory, relative to the run directory.
+    pub dir: String,
+    /// How many to keep.
+    pub keep: u64,
+}
+
+/// The training loop.
+#[derive(Clone, Debug)]
+pub struct Train {
+    /// How long to train.
+    pub length: Duration,
+    /// The loss.
+    pub loss: Loss,
+    /// The loss statement.
+    pub loss_span: Span,
+    /// Metrics reported.
+    pub metrics: Vec<Metric>,
+    /// Evaluation interval.
+    pub eval_every: Duration,
+    /// Early stopping, if any.
+    pub early_stop: Option<EarlyStop>,
+    /// Precision.
+    pub precision: Precision,
+    /// Checkpointing, if any.
+    pub checkpoint: Option<Checkpoint>,
+    /// Gradient accumulation steps.
+    pub accumulate: u64,
+    /// Per-replica micro-batch: batch / (accumulate x data-parallel size).
+    pub micro_batch: u64,
+    /// Clip gradients to this total norm.
+    pub clip_norm: Option<f64>,
+    /// Clip each gradient element to this magnitude.
+    pub clip_value: Option<f64>,
+}

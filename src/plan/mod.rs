@@ -1,0 +1,436 @@
+//! The plan: the typed experiment ([`ir`]) and what it costs — parameters, FLOPs and the
+//! memory each device needs under the chosen placement and strategy.
+//!
+//! Conventions (documented in `docs/language.md`): a multiply-add counts as 2 FLOPs in linear,
+//! convolution and attention layers (biases not counted); other layers count one FLOP per
+//! output element (pooling: one per window element); flatten, reshape and embedding count 0.
+//! A training step costs 3x the forward FLOPs (backward is twice the forward). Weights,
+//! gradients and optimizer state are fp32 (autocast keeps fp32 master weights); activations are
+//! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
+
+mod ir;
+
+pub use ir::*;
+
+use serde::Serialize;
+
+use crate::check::{fmt_shape, layers};
+
+/// One layer's row in the plan.
+#[derive(Serialize, Debug)]
+pub struct LayerRow {
+    /// Qualified name.
+    pub name: String,
+    /// Layer kind.
+    pub kind: String,
+    /// Per-sample output shape.
+    pub output: Vec<i64>,
+    /// Trainable parameters.
+    pub params: u64,
+    /// Forward FLOPs per sample.
+    pub flops: u64,
+    /// Device it runs on.
+    pub device: Device,
+}
+
+/// Totals over the model.
+#[derive(Serialize, Debug)]
+pub struct Totals {
+    /// Trainable parameters.
+    pub params: u64,
+    /// Bytes of weights.
+    pub weight_bytes: u64,
+    /// Bytes of gradients.
+    pub gradient_bytes: u64,
+    /// Bytes of optimizer state.
+    pub optimizer_bytes: u64,
+    /// Bytes of stored activations for one global batch.
+    pub activation_bytes: u64,
+    /// Forward FLOPs for one sample.
+    pub forward_flops_per_sample: u64,
+    /// Forward plus backward FLOPs for one optimizer step (the global batch).
+    pub step_flops: u64,
+}
+
+/// What one device needs.
+#[derive(Serialize, Debug)]
+pub struct DeviceNeed {
+    /// The device (for distributed runs, each process's device).
+    pub device: Device,
+    /// How many such devices or processes share this row.
+    pub replicas: u64,
+    /// Parameters held.
+    pub params: u64,
+    /// Bytes of weights.
+    pub weight_bytes: u64,
+    /// Bytes of gradients.
+    pub gradient_bytes: u64,
+    /// Bytes of optimizer state.
+    pub optimizer_bytes: u64,
+    /// Bytes of stored activations.
+    pub activation_bytes: u64,
+    /// Sum of the above.
+    pub total_bytes: u64,
+    /// Declared capacity, when known.
+    pub capacity_bytes: Option<u64>,
+}
+
+/// The static plan of one trial.
+#[derive(Serialize, Debug)]
+pub struct Plan {
+    /// Experiment name.
+    pub experiment: String,
+    /// Sweep values of this trial.
+    pub trial: Vec<(String, String)>,
+    /// Per-sample input shape.
+    pub input: Vec<i64>,
+    /// Global batch.
+    pub batch: u64,
+    /// Per-replica micro-batch.
+    pub micro_batch: u64,
+    /// Strategy, in words.
+    pub parallel: String,
+    /// Precision.
+    pub precision: Precision,
+    /// Optimizer name.
+    pub optimizer: String,
+    /// Every layer.
+    pub layers: Vec<LayerRow>,
+    /// Totals.
+    pub totals: Totals,
+    /// Memory per device.
+    pub devices: Vec<DeviceNeed>,
+}
+
+/// Computes the plan of a checked experiment.
+pub fn plan(e: &Experiment) -> Plan {
+    let all = layers(&e.model.nodes);
+    let act = e.train.precision.activation_bytes();
+    let state = e.optimizer.state_bytes_per_param();
+    let params: u64 = all.iter().map(|l| l.params).sum();
+    let forward: u64 = all.iter().map(|l| l.flops).sum();
+    let input_numel = e.model.input.iter().product::<i64>() as u64;
+    let per_sample_acts = input_numel
+        + all
+            .iter()
+            .map(|l| l.output.iter().product::<i64>() as u64)
+            .sum::<u64>();
+    let totals = Totals {
+        params,
+        weight_bytes: 4 * params,
+        gradient_bytes: 4 * params,
+        optimizer_bytes: state * params,
+        activation_bytes: per_sample_acts * e.data.batch * act,
+        forward_flops_per_sample: forward,
+        step_flops: 3 * forward * e.data.batch,
+    };
+    let need = |device: Device, replicas: u64, params: u64, acts: u64| {
+        let (w, g, o) = (4 * params, 4 * params, state * params);
+        DeviceNeed {
+            device,
+            replicas,
+            params,
+            weight_bytes: w,
+            gradient_bytes: g,
+            optimizer_bytes: o,
+            activation_bytes: acts,
+            total_bytes: w + g + o + acts,
+            capacity_bytes: e
+                .memory
+                .iter()
+                .find(|(d, _, _)| *d == device)
+                .map(|(_, b, _)| *b),
+        }
+    };
+    let micro = e.train.micro_batch;
+    let full_acts = per_sample_acts * micro * act;
+    let devices = match &e.parallel {
+        Parallel::Data { devices } => devices
+            .iter()
+            .map(|d| need(*d, 1, params, full_acts))
+            .collect(),
+        Parallel::Distributed { world_size, .. } => {
+            vec![need(e.device, *world_size, params, full_acts)]
+        }
+        Parallel::Pipeline {
+            stages,
+            micro_batches,
+            schedule,
+            boundaries,
+        } => {
+            let samples = micro / micro_batches;
+            let in_flight = match schedule {
+                PipelineSchedule::GPipe => *micro_batches,
+                PipelineSchedule::OneFOneB => (*stages).min(*micro_batches),
+            };
+            let mut out: Vec<DeviceNeed> = Vec::new();
+            for (k, start) in boundaries.iter().enumerate() {
+                let end = boundaries
+                    .get(k + 1)
+                    .copied()
+                    .unwrap_or(e.model.nodes.len());
+                let stage = layers(&e.model.nodes[*start..end]);
+                let device = stage_device(e, k as u32, &stage);
+                let p: u64 = stage.iter().map(|l| l.params).sum();
+                let mut a: u64 = stage
+                    .iter()
+                    .map(|l| l.output.iter().product::<i64>() as u64)
+                    .sum();
+                if k == 0 {
+                    a += input_numel;
+                }
+                add_need(&mut out, need(device, 1, p, a * samples * in_flight * act));
+            }
+            out
+        }
+        Parallel::None | Parallel::Model => {
+            let mut out: Vec<DeviceNeed> = Vec::new();
+            for (i, l) in all.iter().enumerate() {
+                let mut a = l.output.iter().product::<i64>() as u64;
+                if i == 0 {
+                    a += input_numel;
+                }
+                add_need(&mut out, need(l.device, 1, l.params, a * micro * act));
+            }
+            out
+        }
+    };
+    Plan {
+        experiment: e.name.clone(),
+        trial: e.trial.clone(),
+        input: e.model.input.clone(),
+        batch: e.data.batch,
+        micro_batch: micro,
+        parallel: describe_parallel(&e.parallel),
+        precision: e.train.precision,
+        optimizer: e.optimizer.name().to_string(),
+        layers: all
+            .iter()
+            .map(|l| LayerRow {
+                name: l.name.clone(),
+                kind: kind_name(&l.kind).to_string(),
+                output: l.output.clone(),
+                params: l.params,
+                flops: l.flops,
+                device: l.device,
+            })
+            .collect(),
+        totals,
+        devices,
+    }
+}
+
+/// The device a pipeline stage runs on: its layers' placement, else `cuda:k` for stage k (the
+/// CPU when the experiment runs on the CPU).
+fn stage_device(e: &Experiment, stage: u32, layers: &[&Layer]) -> Device {
+    match layers.first().map(|l| l.device) {
+        Some(d) if d != e.device => d,
+        _ if e.device == Device::Cpu => Device::Cpu,
+        _ => Device::Cuda(stage),
+    }
+}
+
+fn add_need(out: &mut Vec<DeviceNeed>, n: DeviceNeed) {
+    match out.iter_mut().find(|d| d.device == n.device) {
+        Some(d) => {
+            d.params += n.params;
+            d.weight_bytes += n.weight_bytes;
+            d.gradient_bytes += n.gradient_bytes;
+            d.optimizer_bytes += n.optimizer_bytes;
+            d.activation_bytes += n.activation_bytes;
+            d.total_bytes += n.total_bytes;
+        }
+        None => out.push(n),
+    }
+}
+
+fn describe_parallel(p: &Parallel) -> String {
+    match p {
+        Parallel::None => "none".into(),
+        Parallel::Model => "model (by placement)".into(),
+        Parallel::Data { devices } => {
+            let d: Vec<String> = devices.iter().map(Device::to_string).collect();
+            format!("data over {} replicas [{}]", devices.len(), d.join(", "))
+        }
+        Parallel::Pipeline {
+            stages,
+            micro_batches,
+            schedule,
+            ..
+        } => {
+            format!(
+                "pipeline, {stages} stages, {micro_batches} micro-batches, {}",
+                if *schedule == PipelineSchedule::GPipe {
+                    "gpipe"
+                } else {
+                    "1f1b"
+                }
+            )
+        }
+        Parallel::Distributed {
+            backend,
+            world_size,
+        } => {
+            format!(
+                "distributed data parallel, {world_size} processes, {}",
+                if *backend == Backend::Nccl {
+                    "nccl"
+                } else {
+                    "gloo"
+                }
+            )
+        }
+    }
+}
+
+/// The language's name for a layer kind.
+pub fn kind_name(kind: &LayerKind) -> &'static str {
+    match kind {
+        LayerKind::Linear { .. } => "linear",
+        LayerKind::Conv1d { .. } => "conv1d",
+        LayerKind::Conv2d { .. } => "conv2d",
+        LayerKind::MaxPool { pool } if pool.kernel.len() == 1 => "max_pool1d",
+        LayerKind::MaxPool { .. } => "max_pool2d",
+        LayerKind::AvgPool { pool } if pool.kernel.len() == 1 => "avg_pool1d",
+        LayerKind::AvgPool { .. } => "avg_pool2d",
+        LayerKind::AdaptiveAvgPool { output } if output.len() == 1 => "adaptive_avg_pool1d",
+        LayerKind::AdaptiveAvgPool { .. } => "adaptive_avg_pool2d",
+        LayerKind::BatchNorm { .. } => "batchnorm",
+        LayerKind::LayerNorm { .. } => "layernorm",
+        LayerKind::GroupNorm { .. } => "groupnorm",
+        LayerKind::Dropout { .. } => "dropout",
+        LayerKind::Relu => "relu",
+        LayerKind::Gelu => "gelu",
+        LayerKind::Silu => "silu",
+        LayerKind::Tanh => "tanh",
+        LayerKind::Sigmoid => "sigmoid",
+        LayerKind::Softmax { .. } => "softmax",
+        LayerKind::LogSoftmax { .. } => "log_softmax",
+        LayerKind::Flatten => "flatten",
+        LayerKind::Reshape { .. } => "reshape",
+        LayerKind::Mean { .. } => "mean",
+        LayerKind::Embedding { .. } => "embedding",
+        LayerKind::Attention { .. } => "attention",
+        LayerKind::TransformerBlock { .. } => "transformer_block",
+    }
+}
+
+/// Formats bytes with a binary unit, as in `1.53 MiB`.
+pub fn fmt_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = bytes as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{x:.2} {}", UNITS[u])
+    }
+}
+
+/// Formats a count with thousands separators, as in `203,530`.
+pub fn fmt_count(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Renders a plan as a table for people.
+pub fn to_text(p: &Plan) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(out, "experiment {}", p.experiment);
+    if !p.trial.is_empty() {
+        let t: Vec<String> = p.trial.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        let _ = writeln!(out, "trial      {}", t.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "input      {}  batch {} (micro-batch {})  {:?}  {}",
+        fmt_shape(&p.input),
+        p.batch,
+        p.micro_batch,
+        p.precision,
+        p.optimizer
+    );
+    let _ = writeln!(out, "parallel   {}\n", p.parallel);
+    let name_w = p
+        .layers
+        .iter()
+        .map(|l| l.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(5);
+    let _ = writeln!(
+        out,
+        "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  device",
+        "layer", "kind", "output", "params", "flops/sample"
+    );
+    for l in &p.layers {
+        let _ = writeln!(
+            out,
+            "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  {}",
+            l.name,
+            l.kind,
+            fmt_shape(&l.output),
+            fmt_count(l.params),
+            fmt_count(l.flops),
+            l.device
+        );
+    }
+    let t = &p.totals;
+    let _ = writeln!(out, "\nparameters        {}", fmt_count(t.params));
+    let _ = writeln!(out, "weights           {}", fmt_bytes(t.weight_bytes));
+    let _ = writeln!(out, "gradients         {}", fmt_bytes(t.gradient_bytes));
+    let _ = writeln!(out, "optimizer state   {}", fmt_bytes(t.optimizer_bytes));
+    let _ = writeln!(
+        out,
+        "activations       {} per batch of {}",
+        fmt_bytes(t.activation_bytes),
+        p.batch
+    );
+    let _ = writeln!(
+        out,
+        "forward FLOPs     {} per sample",
+        fmt_count(t.forward_flops_per_sample)
+    );
+    let _ = writeln!(
+        out,
+        "step FLOPs        {} (forward + backward, batch {})",
+        fmt_count(t.step_flops),
+        p.batch
+    );
+    let _ = writeln!(out, "\nmemory per device");
+    for d in &p.devices {
+        let each = if d.replicas > 1 {
+            format!(" (each of {})", d.replicas)
+        } else {
+            String::new()
+        };
+        let cap = d
+            .capacity_bytes
+            .map_or(String::new(), |c| format!(" of {}", fmt_bytes(c)));
+        let _ = writeln!(
+            out,
+            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + activations {}",
+            d.device.to_string(),
+            fmt_bytes(d.total_bytes),
+            cap,
+            each,
+            fmt_bytes(d.weight_bytes),
+            fmt_bytes(d.gradient_bytes),
+            fmt_bytes(d.optimizer_bytes),
+            fmt_bytes(d.activation_bytes)
+        );
+    }
+    out
+}

@@ -1,0 +1,317 @@
+//! The pest parser and the conversion of its pairs into the syntax tree.
+
+use std::num::NonZeroUsize;
+
+use pest::error::{ErrorVariant, InputLocation};
+use pest::iterators::Pair;
+use pest::Parser as _;
+use pest_derive::Parser;
+
+use super::ast::*;
+use super::MAX_NESTING;
+use crate::diagnostic::{Code, Diagnostic};
+use crate::span::{FileId, Span};
+
+#[derive(Parser)]
+#[grammar = "../grammar/kiln.pest"]
+struct KilnParser;
+
+/// Parses one file. Returns the tree, or the one syntax diagnostic that stopped the parse.
+pub fn parse(file: FileId, text: &str) -> Result<File, Diagnostic> {
+    check_nesting(file, text)?;
+    // Bounds backtracking on adversarial input; real files use far fewer calls.
+    pest::set_call_limit(NonZeroUsize::new(200 * text.len() + 100_000));
+    let mut pairs = KilnParser::parse(Rule::file, text).map_err(|e| syntax_error(file, text, e))?;
+    let Some(root) = pairs.next() else {
+        return Ok(File { statements: vec![] });
+    };
+    let b = Builder { file };
+    let statements = root
+        .into_inner()
+        .filter(|p| p.as_rule() == Rule::statement)
+        .map(|p| b.statement(p))
+        .collect();
+    Ok(File { statements })
+}
+
+/// Refuses inputs that nest brackets deeper than [`MAX_NESTING`], before pest recurses into them.
+fn check_nesting(file: FileId, text: &str) -> Result<(), Diagnostic> {
+    let bytes = text.as_bytes();
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'#' => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    i += 1;
+                }
+            }
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' && bytes[i] != b'\n' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(Diagnostic::new(
+                        Code::TooDeep,
+                        Span::new(file, i, i + 1),
+                        format!("brackets nest deeper than {MAX_NESTING} levels"),
+                    )
+                    .label("this bracket is too deep")
+                    .help("flatten the structure; no Kiln construct needs this depth"));
+                }
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
+}
+
+/// Readable names for grammar rules in "expected ..." messages.
+fn rule_name(rule: &Rule) -> &'static str {
+    match rule {
+        Rule::EOI => "end of file",
+        Rule::statement | Rule::keyword | Rule::label => "a statement",
+        Rule::block => "`{`",
+        Rule::call_args => "`(`",
+        Rule::argument | Rule::arg_name => "an argument",
+        Rule::value_expr
+        | Rule::sweep
+        | Rule::list
+        | Rule::call
+        | Rule::quantity
+        | Rule::number
+        | Rule::string
+        | Rule::string_inner
+        | Rule::boolean
+        | Rule::device
+        | Rule::path => "a value",
+        Rule::unit => "a unit",
+        Rule::identifier => "a name",
+        Rule::value => "a value",
+        Rule::separator => "a newline or `;`",
+        Rule::file | Rule::statements | Rule::WHITESPACE | Rule::COMMENT | Rule::ident_char => {
+            "input"
+        }
+    }
+}
+
+fn syntax_error(file: FileId, text: &str, err: pest::error::Error<Rule>) -> Diagnostic {
+    let pos = match err.location {
+        InputLocation::Pos(p) => p,
+        InputLocation::Span((s, _)) => s,
+    };
+    let found = text[pos..].chars().next();
+    let end = pos + found.map_or(0, char::len_utf8);
+    let span = Span::new(file, pos, end);
+    let found_text = match found {
+        None => "end of file".to_string(),
+        Some('\n') => "end of line".to_string(),
+        Some(c) => format!("`{}`", c.escape_debug()),
+    };
+    match err.variant {
+        ErrorVariant::ParsingError { positives, .. } if !positives.is_empty() => {
+            let mut names: Vec<&str> = positives.iter().map(rule_name).collect();
+            if names.contains(&"a statement") && !names.contains(&"end of file") {
+                names.push("a newline or `;`");
+            }
+            names.sort_unstable();
+            names.dedup();
+            let expected = join_or(&names);
+            Diagnostic::new(
+                Code::Syntax,
+                span,
+                format!("expected {expected}, found {found_text}"),
+            )
+            .label(format!("expected {expected}"))
+            .help(syntax_help(found))
+        }
+        ErrorVariant::CustomError { message } => {
+            // pest reports its call limit this way.
+            Diagnostic::new(Code::Syntax, span, format!("the parser gave up: {message}"))
+                .label("here")
+                .help("this input is too complex to parse; check it for stray brackets")
+        }
+        ErrorVariant::ParsingError { .. } => {
+            Diagnostic::new(Code::Syntax, span, format!("unexpected {found_text}"))
+                .label("unexpected here")
+                .help(syntax_help(found))
+        }
+    }
+}
+
+fn syntax_help(found: Option<char>) -> String {
+    match found {
+        Some('}') => "a `}` here closes a block that was never opened, or a statement before it is unfinished".into(),
+        Some('=') => "Kiln writes settings as `name value` (as in `batch 64`) and arguments as `name: value`".into(),
+        Some(',') => "commas separate items only inside `( )` and `[ ]`".into(),
+        None => "a block or list is not closed: add the missing `}`, `)` or `]`".into(),
+        _ => "statements are written `keyword value ...` or `name: layer(args)`, one per line".into(),
+    }
+}
+
+fn join_or(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} or {}", init.join(", "), last),
+    }
+}
+
+struct Builder {
+    file: FileId,
+}
+
+impl Builder {
+    fn span(&self, pair: &Pair<Rule>) -> Span {
+        let s = pair.as_span();
+        Span::new(self.file, s.start(), s.end())
+    }
+
+    fn ident(&self, pair: Pair<Rule>) -> Ident {
+        Ident {
+            name: pair.as_str().to_string(),
+            span: self.span(&pair),
+        }
+    }
+
+    fn statement(&self, pair: Pair<Rule>) -> Statement {
+        let span = self.span(&pair);
+        let mut label = None;
+        let mut keyword = None;
+        let mut args = None;
+        let mut values = Vec::new();
+        let mut body = None;
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::label => label = Some(self.ident(p)),
+                Rule::keyword => keyword = Some(self.ident(p)),
+                Rule::call_args => args = Some(self.args(p)),
+                Rule::value_expr => values.push(self.value_expr(p)),
+                Rule::block => body = Some(self.block(p)),
+                _ => unreachable!("statement holds only the rules above"),
+            }
+        }
+        Statement {
+            label,
+            keyword: keyword.unwrap_or_else(|| unreachable!("the grammar requires a keyword")),
+            args,
+            values,
+            body,
+            span,
+        }
+    }
+
+    fn block(&self, pair: Pair<Rule>) -> Block {
+        let span = self.span(&pair);
+        Block {
+            statements: pair.into_inner().map(|p| self.statement(p)).collect(),
+            span,
+        }
+    }
+
+    fn args(&self, pair: Pair<Rule>) -> Args {
+        let span = self.span(&pair);
+        let items = pair
+            .into_inner()
+            .map(|arg| {
+                let mut name = None;
+                let mut value = None;
+                for p in arg.into_inner() {
+                    match p.as_rule() {
+                        Rule::arg_name => name = Some(self.ident(p)),
+                        _ => value = Some(self.value_expr(p)),
+                    }
+                }
+                Arg {
+                    name,
+                    value: value.unwrap_or_else(|| unreachable!("an argument has a value")),
+                }
+            })
+            .collect();
+        Args { items, span }
+    }
+
+    fn value_expr(&self, pair: Pair<Rule>) -> Value {
+        let span = self.span(&pair);
+        let mut inner = pair.into_inner();
+        let first = self.value(
+            inner
+                .next()
+                .unwrap_or_else(|| unreachable!("value_expr has a value")),
+        );
+        match inner.next() {
+            Some(second) => Value {
+                kind: ValueKind::Arrow(Box::new(first), Box::new(self.value(second))),
+                span,
+            },
+            None => first,
+        }
+    }
+
+    fn value(&self, pair: Pair<Rule>) -> Value {
+        let span = self.span(&pair);
+        let kind = match pair.as_rule() {
+            Rule::sweep => {
+                let inner = pair.into_inner().next().unwrap_or_else(|| unreachable!());
+                ValueKind::Sweep(Box::new(self.value(inner)))
+            }
+            Rule::list => ValueKind::List(pair.into_inner().map(|p| self.value_expr(p)).collect()),
+            Rule::call => {
+                let mut inner = pair.into_inner();
+                let name = self.ident(inner.next().unwrap_or_else(|| unreachable!()));
+                let args = self.args(inner.next().unwrap_or_else(|| unreachable!()));
+                ValueKind::Call(name, args)
+            }
+            Rule::quantity => {
+                let mut inner = pair.into_inner();
+                let number = inner.next().unwrap_or_else(|| unreachable!()).as_str();
+                let unit = inner.next().and_then(|u| Unit::parse(u.as_str()));
+                let clean: String = number.chars().filter(|&c| c != '_').collect();
+                ValueKind::Number {
+                    value: clean.parse().unwrap_or(f64::NAN),
+                    integer: !clean.contains(['.', 'e', 'E']),
+                    unit,
+                }
+            }
+            Rule::string => {
+                let raw = pair.into_inner().next().map_or("", |p| p.as_str());
+                ValueKind::Str(unescape(raw))
+            }
+            Rule::boolean => ValueKind::Bool(pair.as_str() == "true"),
+            Rule::device => {
+                let (name, index) = pair
+                    .as_str()
+                    .rsplit_once(':')
+                    .unwrap_or_else(|| unreachable!());
+                ValueKind::Device(name.to_string(), index.parse().unwrap_or(u32::MAX))
+            }
+            Rule::path => ValueKind::Path(pair.as_str().to_string()),
+            _ => unreachable!("value alternatives are listed above"),
+        };
+        Value { kind, span }
+    }
+}
+
+fn unescape(raw: &str) -> String {
+    let mut out = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some(other) => out.push(other),
+                None => {}
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
