@@ -427,9 +427,13 @@ impl Cx {
 
     /// Reads a device: `cpu`, `cuda`, `cuda:N` or `auto`.
     pub fn device(&mut self, value: &Value) -> Option<Device> {
-        const KNOWN: &[&str] = &["cpu", "cuda", "auto", "cuda:0"];
         let bad = |cx: &mut Cx, name: &str| {
-            let suggestion = did_you_mean(name, ["cpu", "cuda", "auto"]);
+            let base = name.split(':').next().unwrap_or(name);
+            let suggestion = if base == "gpu" {
+                Some(name.replacen("gpu", "cuda", 1))
+            } else {
+                did_you_mean(base, ["cpu", "cuda", "auto"]).map(|s| name.replacen(base, s, 1))
+            };
             cx.push(
                 Diagnostic::new(
                     Code::UnknownDevice,
@@ -438,10 +442,9 @@ impl Cx {
                 )
                 .label("not a device")
                 .help(match suggestion {
-                    Some(s) => format!(
-                        "did you mean `{s}`? devices are {}",
-                        KNOWN.join(", ").replace("cuda:0", "cuda:N")
-                    ),
+                    Some(s) => {
+                        format!("did you mean `{s}`? devices are cpu, cuda, cuda:N and auto")
+                    }
                     None => "devices are cpu, cuda, cuda:N and auto".to_string(),
                 }),
             );

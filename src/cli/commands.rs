@@ -33,7 +33,7 @@ pub fn check(paths: &[PathBuf], format: Format, device_memory: &[String]) -> Res
             unreadable |= d.code == Code::Io;
             match format {
                 Format::Human => {
-                    let _ = write!(out, "{}", render::to_text(d, &r.sources, style));
+                    let _ = writeln!(out, "{}", render::to_text(d, &r.sources, style));
                 }
                 Format::Json => json.push(render::to_json(d, &r.sources)),
             }
@@ -84,7 +84,7 @@ pub fn plan(path: &Path, format: PlanFormat, device_memory: &[String]) -> Result
     };
     let mut err = std::io::stderr().lock();
     for d in &checked.diagnostics {
-        let _ = write!(err, "{}", render::to_text(d, &checked.sources, style));
+        let _ = writeln!(err, "{}", render::to_text(d, &checked.sources, style));
     }
     if checked.has_errors() {
         return Ok(if checked.diagnostics.iter().any(|d| d.code == Code::Io) {
@@ -117,23 +117,21 @@ pub fn plan(path: &Path, format: PlanFormat, device_memory: &[String]) -> Result
     Ok(EXIT_OK)
 }
 
-/// `kiln env`.
-pub fn env() -> Result<i32, String> {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "kiln       {}", env!("CARGO_PKG_VERSION"));
-    let _ = writeln!(out, "libtorch   {}", env!("KILN_LIBTORCH_VERSION"));
-    let _ = writeln!(out, "threads    {}", tch::get_num_threads());
-    let cuda = tch::Cuda::is_available();
-    let _ = writeln!(
-        out,
-        "cuda       {}",
-        if cuda { "available" } else { "not available" }
-    );
-    if cuda {
-        let _ = writeln!(out, "devices    {}", tch::Cuda::device_count());
-        let _ = writeln!(out, "cudnn      {}", tch::Cuda::cudnn_is_available());
+/// Commands that need libtorch run in `kiln-runtime`, installed beside `kiln`.
+pub fn runtime(args: &[&str]) -> Result<i32, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate kiln: {e}"))?;
+    let runtime = exe.with_file_name("kiln-runtime");
+    if !runtime.is_file() {
+        return Err(format!(
+            "`{}` is missing: it is built with kiln (`cargo build --release`) and must sit beside it",
+            runtime.display()
+        ));
     }
-    Ok(EXIT_OK)
+    let status = std::process::Command::new(&runtime)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot start `{}`: {e}", runtime.display()))?;
+    Ok(status.code().unwrap_or(EXIT_USAGE))
 }
 
 fn plural(n: usize) -> &'static str {

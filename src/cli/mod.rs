@@ -91,7 +91,7 @@ pub fn main() -> i32 {
             format,
             device_memory,
         } => commands::plan(&path, format, &device_memory),
-        Command::Env => commands::env(),
+        Command::Env => commands::runtime(&["env"]),
     };
     match result {
         Ok(code) => code,
