@@ -15,6 +15,15 @@ if ! command -v cargo >/dev/null 2>&1; then
   exit 1
 fi
 
+if command -v rustup >/dev/null 2>&1; then
+  for component in rustfmt clippy; do
+    if ! rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+      log "adding rust component $component"
+      rustup component add "$component"
+    fi
+  done
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   log "creating virtualenv $VENV"
   python3 -m venv "$VENV"

@@ -110,14 +110,15 @@ fn targets(cx: &mut Cx, values: &[Value], model: Option<&ModelOut>) -> Option<Ve
             };
             let Some(model) = model else { continue };
             let (layer, param) = match ident.name.rsplit_once('.') {
-                Some((l, p @ ("weight" | "bias"))) if model.names.contains_key(l) => {
+                Some((l, p @ ("weight" | "bias"))) if !model.names.contains_key(&ident.name) => {
                     (l.to_string(), Some(p.to_string()))
                 }
                 _ => (ident.name.clone(), None),
             };
             if !model.names.contains_key(&layer) {
                 let known: Vec<&str> = model.names.keys().map(String::as_str).collect();
-                unknown_reference(cx, &ident, &known);
+                let suffix = param.as_ref().map_or(String::new(), |p| format!(".{p}"));
+                unknown_reference(cx, &ident, &known, &suffix);
                 ok = false;
                 continue;
             }

@@ -334,7 +334,7 @@ impl Cx {
     }
 
     /// Reads a plain name (not a dotted path).
-    pub fn name<'v>(&mut self, value: &'v Value) -> Option<Ident> {
+    pub fn name(&mut self, value: &Value) -> Option<Ident> {
         match &value.kind {
             ValueKind::Path(p) => Some(Ident {
                 name: p.clone(),

@@ -366,7 +366,7 @@ fn check_placements(
                 };
                 if !model.names.contains_key(&ident.name) {
                     let known: Vec<&str> = model.names.keys().map(String::as_str).collect();
-                    unknown_reference(cx, &ident, &known);
+                    unknown_reference(cx, &ident, &known, "");
                     ok = false;
                     continue;
                 }
@@ -403,8 +403,16 @@ fn check_placements(
 }
 
 /// Reports a name that is no layer or block of the model.
-pub fn unknown_reference(cx: &mut Cx, ident: &crate::syntax::ast::Ident, known: &[&str]) {
-    let suggestion = crate::diagnostic::did_you_mean(&ident.name, known.iter().copied());
+/// A `suffix` such as `.weight` is set aside while looking for a similar name.
+pub fn unknown_reference(
+    cx: &mut Cx,
+    ident: &crate::syntax::ast::Ident,
+    known: &[&str],
+    suffix: &str,
+) {
+    let name = ident.name.strip_suffix(suffix).unwrap_or(&ident.name);
+    let suggestion = crate::diagnostic::did_you_mean(name, known.iter().copied())
+        .map(|s| format!("{s}{suffix}"));
     let mut sorted: Vec<&str> = known.to_vec();
     sorted.sort_unstable();
     cx.push(

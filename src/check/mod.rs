@@ -104,7 +104,11 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                         b.statements = statements;
                     }
                     let mut cx = cx::Cx::default();
-                    if let Some(mut e) = experiment::check_experiment(&mut cx, &stmt, labels) {
+                    let checked = experiment::check_experiment(&mut cx, &stmt, labels);
+                    // A trial with any error never runs, even when its typed form could be built.
+                    if let Some(mut e) =
+                        checked.filter(|_| !cx.diags.iter().any(Diagnostic::is_error))
+                    {
                         memory_warnings(&mut cx, &e, options);
                         apply_memory_overrides(&mut e, options);
                         trials.push(e);
@@ -268,7 +272,7 @@ impl Load<'_> {
         match crate::syntax::parse(id, &self.sources.get(id).text) {
             Ok(file) => Some((id, file)),
             Err(d) => {
-                self.diags.push(d);
+                self.diags.push(*d);
                 None
             }
         }
@@ -400,6 +404,12 @@ impl Load<'_> {
 const MERGED_BLOCKS: &[&str] = &["data", "train"];
 /// Statements that add to the base's rather than replace them.
 const ADDITIVE: &[&str] = &["place", "memory"];
+/// Keywords that set the same knob: a child's `steps` replaces its base's `epochs`.
+const SAME_KNOB: &[&[&str]] = &[&["epochs", "steps"]];
+
+fn same_knob(a: &str, b: &str) -> bool {
+    a == b || SAME_KNOB.iter().any(|g| g.contains(&a) && g.contains(&b))
+}
 
 /// Overrides the base experiment with the child's statements: a child statement replaces the
 /// base's statements of the same keyword; `data` and `train` blocks merge setting by setting.
@@ -423,7 +433,7 @@ fn merge_statements(
             base.push(c.clone());
             continue;
         }
-        let from_base = |s: &Statement| s.keyword.name == kw && s.span.file != child_file;
+        let from_base = |s: &Statement| same_knob(&s.keyword.name, kw) && s.span.file != child_file;
         match base.iter().position(from_base) {
             Some(i)
                 if MERGED_BLOCKS.contains(&kw) && c.body.is_some() && base[i].body.is_some() =>

@@ -407,7 +407,7 @@ impl Walker<'_> {
                     flow.shape = None;
                     return None;
                 };
-                let input = std::mem::replace(&mut flow.shape, Some(output.clone()))?;
+                let input = flow.shape.replace(output.clone())?;
                 flow.dtype = dtype;
                 if dtype == DType::Float {
                     flow.int_bound = None;
@@ -449,6 +449,9 @@ pub fn numel(shape: &[i64]) -> i64 {
 }
 
 type Checked = (LayerKind, Shape, DType, u64, u64);
+
+/// A size the file declares, with where it declares it.
+type Declared = Option<(i64, Span)>;
 
 /// Checks one layer's arguments against what flows into it.
 struct LayerCheck<'a, 'c> {
@@ -531,7 +534,7 @@ impl<'a> LayerCheck<'a, '_> {
     }
 
     /// A size that may be written `in -> out`: returns `(declared in, out)`.
-    fn arrow(&mut self, name: &str) -> Option<(Option<(i64, Span)>, Option<i64>)> {
+    fn arrow(&mut self, name: &str) -> Option<(Declared, Option<i64>)> {
         let Some(v) = self.bound.get(name) else {
             return Some((None, None));
         };

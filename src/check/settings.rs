@@ -712,7 +712,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 .get("micro_batches")
                 .map(|v| (cx.uint_min(v, "the number of micro-batches", 1), v.span));
             let schedule = b.get("schedule").map_or(Some("gpipe"), |v| {
-                cx.choice(v, "pipeline schedule", &["gpipe", "1f1b", "one_f_one_b"])
+                cx.choice(v, "pipeline schedule", &["gpipe", "1f1b"])
             });
             let Some((stages, stages_span)) = stages else {
                 cx.missing("pipeline", "stages", b.span);

@@ -125,7 +125,7 @@ pub fn did_you_mean<'a>(
         .into_iter()
         .map(|c| (edit_distance(&name.to_lowercase(), &c.to_lowercase()), c))
         .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, _)| *d)
+        .min_by_key(|(d, c)| (*d, *c))
         .map(|(_, c)| c)
 }
 

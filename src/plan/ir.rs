@@ -739,6 +739,16 @@ pub enum Precision {
     Fp16,
 }
 
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        })
+    }
+}
+
 impl Precision {
     /// Bytes per stored activation.
     pub fn activation_bytes(self) -> u64 {

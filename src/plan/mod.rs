@@ -355,7 +355,7 @@ pub fn to_text(p: &Plan) -> String {
     }
     let _ = writeln!(
         out,
-        "input      {}  batch {} (micro-batch {})  {:?}  {}",
+        "input      {}  batch {} (micro-batch {})  {}  {}",
         fmt_shape(&p.input),
         p.batch,
         p.micro_batch,

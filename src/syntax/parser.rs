@@ -17,11 +17,12 @@ use crate::span::{FileId, Span};
 struct KilnParser;
 
 /// Parses one file. Returns the tree, or the one syntax diagnostic that stopped the parse.
-pub fn parse(file: FileId, text: &str) -> Result<File, Diagnostic> {
+pub fn parse(file: FileId, text: &str) -> Result<File, Box<Diagnostic>> {
     check_nesting(file, text)?;
     // Bounds backtracking on adversarial input; real files use far fewer calls.
     pest::set_call_limit(NonZeroUsize::new(200 * text.len() + 100_000));
-    let mut pairs = KilnParser::parse(Rule::file, text).map_err(|e| syntax_error(file, text, e))?;
+    let mut pairs =
+        KilnParser::parse(Rule::file, text).map_err(|e| Box::new(syntax_error(file, text, e)))?;
     let Some(root) = pairs.next() else {
         return Ok(File { statements: vec![] });
     };
@@ -35,7 +36,7 @@ pub fn parse(file: FileId, text: &str) -> Result<File, Diagnostic> {
 }
 
 /// Refuses inputs that nest brackets deeper than [`MAX_NESTING`], before pest recurses into them.
-fn check_nesting(file: FileId, text: &str) -> Result<(), Diagnostic> {
+fn check_nesting(file: FileId, text: &str) -> Result<(), Box<Diagnostic>> {
     let bytes = text.as_bytes();
     let mut depth = 0usize;
     let mut i = 0;
@@ -55,13 +56,15 @@ fn check_nesting(file: FileId, text: &str) -> Result<(), Diagnostic> {
             b'(' | b'[' | b'{' => {
                 depth += 1;
                 if depth > MAX_NESTING {
-                    return Err(Diagnostic::new(
-                        Code::TooDeep,
-                        Span::new(file, i, i + 1),
-                        format!("brackets nest deeper than {MAX_NESTING} levels"),
-                    )
-                    .label("this bracket is too deep")
-                    .help("flatten the structure; no Kiln construct needs this depth"));
+                    return Err(Box::new(
+                        Diagnostic::new(
+                            Code::TooDeep,
+                            Span::new(file, i, i + 1),
+                            format!("brackets nest deeper than {MAX_NESTING} levels"),
+                        )
+                        .label("this bracket is too deep")
+                        .help("flatten the structure; no Kiln construct needs this depth"),
+                    ));
                 }
             }
             b')' | b']' | b'}' => depth = depth.saturating_sub(1),
@@ -90,6 +93,7 @@ fn rule_name(rule: &Rule) -> &'static str {
         | Rule::string_inner
         | Rule::boolean
         | Rule::device
+        | Rule::digit_word
         | Rule::path => "a value",
         Rule::unit => "a unit",
         Rule::identifier => "a name",
@@ -168,9 +172,10 @@ struct Builder {
 }
 
 impl Builder {
+    /// The pair's span without the whitespace and comments pest skips after a rule's last
+    /// optional part (as after `value` in `value ~ ("->" ~ value)?`).
     fn span(&self, pair: &Pair<Rule>) -> Span {
-        let s = pair.as_span();
-        Span::new(self.file, s.start(), s.end())
+        Span::new(self.file, pair.as_span().start(), span_end(pair))
     }
 
     fn ident(&self, pair: Pair<Rule>) -> Ident {
@@ -291,10 +296,42 @@ impl Builder {
                     .unwrap_or_else(|| unreachable!());
                 ValueKind::Device(name.to_string(), index.parse().unwrap_or(u32::MAX))
             }
-            Rule::path => ValueKind::Path(pair.as_str().to_string()),
+            Rule::path | Rule::digit_word => ValueKind::Path(pair.as_str().to_string()),
             _ => unreachable!("value alternatives are listed above"),
         };
         Value { kind, span }
+    }
+}
+
+/// Where a pair's own text ends: after its last inner pair when only skipped text follows it.
+fn span_end(pair: &Pair<Rule>) -> usize {
+    let end = pair.as_span().end();
+    let Some(last) = pair.clone().into_inner().last() else {
+        return end;
+    };
+    let inner_end = span_end(&last);
+    let input = pair.get_input();
+    if only_skipped(input.get(inner_end..end).unwrap_or("")) {
+        inner_end
+    } else {
+        end
+    }
+}
+
+/// Whether text holds only what the grammar skips: spaces, tabs, escaped newlines, comments.
+fn only_skipped(mut text: &str) -> bool {
+    loop {
+        text = text.trim_start_matches([' ', '\t', '\u{FEFF}']);
+        if let Some(rest) = text.strip_prefix('#') {
+            text = rest.find('\n').map_or("", |i| &rest[i..]);
+        } else if let Some(rest) = text
+            .strip_prefix("\\\n")
+            .or_else(|| text.strip_prefix("\\\r\n"))
+        {
+            text = rest;
+        } else {
+            return text.is_empty();
+        }
     }
 }
 

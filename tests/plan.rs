@@ -1,0 +1,191 @@
+//! Plan numbers of the examples, against values worked out by hand (the arithmetic is in the
+//! comments; conventions in docs/language.md: 2 FLOPs per multiply-add in linear, convolution and
+//! attention, 1 per output element elsewhere, pooling 1 per window element).
+
+use std::path::Path;
+
+use kiln::check::{check_path, FsLoader, Options};
+use kiln::plan::{plan, Device, Plan};
+
+fn plan_of(file: &str) -> Plan {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let checked = check_path(&path, &FsLoader, &Options::default());
+    assert!(
+        !checked.has_errors(),
+        "{file} has errors: {:#?}",
+        checked.diagnostics
+    );
+    assert_eq!(checked.trials.len(), 1);
+    plan(&checked.trials[0])
+}
+
+fn rows(p: &Plan) -> Vec<(&str, &str, Vec<i64>, u64, u64)> {
+    p.layers
+        .iter()
+        .map(|l| {
+            (
+                l.name.as_str(),
+                l.kind.as_str(),
+                l.output.clone(),
+                l.params,
+                l.flops,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn flagship_mlp() {
+    let p = plan_of("experiments/mnist_mlp.exp");
+    assert_eq!(
+        rows(&p),
+        vec![
+            // 784*256 + 256 = 200,960 params; 2*784*256 = 401,408 FLOPs.
+            ("fc1", "linear", vec![256], 200_960, 401_408),
+            ("1", "relu", vec![256], 0, 256),
+            // 256*10 + 10 = 2,570 params; 2*256*10 = 5,120 FLOPs.
+            ("fc2", "linear", vec![10], 2_570, 5_120),
+        ]
+    );
+    let t = &p.totals;
+    assert_eq!(t.params, 203_530);
+    assert_eq!(t.forward_flops_per_sample, 401_408 + 256 + 5_120);
+    // fp32 weights and gradients: 4 bytes each; Adam keeps two moments: 8 bytes per parameter.
+    assert_eq!(t.weight_bytes, 814_120);
+    assert_eq!(t.gradient_bytes, 814_120);
+    assert_eq!(t.optimizer_bytes, 1_628_240);
+    // Stored activations per sample: input 784 + 256 + 256 + 10 = 1,306 floats; batch 64.
+    assert_eq!(t.activation_bytes, 1_306 * 64 * 4);
+    // Forward + backward = 3x forward, for the batch of 64.
+    assert_eq!(t.step_flops, 3 * 406_784 * 64);
+    assert_eq!(p.devices.len(), 1);
+    assert_eq!(p.devices[0].device, Device::Auto);
+    assert_eq!(p.devices[0].total_bytes, 814_120 * 2 + 1_628_240 + 334_336);
+}
+
+#[test]
+fn mnist_cnn() {
+    let p = plan_of("experiments/mnist_cnn.exp");
+    assert_eq!(
+        rows(&p),
+        vec![
+            // 16*1*3*3 + 16 = 160 params; 2*(1*9)*16*28*28 = 225,792 FLOPs.
+            ("conv1", "conv2d", vec![16, 28, 28], 160, 225_792),
+            ("1", "relu", vec![16, 28, 28], 0, 12_544),
+            // 16*14*14 outputs, 4 window elements each.
+            ("2", "max_pool2d", vec![16, 14, 14], 0, 12_544),
+            // 32*16*9 + 32 = 4,640 params; 2*(16*9)*32*14*14 = 1,806,336 FLOPs.
+            ("conv2", "conv2d", vec![32, 14, 14], 4_640, 1_806_336),
+            ("4", "relu", vec![32, 14, 14], 0, 6_272),
+            ("5", "max_pool2d", vec![32, 7, 7], 0, 6_272),
+            ("6", "flatten", vec![1_568], 0, 0),
+            // 1568*10 + 10 = 15,690 params; 2*1568*10 = 31,360 FLOPs.
+            ("head", "linear", vec![10], 15_690, 31_360),
+        ]
+    );
+    let t = &p.totals;
+    assert_eq!(t.params, 160 + 4_640 + 15_690);
+    assert_eq!(t.forward_flops_per_sample, 2_101_120);
+    assert_eq!(t.optimizer_bytes, 8 * 20_490);
+    // Activations: 784 + 12,544 + 12,544 + 3,136 + 6,272 + 6,272 + 1,568 + 1,568 + 10 = 44,698.
+    assert_eq!(t.activation_bytes, 44_698 * 64 * 4);
+    assert_eq!(t.step_flops, 3 * 2_101_120 * 64);
+}
+
+#[test]
+fn sequence_transformer() {
+    let p = plan_of("experiments/sequence_transformer.exp");
+    // E = 64, S = 32, H = 256, 4 heads.
+    // Block params: attention 4E^2 + 4E = 16,640; two layernorms 4E = 256;
+    // MLP E*H + H + H*E + E = 33,088; total 49,984.
+    // Block FLOPs: projections 8*S*E^2 = 1,048,576; scores and mixing 4*S^2*E = 262,144;
+    // MLP 4*S*E*H = 2,097,152; total 3,407,872.
+    assert_eq!(
+        rows(&p),
+        vec![
+            ("embed", "embedding", vec![32, 64], 16 * 64, 0),
+            (
+                "encoder.layer1",
+                "transformer_block",
+                vec![32, 64],
+                49_984,
+                3_407_872
+            ),
+            (
+                "encoder.layer2",
+                "transformer_block",
+                vec![32, 64],
+                49_984,
+                3_407_872
+            ),
+            ("norm", "layernorm", vec![32, 64], 128, 2_048),
+            ("3", "mean", vec![64], 0, 2_048),
+            ("head", "linear", vec![4], 260, 512),
+        ]
+    );
+    let t = &p.totals;
+    assert_eq!(t.params, 1_024 + 2 * 49_984 + 128 + 260);
+    // AdamW: 8 bytes per parameter.
+    assert_eq!(t.optimizer_bytes, 8 * 101_380);
+    // bf16 activations (2 bytes): input 32 + 4 * 2,048 + 64 + 4 = 8,292 values per sample.
+    assert_eq!(t.activation_bytes, 8_292 * 128 * 2);
+    assert_eq!(
+        t.step_flops,
+        3 * (2 * 3_407_872 + 2_048 + 2_048 + 512) * 128
+    );
+}
+
+#[test]
+fn model_parallel_splits_memory_by_placement() {
+    let p = plan_of("experiments/article_model_parallel.exp");
+    let d: Vec<(Device, u64)> = p.devices.iter().map(|d| (d.device, d.params)).collect();
+    assert_eq!(
+        d,
+        vec![(Device::Cuda(0), 200_960), (Device::Cuda(1), 2_570)]
+    );
+    // SGD with momentum keeps one buffer: 4 bytes per parameter.
+    assert_eq!(p.devices[0].optimizer_bytes, 4 * 200_960);
+    // cuda:0 stores the input and two [256] outputs per sample; cuda:1 the [10] logits.
+    assert_eq!(p.devices[0].activation_bytes, (784 + 256 + 256) * 128 * 4);
+    assert_eq!(p.devices[1].activation_bytes, 10 * 128 * 4);
+}
+
+#[test]
+fn data_parallel_replicates_the_model_and_splits_the_batch() {
+    let p = plan_of("experiments/article_data_parallel.exp");
+    assert_eq!(p.micro_batch, 256 / 4);
+    assert_eq!(p.devices.len(), 4);
+    for d in &p.devices {
+        assert_eq!(d.params, 7_850);
+        assert_eq!(d.activation_bytes, (784 + 10) * 64 * 4);
+        // Plain SGD keeps no state.
+        assert_eq!(d.optimizer_bytes, 0);
+    }
+}
+
+#[test]
+fn ddp_splits_the_batch_over_the_world() {
+    let p = plan_of("experiments/article_ddp_nccl.exp");
+    assert_eq!(p.micro_batch, 250);
+    assert_eq!(p.devices.len(), 1);
+    assert_eq!(p.devices[0].replicas, 4);
+    assert_eq!(p.totals.params, 1_001_000);
+    assert_eq!(p.devices[0].activation_bytes, 2_000 * 250 * 4);
+}
+
+#[test]
+fn pipeline_stages_follow_blocks() {
+    let p = plan_of("experiments/mnist_mlp_pipeline.exp");
+    let d: Vec<(Device, u64)> = p.devices.iter().map(|d| (d.device, d.params)).collect();
+    // Stage 1: 784*1024 + 1024; stage 2: 1024*1024 + 1024 + 1024*10 + 10.
+    assert_eq!(
+        d,
+        vec![(Device::Cuda(0), 803_840), (Device::Cuda(1), 1_059_850)]
+    );
+    // 1F1B keeps min(stages, micro-batches) = 2 micro-batches of 256 / 8 = 32 in flight.
+    assert_eq!(
+        p.devices[0].activation_bytes,
+        (784 + 3 * 1_024) * 32 * 2 * 4
+    );
+    assert_eq!(p.devices[0].capacity_bytes, Some(80 << 30));
+}
