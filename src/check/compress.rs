@@ -122,7 +122,11 @@ fn targets(cx: &mut Cx, values: &[Value], model: Option<&ModelOut>) -> Option<Ve
                 ok = false;
                 continue;
             }
-            out.push(Target { layer, param });
+            out.push(Target {
+                layer,
+                param,
+                span: ident.span,
+            });
         }
     }
     ok.then_some(out)

@@ -82,7 +82,7 @@ impl Cx {
         let suggestion = did_you_mean(&name.name, known.iter().copied());
         let help = match suggestion {
             Some(s) => format!("did you mean `{s}`?"),
-            None => format!("known {what}s: {}", known.join(", ")),
+            None => format!("expected one of: {}", known.join(", ")),
         };
         self.push(
             Diagnostic::new(code, name.span, format!("unknown {what} `{}`", name.name))
@@ -203,6 +203,10 @@ impl Cx {
     }
 
     fn wrong_type(&mut self, value: &Value, want: &str) {
+        // Valid sweeps are replaced before checking; one still here was reported (K0211).
+        if matches!(value.kind, ValueKind::Sweep(_)) {
+            return;
+        }
         self.push(
             Diagnostic::new(
                 Code::WrongType,

@@ -10,7 +10,8 @@ use super::model::{check_model, fmt_shape, Feed, ModelOut};
 use super::settings::{check_optimizer, check_parallel, check_schedule, check_train, ParallelIn};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::plan::{
-    Compression, Device, Experiment, Layer, Loss, Node, Parallel, QuantScheme, Targets,
+    Compression, Device, Duration, Experiment, Layer, Loss, Metric, Node, Parallel, QuantScheme,
+    Targets,
 };
 use crate::span::Span;
 use crate::syntax::ast::{Statement, ValueKind};
@@ -191,6 +192,7 @@ pub fn check_experiment(
     place_nodes(&mut nodes, &placements, device);
 
     let mut train = train_in.train.clone();
+    let evaluation_ok = check_evaluation(cx, &data.data, &train, &train_in.given);
     let loss_ok = check_loss(
         cx,
         &train.loss,
@@ -211,7 +213,7 @@ pub fn check_experiment(
     );
     let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements, &mut compression);
     let output = model.output.clone();
-    if !(loss_ok && batch_ok && strategy_ok) || output.is_none() {
+    if !(loss_ok && batch_ok && strategy_ok && evaluation_ok) || output.is_none() {
         return None;
     }
     let parallel = finish_pipeline(parallel.parallel, &nodes);
@@ -589,6 +591,101 @@ fn check_loss(
     }
 }
 
+/// Evaluation settings against the data: a validation split to evaluate on, metrics that fit the
+/// targets.
+fn check_evaluation(
+    cx: &mut Cx,
+    data: &crate::plan::Data,
+    train: &crate::plan::Train,
+    given: &HashMap<&'static str, Span>,
+) -> bool {
+    let mut ok = true;
+    let no_val = data.split.val == 0.0;
+    if let (true, Some(es), Some(at)) = (no_val, &train.early_stop, given.get("early_stop")) {
+        if es.metric.starts_with("val_") {
+            cx.push(
+                Diagnostic::new(
+                    Code::Inconsistent,
+                    *at,
+                    format!(
+                        "early stopping watches `{}` but the data has no validation split",
+                        es.metric
+                    ),
+                )
+                .label("nothing to watch")
+                .with(data.source_span, "all samples go to training")
+                .help("add `split(train: 0.8, val: 0.2)` to the data, or watch `train_loss`"),
+            );
+            ok = false;
+        }
+    }
+    if let (true, Some(at)) = (no_val, given.get("eval_every")) {
+        cx.push(
+            Diagnostic::new(
+                Code::IgnoredSetting,
+                *at,
+                "`eval_every` has no effect without a validation split",
+            )
+            .label("nothing to evaluate on")
+            .help("add `split(train: 0.8, val: 0.2)` to the data, or drop `eval_every`"),
+        );
+    }
+    if let (Some(ck), Some(at)) = (&train.checkpoint, given.get("checkpoint")) {
+        let longer = match (ck.every, train.length) {
+            (Duration::Epochs(e), Duration::Epochs(n))
+            | (Duration::Steps(e), Duration::Steps(n)) => e > n,
+            _ => false,
+        };
+        if longer {
+            cx.push(
+                Diagnostic::new(
+                    Code::IgnoredSetting,
+                    *at,
+                    "the checkpoint interval is longer than the training",
+                )
+                .label("no checkpoint would be written before the end")
+                .help("checkpoint more often than the training length"),
+            );
+        }
+    }
+    let classes = match &data.targets {
+        Targets::Classes(c) => Some(*c),
+        _ => None,
+    };
+    for m in &train.metrics {
+        let at = given.get("metrics").copied().unwrap_or(train.loss_span);
+        match (m, classes) {
+            (Metric::Accuracy | Metric::TopK(_), None)
+                if matches!(train.loss, Loss::Mse | Loss::L1) =>
+            {
+                cx.push(
+                    Diagnostic::new(
+                        Code::IgnoredSetting,
+                        at,
+                        "accuracy is not measured on real-valued targets",
+                    )
+                    .label("ignored with a regression loss")
+                    .help("drop accuracy metrics, or train a classifier"),
+                );
+            }
+            (Metric::TopK(k), Some(Some(c))) if *k > c => {
+                cx.push(
+                    Diagnostic::new(
+                        Code::OutOfRange,
+                        at,
+                        format!("top-{k} accuracy over {c} classes"),
+                    )
+                    .label(format!("k must be at most {c}"))
+                    .help(format!("choose k of {c} or less")),
+                );
+                ok = false;
+            }
+            _ => {}
+        }
+    }
+    ok
+}
+
 fn check_batch(
     cx: &mut Cx,
     batch: u64,
@@ -605,7 +702,11 @@ fn check_batch(
         let mut d = Diagnostic::new(
             Code::BatchArithmetic,
             batch_span,
-            format!("batch {batch} does not split into {accumulate} accumulation step(s) x {dp} replica(s)"),
+            format!(
+                "batch {batch} does not split into {accumulate} accumulation step{} x {dp} replica{}",
+                if accumulate == 1 { "" } else { "s" },
+                if dp == 1 { "" } else { "s" }
+            ),
         )
         .label(format!("{batch} is not a multiple of {per_step}"));
         if let Some(s) = t.accumulate_span {
@@ -747,10 +848,7 @@ fn check_strategy(
     }
     for c in compression.iter_mut() {
         if let Compression::Quantize {
-            targets,
-            scheme,
-            span,
-            ..
+            targets, scheme, ..
         } = c
         {
             for t in targets.iter() {
@@ -762,11 +860,11 @@ fn check_strategy(
                         cx.push(
                             Diagnostic::new(
                                 Code::Fp8OnCpu,
-                                *span,
+                                t.span,
                                 format!("FP8 quantization of `{}`, which runs on the CPU", l.name),
                             )
                             .label("FP8 needs a CUDA device")
-                            .with(l.span, "placed on cpu")
+                            .with(l.span, "runs on cpu")
                             .help("place the layer on a CUDA device, or use `int8`"),
                         );
                         ok = false;
@@ -778,7 +876,7 @@ fn check_strategy(
                         cx.push(
                             Diagnostic::new(
                                 Code::Int4NonLinear,
-                                *span,
+                                t.span,
                                 format!("INT4 quantization of `{}`, which is not linear", l.name),
                             )
                             .label("INT4 applies to linear layers")

@@ -87,7 +87,14 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     Diagnostic::new(
                         Code::BadSweep,
                         span,
-                        format!("the sweeps make more than {} trials", sweep::MAX_TRIALS),
+                        format!(
+                            "the sweeps make {} trials, more than {}",
+                            plan::fmt_count(
+                                axes.iter()
+                                    .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64))
+                            ),
+                            plan::fmt_count(sweep::MAX_TRIALS as u64)
+                        ),
                     )
                     .label("this sweep and the others multiply")
                     .help("sweep fewer values, or split the study into several files"),
@@ -283,13 +290,15 @@ impl Load<'_> {
         &mut self,
         path: &Path,
         from: Option<Span>,
-        chain: &mut Vec<PathBuf>,
+        chain: &mut Vec<(PathBuf, PathBuf)>,
     ) -> Option<Statement> {
         let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-        if let Some(pos) = chain.iter().position(|p| *p == canonical) {
+        if let Some(pos) = chain.iter().position(|(c, _)| *c == canonical) {
+            let as_written = path.to_path_buf();
             let cycle: Vec<String> = chain[pos..]
                 .iter()
-                .chain([&canonical])
+                .map(|(_, p)| p)
+                .chain([&as_written])
                 .map(|p| p.display().to_string())
                 .collect();
             if let Some(span) = from {
@@ -306,7 +315,7 @@ impl Load<'_> {
             return None;
         }
         let (id, file) = self.file(path, from)?;
-        chain.push(canonical);
+        chain.push((canonical, path.to_path_buf()));
         let mut experiments = Vec::new();
         let mut extends: Option<&Statement> = None;
         for s in &file.statements {
@@ -341,13 +350,13 @@ impl Load<'_> {
             }
         }
         let result = match experiments.as_slice() {
-            [one] => {
-                let base = extends.and_then(|e| self.base(e, path, chain));
-                Some(match base {
-                    Some(base) => merge(base, (*one).clone(), id),
-                    None => (*one).clone(),
-                })
-            }
+            [one] => match extends {
+                // Without its base the experiment is incomplete: report only why the base failed.
+                Some(e) => self
+                    .base(e, path, chain)
+                    .map(|base| merge(base, (*one).clone(), id)),
+                None => Some((*one).clone()),
+            },
             [] => {
                 let end = self.sources.get(id).text.len();
                 self.diags.push(
@@ -385,7 +394,7 @@ impl Load<'_> {
         &mut self,
         stmt: &Statement,
         path: &Path,
-        chain: &mut Vec<PathBuf>,
+        chain: &mut Vec<(PathBuf, PathBuf)>,
     ) -> Option<Statement> {
         let mut cx = cx::Cx::default();
         let value = cx.single(stmt);

@@ -949,7 +949,7 @@ impl<'a> LayerCheck<'a, '_> {
                     let len = (shape[i + 1] + 2 * conv.padding[i]
                         - conv.dilation[i] * (conv.kernel[i] - 1)
                         - 1)
-                        / conv.stride[i]
+                    .div_euclid(conv.stride[i])
                         + 1;
                     self.positive_dim(len, shape, flow)?;
                     output.push(len);
@@ -980,8 +980,9 @@ impl<'a> LayerCheck<'a, '_> {
                 )?;
                 let mut output = vec![shape[0]];
                 for i in 0..dims {
-                    let len =
-                        (shape[i + 1] + 2 * pool.padding[i] - pool.kernel[i]) / pool.stride[i] + 1;
+                    let len = (shape[i + 1] + 2 * pool.padding[i] - pool.kernel[i])
+                        .div_euclid(pool.stride[i])
+                        + 1;
                     self.positive_dim(len, shape, flow)?;
                     output.push(len);
                 }

@@ -305,6 +305,8 @@ pub struct TrainIn {
     pub accumulate_span: Option<Span>,
     /// A declared micro-batch.
     pub micro_batch: Option<(u64, Span)>,
+    /// The keyword span of each setting given, for checks that involve other blocks.
+    pub given: HashMap<&'static str, Span>,
 }
 
 /// Checks `train { ... }`.
@@ -441,8 +443,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             clip_norm: clip_norm?,
             clip_value: clip_value?,
         },
-        accumulate_span: get("accumulate").map(|s| s.span),
+        accumulate_span: get("accumulate").map(|s| s.values.first().map_or(s.span, |v| v.span)),
         micro_batch: micro_batch?,
+        given: TRAIN_KEYWORDS
+            .iter()
+            .filter_map(|k| get(k).map(|s| (*k, s.keyword.span)))
+            .collect(),
     })
 }
 

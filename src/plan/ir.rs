@@ -473,6 +473,8 @@ pub struct Target {
     pub layer: String,
     /// `weight` or `bias`; `None` for the layer's weight.
     pub param: Option<String>,
+    /// Where the target is named.
+    pub span: Span,
 }
 
 /// A compression step.
