@@ -241,10 +241,7 @@ fn compression_targets_are_checked() {
         conv,
         "compress { quantize conv int4 }",
     ));
-    assert_eq!(
-        found(&int4),
-        vec![("K0204", "conv".to_string())]
-    );
+    assert_eq!(found(&int4), vec![("K0204", "conv".to_string())]);
     let fp8 = check(&experiment(
         "batch 64",
         MLP,
