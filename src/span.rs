@@ -84,6 +84,16 @@ impl Sources {
         FileId((self.files.len() - 1) as u32)
     }
 
+    /// How many files are loaded.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether no file is loaded.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
     /// The file with this id.
     pub fn get(&self, id: FileId) -> &SourceFile {
         &self.files[id.0 as usize]

@@ -38,6 +38,17 @@ const NO_GOLDEN: &[(Code, &str)] = &[
     // Kiln's own failures (a panic caught by the command line) are not a property of any
     // input file; a file that provoked one would be a bug to fix, not a golden to keep.
     (Code::Internal, "raised only when Kiln itself fails"),
+    // Runtime failures happen while a run trains, not while a file is checked: `tests/run.rs`
+    // provokes each one and checks its code, span and exit status.
+    (Code::DeviceUnavailable, "a runtime failure, tested in tests/run.rs"),
+    (Code::DataMissing, "a runtime failure, tested in tests/run.rs"),
+    (Code::DataInvalid, "a runtime failure, tested in tests/run.rs"),
+    (Code::NonFiniteLoss, "a runtime failure, tested in tests/run.rs"),
+    (Code::OutOfMemory, "a runtime failure, tested in tests/run.rs"),
+    (Code::Interrupted, "a runtime failure, tested in tests/run.rs"),
+    (Code::ResumeIncompatible, "a runtime failure, tested in tests/run.rs"),
+    (Code::TorchError, "a runtime failure, tested in tests/run.rs"),
+    (Code::RunIo, "a runtime failure, tested in tests/run.rs"),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

@@ -231,6 +231,7 @@ pub fn check_experiment(
             output: output?,
         },
         device,
+        device_span: get("device").map_or(stmt.keyword.span, |s| s.span),
         memory: memory?,
         parallel,
         compression,

@@ -2,6 +2,7 @@
 //! language server, that does IO.
 
 mod commands;
+mod report;
 
 use std::io::Write;
 
@@ -47,8 +48,33 @@ enum Command {
         #[arg(long = "device-memory", value_name = "DEVICE=SIZE")]
         device_memory: Vec<String>,
     },
+    /// Train an experiment on libtorch (every trial of its sweeps); `kiln run --help` for options.
+    #[command(disable_help_flag = true)]
+    Run {
+        /// The experiment file and options, passed to `kiln-runtime run`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Print the libtorch version and the devices it sees.
     Env,
+    /// Summarise a finished run from its directory (a sweep's directory: its trials, ranked).
+    Report {
+        /// The run directory, as `runs/<experiment>/<timestamp>`.
+        run_dir: std::path::PathBuf,
+        /// Show every epoch, not only the first and last ones of a long run.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Compare two runs side by side: results, settings and the experiment lines that differ.
+    Compare {
+        /// The first run directory (A).
+        run_a: std::path::PathBuf,
+        /// The second run directory (B).
+        run_b: std::path::PathBuf,
+        /// Show every epoch, not only the first and last ones of a long run.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// How `kiln check` prints diagnostics.
@@ -91,7 +117,14 @@ pub fn main() -> i32 {
             format,
             device_memory,
         } => commands::plan(&path, format, &device_memory),
+        Command::Run { args } => {
+            let mut all = vec!["run"];
+            all.extend(args.iter().map(String::as_str));
+            commands::runtime(&all)
+        }
         Command::Env => commands::runtime(&["env"]),
+        Command::Report { run_dir, all } => report::report(&run_dir, all),
+        Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
     };
     match result {
         Ok(code) => code,

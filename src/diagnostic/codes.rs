@@ -153,4 +153,23 @@ codes! {
     IgnoredSetting = "K0406", "ignored-setting", Warning, "A setting has no effect with the other settings chosen.";
     /// A placement on one device while the experiment runs data parallel.
     PlacementIgnored = "K0407", "placement-ignored", Warning, "Per-layer placement is ignored under data parallel strategies.";
+
+    /// A device the experiment names is not on this machine.
+    DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";
+    /// A data file is missing.
+    DataMissing = "K0502", "data-missing", Error, "A data file named by the experiment does not exist or cannot be read.";
+    /// A data file is truncated, malformed or of the wrong shape.
+    DataInvalid = "K0503", "data-invalid", Error, "A data file is truncated, malformed, or holds samples of the wrong shape or type.";
+    /// The loss became NaN or infinite.
+    NonFiniteLoss = "K0504", "non-finite-loss", Error, "The training loss became NaN or infinite.";
+    /// A device ran out of memory.
+    OutOfMemory = "K0505", "out-of-memory", Error, "A device ran out of memory during training.";
+    /// The run was interrupted.
+    Interrupted = "K0506", "interrupted", Error, "The run was interrupted (Ctrl-C); a checkpoint was written.";
+    /// A resume whose checkpoint does not fit the experiment.
+    ResumeIncompatible = "K0507", "resume-incompatible", Error, "The checkpoint to resume from was made by an incompatible experiment.";
+    /// libtorch reported an error.
+    TorchError = "K0508", "torch-error", Error, "libtorch reported an error while running a layer or step.";
+    /// The run directory or a checkpoint could not be written or read.
+    RunIo = "K0509", "run-io", Error, "The run directory or a checkpoint in it could not be written or read.";
 }

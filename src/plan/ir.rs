@@ -75,6 +75,8 @@ pub struct Experiment {
     pub model: Model,
     /// The device layers go to unless placed elsewhere.
     pub device: Device,
+    /// The `device` statement (the experiment's keyword when there is none).
+    pub device_span: Span,
     /// Declared device capacities in bytes.
     pub memory: Vec<(Device, u64, Span)>,
     /// How work is spread over devices and processes.

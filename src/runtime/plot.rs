@@ -1,0 +1,521 @@
+//! Training curves: `loss.svg`/`loss.png` and, for class targets, `accuracy.svg`/`accuracy.png`,
+//! drawn from a run directory's `metrics.jsonl` with plotters.
+//!
+//! Text in the PNG files is rasterised with DejaVu Sans, bundled under `assets/fonts/` and read by
+//! ab_glyph, so the plots come out the same on a machine with no fonts or font libraries.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordi64;
+use plotters::coord::Shift;
+use plotters::prelude::*;
+
+use super::failure::Failure;
+use kiln::diagnostic::Code;
+use kiln::span::Span;
+
+/// DejaVu Sans 2.37 (license: `assets/fonts/DejaVuSans-LICENSE.txt`).
+static FONT: &[u8] = include_bytes!("../../assets/fonts/DejaVuSans.ttf");
+
+/// Width and height of every plot, in pixels.
+const SIZE: (u32, u32) = (960, 600);
+/// Series drawn with a marker at every point up to this many points.
+const MARKERS_UP_TO: usize = 60;
+
+const TRAIN: RGBColor = RGBColor(31, 119, 180);
+const VAL: RGBColor = RGBColor(230, 110, 0);
+const TOP_K: RGBColor = RGBColor(44, 160, 44);
+
+/// One curve: `(step, value)` points in file order.
+struct Series {
+    label: String,
+    color: RGBColor,
+    points: Vec<(i64, f64)>,
+}
+
+/// One chart: a title, the y axis' name and its curves.
+struct Chart {
+    title: String,
+    y_desc: &'static str,
+    percent: bool,
+    series: Vec<Series>,
+}
+
+/// Writes the training curves of the run in `dir` beside its `metrics.jsonl`.
+///
+/// `loss.svg` and `loss.png` always (when any loss was recorded); `accuracy.svg` and
+/// `accuracy.png` when the metrics hold accuracies. Failures are K0509 (`RunIo`) at `span`.
+pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
+    let path = dir.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| fail(span, format!("cannot read `{}`: {e}", path.display())))?;
+    register_font().map_err(|e| fail(span, e))?;
+    let name = run_name(dir);
+    for (file, chart) in charts(&text, &name) {
+        write_chart(dir, file, &chart).map_err(|e| {
+            fail(
+                span,
+                format!("cannot draw `{}`: {e}", dir.join(file).display()),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+fn fail(span: Span, message: String) -> Failure {
+    Failure::new(Code::RunIo, span, message)
+        .label("while plotting this experiment's training curves")
+        .help("check that the run directory is writable and the disk has room")
+}
+
+/// Registers the bundled font as plotters' `sans-serif`, once per process.
+fn register_font() -> Result<(), String> {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
+            .map_err(|_| "the bundled font (DejaVu Sans) cannot be read".to_string())
+    })
+    .clone()
+}
+
+/// The experiment's name and trial from `report.yaml`, when it is there.
+fn run_name(dir: &Path) -> String {
+    let report: Option<serde_yaml::Value> = std::fs::read_to_string(dir.join("report.yaml"))
+        .ok()
+        .and_then(|t| serde_yaml::from_str(&t).ok());
+    let Some(report) = report else {
+        return String::new();
+    };
+    let mut name = report
+        .get("experiment")
+        .and_then(serde_yaml::Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let trial: Vec<String> = report
+        .get("trial")
+        .and_then(serde_yaml::Value::as_sequence)
+        .map(|pairs| {
+            pairs
+                .iter()
+                .filter_map(|p| {
+                    let p = p.as_sequence()?;
+                    Some(format!("{}={}", scalar(p.first()?), scalar(p.get(1)?)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if !trial.is_empty() {
+        name = format!("{name} ({})", trial.join(", "));
+    }
+    name
+}
+
+fn scalar(v: &serde_yaml::Value) -> String {
+    match v {
+        serde_yaml::Value::String(s) => s.clone(),
+        serde_yaml::Value::Number(n) => n.to_string(),
+        serde_yaml::Value::Bool(b) => b.to_string(),
+        _ => String::new(),
+    }
+}
+
+/// The charts to draw, with their file stems, from the text of `metrics.jsonl`.
+fn charts(metrics: &str, name: &str) -> Vec<(&'static str, Chart)> {
+    let mut train_loss = Vec::new();
+    let mut train_acc = Vec::new();
+    let mut val_loss = Vec::new();
+    let mut val_acc = Vec::new();
+    let mut top_k: Option<(String, Vec<(i64, f64)>)> = None;
+    for line in metrics.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let Some(step) = v.get("step").and_then(serde_json::Value::as_i64) else {
+            continue;
+        };
+        let num = |key: &str| {
+            v.get(key)
+                .and_then(serde_json::Value::as_f64)
+                .filter(|x| x.is_finite())
+        };
+        match v.get("split").and_then(serde_json::Value::as_str) {
+            Some("train") => {
+                train_loss.extend(num("train_loss").map(|y| (step, y)));
+                train_acc.extend(num("train_accuracy").map(|y| (step, 100.0 * y)));
+            }
+            Some("val") => {
+                val_loss.extend(num("loss").map(|y| (step, y)));
+                val_acc.extend(num("accuracy").map(|y| (step, 100.0 * y)));
+                if let Some(obj) = v.as_object() {
+                    for (key, value) in obj {
+                        if let (Some(k), Some(y)) = (
+                            key.strip_prefix("top_")
+                                .and_then(|k| k.strip_suffix("_accuracy")),
+                            value.as_f64(),
+                        ) {
+                            let entry = top_k.get_or_insert_with(|| {
+                                (format!("val top-{k} accuracy"), Vec::new())
+                            });
+                            entry.1.push((step, 100.0 * y));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let title = |what: &str| {
+        if name.is_empty() {
+            what.to_string()
+        } else {
+            format!("{name}: {what}")
+        }
+    };
+    let series = |label: &str, color, points: Vec<(i64, f64)>| Series {
+        label: label.to_string(),
+        color,
+        points,
+    };
+    let mut out = Vec::new();
+    let loss: Vec<Series> = [
+        series("train loss", TRAIN, train_loss),
+        series("val loss", VAL, val_loss),
+    ]
+    .into_iter()
+    .filter(|s| !s.points.is_empty())
+    .collect();
+    if !loss.is_empty() {
+        out.push((
+            "loss",
+            Chart {
+                title: title("loss"),
+                y_desc: "loss",
+                percent: false,
+                series: loss,
+            },
+        ));
+    }
+    let mut acc = vec![
+        series("train accuracy", TRAIN, train_acc),
+        series("val accuracy", VAL, val_acc),
+    ];
+    if let Some((label, points)) = top_k {
+        acc.push(series(&label, TOP_K, points));
+    }
+    acc.retain(|s| !s.points.is_empty());
+    if !acc.is_empty() {
+        out.push((
+            "accuracy",
+            Chart {
+                title: title("accuracy"),
+                y_desc: "accuracy",
+                percent: true,
+                series: acc,
+            },
+        ));
+    }
+    out
+}
+
+/// Writes `<stem>.svg` and `<stem>.png`, each through a temporary file renamed into place.
+fn write_chart(dir: &Path, stem: &str, chart: &Chart) -> Result<(), String> {
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        draw(&root, chart)?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    let svg_path = dir.join(format!("{stem}.svg"));
+    let svg_tmp = dir.join(format!(".{stem}.tmp.svg"));
+    std::fs::write(&svg_tmp, svg).map_err(|e| e.to_string())?;
+    std::fs::rename(&svg_tmp, &svg_path).map_err(|e| e.to_string())?;
+
+    // The bitmap backend picks the encoder from the extension: the temporary name keeps `.png`.
+    let png_tmp = dir.join(format!(".{stem}.tmp.png"));
+    {
+        let root = BitMapBackend::new(&png_tmp, SIZE).into_drawing_area();
+        draw(&root, chart)?;
+        root.present().map_err(|e| e.to_string())?;
+    }
+    std::fs::rename(&png_tmp, dir.join(format!("{stem}.png"))).map_err(|e| e.to_string())
+}
+
+/// A range around `lo..hi` with a margin, never empty.
+fn padded(lo: f64, hi: f64) -> (f64, f64) {
+    let span = hi - lo;
+    let pad = if span > 0.0 {
+        span * 0.06
+    } else {
+        lo.abs().max(1.0) * 0.05
+    };
+    (lo - pad, hi + pad)
+}
+
+/// Losses whose largest value is this many times the smallest are drawn on a log scale.
+const LOG_SCALE_RATIO: f64 = 100.0;
+
+/// Draws one chart on any plotters backend.
+fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Chart) -> Result<(), String> {
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    root.fill(&WHITE).map_err(err)?;
+    let all = chart.series.iter().flat_map(|s| s.points.iter());
+    let (mut x0, mut x1, mut lo, mut hi) = (i64::MAX, i64::MIN, f64::INFINITY, f64::NEG_INFINITY);
+    for &(x, y) in all {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        lo = lo.min(y);
+        hi = hi.max(y);
+    }
+    if x0 > x1 {
+        return Ok(());
+    }
+    let xpad = ((x1 - x0) / 30).max(1);
+    let (x0, x1) = ((x0 - xpad).max(0), x1 + xpad);
+
+    let mut builder = ChartBuilder::on(root);
+    builder
+        .caption(&chart.title, ("sans-serif", 26))
+        .margin(18)
+        .x_label_area_size(56)
+        .y_label_area_size(84);
+    if !chart.percent && lo > 0.0 && hi / lo >= LOG_SCALE_RATIO {
+        let ctx = builder
+            .build_cartesian_2d(x0..x1, (lo / 1.25..hi * 1.25).log_scale())
+            .map_err(err)?;
+        let desc = format!("{} (log scale)", chart.y_desc);
+        return finish(ctx, chart, &desc, &|v: &f64| log_label(*v));
+    }
+    let (mut y0, mut y1) = padded(lo, hi);
+    if chart.percent {
+        y0 = y0.max(0.0);
+        y1 = y1.min(100.0).max(y0 + 0.1);
+    } else if y0 < 0.0 && lo >= 0.0 {
+        y0 = 0.0;
+    }
+    let ctx = builder.build_cartesian_2d(x0..x1, y0..y1).map_err(err)?;
+    let decimals = label_decimals(y1 - y0);
+    let y_fmt = |v: &f64| {
+        if chart.percent {
+            format!("{v:.*}%", decimals.saturating_sub(2))
+        } else {
+            format!("{v:.decimals$}")
+        }
+    };
+    finish(ctx, chart, chart.y_desc, &y_fmt)
+}
+
+/// Draws the mesh, the curves and the legend into a chart whose axes are set.
+fn finish<'a, DB, Y>(
+    mut ctx: ChartContext<'a, DB, Cartesian2d<RangedCoordi64, Y>>,
+    chart: &Chart,
+    y_desc: &str,
+    y_fmt: &dyn Fn(&f64) -> String,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    ctx.configure_mesh()
+        .x_desc("step")
+        .y_desc(y_desc)
+        .axis_desc_style(("sans-serif", 18))
+        .label_style(("sans-serif", 15))
+        .max_light_lines(4)
+        .light_line_style(RGBColor(240, 240, 240))
+        .bold_line_style(RGBColor(215, 215, 215))
+        .y_label_formatter(y_fmt)
+        .draw()
+        .map_err(err)?;
+
+    for s in &chart.series {
+        let style = ShapeStyle::from(&s.color).stroke_width(2);
+        let color = s.color;
+        ctx.draw_series(LineSeries::new(s.points.iter().copied(), style))
+            .map_err(err)?
+            .label(s.label.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(
+                    vec![(x, y), (x + 24, y)],
+                    ShapeStyle::from(&color).stroke_width(3),
+                )
+            });
+        if s.points.len() <= MARKERS_UP_TO {
+            ctx.draw_series(
+                s.points
+                    .iter()
+                    .map(|&p| Circle::new(p, 3, s.color.filled())),
+            )
+            .map_err(err)?;
+        }
+    }
+    ctx.configure_series_labels()
+        .position(if chart.percent {
+            SeriesLabelPosition::LowerRight
+        } else {
+            SeriesLabelPosition::UpperRight
+        })
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.9))
+        .border_style(RGBColor(160, 160, 160))
+        .margin(12)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+/// A tick label on a log axis: `0.5`, `20`, `1e-5`.
+fn log_label(v: f64) -> String {
+    if (0.01..10_000.0).contains(&v) {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.0e}")
+    }
+}
+
+/// Decimals that tell tick labels apart over a range of width `range`.
+fn label_decimals(range: f64) -> usize {
+    match range {
+        r if r >= 20.0 => 0,
+        r if r >= 2.0 => 1,
+        r if r >= 0.2 => 2,
+        r if r >= 0.02 => 3,
+        _ => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::span::FileId;
+
+    fn run_dir(name: &str, metrics: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("kiln-plot-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::fs::write(dir.join("metrics.jsonl"), metrics).expect("write metrics");
+        dir
+    }
+
+    fn span() -> Span {
+        Span::new(FileId(0), 0, 0)
+    }
+
+    fn classification(epochs: u64) -> String {
+        let mut text = String::new();
+        for e in 1..=epochs {
+            let loss = 2.0 / (e as f64 + 0.5);
+            text += &format!(
+                "{{\"split\":\"train\",\"epoch\":{e},\"step\":{},\"lr\":0.001,\"train_loss\":{loss},\"train_accuracy\":{},\"seconds\":1.0,\"samples_per_s\":5000.0}}\n",
+                125 * e,
+                1.0 - loss / 4.0
+            );
+            text += &format!(
+                "{{\"split\":\"val\",\"epoch\":{e},\"step\":{},\"loss\":{},\"accuracy\":{},\"top_5_accuracy\":{}}}\n",
+                125 * e,
+                loss * 1.1,
+                1.0 - loss / 3.5,
+                1.0 - loss / 20.0
+            );
+        }
+        text
+    }
+
+    #[test]
+    fn writes_loss_and_accuracy_plots() {
+        let dir = run_dir("class", &classification(12));
+        std::fs::write(
+            dir.join("report.yaml"),
+            "experiment: mnist_mlp\ntrial:\n- - lr\n  - '0.001'\n",
+        )
+        .expect("write report");
+        write_curves(&dir, span()).expect("plots");
+        for name in ["loss.svg", "loss.png", "accuracy.svg", "accuracy.png"] {
+            assert!(dir.join(name).is_file(), "{name} missing");
+        }
+        for name in ["loss.png", "accuracy.png"] {
+            let png = std::fs::read(dir.join(name)).expect("read png");
+            assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is not a PNG");
+            assert!(png.len() > 10_000, "{name} is only {} bytes", png.len());
+        }
+        let loss = std::fs::read_to_string(dir.join("loss.svg")).expect("read svg");
+        assert!(loss.starts_with("<svg"), "{}", &loss[..80.min(loss.len())]);
+        for label in [
+            "train loss",
+            "val loss",
+            "step",
+            "mnist_mlp (lr=0.001): loss",
+        ] {
+            assert!(loss.contains(label), "loss.svg lacks `{label}`");
+        }
+        let acc = std::fs::read_to_string(dir.join("accuracy.svg")).expect("read svg");
+        for label in [
+            "train accuracy",
+            "val accuracy",
+            "val top-5 accuracy",
+            "mnist_mlp (lr=0.001): accuracy",
+        ] {
+            assert!(acc.contains(label), "accuracy.svg lacks `{label}`");
+        }
+        let leftovers: Vec<_> = std::fs::read_dir(&dir)
+            .expect("list")
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "temporary files left behind");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn regression_has_no_accuracy_plot() {
+        let text = "{\"split\":\"train\",\"epoch\":1,\"step\":10,\"lr\":0.01,\"train_loss\":0.5,\"train_accuracy\":null,\"seconds\":0.1,\"samples_per_s\":100.0}\n\
+                    {\"split\":\"val\",\"epoch\":1,\"step\":10,\"loss\":0.6}\n";
+        let dir = run_dir("regression", text);
+        write_curves(&dir, span()).expect("plots");
+        assert!(dir.join("loss.svg").is_file() && dir.join("loss.png").is_file());
+        assert!(!dir.join("accuracy.svg").exists() && !dir.join("accuracy.png").exists());
+        let svg = std::fs::read_to_string(dir.join("loss.svg")).expect("read svg");
+        assert!(svg.contains("train loss") && svg.contains("val loss"));
+        assert!(!svg.contains("log scale"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn losses_over_orders_of_magnitude_use_a_log_scale() {
+        let mut text = String::new();
+        for step in 1..=50 {
+            text += &format!(
+                "{{\"split\":\"train\",\"epoch\":{step},\"step\":{step},\"lr\":0.01,\"train_loss\":{},\"train_accuracy\":null,\"seconds\":0.1,\"samples_per_s\":100.0}}\n",
+                2.0 * 0.7f64.powi(step)
+            );
+        }
+        let dir = run_dir("log", &text);
+        write_curves(&dir, span()).expect("plots");
+        let svg = std::fs::read_to_string(dir.join("loss.svg")).expect("read svg");
+        assert!(svg.contains("loss (log scale)"), "no log scale");
+        assert!(svg.contains("1e-5"), "no log tick label");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn non_finite_and_malformed_lines_are_skipped() {
+        let text = "{\"split\":\"train\",\"epoch\":1,\"step\":5,\"lr\":0.01,\"train_loss\":null,\"train_accuracy\":null,\"seconds\":0.1,\"samples_per_s\":100.0}\n\
+                    not json\n\
+                    {\"split\":\"train\",\"epoch\":2,\"step\":10,\"lr\":0.01,\"train_loss\":0.4,\"train_accuracy\":null,\"seconds\":0.1,\"samples_per_s\":100.0}\n";
+        let dir = run_dir("odd", text);
+        write_curves(&dir, span()).expect("plots");
+        assert!(dir.join("loss.png").is_file());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn missing_metrics_is_a_run_io_failure() {
+        let dir = std::env::temp_dir().join(format!("kiln-plot-{}-missing", std::process::id()));
+        let f = write_curves(&dir, span()).expect_err("no metrics");
+        assert_eq!(f.code, Code::RunIo);
+        assert!(f.message.contains("metrics.jsonl"), "{}", f.message);
+    }
+}

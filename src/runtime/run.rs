@@ -1,0 +1,251 @@
+//! `kiln run`: checks the experiment, resolves devices, loads the data, builds the model, trains
+//! every sweep trial in its own run directory, and reports. Every failure ends as a diagnostic.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use super::checkpoint;
+use super::data;
+use super::failure::Failure;
+use super::model::{self, tch_device};
+use super::report::{Progress, RunWriter};
+use super::train::{fingerprint, Outcome, Trainer, INTERRUPTED};
+use kiln::check::{check_path, Checked, FsLoader, Options};
+use kiln::diagnostic::render::{to_text, Style};
+use kiln::diagnostic::Code;
+use kiln::plan::{Duration, Experiment, Precision};
+use kiln::span::Sources;
+
+/// Options of `kiln run`.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The experiment file.
+    pub file: PathBuf,
+    /// `--device`: puts every layer on this device.
+    pub device: Option<kiln::plan::Device>,
+    /// `--quiet`: no progress output.
+    pub quiet: bool,
+    /// `--resume RUN_DIR`.
+    pub resume: Option<PathBuf>,
+    /// Where run directories go (`runs/` by default).
+    pub runs_dir: PathBuf,
+    /// `--init`: initial weights to load instead of the default initialisation.
+    pub init: Option<PathBuf>,
+}
+
+/// Runs the command; returns the exit status.
+pub fn main(opts: &RunOptions) -> i32 {
+    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst));
+    let checked = check_path(&opts.file, &FsLoader, &Options::default());
+    let style = Style { color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(), width: 100 };
+    for d in &checked.diagnostics {
+        eprint(&to_text(d, &checked.sources, style));
+    }
+    if checked.has_errors() {
+        return if checked.diagnostics.iter().any(|d| d.code == Code::Io) { 2 } else { 1 };
+    }
+    if opts.resume.is_some() && checked.trials.len() > 1 {
+        eprint("error: `--resume` takes one run directory; resume the trials of a sweep one by one\n");
+        return 2;
+    }
+    let stamp = timestamp();
+    let mut status = 0;
+    let mut results = Vec::new();
+    for (i, exp) in checked.trials.iter().enumerate() {
+        let dir = match &opts.resume {
+            Some(d) => d.clone(),
+            None if checked.trials.len() > 1 => opts.runs_dir.join(&exp.name).join(&stamp).join(format!("trial-{:03}", i + 1)),
+            None => opts.runs_dir.join(&exp.name).join(&stamp),
+        };
+        if checked.trials.len() > 1 && !opts.quiet {
+            let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            eprint(&format!("trial {} of {}: {}\n", i + 1, checked.trials.len(), t.join(", ")));
+        }
+        match run_trial(exp, &checked, &dir, opts) {
+            Ok(outcome) => {
+                summary(exp, &outcome, &dir, opts.quiet);
+                results.push((exp, outcome, dir));
+            }
+            Err(f) => {
+                eprint(&to_text(&f.diagnostic(), &checked.sources, style));
+                status = 1;
+                if f.code == Code::Interrupted {
+                    break;
+                }
+            }
+        }
+    }
+    if results.len() > 1 {
+        sweep_table(&results);
+    }
+    status
+}
+
+fn eprint(text: &str) {
+    let _ = write!(std::io::stderr(), "{text}");
+}
+
+/// Resolves where the model runs, checking that the devices exist here.
+fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Failure> {
+    if let Some(d) = opts.device {
+        let d = tch_device(d);
+        check_device(d, exp.device_span, "--device")?;
+        if exp.train.precision == Precision::Fp16 && d == tch::Device::Cpu {
+            return Err(fp16_on_cpu(exp));
+        }
+        return Ok(Some(d));
+    }
+    let layers = kiln::check::layers(&exp.model.nodes);
+    for l in &layers {
+        let span = if l.device == exp.device { exp.device_span } else { l.span };
+        check_device(tch_device(l.device), span, &l.device.to_string())?;
+    }
+    if exp.train.precision == Precision::Fp16 && layers.iter().any(|l| tch_device(l.device) == tch::Device::Cpu) {
+        return Err(fp16_on_cpu(exp));
+    }
+    Ok(None)
+}
+
+fn fp16_on_cpu(exp: &Experiment) -> Failure {
+    Failure::new(Code::DeviceUnavailable, exp.device_span, "fp16 training needs a CUDA device, and this run is on the CPU")
+        .label("runs on the CPU")
+        .help("use `precision bf16` on the CPU, or run on a CUDA device")
+}
+
+fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Failure> {
+    if let tch::Device::Cuda(i) = d {
+        let count = if tch::Cuda::is_available() { tch::Cuda::device_count() as usize } else { 0 };
+        if i >= count {
+            let found = if count == 0 { "this machine has no CUDA device".to_string() } else { format!("this machine has {count} CUDA device(s)") };
+            return Err(Failure::new(Code::DeviceUnavailable, span, format!("`{named}` is not available: {found}"))
+                .label(format!("needs cuda:{i}"))
+                .help("run with `--device cpu` to put every layer on the CPU"));
+        }
+    }
+    Ok(())
+}
+
+fn run_trial(exp: &Experiment, checked: &Checked, dir: &Path, opts: &RunOptions) -> Result<Outcome, Failure> {
+    let over = resolve_devices(exp, opts)?;
+    tch::manual_seed(exp.seed as i64);
+    let net = model::build(&exp.model.nodes, exp.train.precision, over)?;
+    if let Some(path) = &opts.init {
+        net.load(path, exp.optimizer.span)?;
+    }
+    let device = net.input_device();
+    let base = source_dir(&checked.sources, exp.data.source_span.file);
+    let splits = data::load(&exp.data, &exp.model.input, exp.model.input_dtype, &base, exp.seed)?;
+    let mut writer = RunWriter::open(dir.to_path_buf(), exp.data.source_span)?;
+    let resume = match &opts.resume {
+        Some(_) => {
+            let found = checkpoint::latest(&writer.checkpoint_dir(), exp.optimizer.span)?;
+            let Some((side, tensors)) = found else {
+                return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("`{}` holds no checkpoint", dir.display()))
+                    .label("nothing to resume")
+                    .help("resume a run directory that has `checkpoints/`; add `checkpoint(every: ...)` to the train block"));
+            };
+            compare(exp, &side.fingerprint)?;
+            Some((side, tensors))
+        }
+        None => {
+            let text = checked.sources.get(kiln::span::FileId(0)).text.clone();
+            writer.write_file("experiment.exp", text.as_bytes())?;
+            let plan = serde_yaml::to_string(&kiln::plan::plan(exp)).unwrap_or_default();
+            writer.write_file("plan.yaml", plan.as_bytes())?;
+            None
+        }
+    };
+    let epochs = match exp.train.length {
+        Duration::Epochs(n) => Some(n),
+        Duration::Steps(_) => None,
+    };
+    let started = std::time::Instant::now();
+    let mut trainer = Trainer { exp, net, splits, device, writer: &mut writer, progress: Progress::new(opts.quiet, epochs) };
+    let outcome = trainer.run(resume)?;
+    let devices = trainer.net.devices();
+    super::summary::write_report(&writer, exp, checked, &outcome, &devices, started.elapsed().as_secs_f64())?;
+    super::plot::write_curves(writer.dir(), exp.data.source_span)?;
+    Ok(outcome)
+}
+
+/// The directory of the file that declares the data source: relative data paths start there.
+fn source_dir(sources: &Sources, file: kiln::span::FileId) -> PathBuf {
+    sources.get(file).path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+/// Refuses to resume when the plan differs from the checkpoint's, naming what changed.
+fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failure> {
+    let new = fingerprint(exp);
+    let layers = kiln::check::layers(&exp.model.nodes);
+    if new.layers != old.layers {
+        let i = new.layers.iter().zip(&old.layers).position(|(a, b)| a != b).unwrap_or(new.layers.len().min(old.layers.len()));
+        let span = layers.get(i).map_or(exp.optimizer.span, |l| l.span);
+        let was = old.layers.get(i).map_or("no layer".to_string(), |l| format!("`{l}`"));
+        let now = new.layers.get(i).map_or("no layer".to_string(), |l| format!("`{l}`"));
+        return Err(Failure::new(Code::ResumeIncompatible, span, format!("the model changed since the checkpoint: layer {} was {was}, is now {now}", i + 1))
+            .label("differs from the checkpoint")
+            .help("resume with the model the checkpoint was made with, or start a new run"));
+    }
+    if new.optimizer != old.optimizer {
+        return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("the optimizer changed since the checkpoint: was `{}`, is now `{}`", old.optimizer, new.optimizer))
+            .label("differs from the checkpoint")
+            .help("resume with the optimizer the checkpoint was made with, or start a new run"));
+    }
+    if new.world_size != old.world_size {
+        return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("the world size changed since the checkpoint: was {}, is now {}", old.world_size, new.world_size))
+            .label("differs from the checkpoint")
+            .help("resume with the world size the checkpoint was made with"));
+    }
+    Ok(())
+}
+
+fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {
+    if quiet {
+        return;
+    }
+    let mut line = format!("{}: {} steps, train loss {:.4}", exp.name, o.steps, o.train_loss);
+    if let Some(v) = &o.val {
+        line += &format!(", val loss {:.4}", v.loss);
+        if let Some(a) = v.accuracy {
+            line += &format!(", val accuracy {:.2}%", 100.0 * a);
+        }
+    }
+    line += &format!(", {:.0} samples/s, data wait {:.1}%", o.samples_per_s, 100.0 * o.data_wait);
+    if o.stopped_early {
+        line += ", stopped early";
+    }
+    eprint(&format!("{line}\nrun directory: {}\n", dir.display()));
+}
+
+fn sweep_table(results: &[(&Experiment, Outcome, PathBuf)]) {
+    let mut rows: Vec<&(&Experiment, Outcome, PathBuf)> = results.iter().collect();
+    let key = |o: &Outcome| o.val.map_or(o.train_loss, |v| v.accuracy.map_or(v.loss, |a| -a));
+    rows.sort_by(|a, b| key(&a.1).total_cmp(&key(&b.1)));
+    let mut out = String::from("\nrank  trial                              val loss  val accuracy  run directory\n");
+    for (rank, (exp, o, dir)) in rows.iter().enumerate() {
+        let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let (loss, acc) = match &o.val {
+            Some(v) => (format!("{:.4}", v.loss), v.accuracy.map_or("-".into(), |a| format!("{:.2}%", 100.0 * a))),
+            None => (format!("{:.4}*", o.train_loss), "-".into()),
+        };
+        out += &format!("{:<5} {:<34} {:>9} {:>13}  {}\n", rank + 1, t.join(" "), loss, acc, dir.display());
+    }
+    let _ = write!(std::io::stdout(), "{out}");
+}
+
+/// The current UTC time as `YYYYmmdd-HHMMSS`.
+pub fn timestamp() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+}

@@ -1,0 +1,95 @@
+//! `report.yaml`: what a finished run did, for `kiln report`, `kiln compare` and people.
+
+use serde::Serialize;
+
+use super::failure::Failure;
+use super::report::RunWriter;
+use super::train::{Eval, Outcome};
+use kiln::check::Checked;
+use kiln::plan::Experiment;
+
+/// The report of one run.
+#[derive(Serialize)]
+pub struct Report {
+    /// Experiment name.
+    pub experiment: String,
+    /// Sweep values of the trial.
+    pub trial: Vec<(String, String)>,
+    /// Kiln's version.
+    pub kiln: String,
+    /// libtorch's version.
+    pub torch: String,
+    /// Devices the model ran on.
+    pub devices: Vec<String>,
+    /// FNV-1a hash of the experiment's source files, to tell configurations apart.
+    pub config_hash: String,
+    /// Parameters.
+    pub params: u64,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Epochs (a partial last one counts).
+    pub epochs: u64,
+    /// Final training loss.
+    pub train_loss: f64,
+    /// Final validation metrics.
+    pub val: Option<Eval>,
+    /// Test metrics.
+    pub test: Option<Eval>,
+    /// Training samples per second.
+    pub samples_per_s: f64,
+    /// Wall seconds of the run.
+    pub wall_seconds: f64,
+    /// Fraction of the time spent waiting for data.
+    pub data_wait_fraction: f64,
+    /// Whether early stopping ended the run.
+    pub stopped_early: bool,
+    /// Per-epoch metrics (the lines of `metrics.jsonl`).
+    pub metrics: Vec<serde_json::Value>,
+}
+
+fn fnv1a(parts: &[&str]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Writes `report.yaml` into the run directory.
+pub fn write_report(writer: &RunWriter, exp: &Experiment, checked: &Checked, o: &Outcome, devices: &[tch::Device], wall: f64) -> Result<(), Failure> {
+    let metrics = std::fs::read_to_string(writer.dir().join("metrics.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let files: Vec<&str> = (0..checked.sources.len() as u32)
+        .map(|i| checked.sources.get(kiln::span::FileId(i)).text.as_str())
+        .collect();
+    let trial: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut parts = files.clone();
+    parts.extend(trial.iter().map(String::as_str));
+    let report = Report {
+        experiment: exp.name.clone(),
+        trial: exp.trial.clone(),
+        kiln: env!("CARGO_PKG_VERSION").into(),
+        torch: env!("KILN_LIBTORCH_VERSION").into(),
+        devices: devices.iter().map(|d| format!("{d:?}").to_lowercase()).collect(),
+        config_hash: fnv1a(&parts),
+        params: kiln::plan::plan(exp).totals.params,
+        steps: o.steps,
+        epochs: o.epochs,
+        train_loss: o.train_loss,
+        val: o.val,
+        test: o.test,
+        samples_per_s: o.samples_per_s,
+        wall_seconds: wall,
+        data_wait_fraction: o.data_wait,
+        stopped_early: o.stopped_early,
+        metrics,
+    };
+    let yaml = serde_yaml::to_string(&report).unwrap_or_default();
+    writer.write_file("report.yaml", yaml.as_bytes())
+}
