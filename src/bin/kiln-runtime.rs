@@ -38,6 +38,18 @@ enum Command {
         /// Initial weights: a safetensors file with PyTorch `state_dict` names (`fc1.weight`).
         #[arg(long, value_name = "SAFETENSORS")]
         init: Option<PathBuf>,
+        /// Run only this trial of a sweep (1-based).
+        #[arg(long, value_name = "K")]
+        trial: Option<usize>,
+        /// Create the run in exactly this directory.
+        #[arg(long, value_name = "DIR")]
+        run_dir: Option<PathBuf>,
+        /// libtorch's intra-op threads.
+        #[arg(long, value_name = "N")]
+        threads: Option<usize>,
+        /// Stop after this many optimizer steps (a smoke test); the schedule keeps its length.
+        #[arg(long, value_name = "N")]
+        max_steps: Option<u64>,
     },
     /// Print the libtorch version and the devices it sees.
     Env,
@@ -45,7 +57,10 @@ enum Command {
 
 fn main() {
     std::panic::set_hook(Box::new(|info| {
-        let _ = writeln!(std::io::stderr(), "error[K0005]: Kiln failed internally ({info}); please report it");
+        let _ = writeln!(
+            std::io::stderr(),
+            "error[K0005]: Kiln failed internally ({info}); please report it"
+        );
     }));
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -55,7 +70,18 @@ fn main() {
         }
     };
     let code = match cli.command {
-        Command::Run { path, device, quiet, resume, runs_dir, init } => {
+        Command::Run {
+            path,
+            device,
+            quiet,
+            resume,
+            runs_dir,
+            init,
+            trial,
+            run_dir,
+            threads,
+            max_steps,
+        } => {
             let device = match device.as_deref().map(parse_device).transpose() {
                 Ok(d) => d,
                 Err(message) => {
@@ -63,7 +89,18 @@ fn main() {
                     std::process::exit(2);
                 }
             };
-            runtime::run::main(&runtime::run::RunOptions { file: path, device, quiet, resume, runs_dir, init })
+            runtime::run::main(&runtime::run::RunOptions {
+                file: path,
+                device,
+                quiet,
+                resume,
+                runs_dir,
+                init,
+                trial,
+                run_dir,
+                threads,
+                max_steps,
+            })
         }
         Command::Env => env(),
     };
@@ -90,7 +127,11 @@ fn env() -> i32 {
     let _ = writeln!(out, "libtorch   {}", env!("KILN_LIBTORCH_VERSION"));
     let _ = writeln!(out, "threads    {}", tch::get_num_threads());
     let cuda = tch::Cuda::is_available();
-    let _ = writeln!(out, "cuda       {}", if cuda { "available" } else { "not available" });
+    let _ = writeln!(
+        out,
+        "cuda       {}",
+        if cuda { "available" } else { "not available" }
+    );
     if cuda {
         let _ = writeln!(out, "devices    {}", tch::Cuda::device_count());
         let _ = writeln!(out, "cudnn      {}", tch::Cuda::cudnn_is_available());

@@ -59,13 +59,23 @@ pub struct Sidecar {
 }
 
 fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure {
-    Failure::new(Code::RunIo, span, format!("cannot {what} `{}`: {e}", path.display()))
-        .label("while checkpointing this experiment")
-        .help("check that the run directory is writable and the disk has room")
+    Failure::new(
+        Code::RunIo,
+        span,
+        format!("cannot {what} `{}`: {e}", path.display()),
+    )
+    .label("while checkpointing this experiment")
+    .help("check that the run directory is writable and the disk has room")
 }
 
 /// Writes a checkpoint into `dir` and removes all but the newest `keep`.
-pub fn write(dir: &Path, sidecar: &Sidecar, tensors: &[(String, Tensor)], keep: u64, span: Span) -> Result<PathBuf, Failure> {
+pub fn write(
+    dir: &Path,
+    sidecar: &Sidecar,
+    tensors: &[(String, Tensor)],
+    keep: u64,
+    span: Span,
+) -> Result<PathBuf, Failure> {
     std::fs::create_dir_all(dir).map_err(|e| io_failure("create", dir, e, span))?;
     let stem = format!("step-{:09}", sidecar.position.step);
     let data = dir.join(format!("{stem}.safetensors"));
@@ -85,7 +95,10 @@ pub fn write(dir: &Path, sidecar: &Sidecar, tensors: &[(String, Tensor)], keep: 
     std::fs::write(&tmp, yaml).map_err(|e| io_failure("write", &tmp, e, span))?;
     std::fs::rename(&tmp, &meta).map_err(|e| io_failure("rename", &tmp, e, span))?;
     let all = list(dir);
-    for old in all.iter().take(all.len().saturating_sub(keep.max(1) as usize)) {
+    for old in all
+        .iter()
+        .take(all.len().saturating_sub(keep.max(1) as usize))
+    {
         let _ = std::fs::remove_file(old.with_extension("safetensors"));
         let _ = std::fs::remove_file(old);
     }
@@ -98,7 +111,11 @@ fn list(dir: &Path) -> Vec<PathBuf> {
         .map(|entries| {
             entries
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "yaml") && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("step-")))
+                .filter(|p| {
+                    p.extension().is_some_and(|x| x == "yaml")
+                        && p.file_name()
+                            .is_some_and(|n| n.to_string_lossy().starts_with("step-"))
+                })
                 .collect()
         })
         .unwrap_or_default();
@@ -111,10 +128,14 @@ pub type Saved = (Sidecar, Vec<(String, Tensor)>);
 
 /// The newest complete checkpoint in `dir`.
 pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Failure> {
-    let Some(meta) = list(dir).pop() else { return Ok(None) };
+    let Some(meta) = list(dir).pop() else {
+        return Ok(None);
+    };
     let text = std::fs::read_to_string(&meta).map_err(|e| io_failure("read", &meta, e, span))?;
-    let side: Sidecar = serde_yaml::from_str(&text).map_err(|e| io_failure("parse", &meta, e, span))?;
+    let side: Sidecar =
+        serde_yaml::from_str(&text).map_err(|e| io_failure("parse", &meta, e, span))?;
     let data = dir.join(&side.tensors);
-    let tensors = Tensor::read_safetensors(&data).map_err(|e| io_failure("read", &data, e, span))?;
+    let tensors =
+        Tensor::read_safetensors(&data).map_err(|e| io_failure("read", &data, e, span))?;
     Ok(Some((side, tensors)))
 }

@@ -45,7 +45,8 @@ impl Failure {
 
     /// The diagnostic the user sees.
     pub fn diagnostic(&self) -> Diagnostic {
-        let d = Diagnostic::new(self.code, self.span, self.message.clone()).label(self.label.clone());
+        let d =
+            Diagnostic::new(self.code, self.span, self.message.clone()).label(self.label.clone());
         if self.help.is_empty() {
             d
         } else {
@@ -77,10 +78,17 @@ impl<T> At<T> for Result<T, tch::TchError> {
 /// Classifies a libtorch error message.
 pub fn torch_failure(message: &str, span: Span) -> Failure {
     let first = message.lines().next().unwrap_or(message).trim();
-    if message.contains("out of memory") || message.contains("OutOfMemory") || message.contains("DefaultCPUAllocator: can't allocate") {
-        Failure::new(Code::OutOfMemory, span, format!("a device ran out of memory: {first}"))
-            .label("while running this")
-            .help("lower the batch size, use `precision bf16`, or spread the model over more devices")
+    if message.contains("out of memory")
+        || message.contains("OutOfMemory")
+        || message.contains("DefaultCPUAllocator: can't allocate")
+    {
+        Failure::new(
+            Code::OutOfMemory,
+            span,
+            format!("a device ran out of memory: {first}"),
+        )
+        .label("while running this")
+        .help("lower the batch size, use `precision bf16`, or spread the model over more devices")
     } else {
         Failure::new(Code::TorchError, span, format!("libtorch failed: {first}"))
             .label("while running this")

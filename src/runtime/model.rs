@@ -93,7 +93,9 @@ fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowe
                 out.push(Lowered::Layer(run));
             }
             Node::Block { nodes, .. } => out.extend(lower(net, nodes, over)?),
-            Node::Residual { nodes, span } => out.push(Lowered::Residual(lower(net, nodes, over)?, *span)),
+            Node::Residual { nodes, span } => {
+                out.push(Lowered::Residual(lower(net, nodes, over)?, *span))
+            }
         }
     }
     Ok(out)
@@ -125,31 +127,83 @@ fn add_buffer(net: &mut Net, run: &mut LayerRun, name: String, t: Tensor) {
 
 /// A linear layer's parameters as `nn.Linear` initialises them: weight and bias both
 /// `U(-1/sqrt(in), 1/sqrt(in))` (kaiming-uniform with `a = sqrt(5)`).
-fn linear_params(net: &mut Net, run: &mut LayerRun, prefix: &str, inputs: i64, outputs: i64, bias: bool) -> Result<(), Failure> {
+fn linear_params(
+    net: &mut Net,
+    run: &mut LayerRun,
+    prefix: &str,
+    inputs: i64,
+    outputs: i64,
+    bias: bool,
+) -> Result<(), Failure> {
     let (d, s) = (run.device, run.span);
     let bound = 1.0 / (inputs as f64).sqrt();
-    add_param(net, run, format!("{prefix}weight"), uniform(&[outputs, inputs], bound, d, s)?);
+    add_param(
+        net,
+        run,
+        format!("{prefix}weight"),
+        uniform(&[outputs, inputs], bound, d, s)?,
+    );
     if bias {
-        add_param(net, run, format!("{prefix}bias"), uniform(&[outputs], bound, d, s)?);
+        add_param(
+            net,
+            run,
+            format!("{prefix}bias"),
+            uniform(&[outputs], bound, d, s)?,
+        );
     }
     Ok(())
 }
 
 /// `nn.MultiheadAttention`'s parameters: `in_proj_weight` xavier-uniform, `in_proj_bias` 0,
 /// `out_proj.weight` as a linear layer, `out_proj.bias` 0.
-fn attention_params(net: &mut Net, run: &mut LayerRun, prefix: &str, width: i64) -> Result<(), Failure> {
+fn attention_params(
+    net: &mut Net,
+    run: &mut LayerRun,
+    prefix: &str,
+    width: i64,
+) -> Result<(), Failure> {
     let (d, s) = (run.device, run.span);
     let xavier = (6.0 / (width + 3 * width) as f64).sqrt();
-    add_param(net, run, format!("{prefix}in_proj_weight"), uniform(&[3 * width, width], xavier, d, s)?);
-    add_param(net, run, format!("{prefix}in_proj_bias"), filled(&[3 * width], 0.0, d, s)?);
-    add_param(net, run, format!("{prefix}out_proj.weight"), uniform(&[width, width], 1.0 / (width as f64).sqrt(), d, s)?);
-    add_param(net, run, format!("{prefix}out_proj.bias"), filled(&[width], 0.0, d, s)?);
+    add_param(
+        net,
+        run,
+        format!("{prefix}in_proj_weight"),
+        uniform(&[3 * width, width], xavier, d, s)?,
+    );
+    add_param(
+        net,
+        run,
+        format!("{prefix}in_proj_bias"),
+        filled(&[3 * width], 0.0, d, s)?,
+    );
+    add_param(
+        net,
+        run,
+        format!("{prefix}out_proj.weight"),
+        uniform(&[width, width], 1.0 / (width as f64).sqrt(), d, s)?,
+    );
+    add_param(
+        net,
+        run,
+        format!("{prefix}out_proj.bias"),
+        filled(&[width], 0.0, d, s)?,
+    );
     Ok(())
 }
 
-fn norm_params(net: &mut Net, run: &mut LayerRun, prefix: &str, shape: &[i64]) -> Result<(), Failure> {
+fn norm_params(
+    net: &mut Net,
+    run: &mut LayerRun,
+    prefix: &str,
+    shape: &[i64],
+) -> Result<(), Failure> {
     let (d, s) = (run.device, run.span);
-    add_param(net, run, format!("{prefix}weight"), filled(shape, 1.0, d, s)?);
+    add_param(
+        net,
+        run,
+        format!("{prefix}weight"),
+        filled(shape, 1.0, d, s)?,
+    );
     add_param(net, run, format!("{prefix}bias"), filled(shape, 0.0, d, s)?);
     Ok(())
 }
@@ -158,21 +212,45 @@ fn init_layer(net: &mut Net, run: &mut LayerRun, name: &str) -> Result<(), Failu
     let (d, s) = (run.device, run.span);
     let p = format!("{name}.");
     match run.kind.clone() {
-        LayerKind::Linear { inputs, outputs, bias } => linear_params(net, run, &p, inputs, outputs, bias)?,
+        LayerKind::Linear {
+            inputs,
+            outputs,
+            bias,
+        } => linear_params(net, run, &p, inputs, outputs, bias)?,
         LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => {
             let fan_in = conv.inputs / conv.groups * conv.kernel.iter().product::<i64>();
             let bound = 1.0 / (fan_in as f64).sqrt();
             let mut shape = vec![conv.outputs, conv.inputs / conv.groups];
             shape.extend(&conv.kernel);
-            add_param(net, run, format!("{p}weight"), uniform(&shape, bound, d, s)?);
+            add_param(
+                net,
+                run,
+                format!("{p}weight"),
+                uniform(&shape, bound, d, s)?,
+            );
             if conv.bias {
-                add_param(net, run, format!("{p}bias"), uniform(&[conv.outputs], bound, d, s)?);
+                add_param(
+                    net,
+                    run,
+                    format!("{p}bias"),
+                    uniform(&[conv.outputs], bound, d, s)?,
+                );
             }
         }
         LayerKind::BatchNorm { features, .. } => {
             norm_params(net, run, &p, &[features])?;
-            add_buffer(net, run, format!("{p}running_mean"), filled(&[features], 0.0, d, s)?);
-            add_buffer(net, run, format!("{p}running_var"), filled(&[features], 1.0, d, s)?);
+            add_buffer(
+                net,
+                run,
+                format!("{p}running_mean"),
+                filled(&[features], 0.0, d, s)?,
+            );
+            add_buffer(
+                net,
+                run,
+                format!("{p}running_var"),
+                filled(&[features], 1.0, d, s)?,
+            );
         }
         LayerKind::LayerNorm { shape, .. } => norm_params(net, run, &p, &shape)?,
         LayerKind::GroupNorm { channels, .. } => norm_params(net, run, &p, &[channels])?,
@@ -213,14 +291,25 @@ impl Net {
                 .label("while loading initial weights for this experiment")
                 .help("give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`")
         };
-        let tensors = Tensor::read_safetensors(path).map_err(|e| bad(format!("cannot read `{}`: {e}", path.display())))?;
+        let tensors = Tensor::read_safetensors(path)
+            .map_err(|e| bad(format!("cannot read `{}`: {e}", path.display())))?;
         let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
-        let targets = self.params.iter().map(|p| (&p.name, &p.tensor)).chain(self.buffers.iter().map(|b| (&b.name, &b.tensor)));
+        let targets = self
+            .params
+            .iter()
+            .map(|p| (&p.name, &p.tensor))
+            .chain(self.buffers.iter().map(|b| (&b.name, &b.tensor)));
         tch::no_grad(|| {
             for (name, t) in targets {
-                let src = find(name).ok_or_else(|| bad(format!("`{}` has no tensor `{name}`", path.display())))?;
+                let src = find(name)
+                    .ok_or_else(|| bad(format!("`{}` has no tensor `{name}`", path.display())))?;
                 if src.size() != t.size() {
-                    return Err(bad(format!("`{name}` in `{}` has shape {:?}, the model's is {:?}", path.display(), src.size(), t.size())));
+                    return Err(bad(format!(
+                        "`{name}` in `{}` has shape {:?}, the model's is {:?}",
+                        path.display(),
+                        src.size(),
+                        t.size()
+                    )));
                 }
                 t.shallow_clone().f_copy_(src).at(span)?;
             }
@@ -262,13 +351,25 @@ impl Net {
         for node in nodes {
             x = match node {
                 Lowered::Layer(l) => {
-                    let input = if x.device() == l.device { x } else { x.f_to_device(l.device).at(l.span)? };
+                    let input = if x.device() == l.device {
+                        x
+                    } else {
+                        x.f_to_device(l.device).at(l.span)?
+                    };
                     self.layer(l, &input, train)?
                 }
                 Lowered::Residual(inner, span) => {
                     let y = self.run(inner, &x, train)?;
-                    let x = if x.device() == y.device() { x } else { x.f_to_device(y.device()).at(*span)? };
-                    let y = if y.kind() == x.kind() { y } else { y.f_to_kind(x.kind()).at(*span)? };
+                    let x = if x.device() == y.device() {
+                        x
+                    } else {
+                        x.f_to_device(y.device()).at(*span)?
+                    };
+                    let y = if y.kind() == x.kind() {
+                        y
+                    } else {
+                        y.f_to_kind(x.kind()).at(*span)?
+                    };
                     x.f_add(&y).at(*span)?
                 }
             };
@@ -306,7 +407,13 @@ impl Net {
         }
     }
 
-    fn linear(&self, l: &LayerRun, x: &Tensor, w: usize, b: Option<usize>) -> Result<Tensor, Failure> {
+    fn linear(
+        &self,
+        l: &LayerRun,
+        x: &Tensor,
+        w: usize,
+        b: Option<usize>,
+    ) -> Result<Tensor, Failure> {
         let x = self.mm_input(l, x)?;
         let weight = self.w(l, w)?;
         let bias = b.map(|i| self.w(l, i)).transpose()?;
@@ -322,24 +429,69 @@ impl Net {
                 let weight = self.w(l, 0)?;
                 let bias = if conv.bias { Some(self.w(l, 1)?) } else { None };
                 if conv.kernel.len() == 1 {
-                    x.f_conv1d(&weight, bias.as_ref(), conv.stride.as_slice(), conv.padding.as_slice(), conv.dilation.as_slice(), conv.groups).at(s)
+                    x.f_conv1d(
+                        &weight,
+                        bias.as_ref(),
+                        conv.stride.as_slice(),
+                        conv.padding.as_slice(),
+                        conv.dilation.as_slice(),
+                        conv.groups,
+                    )
+                    .at(s)
                 } else {
-                    x.f_conv2d(&weight, bias.as_ref(), conv.stride.as_slice(), conv.padding.as_slice(), conv.dilation.as_slice(), conv.groups).at(s)
+                    x.f_conv2d(
+                        &weight,
+                        bias.as_ref(),
+                        conv.stride.as_slice(),
+                        conv.padding.as_slice(),
+                        conv.dilation.as_slice(),
+                        conv.groups,
+                    )
+                    .at(s)
                 }
             }
             LayerKind::MaxPool { pool } => {
                 let dilation = vec![1; pool.kernel.len()];
                 if pool.kernel.len() == 1 {
-                    x.f_max_pool1d(pool.kernel.as_slice(), pool.stride.as_slice(), pool.padding.as_slice(), dilation.as_slice(), false).at(s)
+                    x.f_max_pool1d(
+                        pool.kernel.as_slice(),
+                        pool.stride.as_slice(),
+                        pool.padding.as_slice(),
+                        dilation.as_slice(),
+                        false,
+                    )
+                    .at(s)
                 } else {
-                    x.f_max_pool2d(pool.kernel.as_slice(), pool.stride.as_slice(), pool.padding.as_slice(), dilation.as_slice(), false).at(s)
+                    x.f_max_pool2d(
+                        pool.kernel.as_slice(),
+                        pool.stride.as_slice(),
+                        pool.padding.as_slice(),
+                        dilation.as_slice(),
+                        false,
+                    )
+                    .at(s)
                 }
             }
             LayerKind::AvgPool { pool } => {
                 if pool.kernel.len() == 1 {
-                    x.f_avg_pool1d(pool.kernel.as_slice(), pool.stride.as_slice(), pool.padding.as_slice(), false, true).at(s)
+                    x.f_avg_pool1d(
+                        pool.kernel.as_slice(),
+                        pool.stride.as_slice(),
+                        pool.padding.as_slice(),
+                        false,
+                        true,
+                    )
+                    .at(s)
                 } else {
-                    x.f_avg_pool2d(pool.kernel.as_slice(), pool.stride.as_slice(), pool.padding.as_slice(), false, true, None::<i64>).at(s)
+                    x.f_avg_pool2d(
+                        pool.kernel.as_slice(),
+                        pool.stride.as_slice(),
+                        pool.padding.as_slice(),
+                        false,
+                        true,
+                        None::<i64>,
+                    )
+                    .at(s)
                 }
             }
             LayerKind::AdaptiveAvgPool { output } => {
@@ -351,16 +503,37 @@ impl Net {
             }
             LayerKind::BatchNorm { eps, momentum, .. } => {
                 let x = self.fp32_input(l, x)?;
-                let (mean, var) = (&self.buffers[l.buffers[0]].tensor, &self.buffers[l.buffers[1]].tensor);
-                x.f_batch_norm(Some(self.p(l, 0)), Some(self.p(l, 1)), Some(mean), Some(var), train, *momentum, *eps, true).at(s)
+                let (mean, var) = (
+                    &self.buffers[l.buffers[0]].tensor,
+                    &self.buffers[l.buffers[1]].tensor,
+                );
+                x.f_batch_norm(
+                    Some(self.p(l, 0)),
+                    Some(self.p(l, 1)),
+                    Some(mean),
+                    Some(var),
+                    train,
+                    *momentum,
+                    *eps,
+                    true,
+                )
+                .at(s)
             }
             LayerKind::LayerNorm { shape, eps } => {
                 let x = self.fp32_input(l, x)?;
-                x.f_layer_norm(shape.as_slice(), Some(self.p(l, 0)), Some(self.p(l, 1)), *eps, true).at(s)
+                x.f_layer_norm(
+                    shape.as_slice(),
+                    Some(self.p(l, 0)),
+                    Some(self.p(l, 1)),
+                    *eps,
+                    true,
+                )
+                .at(s)
             }
             LayerKind::GroupNorm { groups, eps, .. } => {
                 let x = self.fp32_input(l, x)?;
-                x.f_group_norm(*groups, Some(self.p(l, 0)), Some(self.p(l, 1)), *eps, true).at(s)
+                x.f_group_norm(*groups, Some(self.p(l, 0)), Some(self.p(l, 1)), *eps, true)
+                    .at(s)
             }
             LayerKind::Dropout { p } => x.f_dropout(*p, train).at(s),
             LayerKind::Relu => x.f_relu().at(s),
@@ -368,28 +541,56 @@ impl Net {
             LayerKind::Silu => x.f_silu().at(s),
             LayerKind::Tanh => x.f_tanh().at(s),
             LayerKind::Sigmoid => x.f_sigmoid().at(s),
-            LayerKind::Softmax { dim } => self.fp32_input(l, x)?.f_softmax(dim + 1, Kind::Float).at(s),
-            LayerKind::LogSoftmax { dim } => self.fp32_input(l, x)?.f_log_softmax(dim + 1, Kind::Float).at(s),
+            LayerKind::Softmax { dim } => {
+                self.fp32_input(l, x)?.f_softmax(dim + 1, Kind::Float).at(s)
+            }
+            LayerKind::LogSoftmax { dim } => self
+                .fp32_input(l, x)?
+                .f_log_softmax(dim + 1, Kind::Float)
+                .at(s),
             LayerKind::Flatten => x.f_flatten(1, -1).at(s),
             LayerKind::Reshape { shape } => {
                 let mut dims = vec![-1];
                 dims.extend(shape);
                 x.f_reshape(dims.as_slice()).at(s)
             }
-            LayerKind::Mean { dim } => x.f_mean_dim(Some([dim + 1].as_slice()), false, None::<Kind>).at(s),
-            LayerKind::Embedding { .. } => Tensor::f_embedding(self.p(l, 0), x, -1, false, false).at(s),
-            LayerKind::Attention { heads, dropout, causal, .. } => {
-                self.attention(l, x, 0, *heads, if train { *dropout } else { 0.0 }, *causal)
+            LayerKind::Mean { dim } => x
+                .f_mean_dim(Some([dim + 1].as_slice()), false, None::<Kind>)
+                .at(s),
+            LayerKind::Embedding { .. } => {
+                Tensor::f_embedding(self.p(l, 0), x, -1, false, false).at(s)
             }
-            LayerKind::TransformerBlock { heads, dropout, causal, .. } => {
+            LayerKind::Attention {
+                heads,
+                dropout,
+                causal,
+                ..
+            } => self.attention(l, x, 0, *heads, if train { *dropout } else { 0.0 }, *causal),
+            LayerKind::TransformerBlock {
+                heads,
+                dropout,
+                causal,
+                ..
+            } => {
                 let p = if train { *dropout } else { 0.0 };
                 // x + dropout(attention(norm1(x)))
                 let h = self.norm(l, x, 8)?;
-                let a = self.attention(l, &h, 0, *heads, p, *causal)?.f_dropout(p, train).at(s)?;
-                let x = self.fp32_input(l, x)?.f_add(&self.fp32_input(l, &a)?).at(s)?;
+                let a = self
+                    .attention(l, &h, 0, *heads, p, *causal)?
+                    .f_dropout(p, train)
+                    .at(s)?;
+                let x = self
+                    .fp32_input(l, x)?
+                    .f_add(&self.fp32_input(l, &a)?)
+                    .at(s)?;
                 // x + dropout(linear2(dropout(gelu(linear1(norm2(x))))))
                 let h = self.norm(l, &x, 10)?;
-                let h = self.linear(l, &h, 4, Some(5))?.f_gelu("none").at(s)?.f_dropout(p, train).at(s)?;
+                let h = self
+                    .linear(l, &h, 4, Some(5))?
+                    .f_gelu("none")
+                    .at(s)?
+                    .f_dropout(p, train)
+                    .at(s)?;
                 let m = self.linear(l, &h, 6, Some(7))?.f_dropout(p, train).at(s)?;
                 x.f_add(&self.fp32_input(l, &m)?).at(s)
             }
@@ -399,18 +600,52 @@ impl Net {
     /// Layer normalisation over the last dimension with the parameters at `i` and `i + 1`.
     fn norm(&self, l: &LayerRun, x: &Tensor, i: usize) -> Result<Tensor, Failure> {
         let width = x.size().last().copied().unwrap_or(1);
-        self.fp32_input(l, x)?.f_layer_norm([width].as_slice(), Some(self.p(l, i)), Some(self.p(l, i + 1)), 1e-5, true).at(l.span)
+        self.fp32_input(l, x)?
+            .f_layer_norm(
+                [width].as_slice(),
+                Some(self.p(l, i)),
+                Some(self.p(l, i + 1)),
+                1e-5,
+                true,
+            )
+            .at(l.span)
     }
 
     /// Multi-head self-attention with the four parameters starting at `first`.
-    fn attention(&self, l: &LayerRun, x: &Tensor, first: usize, heads: i64, dropout: f64, causal: bool) -> Result<Tensor, Failure> {
+    fn attention(
+        &self,
+        l: &LayerRun,
+        x: &Tensor,
+        first: usize,
+        heads: i64,
+        dropout: f64,
+        causal: bool,
+    ) -> Result<Tensor, Failure> {
         let s = l.span;
         let size = x.size();
         let (b, n, e) = (size[0], size[1], size[2]);
         let qkv = self.linear(l, x, first, Some(first + 1))?;
-        let qkv = qkv.f_reshape([b, n, 3, heads, e / heads]).at(s)?.f_permute([2, 0, 3, 1, 4]).at(s)?;
-        let (q, k, v) = (qkv.f_get(0).at(s)?, qkv.f_get(1).at(s)?, qkv.f_get(2).at(s)?);
-        let o = Tensor::f_scaled_dot_product_attention(&q, &k, &v, None::<Tensor>, dropout, causal, None::<f64>, false).at(s)?;
+        let qkv = qkv
+            .f_reshape([b, n, 3, heads, e / heads])
+            .at(s)?
+            .f_permute([2, 0, 3, 1, 4])
+            .at(s)?;
+        let (q, k, v) = (
+            qkv.f_get(0).at(s)?,
+            qkv.f_get(1).at(s)?,
+            qkv.f_get(2).at(s)?,
+        );
+        let o = Tensor::f_scaled_dot_product_attention(
+            &q,
+            &k,
+            &v,
+            None::<Tensor>,
+            dropout,
+            causal,
+            None::<f64>,
+            false,
+        )
+        .at(s)?;
         let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
         self.linear(l, &o, first + 2, Some(first + 3))
     }

@@ -28,7 +28,12 @@ impl Optim {
     }
 
     /// The state tensors of a parameter, created as zeros when missing.
-    fn slot<'a>(state: &'a mut Vec<(&'static str, Tensor)>, name: &'static str, like: &Tensor, span: Span) -> Result<&'a mut Tensor, Failure> {
+    fn slot<'a>(
+        state: &'a mut Vec<(&'static str, Tensor)>,
+        name: &'static str,
+        like: &Tensor,
+        span: Span,
+    ) -> Result<&'a mut Tensor, Failure> {
         if !state.iter().any(|(n, _)| *n == name) {
             state.push((name, like.f_zeros_like().at(span)?));
         }
@@ -51,8 +56,16 @@ impl Optim {
                 let mut p = p.shallow_clone();
                 let state = &mut self.state[i];
                 match &self.config.kind {
-                    OptimizerKind::Sgd { momentum, dampening, nesterov } => {
-                        let mut d = if wd != 0.0 { g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)? } else { g.shallow_clone() };
+                    OptimizerKind::Sgd {
+                        momentum,
+                        dampening,
+                        nesterov,
+                    } => {
+                        let mut d = if wd != 0.0 {
+                            g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
+                        } else {
+                            g.shallow_clone()
+                        };
                         if *momentum != 0.0 {
                             let first = !state.iter().any(|(n, _)| *n == "momentum_buffer");
                             let buf = Self::slot(state, "momentum_buffer", &p, span)?;
@@ -60,15 +73,33 @@ impl Optim {
                                 buf.f_copy_(&d).at(span)?;
                             } else {
                                 buf.f_mul_scalar_(*momentum).done_at(span)?;
-                                buf.f_add_(&d.f_mul_scalar(1.0 - dampening).at(span)?).done_at(span)?;
+                                buf.f_add_(&d.f_mul_scalar(1.0 - dampening).at(span)?)
+                                    .done_at(span)?;
                             }
-                            d = if *nesterov { d.f_add(&buf.f_mul_scalar(*momentum).at(span)?).at(span)? } else { buf.shallow_clone() };
+                            d = if *nesterov {
+                                d.f_add(&buf.f_mul_scalar(*momentum).at(span)?).at(span)?
+                            } else {
+                                buf.shallow_clone()
+                            };
                         }
                         p.f_sub_(&d.f_mul_scalar(lr).at(span)?).done_at(span)?;
                     }
-                    OptimizerKind::Adam { betas, eps, amsgrad } | OptimizerKind::AdamW { betas, eps, amsgrad } => {
+                    OptimizerKind::Adam {
+                        betas,
+                        eps,
+                        amsgrad,
+                    }
+                    | OptimizerKind::AdamW {
+                        betas,
+                        eps,
+                        amsgrad,
+                    } => {
                         let decoupled = matches!(self.config.kind, OptimizerKind::AdamW { .. });
-                        let g = if wd != 0.0 && !decoupled { g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)? } else { g };
+                        let g = if wd != 0.0 && !decoupled {
+                            g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
+                        } else {
+                            g
+                        };
                         if wd != 0.0 && decoupled {
                             p.f_mul_scalar_(1.0 - lr * wd).done_at(span)?;
                         }
@@ -78,7 +109,8 @@ impl Optim {
                         let m = m.shallow_clone();
                         let v = Self::slot(state, "exp_avg_sq", &p, span)?;
                         v.f_mul_scalar_(b2).done_at(span)?;
-                        v.f_addcmul_(&g, &g.f_mul_scalar(1.0 - b2).at(span)?).done_at(span)?;
+                        v.f_addcmul_(&g, &g.f_mul_scalar(1.0 - b2).at(span)?)
+                            .done_at(span)?;
                         let mut v = v.shallow_clone();
                         if *amsgrad {
                             let max = Self::slot(state, "max_exp_avg_sq", &p, span)?;
@@ -88,19 +120,41 @@ impl Optim {
                         }
                         let bc1 = 1.0 - b1.powi(t);
                         let bc2 = 1.0 - b2.powi(t);
-                        let denom = v.f_sqrt().at(span)?.f_div_scalar(bc2.sqrt()).at(span)?.f_add_scalar(*eps).at(span)?;
-                        p.f_sub_(&m.f_div(&denom).at(span)?.f_mul_scalar(lr / bc1).at(span)?).done_at(span)?;
+                        let denom = v
+                            .f_sqrt()
+                            .at(span)?
+                            .f_div_scalar(bc2.sqrt())
+                            .at(span)?
+                            .f_add_scalar(*eps)
+                            .at(span)?;
+                        p.f_sub_(&m.f_div(&denom).at(span)?.f_mul_scalar(lr / bc1).at(span)?)
+                            .done_at(span)?;
                     }
-                    OptimizerKind::RmsProp { alpha, eps, momentum, centered } => {
-                        let g = if wd != 0.0 { g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)? } else { g };
+                    OptimizerKind::RmsProp {
+                        alpha,
+                        eps,
+                        momentum,
+                        centered,
+                    } => {
+                        let g = if wd != 0.0 {
+                            g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
+                        } else {
+                            g
+                        };
                         let sq = Self::slot(state, "square_avg", &p, span)?;
                         sq.f_mul_scalar_(*alpha).done_at(span)?;
-                        sq.f_addcmul_(&g, &g.f_mul_scalar(1.0 - alpha).at(span)?).done_at(span)?;
+                        sq.f_addcmul_(&g, &g.f_mul_scalar(1.0 - alpha).at(span)?)
+                            .done_at(span)?;
                         let sq = sq.shallow_clone();
                         let avg = if *centered {
                             let ga = Self::slot(state, "grad_avg", &p, span)?;
                             ga.f_lerp_(&g, 1.0 - alpha).done_at(span)?;
-                            sq.f_addcmul(ga, &ga.f_neg().at(span)?).at(span)?.f_sqrt().at(span)?.f_add_scalar(*eps).at(span)?
+                            sq.f_addcmul(ga, &ga.f_neg().at(span)?)
+                                .at(span)?
+                                .f_sqrt()
+                                .at(span)?
+                                .f_add_scalar(*eps)
+                                .at(span)?
                         } else {
                             sq.f_sqrt().at(span)?.f_add_scalar(*eps).at(span)?
                         };
@@ -110,7 +164,8 @@ impl Optim {
                             buf.f_add_(&g.f_div(&avg).at(span)?).done_at(span)?;
                             p.f_sub_(&buf.f_mul_scalar(lr).at(span)?).done_at(span)?;
                         } else {
-                            p.f_sub_(&g.f_div(&avg).at(span)?.f_mul_scalar(lr).at(span)?).done_at(span)?;
+                            p.f_sub_(&g.f_div(&avg).at(span)?.f_mul_scalar(lr).at(span)?)
+                                .done_at(span)?;
                         }
                     }
                 }
@@ -121,20 +176,45 @@ impl Optim {
 }
 
 /// Clips gradients: by total L2 norm (`torch.nn.utils.clip_grad_norm_`), then by value.
-pub fn clip(params: &[Tensor], norm: Option<f64>, value: Option<f64>, span: Span) -> Result<(), Failure> {
+pub fn clip(
+    params: &[Tensor],
+    norm: Option<f64>,
+    value: Option<f64>,
+    span: Span,
+) -> Result<(), Failure> {
     tch::no_grad(|| -> Result<(), Failure> {
-        let grads: Vec<Tensor> = params.iter().map(Tensor::grad).filter(Tensor::defined).collect();
+        let grads: Vec<Tensor> = params
+            .iter()
+            .map(Tensor::grad)
+            .filter(Tensor::defined)
+            .collect();
         if let Some(max) = norm {
-            let mut total = Tensor::f_zeros([], (tch::Kind::Float, grads.first().map_or(tch::Device::Cpu, Tensor::device))).at(span)?;
+            let mut total = Tensor::f_zeros(
+                [],
+                (
+                    tch::Kind::Float,
+                    grads.first().map_or(tch::Device::Cpu, Tensor::device),
+                ),
+            )
+            .at(span)?;
             for g in &grads {
                 let n = g.f_norm().at(span)?.f_to_device(total.device()).at(span)?;
                 total = total.f_add(&n.f_mul(&n).at(span)?).at(span)?;
             }
             let total = total.f_sqrt().at(span)?;
-            let coef = total.f_add_scalar(1e-6).at(span)?.f_reciprocal().at(span)?.f_mul_scalar(max).at(span)?.f_clamp_max(1.0).at(span)?;
+            let coef = total
+                .f_add_scalar(1e-6)
+                .at(span)?
+                .f_reciprocal()
+                .at(span)?
+                .f_mul_scalar(max)
+                .at(span)?
+                .f_clamp_max(1.0)
+                .at(span)?;
             for g in &grads {
                 let mut g = g.shallow_clone();
-                g.f_mul_(&coef.f_to_device(g.device()).at(span)?).done_at(span)?;
+                g.f_mul_(&coef.f_to_device(g.device()).at(span)?)
+                    .done_at(span)?;
             }
         }
         if let Some(v) = value {
@@ -158,7 +238,12 @@ pub struct Lr {
 impl Lr {
     /// The schedule of an optimizer whose configured rate is `base`.
     pub fn new(base: f64, schedule: &Schedule, total: u64, per_epoch: u64) -> Lr {
-        Lr { base, schedule: schedule.clone(), total: total.max(1), per_epoch: per_epoch.max(1) }
+        Lr {
+            base,
+            schedule: schedule.clone(),
+            total: total.max(1),
+            per_epoch: per_epoch.max(1),
+        }
     }
 
     fn steps(&self, d: Duration) -> u64 {
@@ -174,9 +259,13 @@ impl Lr {
         let lr = self.base;
         match &self.schedule {
             Schedule::Constant => lr,
-            Schedule::Step { every, gamma } => lr * gamma.powi((step / self.steps(*every).max(1)) as i32),
+            Schedule::Step { every, gamma } => {
+                lr * gamma.powi((step / self.steps(*every).max(1)) as i32)
+            }
             Schedule::Exponential { gamma } => lr * gamma.powi((step / self.per_epoch) as i32),
-            Schedule::Warmup { length } => lr * ((step + 1) as f64 / self.steps(*length).max(1) as f64).min(1.0),
+            Schedule::Warmup { length } => {
+                lr * ((step + 1) as f64 / self.steps(*length).max(1) as f64).min(1.0)
+            }
             Schedule::Cosine { warmup, min_lr } => {
                 let w = warmup.map_or(0, |d| self.steps(d));
                 if step < w {
@@ -193,7 +282,9 @@ impl Lr {
                 let min = initial / 1e4;
                 let up = (pct_start * self.total as f64 - 1.0).max(1.0);
                 let down = (self.total as f64 - 1.0 - up).max(1.0);
-                let cos = |start: f64, end: f64, pct: f64| end + (start - end) / 2.0 * ((PI * pct.min(1.0)).cos() + 1.0);
+                let cos = |start: f64, end: f64, pct: f64| {
+                    end + (start - end) / 2.0 * ((PI * pct.min(1.0)).cos() + 1.0)
+                };
                 let s = step as f64;
                 if s <= up {
                     cos(initial, *max_lr, s / up)

@@ -45,12 +45,16 @@ struct Chart {
 
 /// Writes the training curves of the run in `dir` beside its `metrics.jsonl`.
 ///
-/// `loss.svg` and `loss.png` always (when any loss was recorded); `accuracy.svg` and
-/// `accuracy.png` when the metrics hold accuracies. Failures are K0509 (`RunIo`) at `span`.
+/// `loss.svg` and `loss.png` when any loss was recorded; `accuracy.svg` and `accuracy.png` when
+/// the metrics hold accuracies. A run without `metrics.jsonl` (nothing recorded) gets no plots.
+/// Failures are K0509 (`RunIo`) at `span`.
 pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
     let path = dir.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| fail(span, format!("cannot read `{}`: {e}", path.display())))?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(fail(span, format!("cannot read `{}`: {e}", path.display()))),
+    };
     register_font().map_err(|e| fail(span, e))?;
     let name = run_name(dir);
     for (file, chart) in charts(&text, &name) {
@@ -227,19 +231,27 @@ fn write_chart(dir: &Path, stem: &str, chart: &Chart) -> Result<(), String> {
         draw(&root, chart)?;
         root.present().map_err(|e| e.to_string())?;
     }
-    let svg_path = dir.join(format!("{stem}.svg"));
     let svg_tmp = dir.join(format!(".{stem}.tmp.svg"));
-    std::fs::write(&svg_tmp, svg).map_err(|e| e.to_string())?;
-    std::fs::rename(&svg_tmp, &svg_path).map_err(|e| e.to_string())?;
+    let written = std::fs::write(&svg_tmp, svg).map_err(|e| e.to_string());
+    place(written, &svg_tmp, &dir.join(format!("{stem}.svg")))?;
 
     // The bitmap backend picks the encoder from the extension: the temporary name keeps `.png`.
     let png_tmp = dir.join(format!(".{stem}.tmp.png"));
-    {
+    let drawn = (|| {
         let root = BitMapBackend::new(&png_tmp, SIZE).into_drawing_area();
         draw(&root, chart)?;
-        root.present().map_err(|e| e.to_string())?;
+        root.present().map_err(|e| e.to_string())
+    })();
+    place(drawn, &png_tmp, &dir.join(format!("{stem}.png")))
+}
+
+/// Renames a written temporary file into place; removes it when writing or renaming failed.
+fn place(written: Result<(), String>, tmp: &Path, path: &Path) -> Result<(), String> {
+    let result = written.and_then(|()| std::fs::rename(tmp, path).map_err(|e| e.to_string()));
+    if result.is_err() {
+        let _ = std::fs::remove_file(tmp);
     }
-    std::fs::rename(&png_tmp, dir.join(format!("{stem}.png"))).map_err(|e| e.to_string())
+    result
 }
 
 /// A range around `lo..hi` with a margin, never empty.
@@ -512,10 +524,32 @@ mod tests {
     }
 
     #[test]
-    fn missing_metrics_is_a_run_io_failure() {
+    fn missing_metrics_means_no_plots_and_unreadable_metrics_fail() {
         let dir = std::env::temp_dir().join(format!("kiln-plot-{}-missing", std::process::id()));
-        let f = write_curves(&dir, span()).expect_err("no metrics");
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        write_curves(&dir, span()).expect("nothing to plot");
+        assert!(!dir.join("loss.png").exists());
+        // A directory where the file should be cannot be read.
+        std::fs::create_dir_all(dir.join("metrics.jsonl")).expect("dir");
+        let f = write_curves(&dir, span()).expect_err("unreadable metrics");
         assert_eq!(f.code, Code::RunIo);
         assert!(f.message.contains("metrics.jsonl"), "{}", f.message);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_unwritable_directory_is_a_run_io_failure() {
+        let dir = run_dir("unwritable", &classification(2));
+        // A directory in the way of the output file makes the rename fail, even as root.
+        std::fs::create_dir_all(dir.join("loss.svg").join("x")).expect("dir");
+        let f = write_curves(&dir, span()).expect_err("cannot write");
+        assert_eq!(f.code, Code::RunIo);
+        assert!(f.message.contains("loss"), "{}", f.message);
+        assert!(
+            !dir.join(".loss.tmp.svg").exists(),
+            "temporary file left behind"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -41,9 +41,13 @@ pub struct RunWriter {
 }
 
 fn io(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure {
-    Failure::new(Code::RunIo, span, format!("cannot {what} `{}`: {e}", path.display()))
-        .label("while recording this experiment's run")
-        .help("check that the runs directory is writable and the disk has room")
+    Failure::new(
+        Code::RunIo,
+        span,
+        format!("cannot {what} `{}`: {e}", path.display()),
+    )
+    .label("while recording this experiment's run")
+    .help("check that the runs directory is writable and the disk has room")
 }
 
 impl RunWriter {
@@ -51,8 +55,16 @@ impl RunWriter {
     pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Failure> {
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e, span))?;
         let metrics = dir.join("metrics.jsonl");
-        let lines = std::fs::read_to_string(&metrics).map(|t| t.lines().count() as u64).unwrap_or(0);
-        Ok(RunWriter { dir, lines, steps: String::new(), last_eval_step: None, span })
+        let lines = std::fs::read_to_string(&metrics)
+            .map(|t| t.lines().count() as u64)
+            .unwrap_or(0);
+        Ok(RunWriter {
+            dir,
+            lines,
+            steps: String::new(),
+            last_eval_step: None,
+            span,
+        })
     }
 
     /// The run directory.
@@ -75,7 +87,11 @@ impl RunWriter {
 
     fn append(&mut self, value: &serde_json::Value) -> Result<u64, Failure> {
         let path = self.dir.join("metrics.jsonl");
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io("open", &path, e, self.span))?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io("open", &path, e, self.span))?;
         writeln!(f, "{value}").map_err(|e| io("append to", &path, e, self.span))?;
         self.lines += 1;
         Ok(self.lines)
@@ -84,7 +100,10 @@ impl RunWriter {
     /// Appends one optimizer step's loss and learning rate to `steps.jsonl`.
     pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Failure> {
         use std::fmt::Write as _;
-        let _ = writeln!(self.steps, "{{\"step\":{step},\"loss\":{loss:e},\"lr\":{lr:e}}}");
+        let _ = writeln!(
+            self.steps,
+            "{{\"step\":{step},\"loss\":{loss:e},\"lr\":{lr:e}}}"
+        );
         if self.steps.len() > 1 << 16 {
             self.flush_steps()?;
         }
@@ -97,8 +116,13 @@ impl RunWriter {
             return Ok(());
         }
         let path = self.dir.join("steps.jsonl");
-        let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(|e| io("open", &path, e, self.span))?;
-        f.write_all(self.steps.as_bytes()).map_err(|e| io("append to", &path, e, self.span))?;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| io("open", &path, e, self.span))?;
+        f.write_all(self.steps.as_bytes())
+            .map_err(|e| io("append to", &path, e, self.span))?;
         self.steps.clear();
         Ok(())
     }
@@ -114,7 +138,8 @@ impl RunWriter {
     /// Appends an evaluation record; returns the number of lines written so far.
     pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Failure> {
         self.last_eval_step = Some(step);
-        let mut v = serde_json::json!({ "split": "val", "epoch": epoch, "step": step, "loss": e.loss });
+        let mut v =
+            serde_json::json!({ "split": "val", "epoch": epoch, "step": step, "loss": e.loss });
         if let Some(a) = e.accuracy {
             v["accuracy"] = a.into();
         }
@@ -133,7 +158,11 @@ impl RunWriter {
     /// resumed run writes them again).
     pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Failure> {
         let steps = std::fs::read_to_string(self.dir.join("steps.jsonl")).unwrap_or_default();
-        let kept: String = steps.lines().take(step as usize).map(|l| format!("{l}\n")).collect();
+        let kept: String = steps
+            .lines()
+            .take(step as usize)
+            .map(|l| format!("{l}\n"))
+            .collect();
         self.write_file("steps.jsonl", kept.as_bytes())?;
         let path = self.dir.join("metrics.jsonl");
         let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -158,7 +187,11 @@ pub struct Progress {
 impl Progress {
     /// Progress for a run of `epochs` epochs (`None` when it is set in steps).
     pub fn new(quiet: bool, epochs: Option<u64>) -> Progress {
-        Progress { bar: None, quiet, epochs: epochs.map_or(String::new(), |e| format!("/{e}")) }
+        Progress {
+            bar: None,
+            quiet,
+            epochs: epochs.map_or(String::new(), |e| format!("/{e}")),
+        }
     }
 
     /// An epoch begins: `batches` in it, `done` already (when resuming).
@@ -168,7 +201,8 @@ impl Progress {
         }
         let bar = ProgressBar::new(batches);
         bar.set_style(
-            ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} {msg} eta {eta}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} {msg} eta {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_prefix(format!("{}{}", epoch + 1, self.epochs));
         bar.set_position(done);
@@ -188,7 +222,12 @@ impl Progress {
         if self.quiet {
             return;
         }
-        let line = format!("  val loss {:.4}{}", e.loss, e.accuracy.map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a)));
+        let line = format!(
+            "  val loss {:.4}{}",
+            e.loss,
+            e.accuracy
+                .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a))
+        );
         match &self.bar {
             Some(bar) => bar.println(line),
             None => {
@@ -205,7 +244,9 @@ impl Progress {
         if self.quiet {
             return;
         }
-        let acc = r.train_accuracy.map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a));
+        let acc = r
+            .train_accuracy
+            .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a));
         let _ = writeln!(
             std::io::stderr(),
             "epoch {}{}  step {}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",

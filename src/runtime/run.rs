@@ -31,41 +31,86 @@ pub struct RunOptions {
     pub runs_dir: PathBuf,
     /// `--init`: initial weights to load instead of the default initialisation.
     pub init: Option<PathBuf>,
+    /// `--trial K`: run only the K-th trial (1-based) of a sweep.
+    pub trial: Option<usize>,
+    /// `--run-dir`: the exact run directory to create.
+    pub run_dir: Option<PathBuf>,
+    /// `--threads`: libtorch's intra-op threads.
+    pub threads: Option<usize>,
+    /// `--max-steps`: stop after this many optimizer steps (the schedule keeps the full length).
+    pub max_steps: Option<u64>,
 }
 
 /// Runs the command; returns the exit status.
 pub fn main(opts: &RunOptions) -> i32 {
     let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst));
+    if let Some(n) = opts.threads {
+        tch::set_num_threads(n as i32);
+    }
     let checked = check_path(&opts.file, &FsLoader, &Options::default());
-    let style = Style { color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(), width: 100 };
+    let style = Style {
+        color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        width: 100,
+    };
     for d in &checked.diagnostics {
         eprint(&to_text(d, &checked.sources, style));
     }
     if checked.has_errors() {
-        return if checked.diagnostics.iter().any(|d| d.code == Code::Io) { 2 } else { 1 };
+        return if checked.diagnostics.iter().any(|d| d.code == Code::Io) {
+            2
+        } else {
+            1
+        };
     }
-    if opts.resume.is_some() && checked.trials.len() > 1 {
-        eprint("error: `--resume` takes one run directory; resume the trials of a sweep one by one\n");
+    let mut trials: Vec<(usize, &Experiment)> = checked
+        .trials
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i + 1, e))
+        .collect();
+    if let Some(k) = opts.trial {
+        if k == 0 || k > trials.len() {
+            eprint(&format!(
+                "error: `--trial {k}`: the experiment has {} trial(s)\n",
+                trials.len()
+            ));
+            return 2;
+        }
+        trials = vec![trials[k - 1]];
+    }
+    if (opts.resume.is_some() || opts.run_dir.is_some()) && trials.len() > 1 {
+        eprint("error: `--resume` and `--run-dir` take one trial; pick one with `--trial K`\n");
         return 2;
     }
     let stamp = timestamp();
+    let sweep = checked.trials.len() > 1;
+    let dir_of = |i: usize, exp: &Experiment| match (&opts.resume, &opts.run_dir) {
+        (Some(d), _) | (None, Some(d)) => d.clone(),
+        (None, None) if sweep => opts
+            .runs_dir
+            .join(&exp.name)
+            .join(&stamp)
+            .join(format!("trial-{i:03}")),
+        (None, None) => opts.runs_dir.join(&exp.name).join(&stamp),
+    };
+    let dirs: Vec<(usize, &Experiment, PathBuf)> = trials
+        .iter()
+        .map(|(i, e)| (*i, *e, dir_of(*i, e)))
+        .collect();
+    if dirs.len() > 1 && dirs.iter().all(|(_, e, _)| on_cpu(e, opts)) {
+        return run_concurrently(opts, &dirs);
+    }
     let mut status = 0;
-    let mut results = Vec::new();
-    for (i, exp) in checked.trials.iter().enumerate() {
-        let dir = match &opts.resume {
-            Some(d) => d.clone(),
-            None if checked.trials.len() > 1 => opts.runs_dir.join(&exp.name).join(&stamp).join(format!("trial-{:03}", i + 1)),
-            None => opts.runs_dir.join(&exp.name).join(&stamp),
-        };
-        if checked.trials.len() > 1 && !opts.quiet {
-            let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-            eprint(&format!("trial {} of {}: {}\n", i + 1, checked.trials.len(), t.join(", ")));
+    for (i, exp, dir) in &dirs {
+        if sweep && !opts.quiet {
+            eprint(&format!(
+                "trial {i} of {}: {}\n",
+                checked.trials.len(),
+                trial_label(exp)
+            ));
         }
-        match run_trial(exp, &checked, &dir, opts) {
-            Ok(outcome) => {
-                summary(exp, &outcome, &dir, opts.quiet);
-                results.push((exp, outcome, dir));
-            }
+        match run_trial(exp, &checked, dir, opts) {
+            Ok(outcome) => summary(exp, &outcome, dir, opts.quiet),
             Err(f) => {
                 eprint(&to_text(&f.diagnostic(), &checked.sources, style));
                 status = 1;
@@ -75,10 +120,118 @@ pub fn main(opts: &RunOptions) -> i32 {
             }
         }
     }
-    if results.len() > 1 {
-        sweep_table(&results);
+    if dirs.len() > 1 {
+        sweep_table(&dirs);
     }
     status
+}
+
+fn trial_label(exp: &Experiment) -> String {
+    exp.trial
+        .iter()
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether every layer of the trial runs on the CPU here.
+fn on_cpu(exp: &Experiment, opts: &RunOptions) -> bool {
+    match opts.device {
+        Some(d) => tch_device(d) == tch::Device::Cpu,
+        None => kiln::check::layers(&exp.model.nodes)
+            .iter()
+            .all(|l| tch_device(l.device) == tch::Device::Cpu),
+    }
+}
+
+/// Runs CPU trials side by side, each in its own `kiln-runtime` process (so each has its own
+/// random generators and a crash stays contained), as many at once as there are cores, and
+/// splits the cores between them.
+fn run_concurrently(opts: &RunOptions, dirs: &[(usize, &Experiment, PathBuf)]) -> i32 {
+    use rayon::prelude::*;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = cores.min(dirs.len()).max(1);
+    let threads = (cores / jobs).max(1);
+    let Ok(exe) = std::env::current_exe() else {
+        eprint("error: cannot locate kiln-runtime to start the trials\n");
+        return 2;
+    };
+    let Ok(pool) = rayon::ThreadPoolBuilder::new().num_threads(jobs).build() else {
+        eprint("error: cannot start the trial pool\n");
+        return 2;
+    };
+    if !opts.quiet {
+        eprint(&format!(
+            "running {} trials, {jobs} at a time, {threads} thread(s) each\n",
+            dirs.len()
+        ));
+    }
+    let total = dirs.len();
+    let failed: usize = pool.install(|| {
+        dirs.par_iter()
+            .map(|(i, exp, dir)| {
+                let mut cmd = std::process::Command::new(&exe);
+                cmd.arg("run")
+                    .arg(&opts.file)
+                    .args([
+                        "--quiet",
+                        "--trial",
+                        &i.to_string(),
+                        "--threads",
+                        &threads.to_string(),
+                    ])
+                    .arg("--run-dir")
+                    .arg(dir);
+                if let Some(d) = opts.device {
+                    cmd.args(["--device", &d.to_string()]);
+                }
+                if let Some(init) = &opts.init {
+                    cmd.arg("--init").arg(init);
+                }
+                if let Some(m) = opts.max_steps {
+                    cmd.args(["--max-steps", &m.to_string()]);
+                }
+                let ok = cmd.status().is_ok_and(|s| s.success());
+                if !opts.quiet {
+                    let result = if ok {
+                        short_result(dir)
+                    } else {
+                        "failed".to_string()
+                    };
+                    eprint(&format!(
+                        "trial {i} of {total} ({}): {result}\n",
+                        trial_label(exp)
+                    ));
+                }
+                usize::from(!ok)
+            })
+            .sum()
+    });
+    sweep_table(dirs);
+    i32::from(failed > 0)
+}
+
+/// A trial's final figures from its `report.yaml`.
+fn short_result(dir: &Path) -> String {
+    let Some(r) = read_report(dir) else {
+        return "no report".into();
+    };
+    let num = |v: &serde_yaml::Value| v.as_f64();
+    let mut out = format!(
+        "train loss {:.4}",
+        num(&r["train_loss"]).unwrap_or(f64::NAN)
+    );
+    if let Some(l) = num(&r["val"]["loss"]) {
+        out += &format!(", val loss {l:.4}");
+    }
+    if let Some(a) = num(&r["val"]["accuracy"]) {
+        out += &format!(", val accuracy {:.2}%", 100.0 * a);
+    }
+    out
+}
+
+fn read_report(dir: &Path) -> Option<serde_yaml::Value> {
+    serde_yaml::from_str(&std::fs::read_to_string(dir.join("report.yaml")).ok()?).ok()
 }
 
 fn eprint(text: &str) {
@@ -97,35 +250,64 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
     }
     let layers = kiln::check::layers(&exp.model.nodes);
     for l in &layers {
-        let span = if l.device == exp.device { exp.device_span } else { l.span };
+        let span = if l.device == exp.device {
+            exp.device_span
+        } else {
+            l.span
+        };
         check_device(tch_device(l.device), span, &l.device.to_string())?;
     }
-    if exp.train.precision == Precision::Fp16 && layers.iter().any(|l| tch_device(l.device) == tch::Device::Cpu) {
+    if exp.train.precision == Precision::Fp16
+        && layers
+            .iter()
+            .any(|l| tch_device(l.device) == tch::Device::Cpu)
+    {
         return Err(fp16_on_cpu(exp));
     }
     Ok(None)
 }
 
 fn fp16_on_cpu(exp: &Experiment) -> Failure {
-    Failure::new(Code::DeviceUnavailable, exp.device_span, "fp16 training needs a CUDA device, and this run is on the CPU")
-        .label("runs on the CPU")
-        .help("use `precision bf16` on the CPU, or run on a CUDA device")
+    Failure::new(
+        Code::DeviceUnavailable,
+        exp.device_span,
+        "fp16 training needs a CUDA device, and this run is on the CPU",
+    )
+    .label("runs on the CPU")
+    .help("use `precision bf16` on the CPU, or run on a CUDA device")
 }
 
 fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Failure> {
     if let tch::Device::Cuda(i) = d {
-        let count = if tch::Cuda::is_available() { tch::Cuda::device_count() as usize } else { 0 };
+        let count = if tch::Cuda::is_available() {
+            tch::Cuda::device_count() as usize
+        } else {
+            0
+        };
         if i >= count {
-            let found = if count == 0 { "this machine has no CUDA device".to_string() } else { format!("this machine has {count} CUDA device(s)") };
-            return Err(Failure::new(Code::DeviceUnavailable, span, format!("`{named}` is not available: {found}"))
-                .label(format!("needs cuda:{i}"))
-                .help("run with `--device cpu` to put every layer on the CPU"));
+            let found = if count == 0 {
+                "this machine has no CUDA device".to_string()
+            } else {
+                format!("this machine has {count} CUDA device(s)")
+            };
+            return Err(Failure::new(
+                Code::DeviceUnavailable,
+                span,
+                format!("`{named}` is not available: {found}"),
+            )
+            .label(format!("needs cuda:{i}"))
+            .help("run with `--device cpu` to put every layer on the CPU"));
         }
     }
     Ok(())
 }
 
-fn run_trial(exp: &Experiment, checked: &Checked, dir: &Path, opts: &RunOptions) -> Result<Outcome, Failure> {
+fn run_trial(
+    exp: &Experiment,
+    checked: &Checked,
+    dir: &Path,
+    opts: &RunOptions,
+) -> Result<Outcome, Failure> {
     let over = resolve_devices(exp, opts)?;
     tch::manual_seed(exp.seed as i64);
     let net = model::build(&exp.model.nodes, exp.train.precision, over)?;
@@ -134,7 +316,13 @@ fn run_trial(exp: &Experiment, checked: &Checked, dir: &Path, opts: &RunOptions)
     }
     let device = net.input_device();
     let base = source_dir(&checked.sources, exp.data.source_span.file);
-    let splits = data::load(&exp.data, &exp.model.input, exp.model.input_dtype, &base, exp.seed)?;
+    let splits = data::load(
+        &exp.data,
+        &exp.model.input,
+        exp.model.input_dtype,
+        &base,
+        exp.seed,
+    )?;
     let mut writer = RunWriter::open(dir.to_path_buf(), exp.data.source_span)?;
     let resume = match &opts.resume {
         Some(_) => {
@@ -160,17 +348,61 @@ fn run_trial(exp: &Experiment, checked: &Checked, dir: &Path, opts: &RunOptions)
         Duration::Steps(_) => None,
     };
     let started = std::time::Instant::now();
-    let mut trainer = Trainer { exp, net, splits, device, writer: &mut writer, progress: Progress::new(opts.quiet, epochs) };
-    let outcome = trainer.run(resume)?;
+    let mut trainer = Trainer {
+        exp,
+        net,
+        splits,
+        device,
+        writer: &mut writer,
+        progress: Progress::new(opts.quiet, epochs),
+        max_steps: opts.max_steps,
+    };
+    let outcome = trainer
+        .run(resume)
+        .map_err(|f| out_of_memory_at_batch(f, exp))?;
     let devices = trainer.net.devices();
-    super::summary::write_report(&writer, exp, checked, &outcome, &devices, started.elapsed().as_secs_f64())?;
+    super::summary::write_report(
+        &writer,
+        exp,
+        checked,
+        &outcome,
+        &devices,
+        started.elapsed().as_secs_f64(),
+    )?;
     super::plot::write_curves(writer.dir(), exp.data.source_span)?;
     Ok(outcome)
 }
 
+/// Points an out-of-memory failure at the batch size, with the plan's estimate.
+fn out_of_memory_at_batch(f: Failure, exp: &Experiment) -> Failure {
+    if f.code != Code::OutOfMemory {
+        return f;
+    }
+    let plan = kiln::plan::plan(exp);
+    let estimate: Vec<String> = plan
+        .devices
+        .iter()
+        .map(|d| {
+            format!(
+                "{} {} (activations {})",
+                d.device,
+                kiln::plan::fmt_bytes(d.total_bytes),
+                kiln::plan::fmt_bytes(d.activation_bytes)
+            )
+        })
+        .collect();
+    Failure::new(Code::OutOfMemory, exp.data.batch_span, f.message)
+        .label(format!("batch {} does not fit", exp.data.batch))
+        .help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
+}
+
 /// The directory of the file that declares the data source: relative data paths start there.
 fn source_dir(sources: &Sources, file: kiln::span::FileId) -> PathBuf {
-    sources.get(file).path.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+    sources
+        .get(file)
+        .path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
 /// Refuses to resume when the plan differs from the checkpoint's, naming what changed.
@@ -178,23 +410,55 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
     let new = fingerprint(exp);
     let layers = kiln::check::layers(&exp.model.nodes);
     if new.layers != old.layers {
-        let i = new.layers.iter().zip(&old.layers).position(|(a, b)| a != b).unwrap_or(new.layers.len().min(old.layers.len()));
+        let i = new
+            .layers
+            .iter()
+            .zip(&old.layers)
+            .position(|(a, b)| a != b)
+            .unwrap_or(new.layers.len().min(old.layers.len()));
         let span = layers.get(i).map_or(exp.optimizer.span, |l| l.span);
-        let was = old.layers.get(i).map_or("no layer".to_string(), |l| format!("`{l}`"));
-        let now = new.layers.get(i).map_or("no layer".to_string(), |l| format!("`{l}`"));
-        return Err(Failure::new(Code::ResumeIncompatible, span, format!("the model changed since the checkpoint: layer {} was {was}, is now {now}", i + 1))
-            .label("differs from the checkpoint")
-            .help("resume with the model the checkpoint was made with, or start a new run"));
+        let was = old
+            .layers
+            .get(i)
+            .map_or("no layer".to_string(), |l| format!("`{l}`"));
+        let now = new
+            .layers
+            .get(i)
+            .map_or("no layer".to_string(), |l| format!("`{l}`"));
+        return Err(Failure::new(
+            Code::ResumeIncompatible,
+            span,
+            format!(
+                "the model changed since the checkpoint: layer {} was {was}, is now {now}",
+                i + 1
+            ),
+        )
+        .label("differs from the checkpoint")
+        .help("resume with the model the checkpoint was made with, or start a new run"));
     }
     if new.optimizer != old.optimizer {
-        return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("the optimizer changed since the checkpoint: was `{}`, is now `{}`", old.optimizer, new.optimizer))
-            .label("differs from the checkpoint")
-            .help("resume with the optimizer the checkpoint was made with, or start a new run"));
+        return Err(Failure::new(
+            Code::ResumeIncompatible,
+            exp.optimizer.span,
+            format!(
+                "the optimizer changed since the checkpoint: was `{}`, is now `{}`",
+                old.optimizer, new.optimizer
+            ),
+        )
+        .label("differs from the checkpoint")
+        .help("resume with the optimizer the checkpoint was made with, or start a new run"));
     }
     if new.world_size != old.world_size {
-        return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("the world size changed since the checkpoint: was {}, is now {}", old.world_size, new.world_size))
-            .label("differs from the checkpoint")
-            .help("resume with the world size the checkpoint was made with"));
+        return Err(Failure::new(
+            Code::ResumeIncompatible,
+            exp.optimizer.span,
+            format!(
+                "the world size changed since the checkpoint: was {}, is now {}",
+                old.world_size, new.world_size
+            ),
+        )
+        .label("differs from the checkpoint")
+        .help("resume with the world size the checkpoint was made with"));
     }
     Ok(())
 }
@@ -203,39 +467,83 @@ fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {
     if quiet {
         return;
     }
-    let mut line = format!("{}: {} steps, train loss {:.4}", exp.name, o.steps, o.train_loss);
+    let mut line = format!(
+        "{}: {} steps, train loss {:.4}",
+        exp.name, o.steps, o.train_loss
+    );
     if let Some(v) = &o.val {
         line += &format!(", val loss {:.4}", v.loss);
         if let Some(a) = v.accuracy {
             line += &format!(", val accuracy {:.2}%", 100.0 * a);
         }
     }
-    line += &format!(", {:.0} samples/s, data wait {:.1}%", o.samples_per_s, 100.0 * o.data_wait);
+    line += &format!(
+        ", {:.0} samples/s, data wait {:.1}%",
+        o.samples_per_s,
+        100.0 * o.data_wait
+    );
     if o.stopped_early {
         line += ", stopped early";
     }
     eprint(&format!("{line}\nrun directory: {}\n", dir.display()));
 }
 
-fn sweep_table(results: &[(&Experiment, Outcome, PathBuf)]) {
-    let mut rows: Vec<&(&Experiment, Outcome, PathBuf)> = results.iter().collect();
-    let key = |o: &Outcome| o.val.map_or(o.train_loss, |v| v.accuracy.map_or(v.loss, |a| -a));
-    rows.sort_by(|a, b| key(&a.1).total_cmp(&key(&b.1)));
-    let mut out = String::from("\nrank  trial                              val loss  val accuracy  run directory\n");
-    for (rank, (exp, o, dir)) in rows.iter().enumerate() {
-        let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let (loss, acc) = match &o.val {
-            Some(v) => (format!("{:.4}", v.loss), v.accuracy.map_or("-".into(), |a| format!("{:.2}%", 100.0 * a))),
-            None => (format!("{:.4}*", o.train_loss), "-".into()),
+/// Ranks a sweep's trials by validation accuracy (else validation loss, else training loss).
+fn sweep_table(dirs: &[(usize, &Experiment, PathBuf)]) {
+    let mut rows: Vec<(f64, String)> = Vec::new();
+    for (i, exp, dir) in dirs {
+        let report = read_report(dir);
+        let get = |path: &[&str]| {
+            report.as_ref().and_then(|r| {
+                path.iter()
+                    .fold(Some(r), |v, k| v.and_then(|v| v.get(*k)))
+                    .and_then(|v| v.as_f64())
+            })
         };
-        out += &format!("{:<5} {:<34} {:>9} {:>13}  {}\n", rank + 1, t.join(" "), loss, acc, dir.display());
+        let (acc, val, train) = (
+            get(&["val", "accuracy"]),
+            get(&["val", "loss"]),
+            get(&["train_loss"]),
+        );
+        let key = acc.map(|a| -a).or(val).or(train).unwrap_or(f64::INFINITY);
+        let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let fmt = |x: Option<f64>, pct: bool| {
+            x.map_or("-".to_string(), |x| {
+                if pct {
+                    format!("{:.2}%", 100.0 * x)
+                } else {
+                    format!("{x:.4}")
+                }
+            })
+        };
+        rows.push((
+            key,
+            format!(
+                "{i:<6} {:<32} {:>10} {:>9} {:>9}  {}",
+                t.join(" "),
+                fmt(train, false),
+                fmt(val, false),
+                fmt(acc, true),
+                dir.display()
+            ),
+        ));
+    }
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut out = format!(
+        "\n{:<5} {:<6} {:<32} {:>10} {:>9} {:>9}  run directory\n",
+        "rank", "trial", "values", "train loss", "val loss", "val acc"
+    );
+    for (rank, (_, row)) in rows.iter().enumerate() {
+        out += &format!("{:<5} {row}\n", rank + 1);
     }
     let _ = write!(std::io::stdout(), "{out}");
 }
 
 /// The current UTC time as `YYYYmmdd-HHMMSS`.
 pub fn timestamp() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -247,5 +555,10 @@ pub fn timestamp() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }

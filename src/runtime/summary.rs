@@ -59,7 +59,14 @@ fn fnv1a(parts: &[&str]) -> String {
 }
 
 /// Writes `report.yaml` into the run directory.
-pub fn write_report(writer: &RunWriter, exp: &Experiment, checked: &Checked, o: &Outcome, devices: &[tch::Device], wall: f64) -> Result<(), Failure> {
+pub fn write_report(
+    writer: &RunWriter,
+    exp: &Experiment,
+    checked: &Checked,
+    o: &Outcome,
+    devices: &[tch::Device],
+    wall: f64,
+) -> Result<(), Failure> {
     let metrics = std::fs::read_to_string(writer.dir().join("metrics.jsonl"))
         .unwrap_or_default()
         .lines()
@@ -76,7 +83,10 @@ pub fn write_report(writer: &RunWriter, exp: &Experiment, checked: &Checked, o: 
         trial: exp.trial.clone(),
         kiln: env!("CARGO_PKG_VERSION").into(),
         torch: env!("KILN_LIBTORCH_VERSION").into(),
-        devices: devices.iter().map(|d| format!("{d:?}").to_lowercase()).collect(),
+        devices: devices
+            .iter()
+            .map(|d| format!("{d:?}").to_lowercase())
+            .collect(),
         config_hash: fnv1a(&parts),
         params: kiln::plan::plan(exp).totals.params,
         steps: o.steps,

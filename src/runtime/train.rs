@@ -57,7 +57,15 @@ pub fn fingerprint(e: &Experiment) -> Fingerprint {
     Fingerprint {
         layers: kiln::check::layers(&e.model.nodes)
             .iter()
-            .map(|l| format!("{} {} {} {}", l.name, kiln::plan::kind_name(&l.kind), kiln::check::fmt_shape(&l.output), l.params))
+            .map(|l| {
+                format!(
+                    "{} {} {} {}",
+                    l.name,
+                    kiln::plan::kind_name(&l.kind),
+                    kiln::check::fmt_shape(&l.output),
+                    l.params
+                )
+            })
             .collect(),
         optimizer: e.optimizer.name().to_string(),
         world_size: e.parallel.data_parallel_size(),
@@ -78,21 +86,37 @@ pub struct Trainer<'a> {
     pub writer: &'a mut RunWriter,
     /// Progress display.
     pub progress: Progress,
+    /// Stop after this many optimizer steps (`--max-steps`).
+    pub max_steps: Option<u64>,
 }
 
 impl Trainer<'_> {
     fn loss(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Failure> {
         let span = self.exp.train.loss_span;
-        let out = if out.kind() == Kind::Float { out.shallow_clone() } else { out.f_to_kind(Kind::Float).at(span)? };
+        let out = if out.kind() == Kind::Float {
+            out.shallow_clone()
+        } else {
+            out.f_to_kind(Kind::Float).at(span)?
+        };
         match &self.exp.train.loss {
-            Loss::CrossEntropy { label_smoothing } => out.f_cross_entropy_loss(y, None::<Tensor>, Reduction::Mean, -100, *label_smoothing).at(span),
-            Loss::Nll => out.f_nll_loss(y, None::<Tensor>, Reduction::Mean, -100).at(span),
+            Loss::CrossEntropy { label_smoothing } => out
+                .f_cross_entropy_loss(y, None::<Tensor>, Reduction::Mean, -100, *label_smoothing)
+                .at(span),
+            Loss::Nll => out
+                .f_nll_loss(y, None::<Tensor>, Reduction::Mean, -100)
+                .at(span),
             Loss::Mse => out.f_mse_loss(y, Reduction::Mean).at(span),
             Loss::L1 => out.f_l1_loss(y, Reduction::Mean).at(span),
             Loss::BceWithLogits => {
                 let y = y.f_to_kind(Kind::Float).at(span)?;
                 let out = out.f_reshape(y.size()).at(span)?;
-                out.f_binary_cross_entropy_with_logits(&y, None::<Tensor>, None::<Tensor>, Reduction::Mean).at(span)
+                out.f_binary_cross_entropy_with_logits(
+                    &y,
+                    None::<Tensor>,
+                    None::<Tensor>,
+                    Reduction::Mean,
+                )
+                .at(span)
             }
         }
     }
@@ -105,16 +129,36 @@ impl Trainer<'_> {
     fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Failure> {
         let span = self.exp.train.loss_span;
         let pred = out.f_argmax(-1, false).at(span)?;
-        pred.f_eq_tensor(y).at(span)?.f_sum(Kind::Float).at(span)?.f_double_value(&[]).at(span)
+        pred.f_eq_tensor(y)
+            .at(span)?
+            .f_sum(Kind::Float)
+            .at(span)?
+            .f_double_value(&[])
+            .at(span)
     }
 
     /// Evaluates a dataset without gradients, in eval mode.
     pub fn evaluate(&self, data: &Dataset) -> Result<Eval, Failure> {
         let span = self.exp.train.loss_span;
-        let top_k = self.exp.train.metrics.iter().find_map(|m| if let Metric::TopK(k) = m { Some(*k) } else { None });
+        let top_k = self.exp.train.metrics.iter().find_map(|m| {
+            if let Metric::TopK(k) = m {
+                Some(*k)
+            } else {
+                None
+            }
+        });
         tch::no_grad(|| {
             let (mut loss, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0);
-            let loader = Loader::new(data, self.exp.data.batch as i64, false, 0, 0, 0, self.device)?.at(self.exp.data.batch_span);
+            let loader = Loader::new(
+                data,
+                self.exp.data.batch as i64,
+                false,
+                0,
+                0,
+                0,
+                self.device,
+            )?
+            .at(self.exp.data.batch_span);
             for batch in loader {
                 let (x, y) = batch?;
                 let out = self.net.forward(&x, false)?;
@@ -125,8 +169,16 @@ impl Trainer<'_> {
                     correct += self.correct(&out, &y)?;
                     if let Some(k) = top_k {
                         let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
-                        let hit = idx.f_eq_tensor(&y.f_unsqueeze(-1).at(span)?).at(span)?.f_any_dim(-1, false).at(span)?;
-                        in_top += hit.f_sum(Kind::Float).at(span)?.f_double_value(&[]).at(span)?;
+                        let hit = idx
+                            .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
+                            .at(span)?
+                            .f_any_dim(-1, false)
+                            .at(span)?;
+                        in_top += hit
+                            .f_sum(Kind::Float)
+                            .at(span)?
+                            .f_double_value(&[])
+                            .at(span)?;
                     }
                 }
                 seen += n;
@@ -141,22 +193,44 @@ impl Trainer<'_> {
     }
 
     fn state_tensors(&self, optim: &Optim) -> Vec<(String, Tensor)> {
-        let mut out: Vec<(String, Tensor)> = self.net.params.iter().map(|p| (format!("param/{}", p.name), p.tensor.detach())).collect();
-        out.extend(self.net.buffers.iter().map(|b| (format!("buffer/{}", b.name), b.tensor.shallow_clone())));
+        let mut out: Vec<(String, Tensor)> = self
+            .net
+            .params
+            .iter()
+            .map(|p| (format!("param/{}", p.name), p.tensor.detach()))
+            .collect();
+        out.extend(
+            self.net
+                .buffers
+                .iter()
+                .map(|b| (format!("buffer/{}", b.name), b.tensor.shallow_clone())),
+        );
         for (i, state) in optim.state.iter().enumerate() {
             for (name, t) in state {
-                out.push((format!("optim/{}/{name}", self.net.params[i].name), t.shallow_clone()));
+                out.push((
+                    format!("optim/{}/{name}", self.net.params[i].name),
+                    t.shallow_clone(),
+                ));
             }
         }
         out
     }
 
-    fn restore(&mut self, optim: &mut Optim, tensors: &[(String, Tensor)], span: Span) -> Result<(), Failure> {
+    fn restore(
+        &mut self,
+        optim: &mut Optim,
+        tensors: &[(String, Tensor)],
+        span: Span,
+    ) -> Result<(), Failure> {
         let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
         let missing = |name: &str| {
-            Failure::new(Code::ResumeIncompatible, span, format!("the checkpoint has no tensor `{name}`"))
-                .label("the checkpoint does not fit this model")
-                .help("resume with the experiment that made the checkpoint")
+            Failure::new(
+                Code::ResumeIncompatible,
+                span,
+                format!("the checkpoint has no tensor `{name}`"),
+            )
+            .label("the checkpoint does not fit this model")
+            .help("resume with the experiment that made the checkpoint")
         };
         tch::no_grad(|| -> Result<(), Failure> {
             for p in &self.net.params {
@@ -199,6 +273,8 @@ impl Trainer<'_> {
             Duration::Epochs(n) => n * per_epoch,
         };
         let lr = Lr::new(exp.optimizer.lr, &exp.schedule, total, per_epoch);
+        // `--max-steps` stops early; the schedule keeps the experiment's full length.
+        let total = self.max_steps.map_or(total, |m| m.min(total));
         let mut optim = Optim::new(&exp.optimizer, self.net.params.len());
         let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
@@ -207,7 +283,12 @@ impl Trainer<'_> {
             pos = side.position;
             self.writer.truncate_metrics(pos.metrics_lines, pos.step)?;
         }
-        let params: Vec<Tensor> = self.net.params.iter().map(|p| p.tensor.shallow_clone()).collect();
+        let params: Vec<Tensor> = self
+            .net
+            .params
+            .iter()
+            .map(|p| p.tensor.shallow_clone())
+            .collect();
         let every = |d: Duration| match d {
             Duration::Steps(n) => n,
             Duration::Epochs(n) => n * per_epoch,
@@ -219,15 +300,41 @@ impl Trainer<'_> {
         let (mut wait, mut trained) = (0.0, 0.0);
         let mut outcome = Outcome::default();
         let mut last_val: Option<Eval> = None;
-        let write_checkpoint = |this: &mut Self, optim: &Optim, pos: &Position| -> Result<(), Failure> {
-            this.writer.flush_steps()?;
-            let side = Sidecar { kiln: env!("CARGO_PKG_VERSION").into(), fingerprint: fingerprint(exp), position: pos.clone(), tensors: String::new() };
-            checkpoint::write(&this.writer.checkpoint_dir(), &side, &this.state_tensors(optim), ckpt_keep, span).map(|_| ())
-        };
+        let write_checkpoint =
+            |this: &mut Self, optim: &Optim, pos: &Position| -> Result<(), Failure> {
+                this.writer.flush_steps()?;
+                let side = Sidecar {
+                    kiln: env!("CARGO_PKG_VERSION").into(),
+                    fingerprint: fingerprint(exp),
+                    position: pos.clone(),
+                    tensors: String::new(),
+                };
+                checkpoint::write(
+                    &this.writer.checkpoint_dir(),
+                    &side,
+                    &this.state_tensors(optim),
+                    ckpt_keep,
+                    span,
+                )
+                .map(|_| ())
+            };
         'epochs: while pos.step < total {
             let epoch = pos.epoch;
-            let loader = Loader::new(&self.splits.train, batch, exp.data.shuffle, exp.seed, epoch, pos.batch_in_epoch as usize, self.device)?.at(exp.data.batch_span);
-            self.progress.start_epoch(epoch, per_epoch.min(total - pos.step + pos.batch_in_epoch), pos.batch_in_epoch);
+            let loader = Loader::new(
+                &self.splits.train,
+                batch,
+                exp.data.shuffle,
+                exp.seed,
+                epoch,
+                pos.batch_in_epoch as usize,
+                self.device,
+            )?
+            .at(exp.data.batch_span);
+            self.progress.start_epoch(
+                epoch,
+                per_epoch.min(total - pos.step + pos.batch_in_epoch),
+                pos.batch_in_epoch,
+            );
             let mut loader = loader;
             let epoch_start = Instant::now();
             while pos.step < total {
@@ -269,18 +376,26 @@ impl Trainer<'_> {
                     if self.classes() {
                         pos.epoch_correct += self.correct(&out, &ym)?;
                     }
-                    l.f_mul_scalar(m as f64 / n as f64).at(span)?.f_backward().at(span)?;
+                    l.f_mul_scalar(m as f64 / n as f64)
+                        .at(span)?
+                        .f_backward()
+                        .at(span)?;
                 }
                 clip(&params, t.clip_norm, t.clip_value, span)?;
                 optim.step(&params, step_lr)?;
-                self.writer.step_record(pos.step + 1, step_loss / n as f64, step_lr)?;
+                self.writer
+                    .step_record(pos.step + 1, step_loss / n as f64, step_lr)?;
                 pos.step += 1;
                 pos.batch_in_epoch += 1;
                 pos.epoch_loss_sum += step_loss;
                 pos.epoch_seen += n as f64;
                 trained += n as f64;
-                self.progress.step(pos.epoch_loss_sum / pos.epoch_seen.max(1.0), trained / started.elapsed().as_secs_f64().max(1e-9));
-                let step_eval = matches!(t.eval_every, Duration::Steps(_)) && pos.step % eval_every == 0;
+                self.progress.step(
+                    pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
+                    trained / started.elapsed().as_secs_f64().max(1e-9),
+                );
+                let step_eval =
+                    matches!(t.eval_every, Duration::Steps(_)) && pos.step % eval_every == 0;
                 if step_eval {
                     if let Some(stop) = self.validate(&mut pos, &mut last_val)? {
                         outcome.stopped_early = stop;
@@ -294,9 +409,16 @@ impl Trainer<'_> {
                 }
                 if INTERRUPTED.load(Ordering::SeqCst) {
                     write_checkpoint(self, &optim, &pos)?;
-                    return Err(Failure::new(Code::Interrupted, t.loss_span, format!("interrupted at step {} (epoch {})", pos.step, epoch + 1))
-                        .label("training stopped here")
-                        .help(format!("resume with `kiln run --resume {}`", self.writer.dir().display())));
+                    return Err(Failure::new(
+                        Code::Interrupted,
+                        t.loss_span,
+                        format!("interrupted at step {} (epoch {})", pos.step, epoch + 1),
+                    )
+                    .label("training stopped here")
+                    .help(format!(
+                        "resume with `kiln run --resume {}`",
+                        self.writer.dir().display()
+                    )));
                 }
             }
             wait += loader.wait_seconds();
@@ -306,7 +428,9 @@ impl Trainer<'_> {
                 step: pos.step,
                 lr: lr.at(pos.step.saturating_sub(1)),
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
-                train_accuracy: self.classes().then_some(pos.epoch_correct / pos.epoch_seen.max(1.0)),
+                train_accuracy: self
+                    .classes()
+                    .then_some(pos.epoch_correct / pos.epoch_seen.max(1.0)),
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
             };
@@ -320,7 +444,8 @@ impl Trainer<'_> {
                 pos.epoch_loss_sum = 0.0;
                 pos.epoch_correct = 0.0;
                 pos.epoch_seen = 0.0;
-                let epoch_eval = matches!(t.eval_every, Duration::Epochs(_)) && pos.epoch % eval_every.div_euclid(per_epoch).max(1) == 0;
+                let epoch_eval = matches!(t.eval_every, Duration::Epochs(_))
+                    && pos.epoch % eval_every.div_euclid(per_epoch).max(1) == 0;
                 if epoch_eval {
                     if let Some(stop) = self.validate(&mut pos, &mut last_val)? {
                         outcome.stopped_early = stop;
@@ -338,7 +463,11 @@ impl Trainer<'_> {
         outcome.val = match (&self.splits.val, last_val) {
             (Some(_), Some(v)) if !outcome.stopped_early => {
                 // Evaluate the final weights unless the last evaluation already saw them.
-                Some(if self.writer.last_eval_step() == Some(pos.step) { v } else { self.final_eval(&mut pos)? })
+                Some(if self.writer.last_eval_step() == Some(pos.step) {
+                    v
+                } else {
+                    self.final_eval(&mut pos)?
+                })
             }
             (Some(_), _) => Some(self.final_eval(&mut pos)?),
             (None, _) => None,
@@ -354,7 +483,9 @@ impl Trainer<'_> {
     }
 
     fn final_eval(&mut self, pos: &mut Position) -> Result<Eval, Failure> {
-        let Some(val) = &self.splits.val else { return Ok(Eval::default()) };
+        let Some(val) = &self.splits.val else {
+            return Ok(Eval::default());
+        };
         let e = self.evaluate(val)?;
         pos.metrics_lines = self.writer.eval_record(pos.epoch, pos.step, &e)?;
         Ok(e)
@@ -362,13 +493,21 @@ impl Trainer<'_> {
 
     /// Evaluates on the validation split, records it, and applies early stopping: `Some(true)`
     /// when training should stop, `None` without a validation split.
-    fn validate(&mut self, pos: &mut Position, last: &mut Option<Eval>) -> Result<Option<bool>, Failure> {
-        let Some(val) = &self.splits.val else { return Ok(None) };
+    fn validate(
+        &mut self,
+        pos: &mut Position,
+        last: &mut Option<Eval>,
+    ) -> Result<Option<bool>, Failure> {
+        let Some(val) = &self.splits.val else {
+            return Ok(None);
+        };
         let e = self.evaluate(val)?;
         pos.metrics_lines = self.writer.eval_record(pos.epoch, pos.step, &e)?;
         self.progress.eval(&e);
         *last = Some(e);
-        let Some(es) = &self.exp.train.early_stop else { return Ok(Some(false)) };
+        let Some(es) = &self.exp.train.early_stop else {
+            return Ok(Some(false));
+        };
         let value = match es.metric.as_str() {
             "val_accuracy" => e.accuracy.unwrap_or(0.0),
             "train_loss" => pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
