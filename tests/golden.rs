@@ -40,14 +40,38 @@ const NO_GOLDEN: &[(Code, &str)] = &[
     (Code::Internal, "raised only when Kiln itself fails"),
     // Runtime failures happen while a run trains, not while a file is checked: `tests/run.rs`
     // provokes each one and checks its code, span and exit status.
-    (Code::DeviceUnavailable, "a runtime failure, tested in tests/run.rs"),
-    (Code::DataMissing, "a runtime failure, tested in tests/run.rs"),
-    (Code::DataInvalid, "a runtime failure, tested in tests/run.rs"),
-    (Code::NonFiniteLoss, "a runtime failure, tested in tests/run.rs"),
-    (Code::OutOfMemory, "a runtime failure, tested in tests/run.rs"),
-    (Code::Interrupted, "a runtime failure, tested in tests/run.rs"),
-    (Code::ResumeIncompatible, "a runtime failure, tested in tests/run.rs"),
-    (Code::TorchError, "a runtime failure, tested in tests/run.rs"),
+    (
+        Code::DeviceUnavailable,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::DataMissing,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::DataInvalid,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::NonFiniteLoss,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::OutOfMemory,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::Interrupted,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::ResumeIncompatible,
+        "a runtime failure, tested in tests/run.rs",
+    ),
+    (
+        Code::TorchError,
+        "a runtime failure, tested in tests/run.rs",
+    ),
     (Code::RunIo, "a runtime failure, tested in tests/run.rs"),
 ];
 
