@@ -127,6 +127,8 @@ pub fn runtime(args: &[&str]) -> Result<i32, String> {
             runtime.display()
         ));
     }
+    // Like a shell, wait out Ctrl-C: the runtime gets it too, checkpoints and exits.
+    let _ = ctrlc::set_handler(|| {});
     let status = std::process::Command::new(&runtime)
         .args(args)
         .status()

@@ -369,7 +369,7 @@ impl Trainer<'_> {
                             exp.optimizer.lr_span,
                             format!("the loss became {} at step {} (epoch {})", if value.is_nan() { "NaN" } else { "infinite" }, pos.step + 1, epoch + 1),
                         )
-                        .label(format!("learning rate {step_lr:e} at that step"))
+                        .label(format!("learning rate {step_lr} at that step"))
                         .help("lower the learning rate, clip gradients with `clip_norm 1.0`, or check the data for NaN and infinite values; the last checkpoint on disk is intact"));
                     }
                     step_loss += value * m as f64;
