@@ -309,6 +309,10 @@ fn run_trial(
     opts: &RunOptions,
 ) -> Result<Outcome, Failure> {
     let over = resolve_devices(exp, opts)?;
+    let notes = not_applied(exp);
+    for n in &notes {
+        eprint(&format!("note: {n}\n"));
+    }
     tch::manual_seed(exp.seed as i64);
     let net = model::build(&exp.model.nodes, exp.train.precision, over)?;
     if let Some(path) = &opts.init {
@@ -368,9 +372,34 @@ fn run_trial(
         &outcome,
         &devices,
         started.elapsed().as_secs_f64(),
+        &notes,
     )?;
     super::plot::write_curves(writer.dir(), exp.data.source_span)?;
     Ok(outcome)
+}
+
+/// What this version checks and plans but does not carry out yet, said plainly so that a run is
+/// never mistaken for one that did.
+fn not_applied(exp: &Experiment) -> Vec<String> {
+    use kiln::plan::Parallel;
+    let mut notes = Vec::new();
+    match &exp.parallel {
+        Parallel::Data { devices } => notes.push(format!(
+            "`parallel data` over {} devices is not applied yet: the model trains on one device with the same global batch (the same gradients, without the speed-up)",
+            devices.len()
+        )),
+        Parallel::Distributed { world_size, .. } => notes.push(format!(
+            "`parallel ddp` over {world_size} processes is not applied yet: one process trains with the same global batch"
+        )),
+        Parallel::Pipeline { .. } => notes.push(
+            "`parallel pipeline` runs as model parallel by placement: micro-batches are not scheduled yet".to_string(),
+        ),
+        Parallel::None | Parallel::Model => {}
+    }
+    if !exp.compression.is_empty() {
+        notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());
+    }
+    notes
 }
 
 /// Points an out-of-memory failure at the batch size, with the plan's estimate.

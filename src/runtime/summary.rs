@@ -43,6 +43,8 @@ pub struct Report {
     pub data_wait_fraction: f64,
     /// Whether early stopping ended the run.
     pub stopped_early: bool,
+    /// Parts of the experiment this version does not apply yet.
+    pub notes: Vec<String>,
     /// Per-epoch metrics (the lines of `metrics.jsonl`).
     pub metrics: Vec<serde_json::Value>,
 }
@@ -66,6 +68,7 @@ pub fn write_report(
     o: &Outcome,
     devices: &[tch::Device],
     wall: f64,
+    notes: &[String],
 ) -> Result<(), Failure> {
     let metrics = std::fs::read_to_string(writer.dir().join("metrics.jsonl"))
         .unwrap_or_default()
@@ -98,6 +101,7 @@ pub fn write_report(
         wall_seconds: wall,
         data_wait_fraction: o.data_wait,
         stopped_early: o.stopped_early,
+        notes: notes.to_vec(),
         metrics,
     };
     let yaml = serde_yaml::to_string(&report).unwrap_or_default();
