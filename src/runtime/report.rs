@@ -101,8 +101,15 @@ impl RunWriter {
     pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Failure> {
         use std::fmt::Write as _;
         // JSON has no NaN or infinity: a non-finite loss is written as null.
-        let loss = if loss.is_finite() { format!("{loss:e}") } else { "null".to_string() };
-        let _ = writeln!(self.steps, "{{\"step\":{step},\"loss\":{loss},\"lr\":{lr:e}}}");
+        let loss = if loss.is_finite() {
+            format!("{loss:e}")
+        } else {
+            "null".to_string()
+        };
+        let _ = writeln!(
+            self.steps,
+            "{{\"step\":{step},\"loss\":{loss},\"lr\":{lr:e}}}"
+        );
         if self.steps.len() > 1 << 16 {
             self.flush_steps()?;
         }

@@ -525,7 +525,7 @@ fn sweep_table(dirs: &[(usize, &Experiment, PathBuf)]) {
         let get = |path: &[&str]| {
             report.as_ref().and_then(|r| {
                 path.iter()
-                    .fold(Some(r), |v, k| v.and_then(|v| v.get(*k)))
+                    .try_fold(r, |v, k| v.get(*k))
                     .and_then(|v| v.as_f64())
             })
         };
