@@ -57,6 +57,20 @@ pub struct SourceFile {
     pub path: PathBuf,
     /// The file's text (lossily decoded when it was not UTF-8).
     pub text: String,
+    /// Byte offset of the start of each line.
+    line_starts: Vec<usize>,
+}
+
+impl SourceFile {
+    /// The 0-based line holding a byte offset.
+    pub fn line_of(&self, offset: usize) -> usize {
+        self.line_starts.partition_point(|&s| s <= offset).saturating_sub(1)
+    }
+
+    /// The byte offset where a 0-based line starts (the end of the text past the last line).
+    pub fn line_start(&self, line: usize) -> usize {
+        self.line_starts.get(line).copied().unwrap_or(self.text.len())
+    }
 }
 
 /// A 1-based line and column (column counted in characters).
@@ -77,9 +91,13 @@ pub struct Sources {
 impl Sources {
     /// Adds a file and returns its id.
     pub fn add(&mut self, path: impl Into<PathBuf>, text: String) -> FileId {
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
         self.files.push(SourceFile {
             path: path.into(),
             text,
+            line_starts,
         });
         FileId((self.files.len() - 1) as u32)
     }
@@ -114,14 +132,13 @@ impl Sources {
             .unwrap_or("")
     }
 
-    /// The 1-based line and column of a byte offset in a file.
+    /// The 1-based line and column of a byte offset in a file (column in characters).
     pub fn line_col(&self, file: FileId, offset: u32) -> LineCol {
-        let text = &self.get(file).text;
-        let offset = (offset as usize).min(text.len());
-        let before = text.get(..offset).unwrap_or(text);
-        let line = before.matches('\n').count() + 1;
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        let column = before[line_start..].chars().count() + 1;
-        LineCol { line, column }
+        let f = self.get(file);
+        let offset = (offset as usize).min(f.text.len());
+        let line = f.line_of(offset);
+        let start = f.line_start(line);
+        let column = f.text.get(start..offset).map_or(0, |t| t.chars().count()) + 1;
+        LineCol { line: line + 1, column }
     }
 }

@@ -70,6 +70,9 @@ pub const TRAIN_KEYWORDS: &[&str] = &[
     "clip_value",
 ];
 
+/// The most data-parallel replicas on one machine.
+const MAX_REPLICAS: u64 = 1024;
+
 /// Metrics.
 pub const METRICS: &[&str] = &["accuracy", "top_k", "loss"];
 
@@ -698,6 +701,14 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 (None, Some(r)) => {
                     out.dp_span = Some(r.span);
                     let n = cx.uint_min(r, "the number of replicas", 1)?;
+                    if n > MAX_REPLICAS {
+                        cx.push(
+                            Diagnostic::new(Code::OutOfRange, r.span, format!("{n} replicas is more than Kiln places on one machine ({MAX_REPLICAS})"))
+                                .label(format!("at most {MAX_REPLICAS}"))
+                                .help("for more replicas, run several processes with `parallel ddp(world_size: N)`"),
+                        );
+                        return None;
+                    }
                     match default {
                         Device::Cpu => vec![Device::Cpu; n as usize],
                         _ => (0..n as u32).map(Device::Cuda).collect(),

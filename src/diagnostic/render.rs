@@ -2,7 +2,10 @@
 
 use std::fmt;
 
-use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, NamedSource, SourceSpan};
+use miette::{
+    GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteError, MietteSpanContents,
+    SourceCode, SourceSpan, SpanContents,
+};
 use serde::Serialize;
 
 use super::{Diagnostic, Severity};
@@ -35,18 +38,73 @@ pub fn to_text(diag: &Diagnostic, sources: &Sources, style: Style) -> String {
     out
 }
 
+/// The lines of a file around a diagnostic's labels. miette finds line numbers by scanning from
+/// the start of its source, so handing it the whole file would make each report cost the size of
+/// the file; a window keeps thousands of diagnostics in a large file linear.
+struct Window<'a> {
+    name: String,
+    text: &'a str,
+    /// Byte offset and 0-based line of the window's start in the file.
+    offset: usize,
+    line: usize,
+}
+
+/// Lines of context kept around the labels (miette shows one).
+const CONTEXT_LINES: usize = 2;
+
+impl<'a> Window<'a> {
+    fn new(file: &'a crate::span::SourceFile, spans: impl Iterator<Item = Span>) -> Window<'a> {
+        let (mut lo, mut hi) = (usize::MAX, 0);
+        for s in spans {
+            lo = lo.min(s.start as usize);
+            hi = hi.max(s.end as usize);
+        }
+        let lo = lo.min(file.text.len());
+        let first = file.line_of(lo).saturating_sub(CONTEXT_LINES);
+        let last = file.line_of(hi.min(file.text.len())) + CONTEXT_LINES + 1;
+        let (start, end) = (file.line_start(first), file.line_start(last));
+        Window {
+            name: file.path.display().to_string(),
+            text: file.text.get(start..end).unwrap_or(""),
+            offset: start,
+            line: first,
+        }
+    }
+}
+
+impl SourceCode for Window<'_> {
+    fn read_span<'b>(
+        &'b self,
+        span: &SourceSpan,
+        before: usize,
+        after: usize,
+    ) -> Result<Box<dyn SpanContents<'b> + 'b>, MietteError> {
+        let local = SourceSpan::new(span.offset().saturating_sub(self.offset).into(), span.len());
+        let c = self.text.read_span(&local, before, after)?;
+        Ok(Box::new(MietteSpanContents::new_named(
+            self.name.clone(),
+            c.data(),
+            SourceSpan::new((c.span().offset() + self.offset).into(), c.span().len()),
+            c.line() + self.line,
+            c.column(),
+            c.line_count(),
+        )))
+    }
+}
+
 /// A diagnostic bound to its source text, in the shape miette renders.
 struct Report<'a> {
     diag: &'a Diagnostic,
-    source: NamedSource<String>,
+    source: Window<'a>,
     labels: Vec<LabeledSpan>,
     note: Option<String>,
 }
 
 impl<'a> Report<'a> {
-    fn new(diag: &'a Diagnostic, sources: &Sources) -> Report<'a> {
+    fn new(diag: &'a Diagnostic, sources: &'a Sources) -> Report<'a> {
         let file = sources.get(diag.primary.span.file);
-        let source = NamedSource::new(file.path.display().to_string(), file.text.clone());
+        let here = diag.secondary.iter().map(|l| l.span).filter(|s| s.file == diag.primary.span.file);
+        let source = Window::new(file, std::iter::once(diag.primary.span).chain(here));
         let mut labels = vec![LabeledSpan::new_primary_with_span(
             Some(diag.primary.text.clone()).filter(|t| !t.is_empty()),
             source_span(diag.primary.span),

@@ -1,0 +1,414 @@
+//! The [`Loader`]: one epoch of batches, gathered and moved to the device by a background thread.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use kiln::diagnostic::Code;
+use kiln::span::Span;
+use tch::{Device, TchError, Tensor};
+
+use super::super::failure::{torch_failure, Failure};
+use super::split::{epoch_seed, permutation};
+use super::Dataset;
+
+/// Batches the background thread prepares ahead of the consumer.
+const AHEAD: usize = 2;
+
+/// Builds the batches of one epoch.
+struct Producer {
+    inputs: Tensor,
+    targets: Tensor,
+    order: Arc<[i64]>,
+    batch: usize,
+    device: Device,
+}
+
+impl Producer {
+    /// A producer sharing this one's tensors.
+    fn share(&self) -> Producer {
+        Producer {
+            inputs: self.inputs.shallow_clone(),
+            targets: self.targets.shallow_clone(),
+            order: Arc::clone(&self.order),
+            batch: self.batch,
+            device: self.device,
+        }
+    }
+
+    /// Batch `b` of the epoch, on the device.
+    fn make(&self, b: usize) -> Result<(Tensor, Tensor), TchError> {
+        let start = b * self.batch;
+        let end = (start + self.batch).min(self.order.len());
+        let index =
+            Tensor::f_from_slice(&self.order[start..end])?.f_to_device(self.inputs.device())?;
+        let x = self.inputs.f_index_select(0, &index)?;
+        let y = self.targets.f_index_select(0, &index)?;
+        Ok((to_device(x, self.device)?, to_device(y, self.device)?))
+    }
+}
+
+/// Moves a batch to the device; the copy to a CUDA device does not wait for the device.
+fn to_device(t: Tensor, device: Device) -> Result<Tensor, TchError> {
+    if t.device() == device {
+        return Ok(t);
+    }
+    match device {
+        Device::Cuda(_) => {
+            let kind = t.f_kind()?;
+            t.f_to_device_(device, kind, true, false)
+        }
+        _ => t.f_to_device(device),
+    }
+}
+
+/// One epoch of batches of a dataset, prepared ahead in a background thread.
+///
+/// The thread gathers each batch with `index_select` and moves it to the device, keeping at most
+/// two batches ahead of the consumer. Dropping the loader mid-epoch stops the thread and waits
+/// for it (at most the batch it is building). Failures of libtorch (a device out of memory) are
+/// reported at the span given by [`Loader::at`], which should be the experiment's `batch`
+/// statement; after one the iterator ends.
+pub struct Loader {
+    /// Batches from the thread; `None` when it could not be started or once dropped.
+    batches: Option<Receiver<Result<(Tensor, Tensor), String>>>,
+    /// Tells the thread to stop.
+    stop: Arc<AtomicBool>,
+    /// The thread.
+    worker: Option<JoinHandle<()>>,
+    /// Builds batches in `next` when no thread could be started.
+    inline: Option<Producer>,
+    /// The next batch index when building inline.
+    next_batch: usize,
+    /// Batches still to yield.
+    remaining: usize,
+    /// Time spent blocked waiting for the thread.
+    waited: Duration,
+    /// Where failures are reported.
+    span: Span,
+}
+
+impl Loader {
+    /// Starts an epoch of `batch`-sized batches of `dataset` (the last one may be smaller, as in
+    /// PyTorch's `DataLoader`).
+    ///
+    /// With `shuffle`, the order is a permutation computed with a small Rust PRNG (SplitMix64,
+    /// Fisher-Yates) seeded from `(order_seed, epoch)`, never torch's generator; without, the
+    /// dataset's order. The first `skip` batches are skipped (resuming mid-epoch). Batches arrive
+    /// on `device`. Fails only when `batch` is below 1 (at [`Span::default`]; the checker rules
+    /// that out).
+    pub fn new(
+        dataset: &Dataset,
+        batch: i64,
+        shuffle: bool,
+        order_seed: u64,
+        epoch: u64,
+        skip: usize,
+        device: Device,
+    ) -> Result<Loader, Failure> {
+        if batch < 1 {
+            return Err(Failure::new(
+                Code::DataInvalid,
+                Span::default(),
+                format!("the batch size must be at least 1, not {batch}"),
+            )
+            .label("invalid batch size")
+            .help("give `batch` a positive number of samples"));
+        }
+        let len = usize::try_from(dataset.len()).unwrap_or(0);
+        let total = Self::batches_per_epoch(dataset.len(), batch);
+        let order: Arc<[i64]> = if shuffle {
+            permutation(len, epoch_seed(order_seed, epoch)).into()
+        } else {
+            (0..len as i64).collect::<Vec<_>>().into()
+        };
+        let producer = Producer {
+            inputs: dataset.inputs.shallow_clone(),
+            targets: dataset.targets.shallow_clone(),
+            order,
+            batch: usize::try_from(batch).unwrap_or(usize::MAX),
+            device,
+        };
+        let mut loader = Loader {
+            batches: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            worker: None,
+            inline: None,
+            next_batch: skip,
+            remaining: total.saturating_sub(skip),
+            waited: Duration::ZERO,
+            span: Span::default(),
+        };
+        if loader.remaining == 0 {
+            return Ok(loader);
+        }
+        let (tx, rx) = sync_channel(AHEAD);
+        let stop = Arc::clone(&loader.stop);
+        let work = producer.share();
+        let spawned = std::thread::Builder::new()
+            .name("kiln-data".into())
+            .spawn(move || {
+                for b in skip..total {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let item = work.make(b).map_err(|e| e.to_string());
+                    let failed = item.is_err();
+                    if tx.send(item).is_err() || failed {
+                        return;
+                    }
+                }
+            });
+        match spawned {
+            Ok(handle) => {
+                loader.batches = Some(rx);
+                loader.worker = Some(handle);
+            }
+            // No thread to be had: build the batches in `next` instead.
+            Err(_) => loader.inline = Some(producer),
+        }
+        Ok(loader)
+    }
+
+    /// Reports failures at `span` (the experiment's `batch` statement).
+    pub fn at(mut self, span: Span) -> Loader {
+        self.span = span;
+        self
+    }
+
+    /// Number of batches in the epoch (`ceil(len / batch)`), before skipping.
+    pub fn batches_per_epoch(len: i64, batch: i64) -> usize {
+        if len <= 0 || batch <= 0 {
+            return 0;
+        }
+        usize::try_from((len + batch - 1) / batch).unwrap_or(usize::MAX)
+    }
+
+    /// Total seconds the consumer has spent blocked waiting for a batch.
+    pub fn wait_seconds(&self) -> f64 {
+        self.waited.as_secs_f64()
+    }
+
+    /// Stops the thread and waits for it.
+    fn shut_down(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the receiver wakes a thread blocked on a full channel.
+        self.batches = None;
+        if let Some(worker) = self.worker.take() {
+            let _ = worker.join();
+        }
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<(Tensor, Tensor), Failure>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let got = if let Some(producer) = &self.inline {
+            let started = Instant::now();
+            let item = producer.make(self.next_batch).map_err(|e| e.to_string());
+            self.waited += started.elapsed();
+            self.next_batch += 1;
+            Some(item)
+        } else {
+            let batches = self.batches.as_ref()?;
+            let started = Instant::now();
+            let got = batches.recv().ok();
+            self.waited += started.elapsed();
+            got
+        };
+        match got {
+            Some(Ok(batch)) => {
+                self.remaining -= 1;
+                Some(Ok(batch))
+            }
+            Some(Err(message)) => {
+                self.remaining = 0;
+                self.shut_down();
+                Some(Err(torch_failure(&message, self.span)))
+            }
+            None => {
+                self.remaining = 0;
+                self.shut_down();
+                Some(Err(Failure::new(
+                    Code::TorchError,
+                    self.span,
+                    "the thread preparing batches stopped before the end of the epoch",
+                )
+                .label("while loading this batch")
+                .help(
+                    "this is a bug in Kiln; please report it with the experiment file",
+                )))
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.remaining))
+    }
+}
+
+impl std::iter::FusedIterator for Loader {}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{floats, ints};
+    use super::*;
+    use kiln::span::FileId;
+    use tch::Kind;
+
+    fn dataset(n: i64) -> Dataset {
+        Dataset {
+            inputs: Tensor::arange(n, (Kind::Float, Device::Cpu)).reshape([n, 1]),
+            targets: Tensor::arange(n, (Kind::Int64, Device::Cpu)),
+        }
+    }
+
+    /// The sample ids of each batch.
+    fn epoch(
+        d: &Dataset,
+        batch: i64,
+        shuffle: bool,
+        seed: u64,
+        e: u64,
+        skip: usize,
+    ) -> Vec<Vec<i64>> {
+        Loader::new(d, batch, shuffle, seed, e, skip, Device::Cpu)
+            .unwrap()
+            .map(|b| {
+                let (x, y) = b.unwrap();
+                let ids = ints(&y);
+                assert_eq!(
+                    floats(&x),
+                    ids.iter().map(|&v| v as f32).collect::<Vec<_>>()
+                );
+                assert_eq!(x.size(), vec![ids.len() as i64, 1]);
+                ids
+            })
+            .collect()
+    }
+
+    #[test]
+    fn loader_covers_the_epoch() {
+        let d = dataset(103);
+        assert_eq!(Loader::batches_per_epoch(103, 10), 11);
+        assert_eq!(Loader::batches_per_epoch(100, 10), 10);
+        assert_eq!(Loader::batches_per_epoch(0, 10), 0);
+        assert_eq!(Loader::batches_per_epoch(5, 10), 1);
+
+        let batches = epoch(&d, 10, true, 7, 0, 0);
+        assert_eq!(batches.len(), 11);
+        assert!(batches[..10].iter().all(|b| b.len() == 10));
+        assert_eq!(batches[10].len(), 3);
+        let mut all: Vec<i64> = batches.concat();
+        assert_ne!(all, (0..103).collect::<Vec<_>>(), "shuffled");
+        all.sort_unstable();
+        assert_eq!(all, (0..103).collect::<Vec<_>>());
+
+        // Same (seed, epoch), same order; another epoch or seed, another.
+        assert_eq!(epoch(&d, 10, true, 7, 0, 0), batches);
+        assert_ne!(epoch(&d, 10, true, 7, 1, 0), batches);
+        assert_ne!(epoch(&d, 10, true, 8, 0, 0), batches);
+
+        // Without shuffling, file order.
+        assert_eq!(
+            epoch(&d, 10, false, 7, 3, 0).concat(),
+            (0..103).collect::<Vec<_>>()
+        );
+
+        // Skipping resumes mid-epoch in the same order.
+        assert_eq!(epoch(&d, 10, true, 7, 0, 4), batches[4..].to_vec());
+        assert!(epoch(&d, 10, true, 7, 0, 11).is_empty());
+        assert!(epoch(&d, 10, true, 7, 0, 50).is_empty());
+
+        // A batch larger than the data is one batch; an empty dataset none.
+        assert_eq!(epoch(&d, 1000, false, 0, 0, 0).len(), 1);
+        assert!(epoch(&dataset(0), 4, true, 0, 0, 0).is_empty());
+        assert!(Loader::new(&d, 0, true, 0, 0, 0, Device::Cpu).is_err());
+    }
+
+    #[test]
+    fn loader_stops_when_dropped() {
+        let n = 200_000;
+        let d = Dataset {
+            inputs: Tensor::zeros([n, 64], (Kind::Float, Device::Cpu)),
+            targets: Tensor::zeros([n], (Kind::Int64, Device::Cpu)),
+        };
+        let mut loader = Loader::new(&d, 16, true, 1, 0, 0, Device::Cpu)
+            .unwrap()
+            .at(Span::new(FileId(0), 30, 40));
+        let (x, _) = loader.next().unwrap().unwrap();
+        assert_eq!(x.size(), vec![16, 64]);
+        // Let the thread fill the channel and block on it.
+        std::thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        drop(loader);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // Dropped before its first batch, too.
+        let loader = Loader::new(&d, 16, true, 1, 0, 0, Device::Cpu).unwrap();
+        drop(loader);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        // The wait is measured.
+        let mut loader = Loader::new(&d, 16, false, 1, 0, 0, Device::Cpu).unwrap();
+        for _ in 0..10 {
+            let _ = loader.next().unwrap().unwrap();
+        }
+        assert!(loader.wait_seconds() >= 0.0);
+    }
+
+    #[test]
+    fn loader_builds_inline_without_a_thread() {
+        // The fallback path, exercised directly.
+        let d = dataset(10);
+        let producer = Producer {
+            inputs: d.inputs.shallow_clone(),
+            targets: d.targets.shallow_clone(),
+            order: (0..10).collect::<Vec<i64>>().into(),
+            batch: 4,
+            device: Device::Cpu,
+        };
+        let mut loader = Loader {
+            batches: None,
+            stop: Arc::new(AtomicBool::new(false)),
+            worker: None,
+            inline: Some(producer),
+            next_batch: 1,
+            remaining: 2,
+            waited: Duration::ZERO,
+            span: Span::default(),
+        };
+        let ids: Vec<Vec<i64>> = loader.by_ref().map(|b| ints(&b.unwrap().1)).collect();
+        assert_eq!(ids, vec![vec![4, 5, 6, 7], vec![8, 9]]);
+        assert!(loader.next().is_none());
+    }
+
+    #[test]
+    fn loader_reports_a_failed_batch_at_its_span() {
+        // Targets shorter than the inputs: the second batch's gather fails in libtorch.
+        let d = Dataset {
+            inputs: Tensor::zeros([10, 1], (Kind::Float, Device::Cpu)),
+            targets: Tensor::zeros([5], (Kind::Int64, Device::Cpu)),
+        };
+        let at = Span::new(FileId(0), 30, 40);
+        let mut loader = Loader::new(&d, 4, false, 0, 0, 0, Device::Cpu)
+            .unwrap()
+            .at(at);
+        assert_eq!(loader.size_hint(), (0, Some(3)));
+        assert!(loader.next().unwrap().is_ok());
+        let f = loader.next().unwrap().unwrap_err();
+        assert_eq!(f.code, Code::TorchError);
+        assert_eq!(f.span, at);
+        assert!(loader.next().is_none());
+    }
+}

@@ -1,0 +1,581 @@
+//! Data: loading sources into memory, splitting, and batches prepared ahead of the device.
+//!
+//! [`load`] reads the source of a checked experiment into CPU tensors, checks them against the
+//! model (sample size, element type, class labels), normalises the inputs and splits the samples
+//! with a seeded permutation. A [`Loader`] walks one epoch of a [`Dataset`] in batches that a
+//! background thread gathers and moves to the device ahead of the training loop.
+//!
+//! Every problem with the data is a [`Failure`] at the experiment's `source` statement: K0502 when
+//! a file cannot be read, K0503 when what it holds is wrong. The file formats (IDX, `.npy`, the
+//! zip archive of an `.npz`, CSV) are parsed here with every length checked before a byte is
+//! copied: libtorch's own `.npy` reader trusts the header's shape and reads past the end of a
+//! truncated file, so a damaged file must be caught before it gets there.
+//!
+//! Shuffling and splitting use a small Rust PRNG (SplitMix64 with Fisher-Yates), never torch's
+//! generator, so that the order of the data does not disturb the random numbers of the model.
+//!
+//! This file holds the interface ([`load`], [`Dataset`], [`Splits`]), the checking and shaping of
+//! what a source holds against the model, and the helpers the readers share. Each source has its
+//! own file: `file` (reading and gunzipping a named file), `synthetic`, `idx`, `npy`, `npz`,
+//! `csv` and `safetensors`; `split` holds the splits and the PRNG, `loader` the [`Loader`].
+
+mod csv;
+mod file;
+mod idx;
+mod loader;
+mod npy;
+mod npz;
+mod safetensors;
+mod split;
+mod synthetic;
+#[cfg(test)]
+mod tests;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use kiln::diagnostic::Code;
+use kiln::plan::{DType, Data, Normalize, Source, Targets};
+use kiln::span::Span;
+use tch::{Kind, TchError, Tensor};
+
+use super::failure::{At, Failure};
+use file::DataFile;
+
+pub use loader::Loader;
+
+// ---------------------------------------------------------------------------------------------
+// Datasets
+
+/// Samples in memory on the CPU.
+///
+/// `inputs` is `[N, ..model input shape]` (`Kind::Float`, or `Kind::Int64` for token ids);
+/// `targets` is `[N]` `Int64` class indices or `[N, ..shape]` `Float` values.
+#[derive(Debug)]
+pub struct Dataset {
+    /// The model's inputs, one row per sample.
+    pub inputs: Tensor,
+    /// The targets, one row per sample.
+    pub targets: Tensor,
+}
+
+impl Dataset {
+    /// Number of samples.
+    pub fn len(&self) -> i64 {
+        self.inputs.size().first().copied().unwrap_or(0)
+    }
+
+    /// The samples at `indices`, copied.
+    fn select(&self, indices: &[i64]) -> Result<Dataset, TchError> {
+        let index = Tensor::f_from_slice(indices)?;
+        Ok(Dataset {
+            inputs: self.inputs.f_index_select(0, &index)?,
+            targets: self.targets.f_index_select(0, &index)?,
+        })
+    }
+}
+
+/// The splits of the data: training always, validation and test when their fraction gives at
+/// least one sample.
+#[derive(Debug)]
+pub struct Splits {
+    /// The training samples.
+    pub train: Dataset,
+    /// The validation samples.
+    pub val: Option<Dataset>,
+    /// The test samples.
+    pub test: Option<Dataset>,
+}
+
+/// Loads and splits the data of a checked experiment.
+///
+/// `base` is the directory of the `.exp` file that declares the source (relative paths resolve
+/// against it); `input` and `input_dtype` are the model's (`kiln::plan::Model::input` and
+/// `input_dtype`). Synthetic data is drawn from torch's generator after
+/// `tch::manual_seed(seed)`; the split is a permutation seeded with `seed`. Each split keeps its
+/// samples in file order. Failures are reported at `data.source_span`.
+pub fn load(
+    data: &Data,
+    input: &[i64],
+    input_dtype: DType,
+    base: &Path,
+    seed: u64,
+) -> Result<Splits, Failure> {
+    let span = data.source_span;
+    let raw = read_source(&data.source, input_dtype, base, seed, span)?;
+    let dataset = prepare(raw, data, input, input_dtype)?;
+    split::split(&dataset, &data.split, seed, span)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failures
+
+/// A K0503 failure: the data is there but wrong.
+fn invalid(
+    span: Span,
+    message: impl Into<String>,
+    label: impl Into<String>,
+    help: impl Into<String>,
+) -> Failure {
+    Failure::new(Code::DataInvalid, span, message)
+        .label(label)
+        .help(help)
+}
+
+/// `[1, 28, 28]`.
+fn fmt_shape(shape: &[i64]) -> String {
+    let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
+    format!("[{}]", dims.join(", "))
+}
+
+/// `` `a`, `b` `` (at most 12 names, then a count).
+fn fmt_names(names: &[String]) -> String {
+    if names.is_empty() {
+        return "nothing".to_string();
+    }
+    let mut out = String::new();
+    for (i, name) in names.iter().take(12).enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "`{name}`");
+    }
+    if names.len() > 12 {
+        let _ = write!(out, " and {} more", names.len() - 12);
+    }
+    out
+}
+
+/// A value as a person writes it: `3`, not `3.0`.
+fn fmt_value(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// numpy's name of a kind, for messages.
+fn kind_name(kind: Kind) -> String {
+    match kind {
+        Kind::Uint8 => "uint8".into(),
+        Kind::Int8 => "int8".into(),
+        Kind::Int16 => "int16".into(),
+        Kind::Int => "int32".into(),
+        Kind::Int64 => "int64".into(),
+        Kind::Half => "float16".into(),
+        Kind::Float => "float32".into(),
+        Kind::Double => "float64".into(),
+        Kind::BFloat16 => "bfloat16".into(),
+        Kind::Bool => "bool".into(),
+        other => format!("{other:?}").to_lowercase(),
+    }
+}
+
+/// Kinds whose values are whole numbers.
+fn is_integer(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Uint8 | Kind::Int8 | Kind::Int16 | Kind::Int | Kind::Int64 | Kind::Bool
+    )
+}
+
+/// Kinds of real floating-point values.
+fn is_float(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::Half
+            | Kind::Float
+            | Kind::Double
+            | Kind::BFloat16
+            | Kind::Float8e5m2
+            | Kind::Float8e4m3fn
+            | Kind::Float8e5m2fnuz
+            | Kind::Float8e4m3fnuz
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sources
+
+/// Tensors read from a source, before they are checked against the model.
+struct Raw {
+    inputs: Tensor,
+    targets: Tensor,
+    /// Where the inputs come from, for messages.
+    inputs_from: String,
+    /// Where the targets come from, for messages.
+    targets_from: String,
+    /// The file line of each sample (CSV), for messages.
+    lines: Option<Vec<usize>>,
+}
+
+impl Raw {
+    fn new(inputs: Tensor, targets: Tensor, inputs_from: String, targets_from: String) -> Raw {
+        Raw {
+            inputs,
+            targets,
+            inputs_from,
+            targets_from,
+            lines: None,
+        }
+    }
+
+    /// How messages name sample `i`.
+    fn sample(&self, i: i64) -> String {
+        match self
+            .lines
+            .as_ref()
+            .and_then(|l| l.get(usize::try_from(i).ok()?))
+        {
+            Some(line) => format!("line {line}"),
+            None => format!("sample {i}"),
+        }
+    }
+}
+
+/// Reads the tensors of a source; file paths resolve against `base`.
+fn read_source(
+    source: &Source,
+    dtype: DType,
+    base: &Path,
+    seed: u64,
+    span: Span,
+) -> Result<Raw, Failure> {
+    match source {
+        Source::Synthetic {
+            inputs,
+            targets,
+            count,
+        } => synthetic::read(inputs, targets, *count, seed, span),
+        Source::Idx { images, labels } => idx::read(
+            &DataFile::new(base, images),
+            &DataFile::new(base, labels),
+            dtype,
+            span,
+        ),
+        Source::Npy { inputs, targets } => {
+            let (fi, ft) = (DataFile::new(base, inputs), DataFile::new(base, targets));
+            let x = npy::read(&fi, span)?;
+            let y = npy::read(&ft, span)?;
+            Ok(Raw::new(x, y, fi.name(), ft.name()))
+        }
+        Source::Npz {
+            path,
+            inputs,
+            targets,
+        } => npz::read(&DataFile::new(base, path), inputs, targets, span),
+        Source::Csv {
+            path,
+            target,
+            header,
+        } => csv::read(&DataFile::new(base, path), target, *header, span),
+        Source::Safetensors {
+            path,
+            inputs,
+            targets,
+        } => safetensors::read(&DataFile::new(base, path), inputs, targets, span),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking against the model
+
+/// The flat index of the first `true` of a boolean tensor, if any.
+fn first_true(mask: &Tensor) -> Result<Option<i64>, TchError> {
+    let flat = mask.f_reshape([-1])?;
+    if flat.f_any()?.f_int64_value(&[])? == 0 {
+        return Ok(None);
+    }
+    // `argmax` returns the first of equal maxima.
+    let at = flat
+        .f_to_kind(Kind::Uint8)?
+        .f_argmax(0, false)?
+        .f_int64_value(&[])?;
+    Ok(Some(at))
+}
+
+/// The first value of a float tensor that is not a whole number: `(flat index, value)`.
+fn first_fraction(t: &Tensor) -> Result<Option<(i64, f64)>, TchError> {
+    let mask = t.f_frac()?.f_ne(0.0)?;
+    match first_true(&mask)? {
+        Some(i) => Ok(Some((i, t.f_reshape([-1])?.f_double_value(&[i])?))),
+        None => Ok(None),
+    }
+}
+
+/// Checks the raw tensors against the model and the targets, and shapes them.
+fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset, Failure> {
+    let span = data.source_span;
+    let xs = raw.inputs.size();
+    let ys = raw.targets.size();
+    let Some(&n) = xs.first() else {
+        return Err(invalid(
+            span,
+            format!(
+                "{} holds a single value, not one row per sample",
+                raw.inputs_from
+            ),
+            "no samples",
+            "the inputs' first dimension counts the samples",
+        ));
+    };
+    let Some(&m) = ys.first() else {
+        return Err(invalid(
+            span,
+            format!(
+                "{} holds a single value, not one per sample",
+                raw.targets_from
+            ),
+            "no samples",
+            "the targets' first dimension counts the samples",
+        ));
+    };
+    if n != m {
+        return Err(invalid(
+            span,
+            format!(
+                "{} holds {n} samples but {} holds {m} targets",
+                raw.inputs_from, raw.targets_from
+            ),
+            "counts differ",
+            "the inputs and the targets need one row per sample each",
+        ));
+    }
+    if n == 0 {
+        return Err(invalid(
+            span,
+            format!("{} holds no samples", raw.inputs_from),
+            "no samples",
+            "the data needs at least one sample",
+        ));
+    }
+    let inputs = shape_inputs(&raw, n, input, dtype, span)?;
+    let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
+    let targets = shape_targets(&raw, n, &data.targets, span)?;
+    Ok(Dataset { inputs, targets })
+}
+
+/// `[N, ..input]`, Float or Int64 by the model's input type.
+fn shape_inputs(
+    raw: &Raw,
+    n: i64,
+    input: &[i64],
+    dtype: DType,
+    span: Span,
+) -> Result<Tensor, Failure> {
+    let from = &raw.inputs_from;
+    let x = &raw.inputs;
+    let xs = x.size();
+    let per: i64 = xs[1..].iter().product();
+    let want: i64 = input.iter().product();
+    if per != want {
+        return Err(invalid(
+            span,
+            format!(
+                "{from} holds samples of {per} values {}, but the model's input {} holds {want}",
+                fmt_shape(&xs[1..]),
+                fmt_shape(input)
+            ),
+            "wrong sample size",
+            format!(
+                "make the model's input hold {per} values, for example `input {}`",
+                fmt_shape(&xs[1..])
+            ),
+        ));
+    }
+    let kind = x.f_kind().at(span)?;
+    let unsupported = || {
+        invalid(
+            span,
+            format!(
+                "{from} holds {} values, but only real numbers are supported",
+                kind_name(kind)
+            ),
+            "unsupported element type",
+            "store the inputs as floats or integers",
+        )
+    };
+    let mut shape = vec![n];
+    shape.extend_from_slice(input);
+    let x = x.f_reshape(shape.as_slice()).at(span)?;
+    match dtype {
+        DType::Float if is_float(kind) || is_integer(kind) => x.f_to_kind(Kind::Float).at(span),
+        DType::Int if is_integer(kind) => x.f_to_kind(Kind::Int64).at(span),
+        DType::Int if is_float(kind) => {
+            if let Some((i, v)) = first_fraction(&x).at(span)? {
+                let sample = raw.sample(i / want.max(1));
+                return Err(invalid(
+                    span,
+                    format!(
+                        "{from} holds {} for {sample}, but the model takes integer token ids",
+                        fmt_value(v)
+                    ),
+                    "not a token id",
+                    "store token ids as integers",
+                ));
+            }
+            x.f_to_kind(Kind::Int64).at(span)
+        }
+        _ => Err(unsupported()),
+    }
+}
+
+/// `(x - mean) / std`, per channel (dimension 1) when several values are given. Integer inputs
+/// (token ids) are left alone.
+fn normalize(
+    x: Tensor,
+    norm: Option<&Normalize>,
+    input: &[i64],
+    span: Span,
+) -> Result<Tensor, Failure> {
+    let Some(norm) = norm else {
+        return Ok(x);
+    };
+    if x.f_kind().at(span)? != Kind::Float {
+        return Ok(x);
+    }
+    let channels = norm.mean.len().max(norm.std.len());
+    let expand = |v: &[f64]| -> Vec<f32> {
+        if v.len() == 1 {
+            vec![v[0] as f32; channels]
+        } else {
+            v.iter().map(|&x| x as f32).collect()
+        }
+    };
+    let (mean, std) = (expand(&norm.mean), expand(&norm.std));
+    if mean.len() != channels || std.len() != channels || std.contains(&0.0) {
+        return Err(invalid(
+            span,
+            "`normalize` needs as many means as standard deviations, none of them zero",
+            "invalid normalisation",
+            "give one mean and one non-zero std, or one of each per channel",
+        ));
+    }
+    let shape: Vec<i64> = if channels == 1 {
+        vec![]
+    } else {
+        if input.first() != Some(&(channels as i64)) {
+            let have = match input.first() {
+                Some(c) => format!("{c} channels"),
+                None => "no channel dimension".to_string(),
+            };
+            return Err(invalid(
+                span,
+                format!(
+                    "`normalize` gives {channels} values, one per channel, but the samples {} have {have}",
+                    fmt_shape(input)
+                ),
+                "channel count differs",
+                "give one mean and std per channel (the first dimension of the model's input), or a single value for all",
+            ));
+        }
+        let mut s = vec![1i64; input.len() + 1];
+        s[1] = channels as i64;
+        s
+    };
+    let to_tensor = |v: &[f32]| Tensor::f_from_slice(v).and_then(|t| t.f_reshape(shape.as_slice()));
+    let mean = to_tensor(&mean).at(span)?;
+    let std = to_tensor(&std).at(span)?;
+    x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
+}
+
+/// `[N]` Int64 class indices (checked against the class count) or `[N, ..shape]` Float values.
+fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Tensor, Failure> {
+    let from = &raw.targets_from;
+    let y = &raw.targets;
+    let ys = y.size();
+    let per: i64 = ys[1..].iter().product();
+    let kind = y.f_kind().at(span)?;
+    if !is_integer(kind) && !is_float(kind) {
+        return Err(invalid(
+            span,
+            format!(
+                "{from} holds {} values, but only real numbers are supported",
+                kind_name(kind)
+            ),
+            "unsupported element type",
+            "store the targets as integers (class labels) or floats (values)",
+        ));
+    }
+    match targets {
+        Targets::Classes(classes) => {
+            if per != 1 {
+                return Err(invalid(
+                    span,
+                    format!(
+                        "{from} holds {per} values per sample {}, but class labels are one per sample",
+                        fmt_shape(&ys[1..])
+                    ),
+                    "not class labels",
+                    "give one class index per sample",
+                ));
+            }
+            let y = y.f_reshape([n]).at(span)?;
+            if is_float(kind) {
+                if let Some((i, v)) = first_fraction(&y).at(span)? {
+                    return Err(invalid(
+                        span,
+                        format!(
+                            "{from} holds {} for {}, which is not a class index",
+                            fmt_value(v),
+                            raw.sample(i)
+                        ),
+                        "not a class label",
+                        "class labels are whole numbers from 0",
+                    ));
+                }
+            }
+            let y = y.f_to_kind(Kind::Int64).at(span)?;
+            if let Some(k) = classes {
+                let k = i64::try_from(*k).unwrap_or(i64::MAX);
+                let outside = y
+                    .f_lt(0)
+                    .and_then(|low| low.f_logical_or(&y.f_ge(k)?))
+                    .at(span)?;
+                if let Some(i) = first_true(&outside).at(span)? {
+                    let label = y.f_int64_value(&[i]).at(span)?;
+                    return Err(invalid(
+                        span,
+                        format!(
+                            "{from} holds the label {label} for {}, outside the {k} classes [0, {k})",
+                            raw.sample(i)
+                        ),
+                        "label out of range",
+                        format!("labels must lie in [0, {k}); check `classes:` and the file"),
+                    ));
+                }
+            }
+            Ok(y)
+        }
+        Targets::Values(shape) => {
+            let want: i64 = shape.iter().product();
+            if per != want {
+                return Err(invalid(
+                    span,
+                    format!(
+                        "{from} holds {per} values per sample {}, but the targets are declared as {} ({want} values)",
+                        fmt_shape(&ys[1..]),
+                        fmt_shape(shape)
+                    ),
+                    "wrong target size",
+                    "make the targets' shape match the data",
+                ));
+            }
+            let mut s = vec![n];
+            s.extend_from_slice(shape);
+            y.f_reshape(s.as_slice())
+                .and_then(|t| t.f_to_kind(Kind::Float))
+                .at(span)
+        }
+        Targets::Unknown if is_integer(kind) => {
+            let y = if per == 1 {
+                y.f_reshape([n]).at(span)?
+            } else {
+                y.shallow_clone()
+            };
+            y.f_to_kind(Kind::Int64).at(span)
+        }
+        Targets::Unknown => y.f_to_kind(Kind::Float).at(span),
+    }
+}
