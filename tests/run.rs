@@ -570,3 +570,70 @@ fn every_example_runs_on_the_cpu() {
         assert!(o.status.success(), "{}: {}", f.display(), text(&o));
     }
 }
+
+#[test]
+fn early_stopping_ends_a_run_that_stops_improving() {
+    let dir = scratch("early");
+    // Random labels: the validation loss stops improving quickly.
+    let exp = SMALL
+        .replace("steps 400", "epochs 50")
+        .replace(
+            "eval_every 100 steps",
+            "eval_every 1 epoch\n    early_stop(metric: val_loss, patience: 2)",
+        )
+        .replace("checkpoint(every: 20 steps, keep: 2)", "");
+    let path = write(&dir, "early.exp", &exp);
+    let d = dir.join("run");
+    let o = run(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--quiet",
+        "--run-dir",
+        d.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = report(&d);
+    assert_eq!(r["stopped_early"].as_bool(), Some(true), "{r:?}");
+    assert!(r["epochs"].as_u64().expect("epochs") < 50);
+}
+
+#[test]
+fn a_sweep_runs_every_trial_and_ranks_them() {
+    let dir = scratch("sweep");
+    let exp = SMALL
+        .replace("adamw(lr: 3e-3)", "adamw(lr: sweep [1e-2, 1e-3, 1e-4])")
+        .replace("checkpoint(every: 20 steps, keep: 2)", "");
+    let path = write(&dir, "sweep.exp", &exp);
+    let o = run(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--max-steps",
+        "100",
+        "--runs-dir",
+        dir.join("runs").to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    let rows: Vec<&str> = table.lines().filter(|l| l.contains("trial-00")).collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    // Ranked by validation accuracy, best first.
+    let acc: Vec<f64> = rows
+        .iter()
+        .map(|r| {
+            r.split_whitespace()
+                .nth(5)
+                .expect("val acc")
+                .trim_end_matches('%')
+                .parse()
+                .expect("number")
+        })
+        .collect();
+    assert!(acc.windows(2).all(|w| w[0] >= w[1]), "{table}");
+    for k in 1..=3 {
+        let trial = run_dir(&dir.join("runs"), "small").join(format!("trial-{k:03}"));
+        assert!(
+            trial.join("report.yaml").is_file(),
+            "trial {k} has no report"
+        );
+    }
+}

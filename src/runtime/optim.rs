@@ -227,6 +227,104 @@ pub fn clip(
     })
 }
 
+/// Dynamic loss scaling for fp16, as `torch.amp.GradScaler` does it: the loss is multiplied by a
+/// scale before backward; gradients are divided by it before the step; a step whose gradients
+/// overflowed is skipped and the scale halved; after 2,000 good steps in a row it doubles.
+pub struct LossScaler {
+    scale: f64,
+    good: u32,
+    enabled: bool,
+}
+
+impl LossScaler {
+    /// Steps without overflow before the scale grows.
+    const GROWTH_INTERVAL: u32 = 2000;
+
+    /// A scaler starting at 2^16; a disabled one scales by 1 and never skips.
+    pub fn new(enabled: bool) -> LossScaler {
+        LossScaler { scale: if enabled { 65536.0 } else { 1.0 }, good: 0, enabled }
+    }
+
+    /// The factor the loss is multiplied by.
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Divides the gradients by the scale; returns whether the step should be taken.
+    pub fn unscale(&mut self, params: &[Tensor], span: Span) -> Result<bool, Failure> {
+        if !self.enabled {
+            return Ok(true);
+        }
+        let finite = tch::no_grad(|| -> Result<bool, Failure> {
+            let mut finite = true;
+            for p in params {
+                let mut g = p.grad();
+                if !g.defined() {
+                    continue;
+                }
+                g.f_div_scalar_(self.scale).done_at(span)?;
+                finite &= g.f_isfinite().at(span)?.f_all().at(span)?.f_int64_value(&[]).at(span)? != 0;
+            }
+            Ok(finite)
+        })?;
+        Ok(self.update(finite))
+    }
+
+    /// Updates the scale after a step whose gradients were (or were not) all finite.
+    fn update(&mut self, finite: bool) -> bool {
+        if finite {
+            self.good += 1;
+            if self.good >= Self::GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.good = 0;
+            }
+        } else {
+            self.scale /= 2.0;
+            self.good = 0;
+        }
+        finite
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loss_scale_halves_on_overflow_and_grows_after_good_steps() {
+        let mut s = LossScaler::new(true);
+        assert_eq!(s.scale(), 65536.0);
+        assert!(!s.update(false));
+        assert_eq!(s.scale(), 32768.0);
+        for _ in 0..LossScaler::GROWTH_INTERVAL {
+            assert!(s.update(true));
+        }
+        assert_eq!(s.scale(), 65536.0);
+    }
+
+    #[test]
+    fn unscaling_divides_gradients_and_detects_overflow() {
+        let p = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+        (&p * 4.0).sum(tch::Kind::Float).backward();
+        let mut s = LossScaler::new(true);
+        s.scale = 2.0;
+        assert!(s.unscale(std::slice::from_ref(&p), Span::default()).unwrap());
+        assert_eq!(Vec::<f32>::try_from(p.grad()).unwrap(), vec![2.0, 2.0]);
+        let q = Tensor::from_slice(&[f32::MAX]).set_requires_grad(true);
+        // d(q^2)/dq = 2q overflows f32.
+        (&q * &q).sum(tch::Kind::Float).backward();
+        assert!(!s.unscale(std::slice::from_ref(&q), Span::default()).unwrap());
+        assert_eq!(s.scale(), 1.0);
+    }
+
+    #[test]
+    fn a_disabled_scaler_changes_nothing() {
+        let mut s = LossScaler::new(false);
+        assert_eq!(s.scale(), 1.0);
+        assert!(s.unscale(&[], Span::default()).unwrap());
+    }
+}
+
 /// Learning rates over a run of `total` optimizer steps, `per_epoch` steps an epoch.
 pub struct Lr {
     base: f64,

@@ -11,7 +11,7 @@ use super::checkpoint::{self, Fingerprint, Position, Sidecar};
 use super::data::{Dataset, Loader, Splits};
 use super::failure::{At, Failure};
 use super::model::Net;
-use super::optim::{clip, Lr, Optim};
+use super::optim::{clip, LossScaler, Lr, Optim};
 use super::report::{EpochRecord, Progress, RunWriter};
 use kiln::diagnostic::Code;
 use kiln::plan::{Duration, Experiment, Loss, Metric};
@@ -276,6 +276,7 @@ impl Trainer<'_> {
         // `--max-steps` stops early; the schedule keeps the experiment's full length.
         let total = self.max_steps.map_or(total, |m| m.min(total));
         let mut optim = Optim::new(&exp.optimizer, self.net.params.len());
+        let mut scaler = LossScaler::new(t.precision == kiln::plan::Precision::Fp16);
         let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
             self.restore(&mut optim, &tensors, span)?;
@@ -376,13 +377,16 @@ impl Trainer<'_> {
                     if self.classes() {
                         pos.epoch_correct += self.correct(&out, &ym)?;
                     }
-                    l.f_mul_scalar(m as f64 / n as f64)
+                    l.f_mul_scalar(m as f64 / n as f64 * scaler.scale())
                         .at(span)?
                         .f_backward()
                         .at(span)?;
                 }
-                clip(&params, t.clip_norm, t.clip_value, span)?;
-                optim.step(&params, step_lr)?;
+                // fp16: unscale, and skip the step when the scaled gradients overflowed.
+                if scaler.unscale(&params, span)? {
+                    clip(&params, t.clip_norm, t.clip_value, span)?;
+                    optim.step(&params, step_lr)?;
+                }
                 self.writer
                     .step_record(pos.step + 1, step_loss / n as f64, step_lr)?;
                 pos.step += 1;
