@@ -286,44 +286,6 @@ impl LossScaler {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_loss_scale_halves_on_overflow_and_grows_after_good_steps() {
-        let mut s = LossScaler::new(true);
-        assert_eq!(s.scale(), 65536.0);
-        assert!(!s.update(false));
-        assert_eq!(s.scale(), 32768.0);
-        for _ in 0..LossScaler::GROWTH_INTERVAL {
-            assert!(s.update(true));
-        }
-        assert_eq!(s.scale(), 65536.0);
-    }
-
-    #[test]
-    fn unscaling_divides_gradients_and_detects_overflow() {
-        let p = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
-        (&p * 4.0).sum(tch::Kind::Float).backward();
-        let mut s = LossScaler::new(true);
-        s.scale = 2.0;
-        assert!(s.unscale(std::slice::from_ref(&p), Span::default()).unwrap());
-        assert_eq!(Vec::<f32>::try_from(p.grad()).unwrap(), vec![2.0, 2.0]);
-        let q = Tensor::from_slice(&[f32::MAX]).set_requires_grad(true);
-        // d(q^2)/dq = 2q overflows f32.
-        (&q * &q).sum(tch::Kind::Float).backward();
-        assert!(!s.unscale(std::slice::from_ref(&q), Span::default()).unwrap());
-        assert_eq!(s.scale(), 1.0);
-    }
-
-    #[test]
-    fn a_disabled_scaler_changes_nothing() {
-        let mut s = LossScaler::new(false);
-        assert_eq!(s.scale(), 1.0);
-        assert!(s.unscale(&[], Span::default()).unwrap());
-    }
-}
 
 /// Learning rates over a run of `total` optimizer steps, `per_epoch` steps an epoch.
 pub struct Lr {
@@ -391,5 +353,44 @@ impl Lr {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loss_scale_halves_on_overflow_and_grows_after_good_steps() {
+        let mut s = LossScaler::new(true);
+        assert_eq!(s.scale(), 65536.0);
+        assert!(!s.update(false));
+        assert_eq!(s.scale(), 32768.0);
+        for _ in 0..LossScaler::GROWTH_INTERVAL {
+            assert!(s.update(true));
+        }
+        assert_eq!(s.scale(), 65536.0);
+    }
+
+    #[test]
+    fn unscaling_divides_gradients_and_detects_overflow() {
+        let p = Tensor::from_slice(&[1.0f32, 2.0]).set_requires_grad(true);
+        (&p * 4.0).sum(tch::Kind::Float).backward();
+        let mut s = LossScaler::new(true);
+        s.scale = 2.0;
+        assert!(s.unscale(std::slice::from_ref(&p), Span::default()).unwrap());
+        assert_eq!(Vec::<f32>::try_from(p.grad()).unwrap(), vec![2.0, 2.0]);
+        let q = Tensor::from_slice(&[f32::MAX]).set_requires_grad(true);
+        // d(q^2)/dq = 2q overflows f32.
+        (&q * &q).sum(tch::Kind::Float).backward();
+        assert!(!s.unscale(std::slice::from_ref(&q), Span::default()).unwrap());
+        assert_eq!(s.scale(), 1.0);
+    }
+
+    #[test]
+    fn a_disabled_scaler_changes_nothing() {
+        let mut s = LossScaler::new(false);
+        assert_eq!(s.scale(), 1.0);
+        assert!(s.unscale(&[], Span::default()).unwrap());
     }
 }
