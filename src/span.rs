@@ -64,12 +64,17 @@ pub struct SourceFile {
 impl SourceFile {
     /// The 0-based line holding a byte offset.
     pub fn line_of(&self, offset: usize) -> usize {
-        self.line_starts.partition_point(|&s| s <= offset).saturating_sub(1)
+        self.line_starts
+            .partition_point(|&s| s <= offset)
+            .saturating_sub(1)
     }
 
     /// The byte offset where a 0-based line starts (the end of the text past the last line).
     pub fn line_start(&self, line: usize) -> usize {
-        self.line_starts.get(line).copied().unwrap_or(self.text.len())
+        self.line_starts
+            .get(line)
+            .copied()
+            .unwrap_or(self.text.len())
     }
 }
 
@@ -139,6 +144,9 @@ impl Sources {
         let line = f.line_of(offset);
         let start = f.line_start(line);
         let column = f.text.get(start..offset).map_or(0, |t| t.chars().count()) + 1;
-        LineCol { line: line + 1, column }
+        LineCol {
+            line: line + 1,
+            column,
+        }
     }
 }

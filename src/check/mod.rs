@@ -122,7 +122,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     }
                     per_trial.push(cx.diags);
                 }
-                merge_trials(&mut diags, per_trial, &trials, n);
+                merge_trials(&mut diags, per_trial, n);
             }
         }
     }
@@ -136,12 +136,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
 }
 
 /// Adds each trial's diagnostics; one that only some trials have gets a note naming the first.
-fn merge_trials(
-    diags: &mut Vec<Diagnostic>,
-    per_trial: Vec<Vec<Diagnostic>>,
-    _ok: &[Experiment],
-    n: usize,
-) {
+fn merge_trials(diags: &mut Vec<Diagnostic>, per_trial: Vec<Vec<Diagnostic>>, n: usize) {
     let key = |d: &Diagnostic| (d.primary.span, d.code, d.message.clone());
     let all: Vec<std::collections::HashSet<_>> = per_trial
         .iter()

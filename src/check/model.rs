@@ -1372,7 +1372,10 @@ impl<'a> LayerCheck<'a, '_> {
 
 fn divisors_near(e: i64, heads: i64) -> String {
     // Only divisors of `e` qualify, so the search never goes past it.
-    let below = (1..heads.min(e + 1)).rev().find(|h| e % h == 0).unwrap_or(1);
+    let below = (1..heads.min(e + 1))
+        .rev()
+        .find(|h| e % h == 0)
+        .unwrap_or(1);
     match ((heads + 1)..=e).find(|h| e % h == 0) {
         Some(above) => format!("{below} or {above}"),
         None => below.to_string(),

@@ -103,7 +103,11 @@ struct Report<'a> {
 impl<'a> Report<'a> {
     fn new(diag: &'a Diagnostic, sources: &'a Sources) -> Report<'a> {
         let file = sources.get(diag.primary.span.file);
-        let here = diag.secondary.iter().map(|l| l.span).filter(|s| s.file == diag.primary.span.file);
+        let here = diag
+            .secondary
+            .iter()
+            .map(|l| l.span)
+            .filter(|s| s.file == diag.primary.span.file);
         let source = Window::new(file, std::iter::once(diag.primary.span).chain(here));
         let mut labels = vec![LabeledSpan::new_primary_with_span(
             Some(diag.primary.text.clone()).filter(|t| !t.is_empty()),

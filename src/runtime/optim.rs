@@ -242,7 +242,11 @@ impl LossScaler {
 
     /// A scaler starting at 2^16; a disabled one scales by 1 and never skips.
     pub fn new(enabled: bool) -> LossScaler {
-        LossScaler { scale: if enabled { 65536.0 } else { 1.0 }, good: 0, enabled }
+        LossScaler {
+            scale: if enabled { 65536.0 } else { 1.0 },
+            good: 0,
+            enabled,
+        }
     }
 
     /// The factor the loss is multiplied by.
@@ -263,7 +267,14 @@ impl LossScaler {
                     continue;
                 }
                 g.f_div_scalar_(self.scale).done_at(span)?;
-                finite &= g.f_isfinite().at(span)?.f_all().at(span)?.f_int64_value(&[]).at(span)? != 0;
+                finite &= g
+                    .f_isfinite()
+                    .at(span)?
+                    .f_all()
+                    .at(span)?
+                    .f_int64_value(&[])
+                    .at(span)?
+                    != 0;
             }
             Ok(finite)
         })?;
@@ -285,7 +296,6 @@ impl LossScaler {
         finite
     }
 }
-
 
 /// Learning rates over a run of `total` optimizer steps, `per_epoch` steps an epoch.
 pub struct Lr {
@@ -378,12 +388,16 @@ mod tests {
         (&p * 4.0).sum(tch::Kind::Float).backward();
         let mut s = LossScaler::new(true);
         s.scale = 2.0;
-        assert!(s.unscale(std::slice::from_ref(&p), Span::default()).unwrap());
+        assert!(s
+            .unscale(std::slice::from_ref(&p), Span::default())
+            .unwrap());
         assert_eq!(Vec::<f32>::try_from(p.grad()).unwrap(), vec![2.0, 2.0]);
         let q = Tensor::from_slice(&[f32::MAX]).set_requires_grad(true);
         // d(q^2)/dq = 2q overflows f32.
         (&q * &q).sum(tch::Kind::Float).backward();
-        assert!(!s.unscale(std::slice::from_ref(&q), Span::default()).unwrap());
+        assert!(!s
+            .unscale(std::slice::from_ref(&q), Span::default())
+            .unwrap());
         assert_eq!(s.scale(), 1.0);
     }
 
