@@ -385,8 +385,7 @@ fn check_placements(
     for i in 0..out.len() {
         for j in 0..i {
             let (a, b) = (&out[j], &out[i]);
-            let nested = b.name.starts_with(&format!("{}.", a.name))
-                || a.name.starts_with(&format!("{}.", b.name));
+            let nested = within(&b.name, &a.name) || within(&a.name, &b.name);
             if a.name == b.name || (nested && a.device != b.device) {
                 cx.push(
                     Diagnostic::new(
@@ -440,7 +439,7 @@ fn place_nodes(nodes: &mut [Node], placements: &[Placement], default: Device) {
         // The most specific placement wins: the layer's own, else its innermost placed block.
         placements
             .iter()
-            .filter(|p| p.name == name || name.starts_with(&format!("{}.", p.name)))
+            .filter(|p| within(name, &p.name))
             .max_by_key(|p| p.name.len())
             .map(|p| p.device)
     }
@@ -452,6 +451,11 @@ fn place_nodes(nodes: &mut [Node], placements: &[Placement], default: Device) {
             }
         }
     }
+}
+
+/// Whether the qualified name `name` is `outer` or lies inside the block `outer`.
+fn within(name: &str, outer: &str) -> bool {
+    name.strip_prefix(outer).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// Visits every layer of a node tree in order.
@@ -855,7 +859,7 @@ fn check_strategy(
             for t in targets.iter() {
                 for l in all
                     .iter()
-                    .filter(|l| l.name == t.layer || l.name.starts_with(&format!("{}.", t.layer)))
+                    .filter(|l| within(&l.name, &t.layer))
                 {
                     if *scheme == QuantScheme::Fp8 && l.device == Device::Cpu {
                         cx.push(

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use crate::diagnostic::{self, Code, Diagnostic};
 use crate::plan::{self, Device, Experiment};
 use crate::span::{FileId, Sources, Span};
-use crate::syntax::ast::{Statement, ValueKind};
+use crate::syntax::ast::{Block, Statement, ValueKind};
 
 pub use experiment::layers;
 pub use model::{fmt_shape, LAYERS};
@@ -104,14 +104,25 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                 trial_count = n;
                 let mut per_trial: Vec<Vec<Diagnostic>> = Vec::with_capacity(n);
                 for i in 0..n {
-                    let (statements, labels) =
-                        sweep::trial(body, &axes, i, |s| sources.slice(s).to_string());
-                    let mut stmt = exp.clone();
-                    if let Some(b) = &mut stmt.body {
-                        b.statements = statements;
-                    }
+                    // Without sweeps the one trial is the experiment itself: no copy.
+                    let substituted;
+                    let (stmt, labels) = if axes.is_empty() {
+                        (&exp, Vec::new())
+                    } else {
+                        let (statements, labels) =
+                            sweep::trial(body, &axes, i, |s| sources.slice(s).to_string());
+                        substituted = Statement {
+                            body: exp.body.as_ref().map(|b| Block { statements, span: b.span }),
+                            label: exp.label.clone(),
+                            keyword: exp.keyword.clone(),
+                            args: exp.args.clone(),
+                            values: exp.values.clone(),
+                            span: exp.span,
+                        };
+                        (&substituted, labels)
+                    };
                     let mut cx = cx::Cx::default();
-                    let checked = experiment::check_experiment(&mut cx, &stmt, labels);
+                    let checked = experiment::check_experiment(&mut cx, stmt, labels);
                     // A trial with any error never runs, even when its typed form could be built.
                     if let Some(mut e) =
                         checked.filter(|_| !cx.diags.iter().any(Diagnostic::is_error))

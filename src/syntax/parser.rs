@@ -79,7 +79,7 @@ fn check_nesting(file: FileId, text: &str) -> Result<(), Box<Diagnostic>> {
 fn rule_name(rule: &Rule) -> &'static str {
     match rule {
         Rule::EOI => "end of file",
-        Rule::statement | Rule::keyword | Rule::label => "a statement",
+        Rule::statement | Rule::keyword => "a statement",
         Rule::block => "`{`",
         Rule::call_args => "`(`",
         Rule::argument | Rule::arg_name => "an argument",
@@ -194,8 +194,8 @@ impl Builder {
         let mut body = None;
         for p in pair.into_inner() {
             match p.as_rule() {
-                Rule::label => label = Some(self.ident(p)),
-                Rule::keyword => keyword = Some(self.ident(p)),
+                // The first word is the keyword unless a second follows it after a `:`.
+                Rule::keyword => label = std::mem::replace(&mut keyword, Some(self.ident(p))),
                 Rule::call_args => args = Some(self.args(p)),
                 Rule::value_expr => values.push(self.value_expr(p)),
                 Rule::block => body = Some(self.block(p)),
@@ -306,6 +306,10 @@ impl Builder {
 /// Where a pair's own text ends: after its last inner pair when only skipped text follows it.
 fn span_end(pair: &Pair<Rule>) -> usize {
     let end = pair.as_span().end();
+    // Only these rules end in an optional part; every other rule ends with its own token.
+    if !matches!(pair.as_rule(), Rule::statement | Rule::value_expr | Rule::quantity) {
+        return end;
+    }
     let Some(last) = pair.clone().into_inner().last() else {
         return end;
     };
