@@ -455,7 +455,8 @@ fn place_nodes(nodes: &mut [Node], placements: &[Placement], default: Device) {
 
 /// Whether the qualified name `name` is `outer` or lies inside the block `outer`.
 fn within(name: &str, outer: &str) -> bool {
-    name.strip_prefix(outer).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+    name.strip_prefix(outer)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// Visits every layer of a node tree in order.
@@ -857,10 +858,7 @@ fn check_strategy(
         } = c
         {
             for t in targets.iter() {
-                for l in all
-                    .iter()
-                    .filter(|l| within(&l.name, &t.layer))
-                {
+                for l in all.iter().filter(|l| within(&l.name, &t.layer)) {
                     if *scheme == QuantScheme::Fp8 && l.device == Device::Cpu {
                         cx.push(
                             Diagnostic::new(

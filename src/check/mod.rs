@@ -112,7 +112,10 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                         let (statements, labels) =
                             sweep::trial(body, &axes, i, |s| sources.slice(s).to_string());
                         substituted = Statement {
-                            body: exp.body.as_ref().map(|b| Block { statements, span: b.span }),
+                            body: exp.body.as_ref().map(|b| Block {
+                                statements,
+                                span: b.span,
+                            }),
                             label: exp.label.clone(),
                             keyword: exp.keyword.clone(),
                             args: exp.args.clone(),

@@ -307,7 +307,10 @@ impl Builder {
 fn span_end(pair: &Pair<Rule>) -> usize {
     let end = pair.as_span().end();
     // Only these rules end in an optional part; every other rule ends with its own token.
-    if !matches!(pair.as_rule(), Rule::statement | Rule::value_expr | Rule::quantity) {
+    if !matches!(
+        pair.as_rule(),
+        Rule::statement | Rule::value_expr | Rule::quantity
+    ) {
         return end;
     }
     let Some(last) = pair.clone().into_inner().last() else {
