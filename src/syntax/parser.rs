@@ -195,7 +195,7 @@ impl Builder {
         for p in pair.into_inner() {
             match p.as_rule() {
                 // The first word is the keyword unless a second follows it after a `:`.
-                Rule::keyword => label = std::mem::replace(&mut keyword, Some(self.ident(p))),
+                Rule::keyword => label = keyword.replace(self.ident(p)),
                 Rule::call_args => args = Some(self.args(p)),
                 Rule::value_expr => values.push(self.value_expr(p)),
                 Rule::block => body = Some(self.block(p)),
