@@ -213,7 +213,14 @@ pub fn check_experiment(
     );
     let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements, &mut compression);
     let output = model.output.clone();
-    if !(loss_ok && batch_ok && strategy_ok && evaluation_ok) || output.is_none() {
+    let size_ok = check_size(
+        cx,
+        &nodes,
+        &model.input,
+        data.data.batch,
+        data.data.batch_span,
+    );
+    if !(loss_ok && batch_ok && strategy_ok && evaluation_ok && size_ok) || output.is_none() {
         return None;
     }
     let parallel = finish_pipeline(parallel.parallel, &nodes);
@@ -429,7 +436,14 @@ pub fn unknown_reference(
             None if sorted.is_empty() => {
                 "name layers with `name: layer(...)` to refer to them".into()
             }
-            None => format!("named layers and blocks: {}", sorted.join(", ")),
+            None if sorted.len() <= 12 => {
+                format!("named layers and blocks: {}", sorted.join(", "))
+            }
+            None => format!(
+                "named layers and blocks include {}, ... ({} in all)",
+                sorted[..12].join(", "),
+                sorted.len()
+            ),
         }),
     );
 }
@@ -595,6 +609,60 @@ fn check_loss(
             true
         }
     }
+}
+
+/// The largest model Kiln plans: far beyond any real one, small enough that every byte and FLOP
+/// count of the plan is exact in 64 bits.
+const MAX_PARAMS: u128 = 1 << 48;
+/// The most activation values a batch may hold.
+const MAX_BATCH_VALUES: u128 = 1 << 56;
+/// The most forward FLOPs a batch may cost (a step costs three times as much).
+const MAX_BATCH_FLOPS: u128 = 1 << 61;
+
+/// Rejects sizes so large that they can only be mistakes, before the plan would overflow.
+fn check_size(cx: &mut Cx, nodes: &[Node], input: &[i64], batch: u64, batch_span: Span) -> bool {
+    let all = layers(nodes);
+    let params: u128 = all.iter().map(|l| u128::from(l.params)).sum();
+    if params > MAX_PARAMS {
+        let biggest = all
+            .iter()
+            .max_by_key(|l| l.params)
+            .map_or(batch_span, |l| l.span);
+        cx.push(
+            Diagnostic::new(
+                Code::OutOfRange,
+                biggest,
+                format!("the model has {params} parameters, more than Kiln plans for (2^48)"),
+            )
+            .label("the largest layer")
+            .help("check the layer sizes: no real model is this large"),
+        );
+        return false;
+    }
+    let values: u128 = all
+        .iter()
+        .map(|l| u128::from(crate::plan::values(&l.output)))
+        .sum::<u128>()
+        + u128::from(crate::plan::values(input));
+    let flops: u128 = all.iter().map(|l| u128::from(l.flops)).sum();
+    let b = u128::from(batch);
+    if values * b > MAX_BATCH_VALUES || flops * b > MAX_BATCH_FLOPS {
+        cx.push(
+            Diagnostic::new(
+                Code::OutOfRange,
+                batch_span,
+                format!(
+                    "a batch of {batch} would hold {} activation values and cost {} FLOPs",
+                    values * b,
+                    flops * b
+                ),
+            )
+            .label("far too large")
+            .help("lower the batch or the layer sizes: this is beyond any machine"),
+        );
+        return false;
+    }
+    true
 }
 
 /// Evaluation settings against the data: a validation split to evaluate on, metrics that fit the

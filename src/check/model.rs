@@ -125,6 +125,23 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
             layers_start = i + 1;
         }
     }
+    if let Some((shape, span)) = &input {
+        if numel(shape) > MAX_VALUES {
+            cx.push(
+                Diagnostic::new(
+                    Code::OutOfRange,
+                    *span,
+                    format!(
+                        "an input of {} holds more than 2^40 values per sample",
+                        fmt_shape(shape)
+                    ),
+                )
+                .label("far too large")
+                .help("check the input shape: it is per sample, without the batch"),
+            );
+            return None;
+        }
+    }
     let Some((input_shape, input_span)) = input else {
         cx.push(
             Diagnostic::new(
@@ -407,6 +424,19 @@ impl Walker<'_> {
                     flow.shape = None;
                     return None;
                 };
+                if numel(&output) > MAX_VALUES {
+                    self.cx.push(
+                        Diagnostic::new(
+                            Code::OutOfRange,
+                            kw.span,
+                            format!("`{kind_name}` makes {} per sample, more than 2^40 values", fmt_shape(&output), kind_name = kw.name),
+                        )
+                        .label("far too large")
+                        .help("check the layer's sizes: no real model holds this many values per sample"),
+                    );
+                    flow.shape = None;
+                    return None;
+                }
                 let input = flow.shape.replace(output.clone())?;
                 flow.dtype = dtype;
                 if dtype == DType::Float {
@@ -445,8 +475,18 @@ pub fn fmt_shape(shape: &[i64]) -> String {
 
 /// Number of elements of a shape.
 pub fn numel(shape: &[i64]) -> i64 {
-    shape.iter().product()
+    shape.iter().fold(1i64, |n, d| n.saturating_mul(*d))
 }
+
+/// A parameter or FLOP count from a product of sizes. Counts are computed in f64, exact below
+/// 2^53, so that absurd sizes saturate instead of overflowing.
+fn count(x: f64) -> u64 {
+    x as u64
+}
+
+/// The most values one sample may hold at any layer: far beyond any real model, small enough
+/// that every count stays finite.
+pub const MAX_VALUES: i64 = 1 << 40;
 
 type Checked = (LayerKind, Shape, DType, u64, u64);
 
@@ -882,11 +922,12 @@ impl<'a> LayerCheck<'a, '_> {
                         return None;
                     }
                 }
-                let positions = (n / inputs as u64).max(1);
+                let positions = (n as f64 / inputs as f64).max(1.0);
                 let mut output = shape.to_vec();
                 *output.last_mut()? = out;
-                let params = (inputs * out + if bias { out } else { 0 }) as u64;
-                let flops = 2 * positions * (inputs * out) as u64;
+                let (i, o) = (inputs as f64, out as f64);
+                let params = count(i * o + if bias { o } else { 0.0 });
+                let flops = count(2.0 * positions * i * o);
                 (
                     K::Linear {
                         inputs,
@@ -954,12 +995,13 @@ impl<'a> LayerCheck<'a, '_> {
                     self.positive_dim(len, shape, flow)?;
                     output.push(len);
                 }
-                let kernel: i64 = conv.kernel.iter().product();
-                let params = (conv.outputs * (inputs / conv.groups) * kernel
-                    + if conv.bias { conv.outputs } else { 0 }) as u64;
-                let out_positions: i64 = output[1..].iter().product();
-                let flops =
-                    (2 * (inputs / conv.groups) * kernel * conv.outputs * out_positions) as u64;
+                let kernel: f64 = conv.kernel.iter().map(|k| *k as f64).product();
+                let per_group = (inputs / conv.groups) as f64;
+                let outputs = conv.outputs as f64;
+                let params =
+                    count(outputs * per_group * kernel + if conv.bias { outputs } else { 0.0 });
+                let out_positions: f64 = output[1..].iter().map(|d| *d as f64).product();
+                let flops = count(2.0 * per_group * kernel * outputs * out_positions);
                 let kind = if dims == 1 {
                     K::Conv1d { conv }
                 } else {
@@ -986,8 +1028,8 @@ impl<'a> LayerCheck<'a, '_> {
                     self.positive_dim(len, shape, flow)?;
                     output.push(len);
                 }
-                let window: i64 = pool.kernel.iter().product();
-                let flops = (numel(&output) * window) as u64;
+                let window = numel(&pool.kernel);
+                let flops = count(numel(&output) as f64 * window as f64);
                 let kind = if max {
                     K::MaxPool { pool }
                 } else {
@@ -1074,7 +1116,7 @@ impl<'a> LayerCheck<'a, '_> {
                     }
                     None => vec![*shape.last()?],
                 };
-                let params = 2 * numel(&norm) as u64;
+                let params = count(2.0 * numel(&norm) as f64);
                 (
                     K::LayerNorm { shape: norm, eps },
                     shape.to_vec(),
@@ -1246,7 +1288,7 @@ impl<'a> LayerCheck<'a, '_> {
                     K::Embedding { vocab, dim },
                     output,
                     f,
-                    (vocab * dim) as u64,
+                    count(vocab as f64 * dim as f64),
                     0,
                 )
             }
@@ -1278,8 +1320,9 @@ impl<'a> LayerCheck<'a, '_> {
                     );
                     return None;
                 }
-                let attn_params = 4 * e * e + 4 * e;
-                let attn_flops = 8 * s * e * e + 4 * s * s * e;
+                let (sf, ef) = (s as f64, e as f64);
+                let attn_params = 4.0 * ef * ef + 4.0 * ef;
+                let attn_flops = 8.0 * sf * ef * ef + 4.0 * sf * sf * ef;
                 if self.kind == "attention" {
                     (
                         K::Attention {
@@ -1290,13 +1333,14 @@ impl<'a> LayerCheck<'a, '_> {
                         },
                         shape.to_vec(),
                         f,
-                        attn_params as u64,
-                        attn_flops as u64,
+                        count(attn_params),
+                        count(attn_flops),
                     )
                 } else {
                     let h = hidden.unwrap_or(4 * e);
-                    let params = attn_params + 4 * e + 2 * e * h + h + e;
-                    let flops = attn_flops + 4 * s * e * h;
+                    let hf = h as f64;
+                    let params = attn_params + 4.0 * ef + 2.0 * ef * hf + hf + ef;
+                    let flops = attn_flops + 4.0 * sf * ef * hf;
                     (
                         K::TransformerBlock {
                             width: e,
@@ -1307,8 +1351,8 @@ impl<'a> LayerCheck<'a, '_> {
                         },
                         shape.to_vec(),
                         f,
-                        params as u64,
-                        flops as u64,
+                        count(params),
+                        count(flops),
                     )
                 }
             }
@@ -1371,12 +1415,14 @@ impl<'a> LayerCheck<'a, '_> {
 }
 
 fn divisors_near(e: i64, heads: i64) -> String {
-    // Only divisors of `e` qualify, so the search never goes past it.
-    let below = (1..heads.min(e + 1))
+    // The nearest divisors of `e` around `heads`, looking a bounded distance either way (a huge
+    // prime width would otherwise mean searching all of it).
+    const REACH: i64 = 10_000;
+    let below = (heads.saturating_sub(REACH).max(1)..heads.min(e + 1))
         .rev()
         .find(|h| e % h == 0)
         .unwrap_or(1);
-    match ((heads + 1)..=e).find(|h| e % h == 0) {
+    match ((heads + 1)..=e.min(heads.saturating_add(REACH))).find(|h| e % h == 0) {
         Some(above) => format!("{below} or {above}"),
         None => below.to_string(),
     }

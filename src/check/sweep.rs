@@ -14,13 +14,17 @@ pub struct Axis {
     pub name: String,
     /// The values, each with its own span.
     pub values: Vec<Value>,
+    /// Which sweep of the file it is, in source order (rejected sweeps count too).
+    pub position: usize,
 }
 
 /// Finds every sweep in the statements, in source order.
 pub fn axes(statements: &[Statement], diags: &mut Vec<Diagnostic>) -> Vec<Axis> {
     let mut out = Vec::new();
+    let mut position = 0;
     visit(statements, &mut |name, v| {
         if let ValueKind::Sweep(inner) = &v.kind {
+            position += 1;
             if let Some(values) = expand(inner, diags) {
                 if values.iter().any(contains_sweep) {
                     diags.push(
@@ -32,6 +36,7 @@ pub fn axes(statements: &[Statement], diags: &mut Vec<Diagnostic>) -> Vec<Axis> 
                     out.push(Axis {
                         name: name.to_string(),
                         values,
+                        position: position - 1,
                     });
                 }
             }
@@ -193,11 +198,12 @@ pub fn trial(
         })
         .collect();
     let mut out = statements.to_vec();
+    // A rejected sweep keeps its place (and is ignored by the checker, which reported it).
     let mut k = 0;
     visit_mut(&mut out, &mut |v| {
         if matches!(v.kind, ValueKind::Sweep(_)) {
-            if let Some(p) = picked.get(k) {
-                *v = (*p).clone();
+            if let Some(i) = axes.iter().position(|a| a.position == k) {
+                *v = picked[i].clone();
             }
             k += 1;
         }

@@ -107,25 +107,28 @@ pub fn plan(e: &Experiment) -> Plan {
     let all = layers(&e.model.nodes);
     let act = e.train.precision.activation_bytes();
     let state = e.optimizer.state_bytes_per_param();
-    let params: u64 = all.iter().map(|l| l.params).sum();
-    let forward: u64 = all.iter().map(|l| l.flops).sum();
-    let input_numel = e.model.input.iter().product::<i64>() as u64;
-    let per_sample_acts = input_numel
-        + all
-            .iter()
-            .map(|l| l.output.iter().product::<i64>() as u64)
-            .sum::<u64>();
+    let params = sum(all.iter().map(|l| l.params));
+    let forward = sum(all.iter().map(|l| l.flops));
+    let input_numel = values(&e.model.input);
+    let per_sample_acts =
+        sum(std::iter::once(input_numel).chain(all.iter().map(|l| values(&l.output))));
     let totals = Totals {
         params,
-        weight_bytes: 4 * params,
-        gradient_bytes: 4 * params,
-        optimizer_bytes: state * params,
-        activation_bytes: per_sample_acts * e.data.batch * act,
+        weight_bytes: 4u64.saturating_mul(params),
+        gradient_bytes: 4u64.saturating_mul(params),
+        optimizer_bytes: state.saturating_mul(params),
+        activation_bytes: per_sample_acts
+            .saturating_mul(e.data.batch)
+            .saturating_mul(act),
         forward_flops_per_sample: forward,
-        step_flops: 3 * forward * e.data.batch,
+        step_flops: 3u64.saturating_mul(forward).saturating_mul(e.data.batch),
     };
     let need = |device: Device, replicas: u64, params: u64, acts: u64| {
-        let (w, g, o) = (4 * params, 4 * params, state * params);
+        let (w, g, o) = (
+            4u64.saturating_mul(params),
+            4u64.saturating_mul(params),
+            state.saturating_mul(params),
+        );
         DeviceNeed {
             device,
             replicas,
@@ -134,7 +137,7 @@ pub fn plan(e: &Experiment) -> Plan {
             gradient_bytes: g,
             optimizer_bytes: o,
             activation_bytes: acts,
-            total_bytes: w + g + o + acts,
+            total_bytes: sum([w, g, o, acts]),
             capacity_bytes: e
                 .memory
                 .iter()
@@ -143,7 +146,7 @@ pub fn plan(e: &Experiment) -> Plan {
         }
     };
     let micro = e.train.micro_batch;
-    let full_acts = per_sample_acts * micro * act;
+    let full_acts = per_sample_acts.saturating_mul(micro).saturating_mul(act);
     let devices = match &e.parallel {
         Parallel::Data { devices } => devices
             .iter()
@@ -171,26 +174,35 @@ pub fn plan(e: &Experiment) -> Plan {
                     .unwrap_or(e.model.nodes.len());
                 let stage = layers(&e.model.nodes[*start..end]);
                 let device = stage_device(e, k as u32, &stage);
-                let p: u64 = stage.iter().map(|l| l.params).sum();
-                let mut a: u64 = stage
-                    .iter()
-                    .map(|l| l.output.iter().product::<i64>() as u64)
-                    .sum();
+                let p = sum(stage.iter().map(|l| l.params));
+                let mut a = sum(stage.iter().map(|l| values(&l.output)));
                 if k == 0 {
-                    a += input_numel;
+                    a = a.saturating_add(input_numel);
                 }
-                add_need(&mut out, need(device, 1, p, a * samples * in_flight * act));
+                let bytes = a
+                    .saturating_mul(samples)
+                    .saturating_mul(in_flight)
+                    .saturating_mul(act);
+                add_need(&mut out, need(device, 1, p, bytes));
             }
             out
         }
         Parallel::None | Parallel::Model => {
             let mut out: Vec<DeviceNeed> = Vec::new();
             for (i, l) in all.iter().enumerate() {
-                let mut a = l.output.iter().product::<i64>() as u64;
+                let mut a = values(&l.output);
                 if i == 0 {
-                    a += input_numel;
+                    a = a.saturating_add(input_numel);
                 }
-                add_need(&mut out, need(l.device, 1, l.params, a * micro * act));
+                add_need(
+                    &mut out,
+                    need(
+                        l.device,
+                        1,
+                        l.params,
+                        a.saturating_mul(micro).saturating_mul(act),
+                    ),
+                );
             }
             out
         }
@@ -230,15 +242,25 @@ fn stage_device(e: &Experiment, stage: u32, layers: &[&Layer]) -> Device {
     }
 }
 
+/// A sum that saturates instead of overflowing (absurd sizes are reported, never wrapped).
+fn sum(items: impl IntoIterator<Item = u64>) -> u64 {
+    items.into_iter().fold(0u64, u64::saturating_add)
+}
+
+/// The number of values in a per-sample shape (saturating).
+pub fn values(shape: &[i64]) -> u64 {
+    shape.iter().fold(1u64, |n, d| n.saturating_mul(*d as u64))
+}
+
 fn add_need(out: &mut Vec<DeviceNeed>, n: DeviceNeed) {
     match out.iter_mut().find(|d| d.device == n.device) {
         Some(d) => {
-            d.params += n.params;
-            d.weight_bytes += n.weight_bytes;
-            d.gradient_bytes += n.gradient_bytes;
-            d.optimizer_bytes += n.optimizer_bytes;
-            d.activation_bytes += n.activation_bytes;
-            d.total_bytes += n.total_bytes;
+            d.params = d.params.saturating_add(n.params);
+            d.weight_bytes = d.weight_bytes.saturating_add(n.weight_bytes);
+            d.gradient_bytes = d.gradient_bytes.saturating_add(n.gradient_bytes);
+            d.optimizer_bytes = d.optimizer_bytes.saturating_add(n.optimizer_bytes);
+            d.activation_bytes = d.activation_bytes.saturating_add(n.activation_bytes);
+            d.total_bytes = d.total_bytes.saturating_add(n.total_bytes);
         }
         None => out.push(n),
     }
