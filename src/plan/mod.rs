@@ -147,6 +147,8 @@ pub fn plan(e: &Experiment) -> Plan {
     };
     let micro = e.train.micro_batch;
     let full_acts = per_sample_acts.saturating_mul(micro).saturating_mul(act);
+    // Where each layer runs: its placement, or its pipeline stage's device.
+    let mut layer_devices: Vec<Device> = all.iter().map(|l| l.device).collect();
     let devices = match &e.parallel {
         Parallel::Data { devices } => devices
             .iter()
@@ -174,6 +176,10 @@ pub fn plan(e: &Experiment) -> Plan {
                     .unwrap_or(e.model.nodes.len());
                 let stage = layers(&e.model.nodes[*start..end]);
                 let device = stage_device(e, k as u32, &stage);
+                let first = layers(&e.model.nodes[..*start]).len();
+                for d in layer_devices.iter_mut().skip(first).take(stage.len()) {
+                    *d = device;
+                }
                 let p = sum(stage.iter().map(|l| l.params));
                 let mut a = sum(stage.iter().map(|l| values(&l.output)));
                 if k == 0 {
@@ -218,13 +224,14 @@ pub fn plan(e: &Experiment) -> Plan {
         optimizer: e.optimizer.name().to_string(),
         layers: all
             .iter()
-            .map(|l| LayerRow {
+            .zip(&layer_devices)
+            .map(|(l, device)| LayerRow {
                 name: l.name.clone(),
                 kind: kind_name(&l.kind).to_string(),
                 output: l.output.clone(),
                 params: l.params,
                 flops: l.flops,
-                device: l.device,
+                device: *device,
             })
             .collect(),
         totals,
