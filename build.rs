@@ -9,6 +9,9 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:rustc-link-arg-bin=kiln-runtime=-Wl,-rpath,{lib}");
+        // The examples (`examples/tch_bench.rs`, the hand-written baseline of bench/run.sh) find
+        // libtorch the same way.
+        println!("cargo:rustc-link-arg-examples=-Wl,-rpath,{lib}");
         let version = std::path::Path::new(&lib).join("../version.py");
         let text = std::fs::read_to_string(version).unwrap_or_default();
         let found = text
@@ -24,6 +27,9 @@ fn main() {
             println!("cargo:rustc-link-arg-bin=kiln-runtime=-Wl,--no-as-needed");
             println!("cargo:rustc-link-arg-bin=kiln-runtime=-ltorch_cuda");
             println!("cargo:rustc-link-arg-bin=kiln-runtime=-Wl,--as-needed");
+            println!("cargo:rustc-link-arg-examples=-Wl,--no-as-needed");
+            println!("cargo:rustc-link-arg-examples=-ltorch_cuda");
+            println!("cargo:rustc-link-arg-examples=-Wl,--as-needed");
         }
     }
 }
