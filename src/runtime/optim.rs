@@ -108,9 +108,8 @@ impl Optim {
                         m.f_lerp_(&g, 1.0 - b1).done_at(span)?;
                         let m = m.shallow_clone();
                         let v = Self::slot(state, "exp_avg_sq", &p, span)?;
-                        v.f_mul_scalar_(b2).done_at(span)?;
-                        v.f_addcmul_(&g, &g.f_mul_scalar(1.0 - b2).at(span)?)
-                            .done_at(span)?;
+                        // b2 * v + (1 - b2) * g^2, in one kernel.
+                        v.f_lerp_(&g.f_square().at(span)?, 1.0 - b2).done_at(span)?;
                         let mut v = v.shallow_clone();
                         if *amsgrad {
                             let max = Self::slot(state, "max_exp_avg_sq", &p, span)?;
@@ -120,15 +119,13 @@ impl Optim {
                         }
                         let bc1 = 1.0 - b1.powi(t);
                         let bc2 = 1.0 - b2.powi(t);
-                        let denom = v
-                            .f_sqrt()
-                            .at(span)?
-                            .f_div_scalar(bc2.sqrt())
-                            .at(span)?
-                            .f_add_scalar(*eps)
-                            .at(span)?;
-                        p.f_sub_(&m.f_div(&denom).at(span)?.f_mul_scalar(lr / bc1).at(span)?)
-                            .done_at(span)?;
+                        // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with one temporary:
+                        // the denominator, scaled by -bc1 / lr so that one addcdiv applies it.
+                        let mut denom = v.f_sqrt().at(span)?;
+                        denom.f_div_scalar_(bc2.sqrt()).done_at(span)?;
+                        denom.f_add_scalar_(*eps).done_at(span)?;
+                        denom.f_mul_scalar_(-bc1 / lr).done_at(span)?;
+                        p.f_addcdiv_(&m, &denom).done_at(span)?;
                     }
                     OptimizerKind::RmsProp {
                         alpha,

@@ -1,4 +1,5 @@
-//! The [`Loader`]: one epoch of batches, gathered and moved to the device by a background thread.
+//! The [`Loader`]: one epoch of batches, gathered and moved to a CUDA device by a background
+//! thread, or gathered in the training thread when training runs on the CPU.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -64,7 +65,12 @@ fn to_device(t: Tensor, device: Device) -> Result<Tensor, TchError> {
     }
 }
 
-/// One epoch of batches of a dataset, prepared ahead in a background thread.
+/// One epoch of batches of a dataset, prepared ahead in a background thread for a CUDA device.
+///
+/// On the CPU the batches are gathered in the training thread (a gather costs tens of
+/// microseconds): a second thread running libtorch operations starts a second OpenMP thread
+/// team on the same cores, and training then slowed down more than twofold, its parallel
+/// operations waiting on thread wake-ups (measured with `bench/run.sh`).
 ///
 /// The thread gathers each batch with `index_select` and moves it to the device, keeping at most
 /// two batches ahead of the consumer. Dropping the loader mid-epoch stops the thread and waits
@@ -108,6 +114,24 @@ impl Loader {
         skip: usize,
         device: Device,
     ) -> Result<Loader, Failure> {
+        let background = matches!(device, Device::Cuda(_));
+        Self::start(
+            dataset, batch, shuffle, order_seed, epoch, skip, device, background,
+        )
+    }
+
+    /// As [`Loader::new`], choosing whether a background thread prepares the batches.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        dataset: &Dataset,
+        batch: i64,
+        shuffle: bool,
+        order_seed: u64,
+        epoch: u64,
+        skip: usize,
+        device: Device,
+        background: bool,
+    ) -> Result<Loader, Failure> {
         if batch < 1 {
             return Err(Failure::new(
                 Code::DataInvalid,
@@ -142,6 +166,10 @@ impl Loader {
             span: Span::default(),
         };
         if loader.remaining == 0 {
+            return Ok(loader);
+        }
+        if !background {
+            loader.inline = Some(producer);
             return Ok(loader);
         }
         let (tx, rx) = sync_channel(AHEAD);
@@ -284,7 +312,7 @@ mod tests {
         e: u64,
         skip: usize,
     ) -> Vec<Vec<i64>> {
-        Loader::new(d, batch, shuffle, seed, e, skip, Device::Cpu)
+        Loader::start(d, batch, shuffle, seed, e, skip, Device::Cpu, true)
             .unwrap()
             .map(|b| {
                 let (x, y) = b.unwrap();
@@ -345,7 +373,7 @@ mod tests {
             inputs: Tensor::zeros([n, 64], (Kind::Float, Device::Cpu)),
             targets: Tensor::zeros([n], (Kind::Int64, Device::Cpu)),
         };
-        let mut loader = Loader::new(&d, 16, true, 1, 0, 0, Device::Cpu)
+        let mut loader = Loader::start(&d, 16, true, 1, 0, 0, Device::Cpu, true)
             .unwrap()
             .at(Span::new(FileId(0), 30, 40));
         let (x, _) = loader.next().unwrap().unwrap();
@@ -356,15 +384,23 @@ mod tests {
         drop(loader);
         assert!(started.elapsed() < Duration::from_secs(2));
         // Dropped before its first batch, too.
-        let loader = Loader::new(&d, 16, true, 1, 0, 0, Device::Cpu).unwrap();
+        let loader = Loader::start(&d, 16, true, 1, 0, 0, Device::Cpu, true).unwrap();
         drop(loader);
         assert!(started.elapsed() < Duration::from_secs(2));
         // The wait is measured.
-        let mut loader = Loader::new(&d, 16, false, 1, 0, 0, Device::Cpu).unwrap();
+        let mut loader = Loader::start(&d, 16, false, 1, 0, 0, Device::Cpu, true).unwrap();
         for _ in 0..10 {
             let _ = loader.next().unwrap().unwrap();
         }
         assert!(loader.wait_seconds() >= 0.0);
+    }
+
+    #[test]
+    fn loader_gathers_on_the_cpu_in_the_training_thread() {
+        let d = dataset(100);
+        let loader = Loader::new(&d, 16, true, 1, 0, 0, Device::Cpu).unwrap();
+        assert!(loader.worker.is_none() && loader.inline.is_some());
+        assert_eq!(loader.count(), 7);
     }
 
     #[test]
