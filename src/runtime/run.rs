@@ -17,28 +17,52 @@ use kiln::plan::{Duration, Experiment, Precision};
 use kiln::span::Sources;
 
 /// Options of `kiln run`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct RunOptions {
     /// The experiment file.
+    #[arg(value_name = "FILE")]
     pub file: PathBuf,
-    /// `--device`: puts every layer on this device.
+    /// Put every layer on this device (`cpu`, `cuda`, `cuda:N`, `auto`), overriding placements.
+    #[arg(long, value_parser = parse_device)]
     pub device: Option<kiln::plan::Device>,
-    /// `--quiet`: no progress output.
+    /// No progress output.
+    #[arg(long)]
     pub quiet: bool,
-    /// `--resume RUN_DIR`.
+    /// Continue the run in this directory from its last checkpoint.
+    #[arg(long, value_name = "RUN_DIR")]
     pub resume: Option<PathBuf>,
-    /// Where run directories go (`runs/` by default).
+    /// Where run directories are created.
+    #[arg(long, default_value = "runs")]
     pub runs_dir: PathBuf,
-    /// `--init`: initial weights to load instead of the default initialisation.
+    /// Initial weights: a safetensors file with PyTorch `state_dict` names (`fc1.weight`).
+    #[arg(long, value_name = "SAFETENSORS")]
     pub init: Option<PathBuf>,
-    /// `--trial K`: run only the K-th trial (1-based) of a sweep.
+    /// Run only this trial of a sweep (1-based).
+    #[arg(long, value_name = "K")]
     pub trial: Option<usize>,
-    /// `--run-dir`: the exact run directory to create.
+    /// Create the run in exactly this directory.
+    #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
-    /// `--threads`: libtorch's intra-op threads.
+    /// libtorch's intra-op threads.
+    #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// `--max-steps`: stop after this many optimizer steps (the schedule keeps the full length).
+    /// Stop after this many optimizer steps (a smoke test); the schedule keeps its length.
+    #[arg(long, value_name = "N")]
     pub max_steps: Option<u64>,
+}
+
+/// Reads `--device`.
+fn parse_device(text: &str) -> Result<kiln::plan::Device, String> {
+    match text {
+        "cpu" => Ok(kiln::plan::Device::Cpu),
+        "cuda" => Ok(kiln::plan::Device::Cuda(0)),
+        "auto" => Ok(kiln::plan::Device::Auto),
+        other => other
+            .strip_prefix("cuda:")
+            .and_then(|i| i.parse().ok())
+            .map(kiln::plan::Device::Cuda)
+            .ok_or_else(|| format!("expected cpu, cuda, cuda:N or auto, not `{other}`")),
+    }
 }
 
 /// Runs the command; returns the exit status.
