@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::failure::Failure;
 use super::report::RunWriter;
-use super::train::{Eval, Outcome};
+use super::train::Outcome;
 use kiln::check::Checked;
 use kiln::plan::Experiment;
 
@@ -25,24 +25,11 @@ pub struct Report {
     pub config_hash: String,
     /// Parameters.
     pub params: u64,
-    /// Optimizer steps.
-    pub steps: u64,
-    /// Epochs (a partial last one counts).
-    pub epochs: u64,
-    /// Final training loss.
-    pub train_loss: f64,
-    /// Final validation metrics.
-    pub val: Option<Eval>,
-    /// Test metrics.
-    pub test: Option<Eval>,
-    /// Training samples per second.
-    pub samples_per_s: f64,
+    /// Steps, epochs, final losses and metrics, throughput, data wait, early stopping.
+    #[serde(flatten)]
+    pub outcome: Outcome,
     /// Wall seconds of the run.
     pub wall_seconds: f64,
-    /// Fraction of the time spent waiting for data.
-    pub data_wait_fraction: f64,
-    /// Whether early stopping ended the run.
-    pub stopped_early: bool,
     /// Parts of the experiment this version does not apply yet.
     pub notes: Vec<String>,
     /// Per-epoch metrics (the lines of `metrics.jsonl`).
@@ -92,15 +79,8 @@ pub fn write_report(
             .collect(),
         config_hash: fnv1a(&parts),
         params: kiln::plan::plan(exp).totals.params,
-        steps: o.steps,
-        epochs: o.epochs,
-        train_loss: o.train_loss,
-        val: o.val,
-        test: o.test,
-        samples_per_s: o.samples_per_s,
+        outcome: o.clone(),
         wall_seconds: wall,
-        data_wait_fraction: o.data_wait,
-        stopped_early: o.stopped_early,
         notes: notes.to_vec(),
         metrics,
     };

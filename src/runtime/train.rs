@@ -20,8 +20,8 @@ use kiln::span::Span;
 /// Set by Ctrl-C; the loop stops after the step in progress and writes a checkpoint.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// What a finished run reports.
-#[derive(Debug, Clone, Default)]
+/// What a finished run reports (the figures of `report.yaml`).
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct Outcome {
     /// Optimizer steps taken.
     pub steps: u64,
@@ -36,6 +36,7 @@ pub struct Outcome {
     /// Training samples per second over the run.
     pub samples_per_s: f64,
     /// Fraction of step time spent waiting for data.
+    #[serde(rename = "data_wait_fraction")]
     pub data_wait: f64,
     /// Whether early stopping ended the run.
     pub stopped_early: bool,
