@@ -261,8 +261,18 @@ fn epoch_rows(lines: &[serde_json::Value]) -> Vec<EpochRow> {
 // ---------------------------------------------------------------------------------------------
 // Formatting.
 
+/// A loss with four decimals, or in scientific notation when that would show only zeros.
 fn loss(x: Option<f64>) -> String {
-    x.map_or_else(|| "-".into(), |x| format!("{x:.4}"))
+    x.map_or_else(
+        || "-".into(),
+        |x| {
+            if x != 0.0 && x.abs() < 1e-3 {
+                format!("{x:.3e}")
+            } else {
+                format!("{x:.4}")
+            }
+        },
+    )
 }
 
 fn pct(x: Option<f64>) -> String {
