@@ -428,27 +428,19 @@ impl Net {
                 let x = self.mm_input(l, x)?;
                 let weight = self.w(l, 0)?;
                 let bias = if conv.bias { Some(self.w(l, 1)?) } else { None };
-                if conv.kernel.len() == 1 {
-                    x.f_conv1d(
-                        &weight,
-                        bias.as_ref(),
-                        conv.stride.as_slice(),
-                        conv.padding.as_slice(),
-                        conv.dilation.as_slice(),
-                        conv.groups,
-                    )
-                    .at(s)
-                } else {
-                    x.f_conv2d(
-                        &weight,
-                        bias.as_ref(),
-                        conv.stride.as_slice(),
-                        conv.padding.as_slice(),
-                        conv.dilation.as_slice(),
-                        conv.groups,
-                    )
-                    .at(s)
-                }
+                // `convolution` is what `conv1d` and `conv2d` call, for either rank.
+                let output_padding = vec![0; conv.kernel.len()];
+                x.f_convolution(
+                    &weight,
+                    bias.as_ref(),
+                    conv.stride.as_slice(),
+                    conv.padding.as_slice(),
+                    conv.dilation.as_slice(),
+                    false,
+                    output_padding.as_slice(),
+                    conv.groups,
+                )
+                .at(s)
             }
             LayerKind::MaxPool { pool } => {
                 let dilation = vec![1; pool.kernel.len()];
