@@ -1,11 +1,12 @@
 //! Kiln: declarative deep-learning experiments, checked statically and run on libtorch.
 //!
 //! The pipeline is `syntax` (text to a tree with spans) -> `check` (names, ranges, shapes,
-//! strategies; every problem as a [`diagnostic::Diagnostic`]) -> `plan` (the typed experiment and
-//! its costs). Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
+//! strategies; every problem as a [`diagnostic::Diagnostic`]) -> [`ir`] (the typed experiment,
+//! which every later stage reads) -> `plan` (its costs). Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
 
 pub mod check;
 pub mod diagnostic;
+pub mod ir;
 pub mod plan;
 pub mod span;
 pub mod syntax;

@@ -171,11 +171,8 @@ fn extends_overrides_settings_and_merges_data_and_train() {
     assert_eq!(e.seed, 5);
     assert_eq!(e.optimizer.name(), "sgd");
     // The child's `epochs` replaces the base's `steps`: they set the same knob.
-    assert_eq!(e.train.length, kiln::plan::Duration::Epochs(2));
-    assert!(matches!(
-        e.train.loss,
-        kiln::plan::Loss::CrossEntropy { .. }
-    ));
+    assert_eq!(e.train.length, kiln::ir::Duration::Epochs(2));
+    assert!(matches!(e.train.loss, kiln::ir::Loss::CrossEntropy { .. }));
 }
 
 #[test]

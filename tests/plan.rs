@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use kiln::check::{check_path, FsLoader, Options};
-use kiln::plan::{plan, Device, Plan};
+use kiln::ir::Device;
+use kiln::plan::{plan, Plan};
 
 fn plan_of(file: &str) -> Plan {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
@@ -26,7 +27,7 @@ fn rows(p: &Plan) -> Vec<(&str, &str, Vec<i64>, u64, u64)> {
             (
                 l.name.as_str(),
                 l.kind.as_str(),
-                l.output.clone(),
+                l.output.to_vec(),
                 l.params,
                 l.flops,
             )

@@ -5,7 +5,7 @@ use super::experiment::unknown_reference;
 use super::model::ModelOut;
 use super::settings::callee;
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
+use crate::ir::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
 /// Pruning methods and their parameters.

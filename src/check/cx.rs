@@ -2,7 +2,7 @@
 //! and bind arguments while reporting every problem they meet.
 
 use crate::diagnostic::{did_you_mean, Code, Diagnostic};
-use crate::plan::Device;
+use crate::ir::Device;
 use crate::span::Span;
 use crate::syntax::ast::{Arg, Args, Ident, Statement, Unit, Value, ValueKind};
 
@@ -453,23 +453,18 @@ impl Cx {
                 }),
             );
         };
-        match &value.kind {
-            ValueKind::Path(p) => match p.as_str() {
-                "cpu" => Some(Device::Cpu),
-                "cuda" => Some(Device::Cuda(0)),
-                "auto" => Some(Device::Auto),
-                other => {
-                    bad(self, other);
-                    None
-                }
-            },
-            ValueKind::Device(name, index) if name == "cuda" => Some(Device::Cuda(*index)),
-            ValueKind::Device(name, index) => {
-                bad(self, &format!("{name}:{index}"));
-                None
-            }
+        let text = match &value.kind {
+            ValueKind::Path(p) => p.clone(),
+            ValueKind::Device(name, index) => format!("{name}:{index}"),
             _ => {
                 self.wrong_type(value, "a device");
+                return None;
+            }
+        };
+        match text.parse() {
+            Ok(device) => Some(device),
+            Err(_) => {
+                bad(self, &text);
                 None
             }
         }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::cx::{Cx, Range};
 use super::experiment::duplicate;
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{DType, Data, Generator, Normalize, Shape, Source, Split, Targets};
+use crate::ir::{DType, Data, Generator, Normalize, Shape, Source, Split, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
@@ -296,7 +296,14 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
         Some(c) => Targets::Classes(Some(c)),
         None => Targets::Unknown,
     };
-    Some((source, v.span, shape?, DType::Float, None, targets))
+    Some((
+        source,
+        v.span,
+        shape?.map(|(s, at)| (s.into(), at)),
+        DType::Float,
+        None,
+        targets,
+    ))
 }
 
 fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
@@ -334,7 +341,7 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
                 .get("std")
                 .map_or(Some(1.0), |v| cx.number_in(v, "`std`", Range::Positive));
             Generator::Normal {
-                shape: shape?,
+                shape: shape?.into(),
                 mean: mean?,
                 std: std?,
             }
@@ -355,7 +362,7 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
                 return None;
             }
             Generator::Uniform {
-                shape: shape?,
+                shape: shape?.into(),
                 low,
                 high,
             }
@@ -369,7 +376,7 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
                 }
             };
             Generator::Randint {
-                shape: shape?,
+                shape: shape?.into(),
                 high: high?,
             }
         }

@@ -9,8 +9,8 @@ use super::data::check_data;
 use super::model::{check_model, fmt_shape, Feed, ModelOut};
 use super::settings::{check_optimizer, check_parallel, check_schedule, check_train, ParallelIn};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{
-    Compression, Device, Duration, Experiment, Layer, Loss, Metric, Node, Parallel, QuantScheme,
+use crate::ir::{
+    layers, Compression, Device, Duration, Experiment, Loss, Metric, Node, Parallel, QuantScheme,
     Targets,
 };
 use crate::span::Span;
@@ -131,7 +131,7 @@ pub fn check_experiment(
         },
         None => Feed {
             shape: None,
-            dtype: crate::plan::DType::Float,
+            dtype: crate::ir::DType::Float,
             int_bound: None,
         },
     };
@@ -155,7 +155,7 @@ pub fn check_experiment(
     });
     let optimizer =
         require(cx, "optimizer", "optimizer adam(lr: 1e-3)").and_then(|s| check_optimizer(cx, s));
-    let schedule = get("schedule").map_or(Some(crate::plan::Schedule::Constant), |s| {
+    let schedule = get("schedule").map_or(Some(crate::ir::Schedule::Constant), |s| {
         check_schedule(cx, s)
     });
     let train_stmt = require(cx, "train", "train { epochs 10; loss cross_entropy }");
@@ -231,7 +231,7 @@ pub fn check_experiment(
         seed,
         trial,
         data: data.data,
-        model: crate::plan::Model {
+        model: crate::ir::Model {
             input: model.input,
             input_dtype: feed.dtype,
             nodes,
@@ -473,21 +473,6 @@ fn within(name: &str, outer: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
-/// Visits every layer of a node tree in order.
-pub fn layers(nodes: &[Node]) -> Vec<&Layer> {
-    let mut out = Vec::new();
-    fn walk<'a>(nodes: &'a [Node], out: &mut Vec<&'a Layer>) {
-        for n in nodes {
-            match n {
-                Node::Layer(l) => out.push(l),
-                Node::Block { nodes, .. } | Node::Residual { nodes, .. } => walk(nodes, out),
-            }
-        }
-    }
-    walk(nodes, &mut out);
-    out
-}
-
 fn check_loss(
     cx: &mut Cx,
     loss: &Loss,
@@ -579,7 +564,7 @@ fn check_loss(
         }
         Loss::Mse | Loss::L1 | Loss::BceWithLogits => {
             let want: Vec<i64> = match targets {
-                Targets::Values(shape) => shape.clone(),
+                Targets::Values(shape) => shape.to_vec(),
                 Targets::Classes(_) if matches!(loss, Loss::BceWithLogits) => vec![],
                 Targets::Classes(_) => {
                     return err(
@@ -593,7 +578,7 @@ fn check_loss(
                 }
                 Targets::Unknown => return true,
             };
-            let fits = *out == want || (want.is_empty() && out == &[1]);
+            let fits = **out == want || (want.is_empty() && **out == [1]);
             if !fits {
                 return err(
                     cx,
@@ -669,8 +654,8 @@ fn check_size(cx: &mut Cx, nodes: &[Node], input: &[i64], batch: u64, batch_span
 /// targets.
 fn check_evaluation(
     cx: &mut Cx,
-    data: &crate::plan::Data,
-    train: &crate::plan::Train,
+    data: &crate::ir::Data,
+    train: &crate::ir::Train,
     given: &HashMap<&'static str, Span>,
 ) -> bool {
     let mut ok = true;
@@ -767,7 +752,7 @@ fn check_batch(
     dp: u64,
     t: &super::settings::TrainIn,
     p: &ParallelIn,
-    train: &mut crate::plan::Train,
+    train: &mut crate::ir::Train,
 ) -> bool {
     let accumulate = train.accumulate;
     let per_step = accumulate * dp;
@@ -903,7 +888,7 @@ fn check_strategy(
         }
     }
     if let Parallel::Distributed {
-        backend: crate::plan::Backend::Nccl,
+        backend: crate::ir::Backend::Nccl,
         ..
     } = &p.parallel
     {
@@ -941,7 +926,7 @@ fn check_strategy(
                         ok = false;
                     }
                     if *scheme == QuantScheme::Int4
-                        && !matches!(l.kind, crate::plan::LayerKind::Linear { .. })
+                        && !matches!(l.kind, crate::ir::LayerKind::Linear { .. })
                         && l.params > 0
                     {
                         cx.push(

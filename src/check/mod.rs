@@ -14,11 +14,11 @@ mod sweep;
 use std::path::{Path, PathBuf};
 
 use crate::diagnostic::{self, Code, Diagnostic};
-use crate::plan::{self, Device, Experiment};
+use crate::ir::{Device, Experiment};
+use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
-pub use experiment::layers;
 pub use model::{fmt_shape, LAYERS};
 
 /// Reads source files. The command line reads the file system; an editor reads its buffers.

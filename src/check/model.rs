@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::cx::{Bound, Cx, Range};
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{Conv, DType, Device, Layer, LayerKind, Node, Pool, Shape};
+use crate::ir::{Conv, DType, Device, Layer, LayerKind, Node, Pool, Shape};
 use crate::span::Span;
 use crate::syntax::ast::{Block, Ident, Statement, Value, ValueKind};
 
@@ -118,7 +118,7 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
         }
         if let Some(v) = cx.single(stmt) {
             if let Some(shape) = cx.shape(v) {
-                input = Some((shape, v.span));
+                input = Some((shape.into(), v.span));
             }
         }
         if i == layers_start {
@@ -437,7 +437,7 @@ impl Walker<'_> {
                     flow.shape = None;
                     return None;
                 }
-                let input = flow.shape.replace(output.clone())?;
+                let input = flow.shape.replace(output.clone().into())?;
                 flow.dtype = dtype;
                 if dtype == DType::Float {
                     flow.int_bound = None;
@@ -447,7 +447,7 @@ impl Walker<'_> {
                     name,
                     kind,
                     input,
-                    output,
+                    output: output.into(),
                     dtype,
                     params,
                     flops,
@@ -488,7 +488,7 @@ fn count(x: f64) -> u64 {
 /// that every count stays finite.
 pub const MAX_VALUES: i64 = 1 << 40;
 
-type Checked = (LayerKind, Shape, DType, u64, u64);
+type Checked = (LayerKind, Vec<i64>, DType, u64, u64);
 
 /// A size the file declares, with where it declares it.
 type Declared = Option<(i64, Span)>;
@@ -844,7 +844,7 @@ impl<'a> LayerCheck<'a, '_> {
                     format!(
                         "{} produces {}",
                         flow.producer.1,
-                        fmt_shape(flow.shape.as_deref().unwrap_or(&[]))
+                        fmt_shape(flow.shape.as_deref().map_or(&[][..], |s| s))
                     ),
                 )
                 .help(help.to_string()),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::cx::{Cx, Range};
 use super::experiment::duplicate;
 use crate::diagnostic::{Code, Diagnostic};
-use crate::plan::{
+use crate::ir::{
     Backend, Checkpoint, Device, Duration, EarlyStop, Loss, Metric, Optimizer, OptimizerKind,
     Parallel, PipelineSchedule, Precision, Schedule, Train,
 };

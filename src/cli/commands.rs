@@ -9,7 +9,8 @@ use super::{Format, PlanFormat, EXIT_ERRORS, EXIT_OK, EXIT_USAGE};
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::{Code, Diagnostic, Severity};
-use kiln::plan::{self, Device};
+use kiln::ir::Device;
+use kiln::plan;
 use kiln::span::{Sources, Span};
 
 /// `kiln check`.
@@ -212,14 +213,9 @@ fn parse_device_memory(flags: &[String]) -> Result<Vec<(Device, u64)>, String> {
         .map(|f| {
             let bad = || format!("`--device-memory {f}`: expected DEVICE=SIZE, as in cuda:0=80GiB");
             let (device, size) = f.split_once('=').ok_or_else(bad)?;
-            let device = match device.trim() {
-                "cpu" => Device::Cpu,
-                "cuda" => Device::Cuda(0),
-                d => Device::Cuda(
-                    d.strip_prefix("cuda:")
-                        .and_then(|i| i.parse().ok())
-                        .ok_or_else(bad)?,
-                ),
+            let device = match device.trim().parse::<Device>() {
+                Ok(Device::Auto) | Err(_) => return Err(bad()),
+                Ok(d) => d,
             };
             let size = size.trim();
             let split = size

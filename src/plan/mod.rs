@@ -1,4 +1,4 @@
-//! The plan: the typed experiment ([`ir`]) and what it costs — parameters, FLOPs and the
+//! The plan: what the typed experiment ([`crate::ir`]) costs — parameters, FLOPs and the
 //! memory each device needs under the chosen placement and strategy.
 //!
 //! Conventions (documented in `docs/language.md`): a multiply-add counts as 2 FLOPs in linear,
@@ -8,13 +8,12 @@
 //! gradients and optimizer state are fp32 (autocast keeps fp32 master weights); activations are
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
-mod ir;
-
-pub use ir::*;
-
 use serde::Serialize;
 
-use crate::check::{fmt_shape, layers};
+use crate::ir::{
+    layers, Backend, Device, Experiment, Layer, LayerKind, Parallel, PipelineSchedule, Precision,
+    Shape,
+};
 
 /// One layer's row in the plan.
 #[derive(Serialize, Debug)]
@@ -24,7 +23,7 @@ pub struct LayerRow {
     /// Layer kind.
     pub kind: String,
     /// Per-sample output shape.
-    pub output: Vec<i64>,
+    pub output: Shape,
     /// Trainable parameters.
     pub params: u64,
     /// Forward FLOPs per sample.
@@ -83,7 +82,7 @@ pub struct Plan {
     /// Sweep values of this trial.
     pub trial: Vec<(String, String)>,
     /// Per-sample input shape.
-    pub input: Vec<i64>,
+    pub input: Shape,
     /// Global batch.
     pub batch: u64,
     /// Per-replica micro-batch.
@@ -385,7 +384,7 @@ pub fn to_text(p: &Plan) -> String {
     let _ = writeln!(
         out,
         "input      {}  batch {} (micro-batch {})  {}  {}",
-        fmt_shape(&p.input),
+        p.input.to_string(),
         p.batch,
         p.micro_batch,
         p.precision,
@@ -410,7 +409,7 @@ pub fn to_text(p: &Plan) -> String {
             "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  {}",
             l.name,
             l.kind,
-            fmt_shape(&l.output),
+            l.output.to_string(),
             fmt_count(l.params),
             fmt_count(l.flops),
             l.device

@@ -5,7 +5,7 @@
 use tch::{Device, Kind, Tensor};
 
 use super::failure::{At, Failure};
-use kiln::plan::{LayerKind, Node, Precision};
+use kiln::ir::{LayerKind, Node, Precision};
 use kiln::span::Span;
 
 /// A trainable tensor with its qualified name (`fc1.weight`).
@@ -50,11 +50,11 @@ struct LayerRun {
 }
 
 /// Maps a checked device to a tch device (`auto` resolves to CUDA 0 when present).
-pub fn tch_device(device: kiln::plan::Device) -> Device {
+pub fn tch_device(device: kiln::ir::Device) -> Device {
     match device {
-        kiln::plan::Device::Cpu => Device::Cpu,
-        kiln::plan::Device::Cuda(i) => Device::Cuda(i as usize),
-        kiln::plan::Device::Auto => Device::cuda_if_available(),
+        kiln::ir::Device::Cpu => Device::Cpu,
+        kiln::ir::Device::Cuda(i) => Device::Cuda(i as usize),
+        kiln::ir::Device::Auto => Device::cuda_if_available(),
     }
 }
 

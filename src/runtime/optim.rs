@@ -5,7 +5,7 @@
 use tch::Tensor;
 
 use super::failure::{At, Failure};
-use kiln::plan::{Duration, Optimizer, OptimizerKind, Schedule};
+use kiln::ir::{Duration, Optimizer, OptimizerKind, Schedule};
 use kiln::span::Span;
 
 /// An optimizer with its per-parameter state.

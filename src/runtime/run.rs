@@ -13,7 +13,7 @@ use super::train::{fingerprint, Outcome, Trainer, INTERRUPTED};
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Code;
-use kiln::plan::{Duration, Experiment, Precision};
+use kiln::ir::{Duration, Experiment, Precision};
 use kiln::span::Sources;
 
 /// Options of `kiln run`.
@@ -24,7 +24,7 @@ pub struct RunOptions {
     pub file: PathBuf,
     /// Put every layer on this device (`cpu`, `cuda`, `cuda:N`, `auto`), overriding placements.
     #[arg(long, value_parser = parse_device)]
-    pub device: Option<kiln::plan::Device>,
+    pub device: Option<kiln::ir::Device>,
     /// No progress output.
     #[arg(long)]
     pub quiet: bool,
@@ -52,17 +52,8 @@ pub struct RunOptions {
 }
 
 /// Reads `--device`.
-fn parse_device(text: &str) -> Result<kiln::plan::Device, String> {
-    match text {
-        "cpu" => Ok(kiln::plan::Device::Cpu),
-        "cuda" => Ok(kiln::plan::Device::Cuda(0)),
-        "auto" => Ok(kiln::plan::Device::Auto),
-        other => other
-            .strip_prefix("cuda:")
-            .and_then(|i| i.parse().ok())
-            .map(kiln::plan::Device::Cuda)
-            .ok_or_else(|| format!("expected cpu, cuda, cuda:N or auto, not `{other}`")),
-    }
+fn parse_device(text: &str) -> Result<kiln::ir::Device, String> {
+    text.parse()
 }
 
 /// Runs the command; returns the exit status.
@@ -162,7 +153,7 @@ fn trial_label(exp: &Experiment) -> String {
 fn on_cpu(exp: &Experiment, opts: &RunOptions) -> bool {
     match opts.device {
         Some(d) => tch_device(d) == tch::Device::Cpu,
-        None => kiln::check::layers(&exp.model.nodes)
+        None => kiln::ir::layers(&exp.model.nodes)
             .iter()
             .all(|l| tch_device(l.device) == tch::Device::Cpu),
     }
@@ -272,7 +263,7 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
         }
         return Ok(Some(d));
     }
-    let layers = kiln::check::layers(&exp.model.nodes);
+    let layers = kiln::ir::layers(&exp.model.nodes);
     for l in &layers {
         let span = if l.device == exp.device {
             exp.device_span
@@ -405,7 +396,7 @@ fn run_trial(
 /// What this version checks and plans but does not carry out yet, said plainly so that a run is
 /// never mistaken for one that did.
 fn not_applied(exp: &Experiment) -> Vec<String> {
-    use kiln::plan::Parallel;
+    use kiln::ir::Parallel;
     let mut notes = Vec::new();
     match &exp.parallel {
         Parallel::Data { devices } => notes.push(format!(
@@ -461,7 +452,7 @@ fn source_dir(sources: &Sources, file: kiln::span::FileId) -> PathBuf {
 /// Refuses to resume when the plan differs from the checkpoint's, naming what changed.
 fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failure> {
     let new = fingerprint(exp);
-    let layers = kiln::check::layers(&exp.model.nodes);
+    let layers = kiln::ir::layers(&exp.model.nodes);
     if new.layers != old.layers {
         let i = new
             .layers

@@ -6,7 +6,7 @@ use super::failure::Failure;
 use super::report::RunWriter;
 use super::train::Outcome;
 use kiln::check::Checked;
-use kiln::plan::Experiment;
+use kiln::ir::Experiment;
 
 /// The report of one run.
 #[derive(Serialize)]

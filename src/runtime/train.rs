@@ -14,7 +14,7 @@ use super::model::Net;
 use super::optim::{clip, LossScaler, Lr, Optim};
 use super::report::{EpochRecord, Progress, RunWriter};
 use kiln::diagnostic::Code;
-use kiln::plan::{Duration, Experiment, Loss, Metric};
+use kiln::ir::{Duration, Experiment, Loss, Metric};
 use kiln::span::Span;
 
 /// Set by Ctrl-C; the loop stops after the step in progress and writes a checkpoint.
@@ -56,14 +56,14 @@ pub struct Eval {
 /// The plan's fingerprint, compared on resume.
 pub fn fingerprint(e: &Experiment) -> Fingerprint {
     Fingerprint {
-        layers: kiln::check::layers(&e.model.nodes)
+        layers: kiln::ir::layers(&e.model.nodes)
             .iter()
             .map(|l| {
                 format!(
                     "{} {} {} {}",
                     l.name,
                     kiln::plan::kind_name(&l.kind),
-                    kiln::check::fmt_shape(&l.output),
+                    l.output.to_string(),
                     l.params
                 )
             })
@@ -277,7 +277,7 @@ impl Trainer<'_> {
         // `--max-steps` stops early; the schedule keeps the experiment's full length.
         let total = self.max_steps.map_or(total, |m| m.min(total));
         let mut optim = Optim::new(&exp.optimizer, self.net.params.len());
-        let mut scaler = LossScaler::new(t.precision == kiln::plan::Precision::Fp16);
+        let mut scaler = LossScaler::new(t.precision == kiln::ir::Precision::Fp16);
         let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
             self.restore(&mut optim, &tensors, span)?;

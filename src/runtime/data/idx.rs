@@ -1,6 +1,6 @@
 //! IDX sources (MNIST-style images and labels of unsigned bytes, plain or gzipped).
 
-use kiln::plan::DType;
+use kiln::ir::DType;
 use kiln::span::Span;
 use rayon::prelude::*;
 use tch::{Kind, Tensor};

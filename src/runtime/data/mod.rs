@@ -35,7 +35,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use kiln::diagnostic::Code;
-use kiln::plan::{DType, Data, Normalize, Source, Targets};
+use kiln::ir::{DType, Data, Normalize, Source, Targets};
 use kiln::span::Span;
 use tch::{Kind, TchError, Tensor};
 
@@ -90,7 +90,7 @@ pub struct Splits {
 /// Loads and splits the data of a checked experiment.
 ///
 /// `base` is the directory of the `.exp` file that declares the source (relative paths resolve
-/// against it); `input` and `input_dtype` are the model's (`kiln::plan::Model::input` and
+/// against it); `input` and `input_dtype` are the model's (`kiln::ir::Model::input` and
 /// `input_dtype`). Synthetic data is drawn from torch's generator after
 /// `tch::manual_seed(seed)`; the split is a permutation seeded with `seed`. Each split keeps its
 /// samples in file order. Failures are reported at `data.source_span`.

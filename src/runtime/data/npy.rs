@@ -439,7 +439,7 @@ mod tests {
             "holds samples of 4 values [4], but the model's input [5] holds 5",
         );
         expect_failure(
-            run("x.npy", "y.npy", Targets::Values(vec![2]), &[4]),
+            run("x.npy", "y.npy", Targets::Values(vec![2].into()), &[4]),
             Code::DataInvalid,
             "declared as [2]",
         );

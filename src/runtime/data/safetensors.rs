@@ -68,7 +68,7 @@ mod tests {
             };
             load(&data(source, t, all_train()), &[4], DType::Float, &dir.0, 1)
         };
-        let s = run("d.safetensors", "targets", Targets::Values(vec![])).unwrap();
+        let s = run("d.safetensors", "targets", Targets::Values(vec![].into())).unwrap();
         assert_eq!(s.train.inputs.size(), vec![3, 4]);
         assert_eq!(s.train.targets.kind(), Kind::Float);
         assert_eq!(floats(&s.train.targets), vec![0.5, 1.5, 2.5]);

@@ -1,7 +1,7 @@
 //! Splitting the samples into training, validation and test sets, and the PRNG (SplitMix64 with
 //! Fisher-Yates) behind every shuffle.
 
-use kiln::plan::Split;
+use kiln::ir::Split;
 use kiln::span::Span;
 
 use super::super::failure::{At, Failure};

@@ -1,6 +1,6 @@
 //! Synthetic sources: samples drawn from torch's generator, as `torch.randn` and friends.
 
-use kiln::plan::Generator;
+use kiln::ir::Generator;
 use kiln::span::Span;
 use tch::{Device, Kind, Tensor};
 
@@ -93,12 +93,12 @@ mod tests {
         // The only test that draws from torch's global generator.
         let source = Source::Synthetic {
             inputs: Generator::Normal {
-                shape: vec![3, 4],
+                shape: vec![3, 4].into(),
                 mean: 2.0,
                 std: 0.5,
             },
             targets: Generator::Randint {
-                shape: vec![],
+                shape: vec![].into(),
                 high: 5,
             },
             count: 50,
@@ -131,17 +131,17 @@ mod tests {
         // Uniform values in [low, high), randint token ids.
         let source = Source::Synthetic {
             inputs: Generator::Randint {
-                shape: vec![8],
+                shape: vec![8].into(),
                 high: 100,
             },
             targets: Generator::Uniform {
-                shape: vec![2],
+                shape: vec![2].into(),
                 low: -1.0,
                 high: 3.0,
             },
             count: 20,
         };
-        let d = data(source, Targets::Values(vec![2]), all_train());
+        let d = data(source, Targets::Values(vec![2].into()), all_train());
         let s = load(&d, &[8], DType::Int, Path::new("."), 1).unwrap();
         assert_eq!(s.train.inputs.kind(), Kind::Int64);
         assert!(ints(&s.train.inputs).iter().all(|&v| (0..100).contains(&v)));

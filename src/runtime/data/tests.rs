@@ -2,7 +2,7 @@
 //! normalisation).
 
 use super::*;
-use kiln::plan::Split;
+use kiln::ir::Split;
 use kiln::span::FileId;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,4 +1,5 @@
-//! The checked experiment: a typed description with every value validated and every shape
+//! The typed experiment, below every other module: `check` produces it, `plan` costs it and the
+//! runtime lowers it; it depends on nothing but spans. The checked experiment: a typed description with every value validated and every shape
 //! inferred. The runtime lowers this, never the syntax tree. Spans are kept where a runtime
 //! failure must point back into the `.exp` file.
 
@@ -6,8 +7,55 @@ use serde::Serialize;
 
 use crate::span::Span;
 
-/// A per-sample tensor shape (the batch dimension is implicit).
-pub type Shape = Vec<i64>;
+/// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Shape(pub Vec<i64>);
+
+impl Shape {
+    /// The number of values one sample holds (saturating, so absurd sizes never wrap).
+    pub fn numel(&self) -> i64 {
+        self.0.iter().fold(1i64, |n, d| n.saturating_mul(*d))
+    }
+}
+
+impl std::ops::Deref for Shape {
+    type Target = Vec<i64>;
+    fn deref(&self) -> &Vec<i64> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Shape {
+    fn deref_mut(&mut self) -> &mut Vec<i64> {
+        &mut self.0
+    }
+}
+
+impl From<Vec<i64>> for Shape {
+    fn from(dims: Vec<i64>) -> Shape {
+        Shape(dims)
+    }
+}
+
+impl From<&[i64]> for Shape {
+    fn from(dims: &[i64]) -> Shape {
+        Shape(dims.to_vec())
+    }
+}
+
+impl std::fmt::Display for Shape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[")?;
+        for (i, d) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{d}")?;
+        }
+        f.write_str("]")
+    }
+}
 
 /// Element type of a tensor flowing between layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -36,6 +84,26 @@ impl std::fmt::Display for Device {
             Device::Cpu => write!(f, "cpu"),
             Device::Cuda(i) => write!(f, "cuda:{i}"),
             Device::Auto => write!(f, "auto"),
+        }
+    }
+}
+
+impl std::str::FromStr for Device {
+    type Err = String;
+
+    /// Reads `cpu`, `cuda`, `cuda:N` or `auto`, as the language, the command line and the
+    /// runtime all write devices.
+    fn from_str(text: &str) -> Result<Device, String> {
+        match text {
+            "cpu" => Ok(Device::Cpu),
+            "cuda" => Ok(Device::Cuda(0)),
+            "auto" => Ok(Device::Auto),
+            other => other
+                .strip_prefix("cuda:")
+                .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|i| i.parse().ok())
+                .map(Device::Cuda)
+                .ok_or_else(|| format!("expected cpu, cuda, cuda:N or auto, not `{other}`")),
         }
     }
 }
@@ -814,4 +882,19 @@ pub struct Train {
     pub clip_norm: Option<f64>,
     /// Clip each gradient element to this magnitude.
     pub clip_value: Option<f64>,
+}
+
+/// Every layer of a node tree, in order.
+pub fn layers(nodes: &[Node]) -> Vec<&Layer> {
+    fn walk<'a>(nodes: &'a [Node], out: &mut Vec<&'a Layer>) {
+        for n in nodes {
+            match n {
+                Node::Layer(l) => out.push(l),
+                Node::Block { nodes, .. } | Node::Residual { nodes, .. } => walk(nodes, out),
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(nodes, &mut out);
+    out
 }
