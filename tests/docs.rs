@@ -1,7 +1,9 @@
 //! The documentation stays in step with the code: the diagnostic table lists every code, and
-//! the language reference names every layer kind.
+//! the language reference's layer table is generated from the layer specs.
 
+use kiln::check::layers::{spec, Default};
 use kiln::diagnostic::{Code, Severity};
+use kiln::ir::Kind;
 
 fn read(path: &str) -> String {
     std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
@@ -59,19 +61,60 @@ fn codes_are_unique_and_well_formed() {
     }
 }
 
-#[test]
-fn the_language_reference_covers_every_layer_kind() {
-    let doc = read("docs/language.md");
-    for (kind, params) in kiln::check::LAYERS {
-        assert!(
-            doc.contains(&format!("`{kind}`")),
-            "docs/language.md does not describe `{kind}`"
-        );
-        for p in *params {
-            assert!(
-                doc.contains(p),
-                "docs/language.md does not mention `{kind}`'s parameter `{p}`"
-            );
+/// The layer table of the language reference, rendered from the checker's specs: one row per
+/// kind, its parameters in positional order with their defaults, and the shapes it maps.
+fn layer_table() -> String {
+    let mut out = String::from(
+        "| layer | parameters (positional order, defaults) | input -> output |\n|---|---|---|\n",
+    );
+    for kind in Kind::ALL {
+        let spec = spec(*kind);
+        let mut params: Vec<String> = spec
+            .params
+            .iter()
+            .map(|p| match p.default {
+                Default::Required => format!("`{}`", p.name),
+                Default::Inferred => format!("`{}` (inferred)", p.name),
+                Default::Value(v) => format!("`{}` ({v})", p.name),
+            })
+            .collect();
+        if params.is_empty() {
+            params.push("none".to_string());
         }
+        let mut text = params.join(", ");
+        if let Some(note) = spec.note {
+            text = format!("{text}; {note}");
+        }
+        out.push_str(&format!("| `{kind}` | {text} | {} |\n", spec.shapes));
     }
+    out
+}
+
+/// The language reference's layer table is generated from the specs in `src/check/layers/`
+/// (rewrite it with `KILN_BLESS=1 cargo test --release --test docs`).
+#[test]
+fn the_layer_table_is_generated_from_the_specs() {
+    const START: &str = "<!-- layer table: generated from src/check/layers by tests/docs.rs -->\n";
+    const END: &str = "<!-- end of layer table -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/language.md");
+    let doc = read("docs/language.md");
+    let start = doc
+        .find(START)
+        .expect("docs/language.md has no layer table marker")
+        + START.len();
+    let end = doc[start..]
+        .find(END)
+        .expect("the layer table has no end marker")
+        + start;
+    let table = layer_table();
+    if std::env::var_os("KILN_BLESS").is_some() {
+        let updated = format!("{}{table}{}", &doc[..start], &doc[end..]);
+        std::fs::write(&path, updated).expect("docs/language.md");
+        return;
+    }
+    assert_eq!(
+        &doc[start..end],
+        table,
+        "docs/language.md's layer table differs from the specs; rebless with KILN_BLESS=1"
+    );
 }

@@ -19,9 +19,11 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, Instant};
 
-use kiln::check::{check_path, check_text, Checked, MemoryLoader, Options, LAYERS};
+use kiln::check::layers::param_names;
+use kiln::check::{check_path, check_text, Checked, MemoryLoader, Options};
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::Code;
+use kiln::ir::Kind;
 
 /// How long one pathological input may take, through the library or the binary. A guard against
 /// hangs, not a speed test.
@@ -962,7 +964,7 @@ fn number(rng: &mut Rng) -> String {
 fn token(rng: &mut Rng) -> String {
     match rng.below(12) {
         0..=2 => rng.pick(WORDS).to_string(),
-        3 => rng.pick(LAYERS).0.to_string(),
+        3 => rng.pick(Kind::ALL).name().to_string(),
         4 | 5 => number(rng),
         6 => rng.pick(STRINGS).to_string(),
         7 => rng.pick(DEVICES).to_string(),
@@ -1022,7 +1024,9 @@ fn args(rng: &mut Rng, names: &[&str], depth: usize) -> String {
 
 /// A random layer statement.
 fn layer(rng: &mut Rng, depth: usize, label: usize) -> String {
-    let (kind, params) = *rng.pick(LAYERS);
+    let kind = *rng.pick(Kind::ALL);
+    let params = param_names(kind);
+    let kind = kind.name();
     let mut s = String::new();
     if rng.one_in(3) {
         let _ = write!(s, "l{label}: ");
@@ -1050,7 +1054,7 @@ fn layer(rng: &mut Rng, depth: usize, label: usize) -> String {
                 rng.pick(NUMBERS).to_string()
             };
             items.push(if !params.is_empty() && rng.one_in(2) {
-                format!("{}: {v}", rng.pick(params))
+                format!("{}: {v}", rng.pick(&params))
             } else {
                 v
             });
@@ -1235,7 +1239,7 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, corpus: &[(String, Vec<u8>)]) -> &
                 end += 1;
             }
             let word = if rng.one_in(4) {
-                rng.pick(LAYERS).0
+                rng.pick(Kind::ALL).name()
             } else {
                 rng.pick(WORDS)
             };

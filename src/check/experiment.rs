@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use super::compress::check_compress;
 use super::cx::Cx;
 use super::data::check_data;
-use super::model::{check_model, fmt_shape, Feed, ModelOut};
+use super::layers::fmt_shape;
+use super::model::{check_model, Feed, ModelOut};
 use super::settings::{check_optimizer, check_parallel, check_schedule, check_train, ParallelIn};
 use crate::diagnostic::{Code, Diagnostic};
 use crate::ir::{

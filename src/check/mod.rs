@@ -7,6 +7,7 @@ mod compress;
 pub mod cx;
 mod data;
 mod experiment;
+pub mod layers;
 mod model;
 mod settings;
 mod sweep;
@@ -19,7 +20,7 @@ use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
-pub use model::{fmt_shape, LAYERS};
+pub use layers::fmt_shape;
 
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {

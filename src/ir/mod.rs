@@ -7,6 +7,10 @@ use serde::Serialize;
 
 use crate::span::Span;
 
+mod layer;
+
+pub use layer::{BatchNorm, Conv, Kind, LayerKind, Pool};
+
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
@@ -364,112 +368,6 @@ pub struct Layer {
     pub device: Device,
     /// The layer's statement.
     pub span: Span,
-}
-
-/// Layer kinds with every size resolved.
-#[derive(Clone, Debug, PartialEq)]
-pub enum LayerKind {
-    /// `y = x W^T + b` over the last dimension.
-    Linear {
-        inputs: i64,
-        outputs: i64,
-        bias: bool,
-    },
-    /// 1-D convolution over `[channels, length]`.
-    Conv1d { conv: Conv },
-    /// 2-D convolution over `[channels, height, width]`.
-    Conv2d { conv: Conv },
-    /// Max pooling (1-D or 2-D by `dims`).
-    MaxPool { pool: Pool },
-    /// Average pooling.
-    AvgPool { pool: Pool },
-    /// Adaptive average pooling to a fixed output size.
-    AdaptiveAvgPool { output: Vec<i64> },
-    /// Batch normalisation over channels.
-    BatchNorm {
-        features: i64,
-        eps: f64,
-        momentum: f64,
-    },
-    /// Layer normalisation over the trailing dimensions.
-    LayerNorm { shape: Vec<i64>, eps: f64 },
-    /// Group normalisation.
-    GroupNorm {
-        groups: i64,
-        channels: i64,
-        eps: f64,
-    },
-    /// Dropout with drop probability `p`.
-    Dropout { p: f64 },
-    /// ReLU.
-    Relu,
-    /// GELU.
-    Gelu,
-    /// SiLU (swish).
-    Silu,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// Logistic sigmoid.
-    Sigmoid,
-    /// Softmax along a per-sample dimension.
-    Softmax { dim: i64 },
-    /// Log-softmax along a per-sample dimension.
-    LogSoftmax { dim: i64 },
-    /// Flattens every per-sample dimension into one.
-    Flatten,
-    /// Reshapes each sample.
-    Reshape { shape: Vec<i64> },
-    /// Mean over one per-sample dimension.
-    Mean { dim: i64 },
-    /// Token embedding.
-    Embedding { vocab: i64, dim: i64 },
-    /// Multi-head self-attention over `[sequence, width]`.
-    Attention {
-        width: i64,
-        heads: i64,
-        dropout: f64,
-        causal: bool,
-    },
-    /// Pre-norm transformer block: attention and MLP, each residual.
-    TransformerBlock {
-        width: i64,
-        heads: i64,
-        hidden: i64,
-        dropout: f64,
-        causal: bool,
-    },
-}
-
-/// Convolution sizes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Conv {
-    /// Input channels.
-    pub inputs: i64,
-    /// Output channels.
-    pub outputs: i64,
-    /// Kernel size per spatial dimension.
-    pub kernel: Vec<i64>,
-    /// Stride per spatial dimension.
-    pub stride: Vec<i64>,
-    /// Zero padding per spatial dimension.
-    pub padding: Vec<i64>,
-    /// Dilation per spatial dimension.
-    pub dilation: Vec<i64>,
-    /// Channel groups.
-    pub groups: i64,
-    /// Whether a bias is added.
-    pub bias: bool,
-}
-
-/// Pooling sizes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Pool {
-    /// Kernel per spatial dimension.
-    pub kernel: Vec<i64>,
-    /// Stride per spatial dimension.
-    pub stride: Vec<i64>,
-    /// Padding per spatial dimension.
-    pub padding: Vec<i64>,
 }
 
 /// How the work is spread.

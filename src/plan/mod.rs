@@ -11,8 +11,7 @@
 use serde::Serialize;
 
 use crate::ir::{
-    layers, Backend, Device, Experiment, Layer, LayerKind, Parallel, PipelineSchedule, Precision,
-    Shape,
+    layers, Backend, Device, Experiment, Layer, Parallel, PipelineSchedule, Precision, Shape,
 };
 
 /// One layer's row in the plan.
@@ -226,7 +225,7 @@ pub fn plan(e: &Experiment) -> Plan {
             .zip(&layer_devices)
             .map(|(l, device)| LayerRow {
                 name: l.name.clone(),
-                kind: kind_name(&l.kind).to_string(),
+                kind: l.kind.kind().name().to_string(),
                 output: l.output.clone(),
                 params: l.params,
                 flops: l.flops,
@@ -308,38 +307,6 @@ fn describe_parallel(p: &Parallel) -> String {
                 }
             )
         }
-    }
-}
-
-/// The language's name for a layer kind.
-pub fn kind_name(kind: &LayerKind) -> &'static str {
-    match kind {
-        LayerKind::Linear { .. } => "linear",
-        LayerKind::Conv1d { .. } => "conv1d",
-        LayerKind::Conv2d { .. } => "conv2d",
-        LayerKind::MaxPool { pool } if pool.kernel.len() == 1 => "max_pool1d",
-        LayerKind::MaxPool { .. } => "max_pool2d",
-        LayerKind::AvgPool { pool } if pool.kernel.len() == 1 => "avg_pool1d",
-        LayerKind::AvgPool { .. } => "avg_pool2d",
-        LayerKind::AdaptiveAvgPool { output } if output.len() == 1 => "adaptive_avg_pool1d",
-        LayerKind::AdaptiveAvgPool { .. } => "adaptive_avg_pool2d",
-        LayerKind::BatchNorm { .. } => "batchnorm",
-        LayerKind::LayerNorm { .. } => "layernorm",
-        LayerKind::GroupNorm { .. } => "groupnorm",
-        LayerKind::Dropout { .. } => "dropout",
-        LayerKind::Relu => "relu",
-        LayerKind::Gelu => "gelu",
-        LayerKind::Silu => "silu",
-        LayerKind::Tanh => "tanh",
-        LayerKind::Sigmoid => "sigmoid",
-        LayerKind::Softmax { .. } => "softmax",
-        LayerKind::LogSoftmax { .. } => "log_softmax",
-        LayerKind::Flatten => "flatten",
-        LayerKind::Reshape { .. } => "reshape",
-        LayerKind::Mean { .. } => "mean",
-        LayerKind::Embedding { .. } => "embedding",
-        LayerKind::Attention { .. } => "attention",
-        LayerKind::TransformerBlock { .. } => "transformer_block",
     }
 }
 

@@ -62,7 +62,7 @@ pub fn fingerprint(e: &Experiment) -> Fingerprint {
                 format!(
                     "{} {} {} {}",
                     l.name,
-                    kiln::plan::kind_name(&l.kind),
+                    l.kind.kind().name(),
                     l.output.to_string(),
                     l.params
                 )

@@ -1,0 +1,120 @@
+//! `conv1d` and `conv2d`.
+
+use super::{count, fmt_shape, given, inferred, required, Checked, Flow, LayerCheck, Spec};
+use crate::diagnostic::{Code, Diagnostic};
+use crate::ir::{Conv, LayerKind};
+
+const PARAMS: &[super::Param] = &[
+    required("out_channels"),
+    required("kernel_size"),
+    given("stride", "1"),
+    given("padding", "0"),
+    given("dilation", "1"),
+    given("groups", "1"),
+    given("bias", "true"),
+    inferred("in_channels"),
+];
+
+/// `conv1d(out_channels, kernel_size, stride, padding, dilation, groups, bias, in_channels)`.
+pub static CONV1D: Spec = Spec {
+    params: PARAMS,
+    note: Some("or `conv1d(in -> out, k)`"),
+    shapes: "`[C, L]` -> `[out, L']`",
+};
+
+/// As `conv1d`, with sizes a number or `[h, w]`.
+pub static CONV2D: Spec = Spec {
+    params: PARAMS,
+    note: Some("or `conv2d(in -> out, k)`; sizes are a number or `[h, w]`"),
+    shapes: "`[C, H, W]` -> `[out, H', W']`",
+};
+
+/// Checks a convolution of rank 2 (`two_d`) or 1.
+pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Checked> {
+    let (dims, want) = if two_d {
+        (2, "[channels, height, width]")
+    } else {
+        (1, "[channels, length]")
+    };
+    let (declared_in, out) = lc.arrow("out_channels", "in_channels")?;
+    let kernel = lc.sizes("kernel_size", dims, 1);
+    let stride = lc.sizes("stride", dims, 1);
+    let padding = lc.sizes("padding", dims, 0);
+    let dilation = lc.sizes("dilation", dims, 1);
+    let groups = lc.opt_uint("groups", 1);
+    let bias = lc.bool_or("bias", true);
+    let Some(out) = out else {
+        lc.cx.missing(lc.kind.name(), "out_channels", lc.bound.span);
+        return None;
+    };
+    let Some(kernel) = kernel? else {
+        lc.cx.missing(lc.kind.name(), "kernel_size", lc.bound.span);
+        return None;
+    };
+    let mut conv = Conv {
+        inputs: 0,
+        outputs: out,
+        stride: stride?.unwrap_or(vec![1; dims]),
+        padding: padding?.unwrap_or(vec![0; dims]),
+        dilation: dilation?.unwrap_or(vec![1; dims]),
+        groups: groups?.unwrap_or(1),
+        bias: bias?,
+        kernel,
+    };
+    let shape = lc.input(flow)?;
+    lc.rank(&shape, flow, want, shape.len() == dims + 1)?;
+    let inputs = shape[0];
+    if let Some((d, at)) = declared_in {
+        if d != inputs {
+            lc.mismatch(
+                at,
+                flow,
+                format!(
+                    "`{}` declares {d} input channels but receives {inputs}",
+                    lc.kind
+                ),
+                format!("declared {d}, receives {}", fmt_shape(&shape)),
+                "drop the declared input channels to infer them, or fix the layer before",
+            );
+            return None;
+        }
+    }
+    if inputs % conv.groups != 0 || conv.outputs % conv.groups != 0 {
+        let at = lc.at("groups");
+        lc.cx.push(
+            Diagnostic::new(
+                Code::OutOfRange,
+                at,
+                format!(
+                    "{} groups do not divide {inputs} input and {} output channels",
+                    conv.groups, conv.outputs
+                ),
+            )
+            .label("must divide both channel counts")
+            .help("choose groups that divide the input and output channels"),
+        );
+        return None;
+    }
+    conv.inputs = inputs;
+    let mut output = vec![conv.outputs];
+    for i in 0..dims {
+        let len =
+            (shape[i + 1] + 2 * conv.padding[i] - conv.dilation[i] * (conv.kernel[i] - 1) - 1)
+                .div_euclid(conv.stride[i])
+                + 1;
+        lc.positive_dim(len, &shape, flow)?;
+        output.push(len);
+    }
+    let kernel: f64 = conv.kernel.iter().map(|k| *k as f64).product();
+    let per_group = (inputs / conv.groups) as f64;
+    let outputs = conv.outputs as f64;
+    let params = count(outputs * per_group * kernel + if conv.bias { outputs } else { 0.0 });
+    let out_positions: f64 = output[1..].iter().map(|d| *d as f64).product();
+    let flops = count(2.0 * per_group * kernel * outputs * out_positions);
+    let kind = if two_d {
+        LayerKind::Conv2d { conv }
+    } else {
+        LayerKind::Conv1d { conv }
+    };
+    Some(Checked::new(kind, output, params, flops))
+}

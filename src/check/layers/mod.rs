@@ -1,0 +1,438 @@
+//! Layer kinds in the checker: one home per family. Each family module holds, for its kinds,
+//! the spec (parameters in positional order, their defaults, the shapes it maps) and one check
+//! function that reads the arguments, infers the output shape from the input shape and counts
+//! parameters and FLOPs for the plan. [`spec`] and [`check`] dispatch over [`Kind`] with
+//! exhaustive matches, so a kind added to the language without a home does not compile.
+
+mod activation;
+mod attention;
+mod conv;
+mod embedding;
+mod linear;
+mod norm;
+mod pool;
+mod shape;
+
+use super::cx::{Bound, Cx, Range};
+use crate::diagnostic::{Code, Diagnostic};
+use crate::ir::{DType, Kind, LayerKind, Shape};
+use crate::span::Span;
+use crate::syntax::ast::{Value, ValueKind};
+
+/// One parameter of a layer kind.
+#[derive(Clone, Copy, Debug)]
+pub struct Param {
+    /// Its name, as written in `name: value`.
+    pub name: &'static str,
+    /// What happens when it is not given.
+    pub default: Default,
+}
+
+/// The value a parameter takes when it is not given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Default {
+    /// It must be given.
+    Required,
+    /// It is inferred from the input shape.
+    Inferred,
+    /// This value, as the language reference writes it.
+    Value(&'static str),
+}
+
+/// What the language reference says about one layer kind.
+#[derive(Debug)]
+pub struct Spec {
+    /// Parameters in positional order.
+    pub params: &'static [Param],
+    /// Another way of writing the arguments, if any (`linear(in -> out)`).
+    pub note: Option<&'static str>,
+    /// The input shapes it takes and the output shape it gives.
+    pub shapes: &'static str,
+}
+
+const fn required(name: &'static str) -> Param {
+    Param {
+        name,
+        default: Default::Required,
+    }
+}
+
+const fn inferred(name: &'static str) -> Param {
+    Param {
+        name,
+        default: Default::Inferred,
+    }
+}
+
+const fn given(name: &'static str, value: &'static str) -> Param {
+    Param {
+        name,
+        default: Default::Value(value),
+    }
+}
+
+/// The spec of a layer kind.
+pub fn spec(kind: Kind) -> &'static Spec {
+    match kind {
+        Kind::Linear => &linear::LINEAR,
+        Kind::Conv1d => &conv::CONV1D,
+        Kind::Conv2d => &conv::CONV2D,
+        Kind::MaxPool1d | Kind::AvgPool1d => &pool::POOL1D,
+        Kind::MaxPool2d | Kind::AvgPool2d => &pool::POOL2D,
+        Kind::AdaptiveAvgPool1d => &pool::ADAPTIVE1D,
+        Kind::AdaptiveAvgPool2d => &pool::ADAPTIVE2D,
+        Kind::BatchNorm1d => &norm::BATCHNORM1D,
+        Kind::BatchNorm2d => &norm::BATCHNORM2D,
+        Kind::LayerNorm => &norm::LAYERNORM,
+        Kind::GroupNorm => &norm::GROUPNORM,
+        Kind::Dropout => &activation::DROPOUT,
+        Kind::Relu | Kind::Gelu | Kind::Silu | Kind::Tanh | Kind::Sigmoid => &activation::PLAIN,
+        Kind::LeakyRelu => &activation::LEAKY_RELU,
+        Kind::Elu => &activation::ELU,
+        Kind::Prelu => &activation::PRELU,
+        Kind::Softmax | Kind::LogSoftmax => &shape::SOFTMAX,
+        Kind::Flatten => &shape::FLATTEN,
+        Kind::Reshape => &shape::RESHAPE,
+        Kind::Mean => &shape::MEAN,
+        Kind::Embedding => &embedding::EMBEDDING,
+        Kind::Attention => &attention::ATTENTION,
+        Kind::TransformerBlock => &attention::TRANSFORMER_BLOCK,
+    }
+}
+
+/// The parameter names of a kind, in positional order (for binding arguments).
+pub fn param_names(kind: Kind) -> Vec<&'static str> {
+    spec(kind).params.iter().map(|p| p.name).collect()
+}
+
+/// What flows from one layer to the next.
+#[derive(Clone)]
+pub struct Flow {
+    /// The per-sample shape, unknown after an error.
+    pub shape: Option<Shape>,
+    /// The element type.
+    pub dtype: DType,
+    /// Exclusive bound of integer values (token ids), when known.
+    pub int_bound: Option<u64>,
+    /// Who produced the shape: the layer's span and a description.
+    pub producer: (Span, String),
+}
+
+/// A checked layer: what it computes and what it costs.
+pub struct Checked {
+    /// The kind with every size resolved.
+    pub kind: LayerKind,
+    /// The per-sample output shape.
+    pub output: Vec<i64>,
+    /// The output's element type.
+    pub dtype: DType,
+    /// Trainable parameters.
+    pub params: u64,
+    /// Forward FLOPs per sample.
+    pub flops: u64,
+}
+
+impl Checked {
+    /// A float-valued layer.
+    fn new(kind: LayerKind, output: Vec<i64>, params: u64, flops: u64) -> Checked {
+        Checked {
+            kind,
+            output,
+            dtype: DType::Float,
+            params,
+            flops,
+        }
+    }
+}
+
+/// Checks one layer of `kind` whose arguments are `bound`, against what flows into it.
+pub fn check(cx: &mut Cx, kind: Kind, span: Span, bound: &Bound, flow: &Flow) -> Option<Checked> {
+    let mut lc = LayerCheck {
+        cx,
+        kind,
+        span,
+        bound,
+    };
+    match kind {
+        Kind::Linear => linear::check(&mut lc, flow),
+        Kind::Conv1d => conv::check(&mut lc, flow, false),
+        Kind::Conv2d => conv::check(&mut lc, flow, true),
+        Kind::MaxPool1d => pool::check(&mut lc, flow, true, false),
+        Kind::MaxPool2d => pool::check(&mut lc, flow, true, true),
+        Kind::AvgPool1d => pool::check(&mut lc, flow, false, false),
+        Kind::AvgPool2d => pool::check(&mut lc, flow, false, true),
+        Kind::AdaptiveAvgPool1d => pool::check_adaptive(&mut lc, flow, false),
+        Kind::AdaptiveAvgPool2d => pool::check_adaptive(&mut lc, flow, true),
+        Kind::BatchNorm1d => norm::check_batch(&mut lc, flow, false),
+        Kind::BatchNorm2d => norm::check_batch(&mut lc, flow, true),
+        Kind::LayerNorm => norm::check_layer(&mut lc, flow),
+        Kind::GroupNorm => norm::check_group(&mut lc, flow),
+        Kind::Dropout => activation::check_dropout(&mut lc, flow),
+        Kind::Relu => activation::check_plain(&mut lc, flow, LayerKind::Relu),
+        Kind::Gelu => activation::check_plain(&mut lc, flow, LayerKind::Gelu),
+        Kind::Silu => activation::check_plain(&mut lc, flow, LayerKind::Silu),
+        Kind::Tanh => activation::check_plain(&mut lc, flow, LayerKind::Tanh),
+        Kind::Sigmoid => activation::check_plain(&mut lc, flow, LayerKind::Sigmoid),
+        Kind::LeakyRelu => activation::check_leaky_relu(&mut lc, flow),
+        Kind::Elu => activation::check_elu(&mut lc, flow),
+        Kind::Prelu => activation::check_prelu(&mut lc, flow),
+        Kind::Softmax => shape::check_dim(&mut lc, flow, shape::DimOp::Softmax),
+        Kind::LogSoftmax => shape::check_dim(&mut lc, flow, shape::DimOp::LogSoftmax),
+        Kind::Mean => shape::check_dim(&mut lc, flow, shape::DimOp::Mean),
+        Kind::Flatten => shape::check_flatten(&mut lc, flow),
+        Kind::Reshape => shape::check_reshape(&mut lc, flow),
+        Kind::Embedding => embedding::check(&mut lc, flow),
+        Kind::Attention => attention::check(&mut lc, flow, false),
+        Kind::TransformerBlock => attention::check(&mut lc, flow, true),
+    }
+}
+
+/// Formats a per-sample shape as `[16, 14, 14]`.
+pub fn fmt_shape(shape: &[i64]) -> String {
+    Shape::from(shape).to_string()
+}
+
+/// Number of elements of a shape (saturating).
+pub fn numel(shape: &[i64]) -> i64 {
+    shape.iter().fold(1i64, |n, d| n.saturating_mul(*d))
+}
+
+/// A parameter or FLOP count from a product of sizes. Counts are computed in f64, exact below
+/// 2^53, so that absurd sizes saturate instead of overflowing.
+fn count(x: f64) -> u64 {
+    x as u64
+}
+
+/// A size the file declares, with where it declares it.
+type Declared = Option<(i64, Span)>;
+
+/// The context of one layer's check: its arguments and where to report.
+struct LayerCheck<'a, 'c> {
+    cx: &'c mut Cx,
+    kind: Kind,
+    span: Span,
+    bound: &'a Bound<'a>,
+}
+
+impl<'a> LayerCheck<'a, '_> {
+    /// The input shape once the arguments have been read: `None` after an earlier error, or
+    /// (with a diagnostic) when the input holds integer ids and the layer needs floats.
+    fn input(&mut self, flow: &Flow) -> Option<Vec<i64>> {
+        let shape = flow.shape.as_ref()?.to_vec();
+        if flow.dtype == DType::Float || self.kind == Kind::Embedding {
+            return Some(shape);
+        }
+        self.cx.push(
+            Diagnostic::new(
+                Code::DtypeMismatch,
+                self.span,
+                format!("`{}` receives integer token ids", self.kind),
+            )
+            .label("needs floating-point input")
+            .with(
+                flow.producer.0,
+                format!("{} produces integers", flow.producer.1),
+            )
+            .help("turn token ids into vectors with an `embedding` layer first"),
+        );
+        None
+    }
+
+    /// The span of an argument, or of the layer when it is not given.
+    fn at(&self, name: &str) -> Span {
+        self.bound.get(name).map_or(self.span, |v| v.span)
+    }
+
+    fn opt_uint(&mut self, name: &str, min: u64) -> Option<Option<i64>> {
+        match self.bound.get(name) {
+            None => Some(None),
+            Some(v) => self
+                .cx
+                .uint_min(v, &format!("`{name}`"), min)
+                .map(|x| Some(x as i64)),
+        }
+    }
+
+    fn bool_or(&mut self, name: &str, default: bool) -> Option<bool> {
+        self.bound
+            .get(name)
+            .map_or(Some(default), |v| self.cx.boolean(v))
+    }
+
+    fn num_or(&mut self, name: &str, default: f64, range: Range) -> Option<f64> {
+        self.bound.get(name).map_or(Some(default), |v| {
+            self.cx.number_in(v, &format!("`{name}`"), range)
+        })
+    }
+
+    fn required(&mut self, name: &str) -> Option<&'a Value> {
+        let v = self.bound.get(name);
+        if v.is_none() {
+            self.cx.missing(self.kind.name(), name, self.bound.span);
+        }
+        v
+    }
+
+    /// A required integer of at least `min`, with its span.
+    fn required_uint(&mut self, name: &str, min: u64) -> Option<(i64, Span)> {
+        let v = self.required(name)?;
+        let x = self.cx.uint_min(v, &format!("`{name}`"), min)?;
+        Some((x as i64, v.span))
+    }
+
+    /// One size or a list of sizes, one per spatial dimension.
+    fn sizes(&mut self, name: &str, dims: usize, min: u64) -> Option<Option<Vec<i64>>> {
+        let Some(v) = self.bound.get(name) else {
+            return Some(None);
+        };
+        match &v.kind {
+            ValueKind::List(items) => {
+                if items.len() != dims {
+                    self.cx.push(
+                        Diagnostic::new(
+                            Code::WrongArguments,
+                            v.span,
+                            format!("`{name}` needs {dims} values, one per spatial dimension"),
+                        )
+                        .label(format!("{} values", items.len()))
+                        .help(format!("give one number, or a list of {dims}")),
+                    );
+                    return None;
+                }
+                let mut out = Vec::new();
+                for item in items {
+                    out.push(self.cx.uint_min(item, &format!("`{name}`"), min)? as i64);
+                }
+                Some(Some(out))
+            }
+            _ => {
+                let x = self.cx.uint_min(v, &format!("`{name}`"), min)? as i64;
+                Some(Some(vec![x; dims]))
+            }
+        }
+    }
+
+    /// A size that may be written `in -> out`, or given apart as `declared`: returns
+    /// `(declared in, out)`.
+    fn arrow(&mut self, name: &str, declared: &str) -> Option<(Declared, Option<i64>)> {
+        let (arrow_in, out) = match self.bound.get(name) {
+            None => (None, None),
+            Some(v) => match &v.kind {
+                ValueKind::Arrow(a, b) => {
+                    let a_val = self.cx.uint_min(a, "an input size", 1);
+                    let b_val = self.cx.uint_min(b, "an output size", 1);
+                    (Some((a_val? as i64, a.span)), Some(b_val? as i64))
+                }
+                _ => (
+                    None,
+                    Some(self.cx.uint_min(v, &format!("`{name}`"), 1)? as i64),
+                ),
+            },
+        };
+        let declared_in = match (arrow_in, self.bound.get(declared)) {
+            (Some(a), _) => Some(a),
+            (None, Some(v)) => Some((
+                self.cx.uint_min(v, &format!("`{declared}`"), 1)? as i64,
+                v.span,
+            )),
+            (None, None) => None,
+        };
+        Some((declared_in, out))
+    }
+
+    /// Reports a declared size that differs from the one flowing in.
+    fn mismatch(&mut self, at: Span, flow: &Flow, message: String, label: String, help: &str) {
+        self.cx.push(
+            Diagnostic::new(Code::ShapeMismatch, at, message)
+                .label(label)
+                .with(
+                    flow.producer.0,
+                    format!(
+                        "{} produces {}",
+                        flow.producer.1,
+                        fmt_shape(flow.shape.as_deref().map_or(&[][..], |s| s))
+                    ),
+                )
+                .help(help.to_string()),
+        );
+    }
+
+    /// Requires `ok` of the input's rank, which is described as `want`.
+    fn rank(&mut self, shape: &[i64], flow: &Flow, want: &str, ok: bool) -> Option<()> {
+        if ok {
+            return Some(());
+        }
+        let help = match self.kind {
+            Kind::Linear => "add a `flatten` or `reshape` before it".to_string(),
+            Kind::Conv2d
+            | Kind::MaxPool2d
+            | Kind::AvgPool2d
+            | Kind::BatchNorm2d
+            | Kind::AdaptiveAvgPool2d => {
+                "2-D layers take [channels, height, width]: add a `reshape([1, 28, 28])`-style layer before it".to_string()
+            }
+            Kind::Conv1d | Kind::MaxPool1d | Kind::AvgPool1d | Kind::AdaptiveAvgPool1d => {
+                "1-D layers take [channels, length]: add a `reshape` before it".to_string()
+            }
+            Kind::BatchNorm1d
+            | Kind::LayerNorm
+            | Kind::GroupNorm
+            | Kind::Dropout
+            | Kind::Relu
+            | Kind::LeakyRelu
+            | Kind::Elu
+            | Kind::Prelu
+            | Kind::Gelu
+            | Kind::Silu
+            | Kind::Tanh
+            | Kind::Sigmoid
+            | Kind::Softmax
+            | Kind::LogSoftmax
+            | Kind::Flatten
+            | Kind::Reshape
+            | Kind::Mean
+            | Kind::Embedding
+            | Kind::Attention
+            | Kind::TransformerBlock => format!("give `{}` {want} input", self.kind),
+        };
+        self.cx.push(
+            Diagnostic::new(
+                Code::RankMismatch,
+                self.span,
+                format!(
+                    "`{}` needs {want} input, got {}",
+                    self.kind,
+                    fmt_shape(shape)
+                ),
+            )
+            .label(format!("receives {}", fmt_shape(shape)))
+            .with(
+                flow.producer.0,
+                format!("{} produces {}", flow.producer.1, fmt_shape(shape)),
+            )
+            .help(help),
+        );
+        None
+    }
+
+    /// Requires an output length of at least 1.
+    fn positive_dim(&mut self, len: i64, shape: &[i64], flow: &Flow) -> Option<()> {
+        if len >= 1 {
+            return Some(());
+        }
+        self.cx.push(
+            Diagnostic::new(
+                Code::EmptyDimension,
+                self.span,
+                format!("`{}` leaves no output from {}", self.kind, fmt_shape(shape)),
+            )
+            .label(format!("output size {len}"))
+            .with(
+                flow.producer.0,
+                format!("{} produces {}", flow.producer.1, fmt_shape(shape)),
+            )
+            .help("use a smaller kernel or stride, or add padding"),
+        );
+        None
+    }
+}

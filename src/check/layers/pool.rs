@@ -1,0 +1,115 @@
+//! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
+
+use super::{count, given, numel, required, Checked, Flow, LayerCheck, Spec};
+use crate::diagnostic::{Code, Diagnostic};
+use crate::ir::{LayerKind, Pool};
+
+/// `max_pool1d` and `avg_pool1d`.
+pub static POOL1D: Spec = Spec {
+    params: &[
+        required("kernel_size"),
+        given("stride", "= kernel"),
+        given("padding", "0"),
+    ],
+    note: None,
+    shapes: "`[C, L]` -> `[C, L']`",
+};
+
+/// `max_pool2d` and `avg_pool2d`.
+pub static POOL2D: Spec = Spec {
+    params: POOL1D.params,
+    note: Some("sizes are a number or `[h, w]`"),
+    shapes: "`[C, H, W]` -> `[C, H', W']`",
+};
+
+/// `adaptive_avg_pool1d(output_size)`.
+pub static ADAPTIVE1D: Spec = Spec {
+    params: &[required("output_size")],
+    note: None,
+    shapes: "`[C, L]` -> `[C, output_size]`",
+};
+
+/// `adaptive_avg_pool2d(output_size)`.
+pub static ADAPTIVE2D: Spec = Spec {
+    params: ADAPTIVE1D.params,
+    note: Some("sizes are a number or `[h, w]`"),
+    shapes: "`[C, H, W]` -> `[C, h, w]`",
+};
+
+/// The spatial rank of a pooling kind and how its input is described.
+fn spatial(two_d: bool) -> (usize, &'static str) {
+    if two_d {
+        (2, "[channels, height, width]")
+    } else {
+        (1, "[channels, length]")
+    }
+}
+
+/// Checks a max (`max`) or average pooling of rank 2 (`two_d`) or 1.
+pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) -> Option<Checked> {
+    let (dims, want) = spatial(two_d);
+    let kernel = lc.sizes("kernel_size", dims, 1);
+    let stride = lc.sizes("stride", dims, 1);
+    let padding = lc.sizes("padding", dims, 0);
+    let Some(kernel) = kernel? else {
+        lc.cx.missing(lc.kind.name(), "kernel_size", lc.bound.span);
+        return None;
+    };
+    let pool = Pool {
+        stride: stride?.unwrap_or_else(|| kernel.clone()),
+        padding: padding?.unwrap_or(vec![0; dims]),
+        kernel,
+    };
+    for (p, k) in pool.padding.iter().zip(&pool.kernel) {
+        if 2 * p > *k {
+            let span = lc.at("padding");
+            lc.cx.push(
+                Diagnostic::new(
+                    Code::OutOfRange,
+                    span,
+                    format!("padding {p} is more than half the kernel size {k}"),
+                )
+                .label("too much padding")
+                .help("pooling padding must be at most half the kernel size"),
+            );
+            return None;
+        }
+    }
+    let shape = lc.input(flow)?;
+    lc.rank(&shape, flow, want, shape.len() == dims + 1)?;
+    let mut output = vec![shape[0]];
+    for i in 0..dims {
+        let len =
+            (shape[i + 1] + 2 * pool.padding[i] - pool.kernel[i]).div_euclid(pool.stride[i]) + 1;
+        lc.positive_dim(len, &shape, flow)?;
+        output.push(len);
+    }
+    let flops = count(numel(&output) as f64 * numel(&pool.kernel) as f64);
+    let kind = match (max, two_d) {
+        (true, false) => LayerKind::MaxPool1d { pool },
+        (true, true) => LayerKind::MaxPool2d { pool },
+        (false, false) => LayerKind::AvgPool1d { pool },
+        (false, true) => LayerKind::AvgPool2d { pool },
+    };
+    Some(Checked::new(kind, output, 0, flops))
+}
+
+/// Checks an adaptive average pooling of rank 2 (`two_d`) or 1.
+pub(super) fn check_adaptive(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Checked> {
+    let (dims, want) = spatial(two_d);
+    let Some(size) = lc.sizes("output_size", dims, 1)? else {
+        lc.cx.missing(lc.kind.name(), "output_size", lc.bound.span);
+        return None;
+    };
+    let shape = lc.input(flow)?;
+    lc.rank(&shape, flow, want, shape.len() == dims + 1)?;
+    let n = numel(&shape).max(0) as u64;
+    let mut output = vec![shape[0]];
+    output.extend(&size);
+    let kind = if two_d {
+        LayerKind::AdaptiveAvgPool2d { output: size }
+    } else {
+        LayerKind::AdaptiveAvgPool1d { output: size }
+    };
+    Some(Checked::new(kind, output, 0, n))
+}

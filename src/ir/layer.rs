@@ -1,0 +1,287 @@
+//! Layer kinds: [`Kind`], the word a file writes (`conv2d`), and [`LayerKind`], the checked layer
+//! with every size resolved. Each `LayerKind` variant is exactly one `Kind`, so the checker, the
+//! plan and the runtime all match on them exhaustively: a new kind that one of them forgets does
+//! not compile.
+
+/// The layer kinds of the language, one per word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Linear,
+    Conv1d,
+    Conv2d,
+    MaxPool1d,
+    MaxPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
+    LayerNorm,
+    GroupNorm,
+    Dropout,
+    Relu,
+    LeakyRelu,
+    Elu,
+    Prelu,
+    Gelu,
+    Silu,
+    Tanh,
+    Sigmoid,
+    Softmax,
+    LogSoftmax,
+    Flatten,
+    Reshape,
+    Mean,
+    Embedding,
+    Attention,
+    TransformerBlock,
+}
+
+impl Kind {
+    /// Every kind, in the order the language reference lists them.
+    pub const ALL: &'static [Kind] = &[
+        Kind::Linear,
+        Kind::Conv1d,
+        Kind::Conv2d,
+        Kind::MaxPool1d,
+        Kind::MaxPool2d,
+        Kind::AvgPool1d,
+        Kind::AvgPool2d,
+        Kind::AdaptiveAvgPool1d,
+        Kind::AdaptiveAvgPool2d,
+        Kind::BatchNorm1d,
+        Kind::BatchNorm2d,
+        Kind::LayerNorm,
+        Kind::GroupNorm,
+        Kind::Dropout,
+        Kind::Relu,
+        Kind::LeakyRelu,
+        Kind::Elu,
+        Kind::Prelu,
+        Kind::Gelu,
+        Kind::Silu,
+        Kind::Tanh,
+        Kind::Sigmoid,
+        Kind::Softmax,
+        Kind::LogSoftmax,
+        Kind::Flatten,
+        Kind::Reshape,
+        Kind::Mean,
+        Kind::Embedding,
+        Kind::Attention,
+        Kind::TransformerBlock,
+    ];
+
+    /// The kind's word in the language.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Linear => "linear",
+            Kind::Conv1d => "conv1d",
+            Kind::Conv2d => "conv2d",
+            Kind::MaxPool1d => "max_pool1d",
+            Kind::MaxPool2d => "max_pool2d",
+            Kind::AvgPool1d => "avg_pool1d",
+            Kind::AvgPool2d => "avg_pool2d",
+            Kind::AdaptiveAvgPool1d => "adaptive_avg_pool1d",
+            Kind::AdaptiveAvgPool2d => "adaptive_avg_pool2d",
+            Kind::BatchNorm1d => "batchnorm1d",
+            Kind::BatchNorm2d => "batchnorm2d",
+            Kind::LayerNorm => "layernorm",
+            Kind::GroupNorm => "groupnorm",
+            Kind::Dropout => "dropout",
+            Kind::Relu => "relu",
+            Kind::LeakyRelu => "leaky_relu",
+            Kind::Elu => "elu",
+            Kind::Prelu => "prelu",
+            Kind::Gelu => "gelu",
+            Kind::Silu => "silu",
+            Kind::Tanh => "tanh",
+            Kind::Sigmoid => "sigmoid",
+            Kind::Softmax => "softmax",
+            Kind::LogSoftmax => "log_softmax",
+            Kind::Flatten => "flatten",
+            Kind::Reshape => "reshape",
+            Kind::Mean => "mean",
+            Kind::Embedding => "embedding",
+            Kind::Attention => "attention",
+            Kind::TransformerBlock => "transformer_block",
+        }
+    }
+
+    /// The kind a word names, if any.
+    pub fn from_name(name: &str) -> Option<Kind> {
+        Kind::ALL.iter().copied().find(|k| k.name() == name)
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Layer kinds with every size resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LayerKind {
+    /// `y = x W^T + b` over the last dimension.
+    Linear {
+        inputs: i64,
+        outputs: i64,
+        bias: bool,
+    },
+    /// 1-D convolution over `[channels, length]`.
+    Conv1d { conv: Conv },
+    /// 2-D convolution over `[channels, height, width]`.
+    Conv2d { conv: Conv },
+    /// 1-D max pooling.
+    MaxPool1d { pool: Pool },
+    /// 2-D max pooling.
+    MaxPool2d { pool: Pool },
+    /// 1-D average pooling (padding counted in the average, as PyTorch's default).
+    AvgPool1d { pool: Pool },
+    /// 2-D average pooling.
+    AvgPool2d { pool: Pool },
+    /// Adaptive 1-D average pooling to a fixed length.
+    AdaptiveAvgPool1d { output: Vec<i64> },
+    /// Adaptive 2-D average pooling to a fixed size.
+    AdaptiveAvgPool2d { output: Vec<i64> },
+    /// Batch normalisation over the channels of `[C]` or `[C, L]`.
+    BatchNorm1d { norm: BatchNorm },
+    /// Batch normalisation over the channels of `[C, H, W]`.
+    BatchNorm2d { norm: BatchNorm },
+    /// Layer normalisation over the trailing dimensions.
+    LayerNorm { shape: Vec<i64>, eps: f64 },
+    /// Group normalisation.
+    GroupNorm {
+        groups: i64,
+        channels: i64,
+        eps: f64,
+    },
+    /// Dropout with drop probability `p`.
+    Dropout { p: f64 },
+    /// ReLU.
+    Relu,
+    /// Leaky ReLU: `x` above 0, `negative_slope * x` below.
+    LeakyRelu { negative_slope: f64 },
+    /// ELU: `x` above 0, `alpha * (exp(x) - 1)` below.
+    Elu { alpha: f64 },
+    /// PReLU: a leaky ReLU whose slope is learned, one per channel or one for all.
+    Prelu { parameters: i64, init: f64 },
+    /// GELU (exact, with erf).
+    Gelu,
+    /// SiLU (swish).
+    Silu,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+    /// Softmax along a per-sample dimension.
+    Softmax { dim: i64 },
+    /// Log-softmax along a per-sample dimension.
+    LogSoftmax { dim: i64 },
+    /// Flattens every per-sample dimension into one.
+    Flatten,
+    /// Reshapes each sample.
+    Reshape { shape: Vec<i64> },
+    /// Mean over one per-sample dimension.
+    Mean { dim: i64 },
+    /// Token embedding.
+    Embedding { vocab: i64, dim: i64 },
+    /// Multi-head self-attention over `[sequence, width]`.
+    Attention {
+        width: i64,
+        heads: i64,
+        dropout: f64,
+        causal: bool,
+    },
+    /// Pre-norm transformer block: attention and MLP, each residual.
+    TransformerBlock {
+        width: i64,
+        heads: i64,
+        hidden: i64,
+        dropout: f64,
+        causal: bool,
+    },
+}
+
+impl LayerKind {
+    /// The word of the language this layer was written with.
+    pub fn kind(&self) -> Kind {
+        match self {
+            LayerKind::Linear { .. } => Kind::Linear,
+            LayerKind::Conv1d { .. } => Kind::Conv1d,
+            LayerKind::Conv2d { .. } => Kind::Conv2d,
+            LayerKind::MaxPool1d { .. } => Kind::MaxPool1d,
+            LayerKind::MaxPool2d { .. } => Kind::MaxPool2d,
+            LayerKind::AvgPool1d { .. } => Kind::AvgPool1d,
+            LayerKind::AvgPool2d { .. } => Kind::AvgPool2d,
+            LayerKind::AdaptiveAvgPool1d { .. } => Kind::AdaptiveAvgPool1d,
+            LayerKind::AdaptiveAvgPool2d { .. } => Kind::AdaptiveAvgPool2d,
+            LayerKind::BatchNorm1d { .. } => Kind::BatchNorm1d,
+            LayerKind::BatchNorm2d { .. } => Kind::BatchNorm2d,
+            LayerKind::LayerNorm { .. } => Kind::LayerNorm,
+            LayerKind::GroupNorm { .. } => Kind::GroupNorm,
+            LayerKind::Dropout { .. } => Kind::Dropout,
+            LayerKind::Relu => Kind::Relu,
+            LayerKind::LeakyRelu { .. } => Kind::LeakyRelu,
+            LayerKind::Elu { .. } => Kind::Elu,
+            LayerKind::Prelu { .. } => Kind::Prelu,
+            LayerKind::Gelu => Kind::Gelu,
+            LayerKind::Silu => Kind::Silu,
+            LayerKind::Tanh => Kind::Tanh,
+            LayerKind::Sigmoid => Kind::Sigmoid,
+            LayerKind::Softmax { .. } => Kind::Softmax,
+            LayerKind::LogSoftmax { .. } => Kind::LogSoftmax,
+            LayerKind::Flatten => Kind::Flatten,
+            LayerKind::Reshape { .. } => Kind::Reshape,
+            LayerKind::Mean { .. } => Kind::Mean,
+            LayerKind::Embedding { .. } => Kind::Embedding,
+            LayerKind::Attention { .. } => Kind::Attention,
+            LayerKind::TransformerBlock { .. } => Kind::TransformerBlock,
+        }
+    }
+}
+
+/// Convolution sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Conv {
+    /// Input channels.
+    pub inputs: i64,
+    /// Output channels.
+    pub outputs: i64,
+    /// Kernel size per spatial dimension.
+    pub kernel: Vec<i64>,
+    /// Stride per spatial dimension.
+    pub stride: Vec<i64>,
+    /// Zero padding per spatial dimension.
+    pub padding: Vec<i64>,
+    /// Dilation per spatial dimension.
+    pub dilation: Vec<i64>,
+    /// Channel groups.
+    pub groups: i64,
+    /// Whether a bias is added.
+    pub bias: bool,
+}
+
+/// Pooling sizes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pool {
+    /// Kernel per spatial dimension.
+    pub kernel: Vec<i64>,
+    /// Stride per spatial dimension.
+    pub stride: Vec<i64>,
+    /// Padding per spatial dimension.
+    pub padding: Vec<i64>,
+}
+
+/// Batch normalisation settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BatchNorm {
+    /// Channels normalised.
+    pub features: i64,
+    /// Added to the variance.
+    pub eps: f64,
+    /// Running statistics' update factor.
+    pub momentum: f64,
+}

@@ -1,0 +1,108 @@
+//! `attention` (multi-head self-attention, as `nn.MultiheadAttention`) and
+//! `transformer_block` (as `nn.TransformerEncoderLayer(norm_first=True, activation="gelu")`).
+
+use tch::Tensor;
+
+use super::{linear, norm, Init, LayerRun, Net};
+use crate::runtime::failure::{At, Failure};
+
+/// `nn.MultiheadAttention`'s parameters under `prefix`: `in_proj_weight` xavier-uniform,
+/// `in_proj_bias` 0, `out_proj.weight` as a linear layer, `out_proj.bias` 0.
+pub(super) fn init(i: &mut Init, prefix: &str, width: i64) -> Result<(), Failure> {
+    let xavier = (6.0 / (width + 3 * width) as f64).sqrt();
+    let t = i.uniform(&[3 * width, width], xavier)?;
+    i.param(&format!("{prefix}in_proj_weight"), t);
+    let t = i.filled(&[3 * width], 0.0)?;
+    i.param(&format!("{prefix}in_proj_bias"), t);
+    let t = i.uniform(&[width, width], 1.0 / (width as f64).sqrt())?;
+    i.param(&format!("{prefix}out_proj.weight"), t);
+    let t = i.filled(&[width], 0.0)?;
+    i.param(&format!("{prefix}out_proj.bias"), t);
+    Ok(())
+}
+
+/// The parameters of `nn.TransformerEncoderLayer(norm_first=True)`.
+pub(super) fn init_block(i: &mut Init, width: i64, hidden: i64) -> Result<(), Failure> {
+    init(i, "self_attn.", width)?;
+    linear::init(i, "linear1.", width, hidden, true)?;
+    linear::init(i, "linear2.", hidden, width, true)?;
+    norm::init_affine(i, "norm1.", &[width])?;
+    norm::init_affine(i, "norm2.", &[width])
+}
+
+/// Multi-head self-attention with the parameters under `prefix`; `dropout` applies to the
+/// attention weights.
+pub(super) fn forward(
+    net: &Net,
+    l: &LayerRun,
+    prefix: &str,
+    x: &Tensor,
+    heads: i64,
+    dropout: f64,
+    causal: bool,
+) -> Result<Tensor, Failure> {
+    let s = l.span;
+    let size = x.size();
+    let (b, n, e) = (size[0], size[1], size[2]);
+    let qkv = linear::affine(
+        net,
+        l,
+        &format!("{prefix}in_proj_weight"),
+        &format!("{prefix}in_proj_bias"),
+        x,
+    )?;
+    let qkv = qkv
+        .f_reshape([b, n, 3, heads, e / heads])
+        .at(s)?
+        .f_permute([2, 0, 3, 1, 4])
+        .at(s)?;
+    let (q, k, v) = (
+        qkv.f_get(0).at(s)?,
+        qkv.f_get(1).at(s)?,
+        qkv.f_get(2).at(s)?,
+    );
+    let o = Tensor::f_scaled_dot_product_attention(
+        &q,
+        &k,
+        &v,
+        None::<Tensor>,
+        dropout,
+        causal,
+        None::<f64>,
+        false,
+    )
+    .at(s)?;
+    let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
+    linear::forward(net, l, &format!("{prefix}out_proj."), &o)
+}
+
+/// A pre-norm transformer block: `x + dropout(attention(norm1(x)))`, then
+/// `x + dropout(linear2(dropout(gelu(linear1(norm2(x))))))`.
+pub(super) fn block(
+    net: &Net,
+    l: &LayerRun,
+    x: &Tensor,
+    heads: i64,
+    dropout: f64,
+    causal: bool,
+    train: bool,
+) -> Result<Tensor, Failure> {
+    let s = l.span;
+    let p = if train { dropout } else { 0.0 };
+    let width = x.size().last().copied().unwrap_or(1);
+    let h = norm::layer(net, l, "norm1.", &[width], 1e-5, x)?;
+    let a = forward(net, l, "self_attn.", &h, heads, p, causal)?
+        .f_dropout(p, train)
+        .at(s)?;
+    let x = net.fp32_input(l, x)?.f_add(&net.fp32_input(l, &a)?).at(s)?;
+    let h = norm::layer(net, l, "norm2.", &[width], 1e-5, &x)?;
+    let h = linear::forward(net, l, "linear1.", &h)?
+        .f_gelu("none")
+        .at(s)?
+        .f_dropout(p, train)
+        .at(s)?;
+    let m = linear::forward(net, l, "linear2.", &h)?
+        .f_dropout(p, train)
+        .at(s)?;
+    x.f_add(&net.fp32_input(l, &m)?).at(s)
+}

@@ -1,0 +1,422 @@
+//! Lowering: the checked model tree becomes libtorch tensors (parameters and buffers) and a
+//! forward pass made of `f_*` calls. Parameters get PyTorch's default initialisation for the
+//! module each layer corresponds to, so a user porting from PyTorch gets the same statistics.
+//!
+//! Each layer family has one file here, mirroring `check::layers`: it creates the layer's
+//! weights under their `state_dict` names and runs its forward. [`init`] and [`forward`] dispatch
+//! over [`LayerKind`] with exhaustive matches. Layers read their weights by name through
+//! [`Net::weight`], the one place a weight enters a computation (where a quantizer would swap
+//! it), and a weight that is not there is a diagnostic, never a panic.
+
+mod activation;
+mod attention;
+mod conv;
+mod embedding;
+mod linear;
+mod norm;
+mod pool;
+mod shape;
+
+use tch::{Device, Kind, Tensor};
+
+use super::failure::{At, Failure};
+use kiln::diagnostic::Code;
+use kiln::ir::{LayerKind, Node, Precision};
+use kiln::span::Span;
+
+/// A trainable tensor with its qualified name (`fc1.weight`).
+pub struct Param {
+    /// Qualified name, as in PyTorch's `state_dict`.
+    pub name: String,
+    /// The tensor (requires grad).
+    pub tensor: Tensor,
+}
+
+/// A non-trainable tensor kept with the model (batch-norm running statistics).
+pub struct Buffer {
+    /// Qualified name.
+    pub name: String,
+    /// The tensor.
+    pub tensor: Tensor,
+}
+
+/// The lowered model.
+pub struct Net {
+    nodes: Vec<Lowered>,
+    /// Every parameter, in definition order.
+    pub params: Vec<Param>,
+    /// Every buffer.
+    pub buffers: Vec<Buffer>,
+    precision: Precision,
+}
+
+enum Lowered {
+    Layer(LayerRun),
+    Residual(Vec<Lowered>, Span),
+}
+
+/// One lowered layer: its kind and where its tensors are.
+struct LayerRun {
+    kind: LayerKind,
+    /// The layer's qualified name, for diagnostics.
+    name: String,
+    /// Its parameters by local name (`weight`, `self_attn.in_proj_weight`): indices into
+    /// `Net::params`.
+    params: Vec<(String, usize)>,
+    /// Its buffers by local name: indices into `Net::buffers`.
+    buffers: Vec<(String, usize)>,
+    device: Device,
+    span: Span,
+}
+
+/// Maps a checked device to a tch device (`auto` resolves to CUDA 0 when present).
+pub fn tch_device(device: kiln::ir::Device) -> Device {
+    match device {
+        kiln::ir::Device::Cpu => Device::Cpu,
+        kiln::ir::Device::Cuda(i) => Device::Cuda(i as usize),
+        kiln::ir::Device::Auto => Device::cuda_if_available(),
+    }
+}
+
+/// Builds the model: every parameter created and initialised on its layer's device.
+/// `device_override` (from `--device`) replaces every placement.
+pub fn build(
+    nodes: &[Node],
+    precision: Precision,
+    device_override: Option<Device>,
+) -> Result<Net, Failure> {
+    let mut net = Net {
+        nodes: Vec::new(),
+        params: Vec::new(),
+        buffers: Vec::new(),
+        precision,
+    };
+    let lowered = tch::no_grad(|| lower(&mut net, nodes, device_override))?;
+    net.nodes = lowered;
+    Ok(net)
+}
+
+fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowered>, Failure> {
+    let mut out = Vec::new();
+    for node in nodes {
+        match node {
+            Node::Layer(l) => {
+                let mut run = LayerRun {
+                    kind: l.kind.clone(),
+                    name: l.name.clone(),
+                    params: Vec::new(),
+                    buffers: Vec::new(),
+                    device: over.unwrap_or_else(|| tch_device(l.device)),
+                    span: l.span,
+                };
+                init(&mut Init { net, run: &mut run })?;
+                out.push(Lowered::Layer(run));
+            }
+            Node::Block { nodes, .. } => out.extend(lower(net, nodes, over)?),
+            Node::Residual { nodes, span } => {
+                out.push(Lowered::Residual(lower(net, nodes, over)?, *span))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Creates one layer's tensors, registered under the layer's qualified name.
+struct Init<'a> {
+    net: &'a mut Net,
+    run: &'a mut LayerRun,
+}
+
+impl Init<'_> {
+    /// `U(-bound, bound)` of a shape, on the layer's device.
+    fn uniform(&self, shape: &[i64], bound: f64) -> Result<Tensor, Failure> {
+        let (device, span) = (self.run.device, self.run.span);
+        let mut t = Tensor::f_empty(shape, (Kind::Float, device)).at(span)?;
+        t.f_uniform_(-bound, bound).done_at(span)?;
+        Ok(t)
+    }
+
+    /// A tensor of one value, on the layer's device.
+    fn filled(&self, shape: &[i64], value: f64) -> Result<Tensor, Failure> {
+        Tensor::f_full(shape, value, (Kind::Float, self.run.device)).at(self.run.span)
+    }
+
+    /// Adds a trainable parameter under the layer's local name `local`.
+    fn param(&mut self, local: &str, t: Tensor) {
+        self.run
+            .params
+            .push((local.to_string(), self.net.params.len()));
+        self.net.params.push(Param {
+            name: format!("{}.{local}", self.run.name),
+            tensor: t.set_requires_grad(true),
+        });
+    }
+
+    /// Adds a buffer under the layer's local name `local`.
+    fn buffer(&mut self, local: &str, t: Tensor) {
+        self.run
+            .buffers
+            .push((local.to_string(), self.net.buffers.len()));
+        self.net.buffers.push(Buffer {
+            name: format!("{}.{local}", self.run.name),
+            tensor: t,
+        });
+    }
+}
+
+/// Creates a layer's weights as PyTorch initialises its module.
+fn init(i: &mut Init) -> Result<(), Failure> {
+    match i.run.kind.clone() {
+        LayerKind::Linear {
+            inputs,
+            outputs,
+            bias,
+        } => linear::init(i, "", inputs, outputs, bias),
+        LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv::init(i, &conv),
+        LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
+            norm::init_batch(i, norm.features)
+        }
+        LayerKind::LayerNorm { shape, .. } => norm::init_affine(i, "", &shape),
+        LayerKind::GroupNorm { channels, .. } => norm::init_affine(i, "", &[channels]),
+        LayerKind::Prelu { parameters, init } => activation::init_prelu(i, parameters, init),
+        LayerKind::Embedding { vocab, dim } => embedding::init(i, vocab, dim),
+        LayerKind::Attention { width, .. } => attention::init(i, "", width),
+        LayerKind::TransformerBlock { width, hidden, .. } => {
+            attention::init_block(i, width, hidden)
+        }
+        LayerKind::MaxPool1d { .. }
+        | LayerKind::MaxPool2d { .. }
+        | LayerKind::AvgPool1d { .. }
+        | LayerKind::AvgPool2d { .. }
+        | LayerKind::AdaptiveAvgPool1d { .. }
+        | LayerKind::AdaptiveAvgPool2d { .. }
+        | LayerKind::Dropout { .. }
+        | LayerKind::Relu
+        | LayerKind::LeakyRelu { .. }
+        | LayerKind::Elu { .. }
+        | LayerKind::Gelu
+        | LayerKind::Silu
+        | LayerKind::Tanh
+        | LayerKind::Sigmoid
+        | LayerKind::Softmax { .. }
+        | LayerKind::LogSoftmax { .. }
+        | LayerKind::Flatten
+        | LayerKind::Reshape { .. }
+        | LayerKind::Mean { .. } => Ok(()),
+    }
+}
+
+/// Runs one layer.
+fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Failure> {
+    let s = l.span;
+    match &l.kind {
+        LayerKind::Linear { .. } => linear::forward(net, l, "", x),
+        LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv::forward(net, l, conv, x),
+        LayerKind::MaxPool1d { pool } => pool::max(l, pool, x, false),
+        LayerKind::MaxPool2d { pool } => pool::max(l, pool, x, true),
+        LayerKind::AvgPool1d { pool } => pool::avg(l, pool, x, false),
+        LayerKind::AvgPool2d { pool } => pool::avg(l, pool, x, true),
+        LayerKind::AdaptiveAvgPool1d { output } => x.f_adaptive_avg_pool1d(output.as_slice()).at(s),
+        LayerKind::AdaptiveAvgPool2d { output } => x.f_adaptive_avg_pool2d(output.as_slice()).at(s),
+        LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
+            norm::batch(net, l, norm, x, train)
+        }
+        LayerKind::LayerNorm { shape, eps } => norm::layer(net, l, "", shape, *eps, x),
+        LayerKind::GroupNorm { groups, eps, .. } => norm::group(net, l, *groups, *eps, x),
+        LayerKind::Dropout { p } => x.f_dropout(*p, train).at(s),
+        LayerKind::Relu => x.f_relu().at(s),
+        LayerKind::LeakyRelu { negative_slope } => activation::leaky_relu(l, *negative_slope, x),
+        LayerKind::Elu { alpha } => activation::elu(l, *alpha, x),
+        LayerKind::Prelu { .. } => activation::prelu(net, l, x),
+        LayerKind::Gelu => x.f_gelu("none").at(s),
+        LayerKind::Silu => x.f_silu().at(s),
+        LayerKind::Tanh => x.f_tanh().at(s),
+        LayerKind::Sigmoid => x.f_sigmoid().at(s),
+        LayerKind::Softmax { dim } => net.fp32_input(l, x)?.f_softmax(dim + 1, Kind::Float).at(s),
+        LayerKind::LogSoftmax { dim } => net
+            .fp32_input(l, x)?
+            .f_log_softmax(dim + 1, Kind::Float)
+            .at(s),
+        LayerKind::Flatten => x.f_flatten(1, -1).at(s),
+        LayerKind::Reshape { shape } => shape::reshape(l, shape, x),
+        LayerKind::Mean { dim } => x
+            .f_mean_dim(Some([dim + 1].as_slice()), false, None::<Kind>)
+            .at(s),
+        LayerKind::Embedding { .. } => embedding::forward(net, l, x),
+        LayerKind::Attention {
+            heads,
+            dropout,
+            causal,
+            ..
+        } => {
+            let p = if train { *dropout } else { 0.0 };
+            attention::forward(net, l, "", x, *heads, p, *causal)
+        }
+        LayerKind::TransformerBlock {
+            heads,
+            dropout,
+            causal,
+            ..
+        } => attention::block(net, l, x, *heads, *dropout, *causal, train),
+    }
+}
+
+/// The lower-precision kind of a mixed-precision run.
+fn half_kind(p: Precision) -> Option<Kind> {
+    match p {
+        Precision::Fp32 => None,
+        Precision::Bf16 => Some(Kind::BFloat16),
+        Precision::Fp16 => Some(Kind::Half),
+    }
+}
+
+impl Net {
+    /// Loads weights (and batch-norm statistics) from a safetensors file keyed by PyTorch
+    /// `state_dict` names; every parameter must be present with its shape.
+    pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Failure> {
+        let bad = |message: String| {
+            Failure::new(Code::DataInvalid, span, message)
+                .label("while loading initial weights for this experiment")
+                .help("give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`")
+        };
+        let tensors = Tensor::read_safetensors(path)
+            .map_err(|e| bad(format!("cannot read `{}`: {e}", path.display())))?;
+        let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+        let targets = self
+            .params
+            .iter()
+            .map(|p| (&p.name, &p.tensor))
+            .chain(self.buffers.iter().map(|b| (&b.name, &b.tensor)));
+        tch::no_grad(|| {
+            for (name, t) in targets {
+                let src = find(name)
+                    .ok_or_else(|| bad(format!("`{}` has no tensor `{name}`", path.display())))?;
+                if src.size() != t.size() {
+                    return Err(bad(format!(
+                        "`{name}` in `{}` has shape {:?}, the model's is {:?}",
+                        path.display(),
+                        src.size(),
+                        t.size()
+                    )));
+                }
+                t.shallow_clone().f_copy_(src).at(span)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The devices the model's layers run on, in order of first use.
+    pub fn devices(&self) -> Vec<Device> {
+        let mut out = Vec::new();
+        fn walk(nodes: &[Lowered], out: &mut Vec<Device>) {
+            for n in nodes {
+                match n {
+                    Lowered::Layer(l) => {
+                        if !out.contains(&l.device) {
+                            out.push(l.device);
+                        }
+                    }
+                    Lowered::Residual(inner, _) => walk(inner, out),
+                }
+            }
+        }
+        walk(&self.nodes, &mut out);
+        out
+    }
+
+    /// The device that receives the input batch.
+    pub fn input_device(&self) -> Device {
+        self.devices().first().copied().unwrap_or(Device::Cpu)
+    }
+
+    /// Runs the model on a batch. `train` selects training behaviour (dropout, batch statistics).
+    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Failure> {
+        self.run(&self.nodes, xs, train)
+    }
+
+    fn run(&self, nodes: &[Lowered], xs: &Tensor, train: bool) -> Result<Tensor, Failure> {
+        let mut x = xs.shallow_clone();
+        for node in nodes {
+            x = match node {
+                Lowered::Layer(l) => {
+                    let input = if x.device() == l.device {
+                        x
+                    } else {
+                        x.f_to_device(l.device).at(l.span)?
+                    };
+                    forward(self, l, &input, train)?
+                }
+                Lowered::Residual(inner, span) => {
+                    let y = self.run(inner, &x, train)?;
+                    let x = if x.device() == y.device() {
+                        x
+                    } else {
+                        x.f_to_device(y.device()).at(*span)?
+                    };
+                    let y = if y.kind() == x.kind() {
+                        y
+                    } else {
+                        y.f_to_kind(x.kind()).at(*span)?
+                    };
+                    x.f_add(&y).at(*span)?
+                }
+            };
+        }
+        Ok(x)
+    }
+
+    /// A layer's parameter by its local name, in fp32; a name the layer lacks is a diagnostic.
+    fn param(&self, l: &LayerRun, local: &str) -> Result<&Tensor, Failure> {
+        match l.params.iter().find(|(n, _)| n == local) {
+            Some((_, i)) => Ok(&self.params[*i].tensor),
+            None => Err(missing(l, "parameter", local)),
+        }
+    }
+
+    /// A layer's buffer by its local name.
+    fn buffer(&self, l: &LayerRun, local: &str) -> Result<&Tensor, Failure> {
+        match l.buffers.iter().find(|(n, _)| n == local) {
+            Some((_, i)) => Ok(&self.buffers[*i].tensor),
+            None => Err(missing(l, "buffer", local)),
+        }
+    }
+
+    /// A weight as a matrix product uses it: in the computation's precision (cast under
+    /// bf16/fp16). Every weight of a linear, convolution or attention enters through here.
+    fn weight(&self, l: &LayerRun, local: &str) -> Result<Tensor, Failure> {
+        let t = self.param(l, local)?;
+        match half_kind(self.precision) {
+            Some(k) => t.f_to_kind(k).at(l.span),
+            None => Ok(t.shallow_clone()),
+        }
+    }
+
+    /// The input of a matrix product in the computation's precision.
+    fn mm_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
+        match half_kind(self.precision) {
+            Some(k) if x.kind() != k => x.f_to_kind(k).at(l.span),
+            _ => Ok(x.shallow_clone()),
+        }
+    }
+
+    /// The input of a normalisation, softmax or loss, which run in fp32 (as under autocast).
+    fn fp32_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
+        if x.kind() == Kind::Float {
+            Ok(x.shallow_clone())
+        } else {
+            x.f_to_kind(Kind::Float).at(l.span)
+        }
+    }
+}
+
+/// A layer's tensor that lowering did not create: Kiln's own inconsistency, reported at the
+/// layer rather than panicking.
+fn missing(l: &LayerRun, what: &str, local: &str) -> Failure {
+    Failure::new(
+        Code::TorchError,
+        l.span,
+        format!("layer `{}` has no {what} `{local}`", l.name),
+    )
+    .label("while running this layer")
+    .help("this is a bug in Kiln's lowering; please report it with the file")
+}

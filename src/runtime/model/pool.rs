@@ -1,0 +1,38 @@
+//! Max and average pooling (the adaptive ones are single calls in the dispatch).
+
+use tch::Tensor;
+
+use super::LayerRun;
+use crate::runtime::failure::{At, Failure};
+use kiln::ir::Pool;
+
+/// Max pooling of rank 2 (`two_d`) or 1.
+pub(super) fn max(l: &LayerRun, pool: &Pool, x: &Tensor, two_d: bool) -> Result<Tensor, Failure> {
+    let dilation = vec![1; pool.kernel.len()];
+    let (k, s, p) = (
+        pool.kernel.as_slice(),
+        pool.stride.as_slice(),
+        pool.padding.as_slice(),
+    );
+    if two_d {
+        x.f_max_pool2d(k, s, p, dilation.as_slice(), false)
+            .at(l.span)
+    } else {
+        x.f_max_pool1d(k, s, p, dilation.as_slice(), false)
+            .at(l.span)
+    }
+}
+
+/// Average pooling of rank 2 (`two_d`) or 1; padding counts in the average, as in PyTorch.
+pub(super) fn avg(l: &LayerRun, pool: &Pool, x: &Tensor, two_d: bool) -> Result<Tensor, Failure> {
+    let (k, s, p) = (
+        pool.kernel.as_slice(),
+        pool.stride.as_slice(),
+        pool.padding.as_slice(),
+    );
+    if two_d {
+        x.f_avg_pool2d(k, s, p, false, true, None::<i64>).at(l.span)
+    } else {
+        x.f_avg_pool1d(k, s, p, false, true).at(l.span)
+    }
+}
