@@ -351,7 +351,7 @@ pub fn to_text(p: &Plan) -> String {
     let _ = writeln!(
         out,
         "input      {}  batch {} (micro-batch {})  {}  {}",
-        p.input.to_string(),
+        p.input,
         p.batch,
         p.micro_batch,
         p.precision,
