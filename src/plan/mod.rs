@@ -351,11 +351,7 @@ pub fn to_text(p: &Plan) -> String {
     let _ = writeln!(
         out,
         "input      {}  batch {} (micro-batch {})  {}  {}",
-        p.input,
-        p.batch,
-        p.micro_batch,
-        p.precision,
-        p.optimizer
+        p.input, p.batch, p.micro_batch, p.precision, p.optimizer
     );
     let _ = writeln!(out, "parallel   {}\n", p.parallel);
     let name_w = p

@@ -63,7 +63,7 @@ pub fn fingerprint(e: &Experiment) -> Fingerprint {
                     "{} {} {} {}",
                     l.name,
                     l.kind.kind().name(),
-                    l.output.to_string(),
+                    l.output,
                     l.params
                 )
             })

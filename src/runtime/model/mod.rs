@@ -51,7 +51,7 @@ pub struct Net {
 }
 
 enum Lowered {
-    Layer(LayerRun),
+    Layer(Box<LayerRun>),
     Residual(Vec<Lowered>, Span),
 }
 
@@ -110,7 +110,7 @@ fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowe
                     span: l.span,
                 };
                 init(&mut Init { net, run: &mut run })?;
-                out.push(Lowered::Layer(run));
+                out.push(Lowered::Layer(Box::new(run)));
             }
             Node::Block { nodes, .. } => out.extend(lower(net, nodes, over)?),
             Node::Residual { nodes, span } => {
