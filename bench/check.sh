@@ -6,12 +6,17 @@
 #      checked at once: wall time and (user + sys) / wall, the number of cores kept busy.
 # Needs bash, python3 and cargo; builds with `cargo build --release --bin kiln` first.
 # Usage: bash bench/check.sh        (RUNS=20 and DIR_RUNS=5 by default; both can be set)
+#        BASELINE=/path/to/other/kiln bash bench/check.sh
+#   With BASELINE, the other binary (say, built from an earlier commit) checks the same inputs in
+#   interleaved runs, and the ratio of the medians is printed: absolute times move by several
+#   percent from machine to machine and minute to minute, a side-by-side ratio much less.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-20}
 DIR_RUNS=${DIR_RUNS:-5}
 KILN=${CARGO_TARGET_DIR:-target}/release/kiln
+BASELINE=${BASELINE:-}
 
 # Only the binary measured here: a broken or slow build of `kiln-runtime` must not stop it.
 echo "== building: cargo build --release --bin kiln" >&2
@@ -208,9 +213,12 @@ done
 cores=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)
 echo "machine: $cores cores (nproc), $(uname -m), $(uname -s) $(uname -r)"
 echo "kiln: $("$KILN" --version 2>/dev/null || echo unknown)"
+if [ -n "$BASELINE" ]; then
+  echo "baseline: $BASELINE"
+fi
 echo
 
-python3 - "$KILN" "$work" "$RUNS" "$DIR_RUNS" "$lines" "$nfiles" "$nlines" "$cores" <<'PY'
+python3 - "$KILN" "$work" "$RUNS" "$DIR_RUNS" "$lines" "$nfiles" "$nlines" "$cores" "$BASELINE" <<'PY'
 """Times kiln; user and sys come from the child's rusage (os.wait4)."""
 import os
 import statistics
@@ -218,7 +226,7 @@ import subprocess
 import sys
 import time
 
-kiln, work, runs, dir_runs, lines, nfiles, nlines, nproc = sys.argv[1:9]
+kiln, work, runs, dir_runs, lines, nfiles, nlines, nproc, baseline = sys.argv[1:10]
 runs, dir_runs = int(runs), int(dir_runs)
 big = os.path.join(work, 'big.exp')
 files = os.path.join(work, 'files')
@@ -276,6 +284,25 @@ print('   target:   median <= 20 ms: %s' % ('met' if median <= 20 else 'MISSED')
 print('   other processes used %s of the machine meanwhile' % other)
 print()
 
+
+def side_by_side(label, target, runs):
+    """Interleaved runs of kiln and the baseline on one input: the ratio of their medians."""
+    ours, theirs = [], []
+    for _ in range(runs):
+        ours.append(run([kiln, 'check', target])[0] * 1e3)
+        theirs.append(run([baseline, 'check', target])[0] * 1e3)
+    a, b = statistics.median(ours), statistics.median(theirs)
+    print('   %s: this build median %.1f ms (min %.1f), baseline median %.1f ms (min %.1f)' % (
+        label, a, min(ours), b, min(theirs)))
+    print('   %s: this build / baseline = %.3f (median), %.3f (min)' % (
+        label, a / b, min(ours) / min(theirs)))
+
+
+if baseline:
+    print('1b. side by side with the baseline, interleaved, %d runs each' % runs)
+    side_by_side('big file', big, runs)
+    print()
+
 # 2. A directory of files, checked in parallel.
 args = [kiln, 'check', files]
 run(args)
@@ -292,4 +319,8 @@ print('   wall:     %.1f ms  (min %.1f, max %.1f)' % (
 print('   cpu:      user %.1f ms + sys %.1f ms' % (user * 1e3, sys_ * 1e3))
 print('   cores:    (user+sys)/wall = %.2f of nproc = %s' % ((user + sys_) / wall, nproc))
 print('   other processes used %s of the machine meanwhile' % other)
+if baseline:
+    print()
+    print('2b. side by side with the baseline, interleaved, %d runs each' % dir_runs)
+    side_by_side('directory', files, dir_runs)
 PY

@@ -5,6 +5,7 @@ use tch::Tensor;
 
 use super::{linear, norm, Init, LayerRun, Net};
 use crate::runtime::failure::{At, Failure};
+use kiln::diagnostic::Code;
 
 /// `nn.MultiheadAttention`'s parameters under `prefix`: `in_proj_weight` xavier-uniform,
 /// `in_proj_bias` 0, `out_proj.weight` as a linear layer, `out_proj.bias` 0.
@@ -42,8 +43,18 @@ pub(super) fn forward(
     causal: bool,
 ) -> Result<Tensor, Failure> {
     let s = l.span;
-    let size = x.size();
-    let (b, n, e) = (size[0], size[1], size[2]);
+    let &[b, n, e] = x.size().as_slice() else {
+        return Err(Failure::new(
+            Code::TorchError,
+            s,
+            format!(
+                "attention expects [batch, sequence, width], got {:?}",
+                x.size()
+            ),
+        )
+        .label("while running this layer")
+        .help("this should have been caught by `kiln check`; please report it with the file"));
+    };
     let qkv = linear::affine(
         net,
         l,
