@@ -1,8 +1,8 @@
 //! Every layer kind against PyTorch: from the same weights and the same batch, Kiln's forward and
 //! backward passes give PyTorch's output, input gradient, weight gradients and running statistics.
 //!
-//! The table below pairs each model (a few lines of a `.exp` model block) with the PyTorch
-//! modules that compute the same thing. `tests/layers/reference.py` (one process for all cases,
+//! The table in `tests/layers/cases.rs` pairs each model (a few lines of a `.exp` model block)
+//! with the PyTorch modules that compute the same thing. `tests/layers/reference.py` (one process for all cases,
 //! with the project's `.venv/bin/python`) builds the modules, perturbs their weights, runs one
 //! forward and backward pass and saves everything as safetensors; this test checks the `.exp`,
 //! builds the `Net`, loads the same weights with `Net::load` and compares.
@@ -39,7 +39,8 @@ const FP32_RTOL: f64 = 1e-5;
 /// Kiln runs norms and softmax in fp32 where CPU autocast hands them bf16 and returns bf16, so
 /// some elements land an ulp or two apart, and more after a few layers. The cases measure 1e-3
 /// to 6e-3 (1.0e-2 at most, on an 8-value bias gradient); 2e-2, five ulps on every element at
-/// once, sits above that noise and far below the error of a wrong operation (above 5e-2).
+/// once, sits above that noise and far below the error of a wrong operation, which is of the
+/// order of the values themselves.
 const BF16_RTOL: f64 = 2e-2;
 
 /// Both sides run libtorch on one thread: the same kernels, reducing in the same order.
@@ -256,6 +257,11 @@ fn check_run(run: &Run, file: &Path, output_dtype: &str) -> Vec<String> {
         match tensors.get(&name) {
             Some(t) => problems.extend(compare(&name, &b.tensor, t, rtol)),
             None => problems.push(format!("{}: a buffer PyTorch's module lacks", b.name)),
+        }
+    }
+    for name in tensors.keys().filter_map(|k| k.strip_prefix("after.")) {
+        if !net.buffers.iter().any(|b| b.name == name) {
+            problems.push(format!("{name}: a PyTorch buffer Kiln's layer lacks"));
         }
     }
     problems
