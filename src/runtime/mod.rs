@@ -7,6 +7,8 @@
 pub mod checkpoint;
 pub mod data;
 pub mod failure;
+#[cfg(test)]
+mod layer_parity;
 pub mod model;
 pub mod optim;
 pub mod plot;

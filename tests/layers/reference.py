@@ -1,0 +1,179 @@
+"""PyTorch reference for the layer parity test (`src/runtime/layer_parity.rs`).
+
+Usage: reference.py SPEC.json RESULTS.json
+
+SPEC.json is a list of runs written by the Rust test, each
+    {"name": str, "path": FILE, "layers": [[name, torch_expression], ...],
+     "input": {"shape": [...], "int_high": int or null}, "batch": int,
+     "train": bool, "bf16": bool, "seed": int}
+
+For each run it builds `nn.Sequential` of the layers (so a layer named `l` has the state_dict keys
+`l.weight` and so on, as Kiln names them), moves every parameter and buffer away from its default
+(so that a bias or a running statistic that is ignored shows), makes a batch of input and a random
+upstream gradient, and runs forward (under `torch.autocast("cpu", dtype=torch.bfloat16)` when
+`bf16`) and backward. It writes FILE, a safetensors file holding
+
+    <state_dict key>     every parameter and buffer before the forward pass (F32)
+    input                the batch (F32, or I64 when `int_high` is given)
+    upstream             dL/d(output) (F32): the backward pass is that of sum(output * upstream)
+    output               the output, widened to F32 when it is BF16
+    grad.input           the input's gradient (float inputs only)
+    grad.<param>         each parameter's gradient
+    after.<buffer>       each buffer after the forward pass (running statistics)
+
+and RESULTS.json, {name: {"output_dtype": "float32" | "bfloat16"}}. The global generator is seeded
+with `seed` right before the forward pass, as the Rust side does, so that dropout draws the same
+masks on both sides (both link the same libtorch).
+"""
+
+import json
+import struct
+import sys
+from collections import OrderedDict
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+
+
+def save_safetensors(path, tensors):
+    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        data = t.numpy().tobytes()
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+class SelfAttention(nn.MultiheadAttention):
+    """Kiln's `attention(heads, dropout, causal)` on [batch, S, E]: nn.MultiheadAttention with
+    query = key = value, so its parameters keep their names (`in_proj_weight`, `out_proj.bias`).
+    The causal mask is the explicit additive one, not a flag."""
+
+    def __init__(self, width, heads, dropout=0.0, causal=False):
+        super().__init__(width, heads, dropout=dropout, batch_first=True)
+        self.causal = causal
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1]) if self.causal else None
+        out = super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+        # With batch_first, the output is a transposed view. Kiln's is contiguous; so that a
+        # dropout after it draws its mask in the same memory order, this one is made so too.
+        return out.contiguous()
+
+
+class TransformerBlock(nn.Module):
+    """Kiln's `transformer_block(heads, hidden, dropout, causal)`, pre-norm, from primitives:
+    x + dropout(attention(norm1(x))), then x + dropout(linear2(dropout(gelu(linear1(norm2(x))))))."""
+
+    def __init__(self, width, heads, hidden, dropout=0.1, causal=False):
+        super().__init__()
+        self.self_attn = SelfAttention(width, heads, dropout, causal)
+        self.linear1 = nn.Linear(width, hidden)
+        self.linear2 = nn.Linear(hidden, width)
+        self.norm1 = nn.LayerNorm(width)
+        self.norm2 = nn.LayerNorm(width)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = x + self.dropout(self.self_attn(self.norm1(x)))
+        h = self.dropout(F.gelu(self.linear1(self.norm2(x))))
+        return x + self.dropout(self.linear2(h))
+
+
+class Reshape(nn.Module):
+    """Kiln's `reshape(shape)`: each sample to `shape`."""
+
+    def __init__(self, *shape):
+        super().__init__()
+        self.shape = shape
+
+    def forward(self, x):
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class Mean(nn.Module):
+    """Kiln's `mean(dim)`: the mean over a per-sample dimension (counted without the batch)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim if dim < 0 else dim + 1
+
+    def forward(self, x):
+        return x.mean(self.dim)
+
+
+NAMESPACE = {"nn": nn, "torch": torch, "SelfAttention": SelfAttention,
+             "TransformerBlock": TransformerBlock, "Reshape": Reshape, "Mean": Mean}
+
+
+def perturb(model):
+    """Moves parameters and buffers off their defaults: weights by 10% noise, and running
+    statistics to a mean near 0 and a variance in [1, 1.5)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+        for name, b in model.named_buffers():
+            if name.endswith("running_mean"):
+                b.copy_(0.1 * torch.randn_like(b))
+            elif name.endswith("running_var"):
+                b.copy_(1.0 + 0.5 * torch.rand_like(b))
+
+
+def run(spec):
+    torch.manual_seed(spec["seed"])
+    layers = OrderedDict((name, eval(expr, NAMESPACE)) for name, expr in spec["layers"])
+    model = nn.Sequential(layers)
+    perturb(model)
+    out = {k: v.clone() for k, v in model.state_dict().items() if v.dtype == torch.float32}
+    shape = [spec["batch"], *spec["input"]["shape"]]
+    high = spec["input"]["int_high"]
+    if high is None:
+        x = torch.randn(shape, requires_grad=True)
+    else:
+        x = torch.randint(0, high, shape)
+    out["input"] = x.detach().clone()
+
+    model.train(spec["train"])
+    torch.manual_seed(spec["seed"])
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=spec["bf16"]):
+        y = model(x)
+    generator = torch.Generator().manual_seed(spec["seed"] + 1)
+    upstream = torch.randn(y.shape, generator=generator)
+    (y.float() * upstream).sum().backward()
+
+    out["upstream"] = upstream
+    out["output"] = y.detach().float()
+    if high is None:
+        out["grad.input"] = x.grad
+    for name, p in model.named_parameters():
+        if p.grad is not None:
+            out[f"grad.{name}"] = p.grad
+    for name, b in model.named_buffers():
+        if b.dtype == torch.float32:
+            out[f"after.{name}"] = b
+    save_safetensors(spec["path"], out)
+    return {"output_dtype": str(y.dtype).removeprefix("torch.")}
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        specs = json.load(f)
+    results = {spec["name"]: run(spec) for spec in specs}
+    with open(sys.argv[2], "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
