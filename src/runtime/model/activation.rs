@@ -38,13 +38,9 @@ pub(super) fn init_prelu(i: &mut Init, parameters: i64, init: f64) -> Result<(),
 }
 
 /// A leaky ReLU with the learned slopes, one for all values or one per channel (dimension 1
-/// of the batch).
+/// of the batch). Under bf16/fp16 it runs in the lower precision, as autocast runs `prelu`.
 pub(super) fn prelu(net: &Net, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
-    let weight = net.param(l, "weight")?;
-    let weight = if weight.kind() == x.kind() {
-        weight.shallow_clone()
-    } else {
-        weight.f_to_kind(x.kind()).at(l.span)?
-    };
+    let x = net.mm_input(l, x)?;
+    let weight = net.weight(l, "weight")?;
     x.f_prelu(&weight).at(l.span)
 }
