@@ -4,10 +4,18 @@
 //! label, secondary labels and a help line. They become text (miette reports, JSON) only in
 //! [`render`], at the edge of the program.
 
+mod arguments;
 mod codes;
+pub mod problem;
+mod ranges;
 pub mod render;
+mod runtime;
+mod shapes;
+mod strategy;
+mod wording;
 
 pub use codes::Code;
+pub use problem::Problem;
 
 use crate::span::Span;
 
@@ -30,6 +38,15 @@ pub struct Label {
     pub text: String,
 }
 
+/// A replacement that fixes a problem: write `replacement` over `span`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Fix {
+    /// The text to replace.
+    pub span: Span,
+    /// What to write there.
+    pub replacement: String,
+}
+
 /// One problem found in a source file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Diagnostic {
@@ -45,6 +62,8 @@ pub struct Diagnostic {
     pub help: Option<String>,
     /// Extra context, such as the sweep trial the problem occurs in.
     pub note: Option<String>,
+    /// Edits that fix the problem, for editors to apply.
+    pub fixes: Vec<Fix>,
 }
 
 impl Diagnostic {
@@ -61,6 +80,7 @@ impl Diagnostic {
             secondary: Vec::new(),
             help: None,
             note: None,
+            fixes: Vec::new(),
         }
     }
 
@@ -82,6 +102,15 @@ impl Diagnostic {
     /// Sets the help line.
     pub fn help(mut self, text: impl Into<String>) -> Diagnostic {
         self.help = Some(text.into());
+        self
+    }
+
+    /// Adds a fix: `replacement` written over `span`.
+    pub fn fix(mut self, span: Span, replacement: impl Into<String>) -> Diagnostic {
+        self.fixes.push(Fix {
+            span,
+            replacement: replacement.into(),
+        });
         self
     }
 

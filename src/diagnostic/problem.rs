@@ -1,0 +1,1145 @@
+//! Problems as facts. A [`Problem`] holds what was found (spans, names, candidates, numbers,
+//! shapes) and nothing worded; [`Problem::diagnostic`] (in `wording.rs`) is the one place that
+//! turns it into a sentence, labels, a help line and fixes.
+
+use std::path::PathBuf;
+
+use super::Code;
+use crate::ir::{Device, Shape};
+use crate::span::Span;
+
+/// A misspelled or unknown name, with the names that would have been accepted there.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unknown {
+    /// Where the name is written.
+    pub span: Span,
+    /// The name as written.
+    pub name: String,
+    /// The names accepted in its place.
+    pub candidates: Vec<String>,
+}
+
+/// What a layer produces, named where it is produced: the other end of a shape problem.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Producer {
+    /// Where the producing layer (or `input`) is written.
+    pub span: Span,
+    /// How the producer is called in messages (`input`, `` `fc1` ``).
+    pub name: String,
+    /// The shape it produces.
+    pub shape: Shape,
+}
+
+/// Allowed ranges for numbers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Range {
+    /// `x > 0`.
+    Positive,
+    /// `x >= 0`.
+    NonNegative,
+    /// `0 <= x < 1`.
+    UnitOpen,
+    /// `0 <= x <= 1`.
+    Unit,
+    /// `0 < x <= 1`.
+    UnitPositive,
+    /// Any finite number.
+    Any,
+}
+
+impl Range {
+    /// Whether `x` lies in the range.
+    pub fn holds(self, x: f64) -> bool {
+        match self {
+            Range::Positive => x > 0.0,
+            Range::NonNegative => x >= 0.0,
+            Range::UnitOpen => (0.0..1.0).contains(&x),
+            Range::Unit => (0.0..=1.0).contains(&x),
+            Range::UnitPositive => x > 0.0 && x <= 1.0,
+            Range::Any => true,
+        }
+    }
+}
+
+/// The kind of value a setting expects, for wrong-type problems.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expected {
+    /// A plain number.
+    Number,
+    /// An integer.
+    Integer,
+    /// `true` or `false`.
+    Boolean,
+    /// A string.
+    String,
+    /// A plain name.
+    Name,
+    /// A device.
+    Device,
+    /// A list of positive integers.
+    Shape,
+    /// A reshape target: positive integers, one of them possibly -1.
+    ReshapeShape,
+    /// A number of steps or epochs.
+    Duration,
+    /// A whole number of steps or epochs, found with another unit or sign.
+    WholeDuration,
+    /// A duration in steps only (gradual pruning).
+    Steps,
+    /// A byte size.
+    Bytes,
+    /// A data source call.
+    Source,
+    /// A data generator call.
+    Generator,
+    /// A metric.
+    Metric,
+    /// A list of devices.
+    DeviceList,
+    /// Adam's two betas.
+    Betas,
+    /// A name from a table (optimizer, schedule, loss, method), with the table.
+    Callee {
+        /// What the setting names (`an optimizer`).
+        what: String,
+        /// The names it accepts.
+        known: Vec<String>,
+    },
+}
+
+/// The statements that have a fixed form of several parts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// `memory cuda:0 80 GiB`.
+    Memory,
+    /// `place fc1 on cuda:0`.
+    Place,
+    /// `prune fc1 l1_unstructured(amount: 0.5)`.
+    Prune,
+    /// `quantize fc1 int8(per_channel)`.
+    Quantize,
+    /// `split(train: 0.8, val: 0.2)`.
+    Split,
+}
+
+/// The situations of K0120: a statement or call with too many, too few or misplaced arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arguments {
+    /// A positional argument follows a named one.
+    PositionalAfterNamed,
+    /// More positional arguments than the callee has parameters.
+    TooManyPositional {
+        /// The layer, optimizer or setting called.
+        callee: String,
+        /// Its parameters.
+        params: Vec<String>,
+    },
+    /// A required argument is missing.
+    Missing {
+        /// The layer, optimizer or setting called.
+        callee: String,
+        /// The parameter without a value.
+        param: String,
+    },
+    /// A setting written with arguments in parentheses.
+    NoParentheses {
+        /// The setting's keyword.
+        keyword: String,
+    },
+    /// A block statement written with values or arguments.
+    OnlyBlock {
+        /// The block's keyword.
+        keyword: String,
+    },
+    /// A setting without its value.
+    NoValue {
+        /// The setting's keyword.
+        keyword: String,
+    },
+    /// A setting with more than one value.
+    ExtraValues {
+        /// The setting's keyword.
+        keyword: String,
+    },
+    /// A statement that needs a `{ ... }` block and has none.
+    NoBlock {
+        /// Its keyword.
+        keyword: String,
+        /// The statement written as it should be.
+        example: &'static str,
+    },
+    /// A statement that needs a name and has none.
+    NoName {
+        /// Its keyword.
+        keyword: String,
+        /// The statement written as it should be.
+        example: &'static str,
+    },
+    /// A source or generator named without its arguments.
+    NoArguments {
+        /// The source.
+        callee: String,
+    },
+    /// A statement whose parts are not in its form.
+    Form(Form),
+    /// `normalize` with different numbers of means and standard deviations.
+    NormalizeLengths {
+        /// Means given.
+        means: usize,
+        /// Standard deviations given.
+        stds: usize,
+    },
+    /// Values after a layer call other than a placement.
+    AfterLayer {
+        /// The layer's keyword.
+        keyword: String,
+    },
+    /// A per-dimension parameter with the wrong number of values.
+    SpatialValues {
+        /// The parameter.
+        param: String,
+        /// Values wanted.
+        dims: usize,
+        /// Values given.
+        given: usize,
+    },
+}
+
+/// The situations of K0121: a value outside its allowed range.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OutOfRange {
+    /// A number outside a [`Range`].
+    Number {
+        /// What the number is (`the learning rate`).
+        what: String,
+        /// The range it must lie in.
+        range: Range,
+        /// The number given.
+        value: f64,
+    },
+    /// A negative or absurdly large integer.
+    NotUnsigned {
+        /// The number given.
+        value: f64,
+    },
+    /// An integer below its minimum.
+    Below {
+        /// What the integer is.
+        what: String,
+        /// Its minimum.
+        min: u64,
+        /// The integer given.
+        value: u64,
+    },
+    /// A batch larger than the training split.
+    BatchOverSamples {
+        /// The batch.
+        batch: u64,
+        /// Training samples.
+        train: u64,
+        /// All samples.
+        count: u64,
+        /// The data source.
+        source: Span,
+    },
+    /// `uniform` with `high` not above `low`.
+    UniformBounds {
+        /// Lower bound.
+        low: f64,
+        /// Upper bound.
+        high: f64,
+    },
+    /// Split fractions summing to more than 1.
+    SplitSum {
+        /// Their sum.
+        sum: f64,
+    },
+    /// A training split of 0.
+    EmptyTrainSplit,
+    /// Data parallel over an empty device list.
+    NoDevices,
+    /// More replicas than one machine holds.
+    TooManyReplicas {
+        /// Replicas asked for.
+        replicas: u64,
+        /// The most Kiln places on one machine.
+        max: u64,
+    },
+    /// Structured pruning along a dimension other than 0 or 1.
+    PruneDim {
+        /// The dimension.
+        dim: i64,
+    },
+    /// Gradual pruning whose end does not come after its start.
+    GradualOrder {
+        /// First step.
+        start: u64,
+        /// Last step.
+        end: u64,
+    },
+    /// A model with more parameters than Kiln plans for.
+    TooManyParameters {
+        /// Its parameter count.
+        params: u128,
+    },
+    /// A batch whose activations or FLOPs overflow the plan.
+    BatchTooLarge {
+        /// The batch.
+        batch: u64,
+        /// Activation values.
+        values: u128,
+        /// FLOPs.
+        flops: u128,
+    },
+    /// Top-k accuracy with k above the class count.
+    TopK {
+        /// k.
+        k: u64,
+        /// Classes.
+        classes: u64,
+    },
+    /// A model input holding more than 2^40 values per sample.
+    InputTooLarge {
+        /// The input shape.
+        shape: Shape,
+    },
+    /// A layer output holding more than 2^40 values per sample.
+    OutputTooLarge {
+        /// The layer kind.
+        kind: String,
+        /// Its output shape.
+        shape: Shape,
+    },
+    /// Pooling padding above half the kernel.
+    PoolPadding {
+        /// The padding.
+        padding: i64,
+        /// The kernel size.
+        kernel: i64,
+    },
+    /// A reshape dimension that is neither positive nor -1.
+    ReshapeDim {
+        /// The dimension.
+        dim: i64,
+    },
+    /// A reshape with more than one -1.
+    ReshapeInferred,
+    /// Convolution groups that do not divide the channels.
+    ConvGroups {
+        /// Groups.
+        groups: i64,
+        /// Input channels.
+        inputs: i64,
+        /// Output channels.
+        outputs: i64,
+    },
+    /// Normalisation groups that do not divide the channels.
+    NormGroups {
+        /// Groups.
+        groups: i64,
+        /// Channels.
+        channels: i64,
+    },
+    /// A dimension index outside the sample's rank.
+    DimOutside {
+        /// The index.
+        dim: i64,
+        /// What flows into the layer.
+        producer: Producer,
+    },
+    /// Token ids beyond an embedding's rows.
+    TokenIds {
+        /// Rows of the embedding.
+        vocab: u64,
+        /// One past the largest token id.
+        bound: u64,
+        /// Where the ids come from.
+        producer: Producer,
+    },
+}
+
+/// The situations of K0124: a statement where it cannot stand.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Misplaced {
+    /// A label (`name:`) on a setting.
+    Label {
+        /// The setting's keyword.
+        keyword: String,
+    },
+    /// A `{ ... }` block on a statement that takes none.
+    Block {
+        /// The statement's keyword.
+        keyword: String,
+    },
+    /// A `{ ... }` block on a layer other than `block` or `residual`.
+    LayerBlock {
+        /// The layer kind.
+        kind: String,
+    },
+}
+
+/// The situations of K0210: settings that contradict each other.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inconsistent {
+    /// Nesterov momentum without momentum, or with dampening.
+    Nesterov {
+        /// Momentum given.
+        momentum: f64,
+        /// Dampening given.
+        dampening: f64,
+    },
+    /// Both `epochs` and `steps`.
+    EpochsAndSteps {
+        /// Where `epochs` is.
+        epochs: Span,
+    },
+    /// Data parallel given both devices and a replica count.
+    DevicesAndReplicas {
+        /// Where the devices are.
+        devices: Span,
+    },
+    /// Early stopping on a validation metric without a validation split.
+    EarlyStopWithoutValidation {
+        /// The watched metric.
+        metric: String,
+        /// The data source.
+        source: Span,
+    },
+    /// The NCCL backend on the CPU.
+    NcclOnCpu,
+}
+
+/// The situations of K0406: a setting without effect.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ignored {
+    /// `eval_every` without a validation split.
+    EvalWithoutValidation,
+    /// A checkpoint interval longer than the training.
+    CheckpointAfterEnd,
+    /// Accuracy measured on real-valued targets.
+    AccuracyOnValues,
+}
+
+/// The situations of K0211: a sweep that cannot be expanded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Sweep {
+    /// A sweep inside another.
+    Nested,
+    /// `range` or `logspace` with other than plain positional numbers.
+    Arguments,
+    /// A range with no values.
+    EmptyRange,
+    /// A logspace with non-positive bounds or fewer than two values.
+    Logspace,
+    /// A sweep over something other than a list, `range` or `logspace`.
+    NotAList,
+    /// A sweep with no values.
+    Empty,
+    /// Sweeps whose grid exceeds the trial limit.
+    TooManyTrials {
+        /// Trials the grid would make.
+        trials: u64,
+        /// The limit.
+        max: u64,
+    },
+}
+
+/// How a loss and the model's output or targets disagree (K0303).
+#[derive(Clone, Debug, PartialEq)]
+pub enum LossShape {
+    /// A classification loss on real-valued targets.
+    ClassesOnValues {
+        /// Target shape.
+        targets: Shape,
+    },
+    /// A classification loss on a scalar output.
+    ScalarOutput,
+    /// A classification loss on an output of rank above one.
+    NotFlat,
+    /// Class count and output width differ.
+    ClassCount {
+        /// Classes in the data.
+        classes: u64,
+    },
+    /// A regression loss on class labels.
+    ValuesOnClasses,
+    /// A regression loss whose output and target shapes differ.
+    Shapes {
+        /// Target shape.
+        targets: Shape,
+    },
+}
+
+/// What a layer declares that disagrees with its input (K0301).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Declared {
+    /// A size: input features, input channels, features, channels.
+    Size {
+        /// What the size counts (`input features`).
+        what: &'static str,
+        /// The declared size.
+        declared: i64,
+        /// The size received.
+        received: i64,
+    },
+    /// A normalized shape that is not the input's trailing dimensions.
+    Trailing {
+        /// The declared shape.
+        shape: Shape,
+    },
+}
+
+/// The situations of K0404: a layer without effect.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NoOp {
+    /// Dropout with p = 0.
+    Dropout,
+    /// A reshape to the shape it receives.
+    Reshape {
+        /// The shape kept.
+        shape: Shape,
+    },
+}
+
+/// The situations of K0501.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unavailable {
+    /// fp16 training on the CPU.
+    Fp16OnCpu,
+    /// A CUDA device this machine lacks.
+    Missing {
+        /// The device as the experiment names it.
+        device: Device,
+        /// What the machine has (`1 CUDA device`).
+        found: String,
+    },
+}
+
+/// The situations of K0507.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resume {
+    /// The run directory holds no checkpoint.
+    NoCheckpoint {
+        /// The run directory.
+        dir: PathBuf,
+    },
+    /// A layer changed since the checkpoint.
+    Layer {
+        /// 0-based layer index.
+        index: usize,
+        /// What it was.
+        was: String,
+        /// What it is.
+        now: String,
+    },
+    /// The optimizer changed.
+    Optimizer {
+        /// What it was.
+        was: String,
+        /// What it is.
+        now: String,
+    },
+    /// The world size changed.
+    WorldSize {
+        /// What it was.
+        was: u64,
+        /// What it is.
+        now: u64,
+    },
+    /// The checkpoint lacks a tensor the model has.
+    MissingTensor {
+        /// The tensor's `state_dict` name.
+        name: String,
+    },
+}
+
+/// What the run was doing when a file of its run directory failed (K0509).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStage {
+    /// Writing or reading a checkpoint.
+    Checkpoint,
+    /// Recording the run (progress, report).
+    Record,
+    /// Plotting curves.
+    Plot,
+}
+
+/// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// K0001: the text does not follow the grammar.
+    Syntax {
+        /// Where parsing stopped.
+        span: Span,
+        /// The character found there; `None` at the end of the file.
+        found: Option<char>,
+        /// What the grammar accepts there, already joined (`a value or `]``); empty when the
+        /// parser gives no list.
+        expected: String,
+        /// Why pest gave up, when it stopped on its call limit.
+        gave_up: Option<String>,
+    },
+    /// K0002: the file is not UTF-8.
+    InvalidUtf8 {
+        /// The first invalid byte.
+        span: Span,
+        /// The file.
+        path: PathBuf,
+    },
+    /// K0003: a file cannot be read.
+    Io {
+        /// The start of the file.
+        span: Span,
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        error: String,
+    },
+    /// K0004: brackets nest too deep.
+    TooDeep {
+        /// The bracket past the limit.
+        span: Span,
+        /// The limit.
+        max: usize,
+    },
+    /// K0005: Kiln failed.
+    Internal {
+        /// The start of the file.
+        span: Span,
+    },
+    /// K0101: an unknown keyword in a block.
+    UnknownKeyword {
+        /// The keyword and the block's keywords.
+        unknown: Unknown,
+        /// Where it stands (`data setting`, `top-level statement`).
+        place: String,
+    },
+    /// K0102.
+    UnknownLayer(Unknown),
+    /// K0103.
+    UnknownOptimizer(Unknown),
+    /// K0104.
+    UnknownLoss(Unknown),
+    /// K0105: a device name that does not parse.
+    UnknownDevice {
+        /// Where it is written.
+        span: Span,
+        /// As written (`gpu:0`).
+        name: String,
+    },
+    /// K0106: a named argument the callee does not take.
+    UnknownParameter {
+        /// The argument's name and the callee's parameters.
+        unknown: Unknown,
+        /// The layer, optimizer or setting.
+        callee: String,
+    },
+    /// K0107.
+    UnknownSchedule(Unknown),
+    /// K0108.
+    UnknownMetric(Unknown),
+    /// K0109: an unknown data source or generator.
+    UnknownSource {
+        /// The name and the known ones.
+        unknown: Unknown,
+        /// Whether it stands where a generator goes.
+        generator: bool,
+    },
+    /// K0110.
+    UnknownPruneMethod(Unknown),
+    /// K0111.
+    UnknownQuantScheme(Unknown),
+    /// K0112.
+    UnknownStrategy(Unknown),
+    /// K0113: a word that is not one of a setting's choices.
+    UnknownChoice {
+        /// The word and the choices.
+        unknown: Unknown,
+        /// What is chosen (`mode`, `pruning schedule`).
+        what: String,
+    },
+    /// K0114: a name that is no layer, block or parameter of the model.
+    UnknownReference {
+        /// The name and the model's names.
+        unknown: Unknown,
+        /// A parameter suffix (`.weight`) set aside while looking for a similar name.
+        suffix: String,
+    },
+    /// K0115: no experiment, or another one.
+    ExperimentCount {
+        /// The start of the file, or the extra experiment.
+        span: Span,
+        /// The first experiment, when there is more than one.
+        first: Option<Span>,
+    },
+    /// K0116: a required setting is missing from a block.
+    MissingSetting {
+        /// The block's keyword.
+        span: Span,
+        /// The block (`data`, `training`, `model`).
+        block: &'static str,
+        /// The setting; `epochs` stands for the training length.
+        setting: &'static str,
+        /// The setting written as it could be.
+        example: &'static str,
+    },
+    /// K0117: two layers or blocks with one name.
+    DuplicateName {
+        /// The second definition.
+        span: Span,
+        /// The first.
+        first: Span,
+        /// The name.
+        name: String,
+    },
+    /// K0118: a setting, argument or list item given twice.
+    DuplicateSetting {
+        /// The repeat.
+        span: Span,
+        /// The first one.
+        first: Span,
+        /// What is repeated, as written (`batch`, `memory cuda:0`).
+        name: String,
+    },
+    /// K0119: a value of the wrong type.
+    WrongType {
+        /// The value.
+        span: Span,
+        /// What was expected.
+        expected: Expected,
+        /// What was found (`a string`).
+        found: &'static str,
+    },
+    /// K0120.
+    WrongArguments {
+        /// The arguments or statement.
+        span: Span,
+        /// Which situation.
+        situation: Arguments,
+    },
+    /// K0121.
+    OutOfRange {
+        /// The value.
+        span: Span,
+        /// Which situation.
+        situation: OutOfRange,
+    },
+    /// K0122: a base file that cannot be read.
+    ExtendsNotFound {
+        /// The `extends` string.
+        span: Span,
+        /// The path tried.
+        path: PathBuf,
+        /// The system's reason.
+        error: String,
+    },
+    /// K0123: files extending each other.
+    ExtendsCycle {
+        /// The `extends` string that closes the cycle.
+        span: Span,
+        /// The files of the cycle, as written, the first repeated at the end.
+        cycle: Vec<PathBuf>,
+    },
+    /// K0124.
+    Misplaced {
+        /// The label, block or statement.
+        span: Span,
+        /// Which situation.
+        situation: Misplaced,
+    },
+    /// K0201: a pipeline of one stage.
+    PipelineOneStage {
+        /// The stage count.
+        span: Span,
+        /// The stages.
+        stages: u64,
+    },
+    /// K0202: `ddp` without `world_size`.
+    DdpWithoutWorldSize {
+        /// The arguments.
+        span: Span,
+    },
+    /// K0203: FP8 on a CPU layer.
+    Fp8OnCpu {
+        /// The quantization target.
+        span: Span,
+        /// The layer.
+        layer: String,
+        /// Where the layer is defined.
+        layer_span: Span,
+    },
+    /// K0204: INT4 on a layer that is not linear.
+    Int4NonLinear {
+        /// The quantization target.
+        span: Span,
+        /// The layer.
+        layer: String,
+        /// Where the layer is defined.
+        layer_span: Span,
+    },
+    /// K0205: batch, accumulation and replicas do not multiply out.
+    BatchArithmetic {
+        /// The batch, or the declared micro-batch.
+        span: Span,
+        /// The global batch.
+        batch: u64,
+        /// Accumulation steps and where they are set.
+        accumulate: (u64, Option<Span>),
+        /// Data-parallel replicas and where they are set.
+        replicas: (u64, Option<Span>),
+        /// A declared micro-batch that disagrees, and the global batch's span.
+        micro: Option<(u64, Span)>,
+    },
+    /// K0206: micro-batches that do not divide the batch.
+    MicroBatches {
+        /// The micro-batch count.
+        span: Span,
+        /// Micro-batches.
+        micro_batches: u64,
+        /// The per-step batch they split.
+        per_step: u64,
+        /// The global batch and its span.
+        batch: (u64, Span),
+        /// Accumulation steps and where they are set, when above one.
+        accumulate: Option<(u64, Span)>,
+    },
+    /// K0207: attention heads that do not divide the width.
+    HeadsIndivisible {
+        /// The head count.
+        span: Span,
+        /// Heads.
+        heads: i64,
+        /// What flows in; its last dimension is the width.
+        producer: Producer,
+    },
+    /// K0208: more stages than layers.
+    TooManyStages {
+        /// The stage count.
+        span: Span,
+        /// Stages.
+        stages: u64,
+        /// Top-level layers.
+        layers: u64,
+    },
+    /// K0209: a layer placed twice.
+    PlacementConflict {
+        /// The second placement.
+        span: Span,
+        /// The layer or block placed.
+        name: String,
+        /// The second device.
+        device: Device,
+        /// The first placement: where, what, on which device.
+        first: (Span, String, Device),
+    },
+    /// K0210.
+    Inconsistent {
+        /// The later of the two settings.
+        span: Span,
+        /// Which situation.
+        situation: Inconsistent,
+    },
+    /// K0211.
+    BadSweep {
+        /// The sweep.
+        span: Span,
+        /// Which situation.
+        situation: Sweep,
+    },
+    /// K0301: a layer declares a size other than the one it receives.
+    ShapeMismatch {
+        /// The declared size.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// What is declared.
+        declared: Declared,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0302: a tensor of the wrong rank.
+    RankMismatch {
+        /// The layer.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// The rank it takes, in words (`a 1-D`).
+        wants: String,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0303.
+    LossShape {
+        /// The loss.
+        span: Span,
+        /// The loss's name.
+        loss: String,
+        /// The model's output shape and where it is produced.
+        output: (Shape, Span),
+        /// Where the targets come from.
+        data: Span,
+        /// Which disagreement.
+        situation: LossShape,
+    },
+    /// K0304: a residual that changes the shape.
+    ResidualShape {
+        /// The `residual` keyword.
+        span: Span,
+        /// The input shape.
+        input: Shape,
+        /// The block's output.
+        producer: Producer,
+    },
+    /// K0305: a reshape that changes the element count.
+    ReshapeSize {
+        /// The target shape.
+        span: Span,
+        /// The target dimensions.
+        target: Shape,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0306: integers where floats are needed, or the reverse.
+    DtypeMismatch {
+        /// The layer.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// Whether the layer receives integers (true) or floats (false).
+        integers: bool,
+        /// Where the values come from.
+        producer: Producer,
+    },
+    /// K0307: model input and data samples differ.
+    DataShape {
+        /// The `input` shape.
+        span: Span,
+        /// The model's input.
+        input: Shape,
+        /// The data's sample shape and where it is declared.
+        data: (Shape, Span),
+    },
+    /// K0308: a layer that shrinks a dimension to nothing.
+    EmptyDimension {
+        /// The layer.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// The output length.
+        length: i64,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0401: data parallel over one device.
+    DataParallelOneDevice {
+        /// The `parallel` statement.
+        span: Span,
+    },
+    /// K0402: a device needs more memory than it has.
+    MemoryExceeded {
+        /// The `memory` line, or the batch.
+        span: Span,
+        /// The device.
+        device: Device,
+        /// Bytes needed: weights, gradients, optimizer state, activations.
+        need: [u64; 4],
+        /// Bytes available.
+        capacity: u64,
+        /// The batch and its span, when the capacity comes from the file.
+        batch: Option<(u64, Span)>,
+    },
+    /// K0403: model parallel on one device.
+    ModelParallelOneDevice {
+        /// The `parallel` statement.
+        span: Span,
+        /// The one device.
+        device: Device,
+    },
+    /// K0404.
+    NoOpLayer {
+        /// The layer.
+        span: Span,
+        /// Which layer.
+        situation: NoOp,
+    },
+    /// K0405: softmax before a loss that applies its own.
+    DoubleSoftmax {
+        /// The softmax.
+        span: Span,
+        /// The loss.
+        loss: Span,
+    },
+    /// K0406.
+    IgnoredSetting {
+        /// The setting.
+        span: Span,
+        /// Which situation.
+        situation: Ignored,
+    },
+    /// K0407: placement under data parallel.
+    PlacementIgnored {
+        /// The first placement.
+        span: Span,
+        /// The `parallel` statement.
+        parallel: Span,
+    },
+    /// K0501.
+    DeviceUnavailable {
+        /// The device setting.
+        span: Span,
+        /// Which situation.
+        situation: Unavailable,
+    },
+    /// K0502: a data file that cannot be read.
+    DataMissing {
+        /// The source.
+        span: Span,
+        /// The file as the experiment names it.
+        file: String,
+        /// Where it was looked for.
+        resolved: PathBuf,
+        /// Why it cannot be read.
+        reason: String,
+    },
+    /// K0503: a malformed data file.
+    DataInvalid {
+        /// The source.
+        span: Span,
+        /// The file, when one is at fault.
+        file: Option<String>,
+        /// What is wrong with it, as found while reading (`truncated after 2 bytes`).
+        detail: String,
+    },
+    /// K0504: NaN or infinite loss.
+    NonFiniteLoss {
+        /// The learning rate.
+        span: Span,
+        /// NaN (true) or infinite.
+        nan: bool,
+        /// 1-based step.
+        step: u64,
+        /// 1-based epoch.
+        epoch: u64,
+        /// The learning rate at that step.
+        lr: f64,
+    },
+    /// K0505: out of memory.
+    OutOfMemory {
+        /// The statement running.
+        span: Span,
+        /// libtorch's first line.
+        detail: String,
+        /// The plan's estimate per device, when known.
+        estimate: Option<String>,
+    },
+    /// K0506: Ctrl-C.
+    Interrupted {
+        /// The loss.
+        span: Span,
+        /// Steps done.
+        step: u64,
+        /// 1-based epoch.
+        epoch: u64,
+        /// The run directory to resume from.
+        run_dir: PathBuf,
+    },
+    /// K0507.
+    ResumeIncompatible {
+        /// What changed.
+        span: Span,
+        /// Which situation.
+        situation: Resume,
+    },
+    /// K0508: libtorch failed.
+    TorchError {
+        /// The statement running.
+        span: Span,
+        /// libtorch's first line.
+        detail: String,
+    },
+    /// K0509: the run directory failed.
+    RunIo {
+        /// The experiment.
+        span: Span,
+        /// What was done (`write`, `read`).
+        action: String,
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        error: String,
+        /// What the run was doing.
+        stage: RunStage,
+    },
+}
+
+impl Problem {
+    /// The problem's stable code.
+    pub fn code(&self) -> Code {
+        match self {
+            Problem::Syntax { .. } => Code::Syntax,
+            Problem::InvalidUtf8 { .. } => Code::InvalidUtf8,
+            Problem::Io { .. } => Code::Io,
+            Problem::TooDeep { .. } => Code::TooDeep,
+            Problem::Internal { .. } => Code::Internal,
+            Problem::UnknownKeyword { .. } => Code::UnknownKeyword,
+            Problem::UnknownLayer(_) => Code::UnknownLayer,
+            Problem::UnknownOptimizer(_) => Code::UnknownOptimizer,
+            Problem::UnknownLoss(_) => Code::UnknownLoss,
+            Problem::UnknownDevice { .. } => Code::UnknownDevice,
+            Problem::UnknownParameter { .. } => Code::UnknownParameter,
+            Problem::UnknownSchedule(_) => Code::UnknownSchedule,
+            Problem::UnknownMetric(_) => Code::UnknownMetric,
+            Problem::UnknownSource { .. } => Code::UnknownSource,
+            Problem::UnknownPruneMethod(_) => Code::UnknownPruneMethod,
+            Problem::UnknownQuantScheme(_) => Code::UnknownQuantScheme,
+            Problem::UnknownStrategy(_) => Code::UnknownStrategy,
+            Problem::UnknownChoice { .. } => Code::UnknownChoice,
+            Problem::UnknownReference { .. } => Code::UnknownReference,
+            Problem::ExperimentCount { .. } => Code::ExperimentCount,
+            Problem::MissingSetting { .. } => Code::MissingSetting,
+            Problem::DuplicateName { .. } => Code::DuplicateName,
+            Problem::DuplicateSetting { .. } => Code::DuplicateSetting,
+            Problem::WrongType { .. } => Code::WrongType,
+            Problem::WrongArguments { .. } => Code::WrongArguments,
+            Problem::OutOfRange { .. } => Code::OutOfRange,
+            Problem::ExtendsNotFound { .. } => Code::ExtendsNotFound,
+            Problem::ExtendsCycle { .. } => Code::ExtendsCycle,
+            Problem::Misplaced { .. } => Code::Misplaced,
+            Problem::PipelineOneStage { .. } => Code::PipelineOneStage,
+            Problem::DdpWithoutWorldSize { .. } => Code::DdpWithoutWorldSize,
+            Problem::Fp8OnCpu { .. } => Code::Fp8OnCpu,
+            Problem::Int4NonLinear { .. } => Code::Int4NonLinear,
+            Problem::BatchArithmetic { .. } => Code::BatchArithmetic,
+            Problem::MicroBatches { .. } => Code::MicroBatches,
+            Problem::HeadsIndivisible { .. } => Code::HeadsIndivisible,
+            Problem::TooManyStages { .. } => Code::TooManyStages,
+            Problem::PlacementConflict { .. } => Code::PlacementConflict,
+            Problem::Inconsistent { .. } => Code::Inconsistent,
+            Problem::BadSweep { .. } => Code::BadSweep,
+            Problem::ShapeMismatch { .. } => Code::ShapeMismatch,
+            Problem::RankMismatch { .. } => Code::RankMismatch,
+            Problem::LossShape { .. } => Code::LossShape,
+            Problem::ResidualShape { .. } => Code::ResidualShape,
+            Problem::ReshapeSize { .. } => Code::ReshapeSize,
+            Problem::DtypeMismatch { .. } => Code::DtypeMismatch,
+            Problem::DataShape { .. } => Code::DataShape,
+            Problem::EmptyDimension { .. } => Code::EmptyDimension,
+            Problem::DataParallelOneDevice { .. } => Code::DataParallelOneDevice,
+            Problem::MemoryExceeded { .. } => Code::MemoryExceeded,
+            Problem::ModelParallelOneDevice { .. } => Code::ModelParallelOneDevice,
+            Problem::NoOpLayer { .. } => Code::NoOpLayer,
+            Problem::DoubleSoftmax { .. } => Code::DoubleSoftmax,
+            Problem::IgnoredSetting { .. } => Code::IgnoredSetting,
+            Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
+            Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
+            Problem::DataMissing { .. } => Code::DataMissing,
+            Problem::DataInvalid { .. } => Code::DataInvalid,
+            Problem::NonFiniteLoss { .. } => Code::NonFiniteLoss,
+            Problem::OutOfMemory { .. } => Code::OutOfMemory,
+            Problem::Interrupted { .. } => Code::Interrupted,
+            Problem::ResumeIncompatible { .. } => Code::ResumeIncompatible,
+            Problem::TorchError { .. } => Code::TorchError,
+            Problem::RunIo { .. } => Code::RunIo,
+        }
+    }
+}
