@@ -678,8 +678,8 @@ pub enum Problem {
         span: Span,
         /// The block (`data`, `training`, `model`).
         block: &'static str,
-        /// The setting; `epochs` stands for the training length.
-        setting: &'static str,
+        /// The setting, or the settings of which one is needed (`epochs`, `steps`).
+        settings: &'static [&'static str],
         /// The setting written as it could be.
         example: &'static str,
     },
@@ -943,6 +943,8 @@ pub enum Problem {
         device: Device,
         /// Bytes needed: weights, gradients, optimizer state, activations.
         need: [u64; 4],
+        /// All bytes needed.
+        total: u64,
         /// Bytes available.
         capacity: u64,
         /// The batch and its span, when the capacity comes from the file.

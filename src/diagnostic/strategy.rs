@@ -182,13 +182,10 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             span,
             device,
             need: [weights, gradients, optimizer, activations],
+            total,
             capacity,
             batch,
         } => {
-            let total = weights
-                .saturating_add(gradients)
-                .saturating_add(optimizer)
-                .saturating_add(activations);
             let d = new(
                 span,
                 format!(

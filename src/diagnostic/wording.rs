@@ -175,11 +175,15 @@ impl Problem {
             Problem::MissingSetting {
                 span,
                 block,
-                setting,
+                settings,
                 example,
-            } => new(span, format!("the {block} has no `{setting}`"))
-                .label(format!("`{setting}` missing in this block"))
-                .help(format!("add `{example}`")),
+            } => {
+                let names: Vec<String> = settings.iter().map(|s| format!("`{s}`")).collect();
+                let names = names.join(" or ");
+                new(span, format!("the {block} has no {names}"))
+                    .label(format!("{names} missing in this block"))
+                    .help(format!("add `{example}`"))
+            }
             Problem::ExtendsNotFound { span, path, error } => {
                 new(span, format!("cannot read `{}`: {error}", path.display()))
                     .label("this file cannot be read")
