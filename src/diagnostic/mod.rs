@@ -11,6 +11,7 @@ mod ranges;
 pub mod render;
 mod runtime;
 mod shapes;
+mod situation;
 mod strategy;
 mod wording;
 

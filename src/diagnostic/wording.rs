@@ -317,3 +317,116 @@ fn syntax_help(found: Option<char>) -> &'static str {
         _ => "statements are written `keyword value ...` or `name: layer(args)`, one per line",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::problem::*;
+    use super::super::{Code, Fix};
+    use crate::ir::Device;
+    use crate::span::{FileId, Span};
+
+    fn at(start: usize, end: usize) -> Span {
+        Span::new(FileId::default(), start, end)
+    }
+
+    fn unknown(name: &str, candidates: &[&str]) -> Unknown {
+        Unknown {
+            span: at(4, 4 + name.len()),
+            name: name.into(),
+            candidates: candidates.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn every_wording_keeps_the_code_and_says_one_sentence() {
+        let producer = Producer {
+            span: at(0, 1),
+            name: "`fc1`".into(),
+            shape: vec![4, 6].into(),
+        };
+        let problems = vec![
+            Problem::UnknownLayer(unknown("linaer", &["linear", "relu"])),
+            Problem::DuplicateSetting {
+                span: at(10, 15),
+                first: at(0, 5),
+                name: "batch".into(),
+            },
+            Problem::OutOfRange {
+                span: at(0, 2),
+                situation: OutOfRange::Number {
+                    what: "`p`".into(),
+                    range: Range::UnitOpen,
+                    value: 1.5,
+                },
+            },
+            Problem::HeadsIndivisible {
+                span: at(0, 1),
+                heads: 4,
+                producer: producer.clone(),
+            },
+            Problem::ReshapeSize {
+                span: at(0, 1),
+                target: vec![5, 5].into(),
+                producer,
+            },
+            Problem::MemoryExceeded {
+                span: at(0, 1),
+                device: Device::Cuda(0),
+                need: [1, 2, 3, 4],
+                total: 10,
+                capacity: 5,
+                batch: None,
+            },
+            Problem::DeviceUnavailable {
+                span: at(0, 1),
+                situation: Unavailable::Fp16OnCpu,
+            },
+            Problem::ResumeIncompatible {
+                span: at(0, 1),
+                situation: Resume::WorldSize { was: 2, now: 4 },
+            },
+            Problem::RunIo {
+                span: at(0, 1),
+                action: "write".into(),
+                path: "runs/x/report.yaml".into(),
+                error: "disk full".into(),
+                stage: RunStage::Record,
+            },
+        ];
+        for p in problems {
+            let code = p.code();
+            let d = p.clone().diagnostic();
+            assert_eq!(d.code, code, "{p:?}");
+            assert!(!d.message.is_empty() && !d.message.contains(". "), "{d:?}");
+            assert!(d.help.is_some(), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn suggestions_come_with_fixes() {
+        let d = Problem::UnknownOptimizer(unknown("adma", &["sgd", "adam"])).diagnostic();
+        assert_eq!(d.code, Code::UnknownOptimizer);
+        assert_eq!(
+            d.fixes,
+            vec![Fix {
+                span: at(4, 8),
+                replacement: "adam".into()
+            }]
+        );
+        let none = Problem::UnknownOptimizer(unknown("xyz", &["sgd", "adam"])).diagnostic();
+        assert!(none.fixes.is_empty());
+        assert_eq!(none.help.as_deref(), Some("expected one of: sgd, adam"));
+        let device = Problem::UnknownDevice {
+            span: at(0, 5),
+            name: "gpu:1".into(),
+        }
+        .diagnostic();
+        assert_eq!(device.fixes[0].replacement, "cuda:1");
+        let reference = Problem::UnknownReference {
+            unknown: unknown("fc3.weight", &["fc1", "conv"]),
+            suffix: ".weight".into(),
+        }
+        .diagnostic();
+        assert_eq!(reference.fixes[0].replacement, "fc1.weight");
+    }
+}
