@@ -1,8 +1,10 @@
 //! Diagnostics as plain data.
 //!
-//! The checker produces [`Diagnostic`] values: a [`Code`], a message, a primary span with its
-//! label, secondary labels and a help line. They become text (miette reports, JSON) only in
-//! [`render`], at the edge of the program.
+//! The checker finds [`Problem`]s: one variant per [`Code`], holding facts (spans, names,
+//! candidates, numbers, shapes). [`Problem::diagnostic`] words each one, in one place, as a
+//! [`Diagnostic`]: a message, a primary span with its label, secondary labels, a help line and
+//! [`Fix`]es an editor can apply. They become text (miette reports, JSON) only in [`render`], at
+//! the edge of the program.
 
 mod arguments;
 mod codes;
@@ -112,14 +114,6 @@ impl Diagnostic {
             span,
             replacement: replacement.into(),
         });
-        self
-    }
-
-    /// Sets the help line only when there is one.
-    pub fn maybe_help(mut self, text: Option<String>) -> Diagnostic {
-        if text.is_some() {
-            self.help = text;
-        }
         self
     }
 
