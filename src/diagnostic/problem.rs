@@ -449,8 +449,12 @@ pub enum Problem {
         file: String,
         /// Where it was looked for.
         resolved: PathBuf,
-        /// Why it cannot be read.
+        /// Why it cannot be read (`it does not exist`).
         reason: String,
+        /// Whether it does not exist (rather than existing but unreadable).
+        not_found: bool,
+        /// The directory relative paths start from: that of the file declaring the source.
+        base: PathBuf,
     },
     /// K0503: a malformed data file.
     DataInvalid {
@@ -480,8 +484,9 @@ pub enum Problem {
         span: Span,
         /// libtorch's first line.
         detail: String,
-        /// The plan's estimate per device, when known.
-        estimate: Option<String>,
+        /// The batch and the plan's estimate per device (`cuda:0 3.2 GiB (activations 1.1
+        /// GiB)`), once the run knows the failure came from its step.
+        plan: Option<(u64, String)>,
     },
     /// K0506: Ctrl-C.
     Interrupted {

@@ -29,6 +29,8 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             file,
             resolved,
             reason,
+            not_found,
+            base,
         } => new(
             span,
             format!(
@@ -36,8 +38,15 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 resolved.display()
             ),
         )
-        .label("file cannot be read")
-        .help("paths in the data source are relative to the experiment file"),
+        .label(if not_found {
+            "file not found"
+        } else {
+            "file cannot be read"
+        })
+        .help(format!(
+            "paths are relative to the directory of the .exp file that declares the source ({})",
+            base.display()
+        )),
         Problem::DataInvalid { span, file, detail } => {
             let message = match file {
                 Some(f) => format!("{f}: {detail}"),
@@ -62,17 +71,14 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         )
         .label(format!("learning rate {lr} at that step"))
         .help("lower the learning rate, clip gradients with `clip_norm 1.0`, or check the data for NaN and infinite values; the last checkpoint on disk is intact"),
-        Problem::OutOfMemory {
-            span,
-            detail,
-            estimate,
-        } => {
-            let d = new(span, format!("a device ran out of memory: {detail}"))
-                .label("while running this");
+        Problem::OutOfMemory { span, detail, plan } => {
+            let d = new(span, format!("a device ran out of memory: {detail}"));
             let help = "lower the batch size, use `precision bf16`, or spread the model over more devices";
-            match estimate {
-                Some(e) => d.help(format!("{help}; the plan estimates {e}")),
-                None => d.help(help),
+            match plan {
+                Some((batch, estimate)) => d
+                    .label(format!("batch {batch} does not fit"))
+                    .help(format!("the plan estimates {estimate}; {help}")),
+                None => d.label("while running this").help(help),
             }
         }
         Problem::Interrupted {
