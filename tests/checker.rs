@@ -202,6 +202,21 @@ fn extends_reports_missing_files_and_cycles() {
     );
 }
 
+/// The checker touches no file system: the memory loader names each file one way, so a cycle
+/// through `./` and `../` paths is found without asking the disk.
+#[test]
+fn extends_cycles_are_found_however_paths_are_written() {
+    let a = "extends \"./sub/../b.exp\"\nexperiment \"a\" { seed 1 }\n";
+    let b = "extends \"../dir/a.exp\"\nexperiment \"b\" { seed 2 }\n";
+    let c = check_files(&[("dir/a.exp", a), ("dir/b.exp", b)]);
+    assert_eq!(
+        found(&c),
+        vec![("K0123", "\"../dir/a.exp\"".to_string())],
+        "{:?}",
+        c.diagnostics
+    );
+}
+
 #[test]
 fn strategies_are_checked() {
     let pipeline = |stages: &str| {

@@ -124,6 +124,72 @@ fn json_diagnostics_are_valid_with_one_based_positions() {
     assert_eq!(diags[1]["start"]["line"], 10);
 }
 
+/// Every did-you-mean suggestion comes as a fix an editor can apply: a misspelt layer kind,
+/// optimizer, loss, setting keyword and parameter name each get one whose replacement is the
+/// right name, over exactly the misspelt word.
+#[test]
+fn json_fixes_replace_misspelt_names() {
+    let text = "experiment \"x\" {\n  data {\n    source synthetic(inputs: normal([784]), targets: randint(10), count: 100)\n    batch 10\n  }\n  model {\n    input [784]\n    fc: linaer(10)\n  }\n  optimizer adma(lr: 1e-3)\n  schedule cosine(warmpu: 10 steps)\n  train {\n    steps 10\n    loss cross_entropi\n    acumulate 1\n  }\n}\n";
+    let path = scratch("fixes.exp", text);
+    let out = kiln(&["check", "--format", "json", path.to_str().expect("utf-8")]);
+    assert_eq!(out.status.code(), Some(1));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("valid JSON");
+    let diags = value.as_array().expect("an array");
+    let lines: Vec<&str> = text.lines().collect();
+    for (code, wrong, right) in [
+        ("K0102", "linaer", "linear"),
+        ("K0103", "adma", "adam"),
+        ("K0104", "cross_entropi", "cross_entropy"),
+        ("K0101", "acumulate", "accumulate"),
+        ("K0106", "warmpu", "warmup"),
+    ] {
+        let d = diags
+            .iter()
+            .find(|d| d["code"] == code)
+            .unwrap_or_else(|| panic!("no {code} in {value:#}"));
+        let fixes = d["fixes"].as_array().expect("fixes is an array");
+        assert_eq!(fixes.len(), 1, "{code}: {d:#}");
+        let fix = &fixes[0];
+        assert_eq!(fix["replacement"], right, "{code}");
+        let (start, end) = (
+            fix["start"].as_u64().expect("start") as usize,
+            fix["end"].as_u64().expect("end") as usize,
+        );
+        assert_eq!(
+            &text[start..end],
+            wrong,
+            "{code}: the fix covers the misspelt name"
+        );
+        // The 1-based line and columns point at the same text.
+        let line = lines[fix["start_line"].as_u64().expect("line") as usize - 1];
+        let (c0, c1) = (
+            fix["start_column"].as_u64().expect("column") as usize - 1,
+            fix["end_column"].as_u64().expect("column") as usize - 1,
+        );
+        assert_eq!(fix["start_line"], fix["end_line"], "{code}");
+        assert_eq!(&line[c0..c1], wrong, "{code}: line and column");
+        // Applying the fix writes the right name where the wrong one was.
+        let fixed = format!("{}{right}{}", &text[..start], &text[end..]);
+        let fixed_line = fixed
+            .lines()
+            .nth(fix["start_line"].as_u64().expect("line") as usize - 1);
+        assert_eq!(
+            fixed_line.map(|l| &l[c0..c0 + right.len()]),
+            Some(right),
+            "{code}"
+        );
+        assert_eq!(d["help"], format!("did you mean `{right}`?"), "{code}");
+    }
+    // A fix comes exactly with a suggestion.
+    for d in diags {
+        let suggests = d["help"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("did you mean"));
+        let fixes = d["fixes"].as_array().map_or(0, Vec::len);
+        assert_eq!(suggests, fixes == 1, "{d:#}");
+    }
+}
+
 #[test]
 fn exit_codes() {
     let clean = scratch(

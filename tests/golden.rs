@@ -2,23 +2,26 @@
 //!
 //! Every `tests/diagnostics/*.exp` file (top level only; `bases/` holds `extends` bases and
 //! `multi/` holds files that are checked by their own tests) is checked with its path relative
-//! to the crate root, so the rendered output does not depend on where the repository lives.
-//! Its diagnostics, rendered as `kiln check` draws them without colour at 100 columns and
-//! separated by one blank line, must equal the checked-in `<same stem>.out`.
+//! to the crate root, so the output does not depend on where the repository lives. Its
+//! diagnostics as `kiln check --format json` gives them (code, message, spans, labels, help,
+//! fixes) must equal the checked-in `<same stem>.json`. For a representative set of codes
+//! ([`TEXT_GOLDENS`]) the diagnostics drawn as `kiln check` draws them, without colour at 100
+//! columns and separated by one blank line, must also equal `<same stem>.out`; the other goldens
+//! have no `.out`, so a change to how reports are drawn touches only those few files.
 //!
 //! Each golden is named `<CODE>-<name>.exp` (optionally `<CODE>-<name>-<more>.exp`) after the
 //! code it exists for, and its diagnostics must include that code, so a golden cannot silently
 //! stop testing it.
 //!
-//! To (re)write the `.out` files after an intended change, run
-//! `KILN_BLESS=1 cargo test --release --test golden`, then read every changed `.out`.
+//! To (re)write the `.json` and `.out` files after an intended change, run
+//! `KILN_BLESS=1 cargo test --release --test golden`, then read every changed file.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
 use kiln::check::{check_path, Checked, FsLoader, Options};
-use kiln::diagnostic::render::{to_text, Style};
+use kiln::diagnostic::render::{to_json, to_text, Style};
 use kiln::diagnostic::Code;
 
 /// The folder of golden files, relative to the crate root.
@@ -29,6 +32,26 @@ const STYLE: Style = Style {
     color: false,
     width: 100,
 };
+
+/// The goldens whose drawn text is kept too: syntax, unknown names, values, shapes,
+/// strategies and warnings, a problem with labels in two files, and `multi/five-errors`.
+const TEXT_GOLDENS: &[&str] = &[
+    "K0001-syntax-error",
+    "K0004-nesting-too-deep",
+    "K0101-unknown-keyword",
+    "K0102-unknown-layer",
+    "K0106-unknown-parameter",
+    "K0114-unknown-reference",
+    "K0118-duplicate-setting",
+    "K0119-wrong-type",
+    "K0121-out-of-range",
+    "K0123-extends-cycle",
+    "K0205-batch-arithmetic",
+    "K0210-inconsistent-strategy",
+    "K0301-shape-mismatch",
+    "K0402-memory-exceeded",
+    "K0404-no-op-layer",
+];
 
 /// Codes that no source file can provoke, so they have no golden `.exp`.
 const NO_GOLDEN: &[(Code, &str)] = &[
@@ -108,6 +131,22 @@ fn render(checked: &Checked) -> String {
     }
 }
 
+/// Every diagnostic as `kiln check --format json` prints it, as one pretty-printed array.
+fn render_json(checked: &Checked) -> String {
+    let all: Vec<_> = checked
+        .diagnostics
+        .iter()
+        .map(|d| to_json(d, &checked.sources))
+        .collect();
+    serde_json::to_string_pretty(&all).expect("diagnostics serialise") + "\n"
+}
+
+/// Whether `exp` keeps its drawn text as a golden.
+fn keeps_text(exp: &Path) -> bool {
+    let stem = exp.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    TEXT_GOLDENS.contains(&stem) || exp.starts_with(Path::new(DIR).join("multi"))
+}
+
 /// The codes of a check's diagnostics, as in `K0102`.
 fn codes(checked: &Checked) -> BTreeSet<&'static str> {
     checked.diagnostics.iter().map(|d| d.code.code()).collect()
@@ -154,10 +193,10 @@ fn code_of(exp: &Path) -> Result<Code, String> {
     Ok(code)
 }
 
-/// Compares the rendering of `exp` with `<same stem>.out`, or writes it when blessing. Returns a
+/// Compares the output of `exp` with `<same stem>.<ext>`, or writes it when blessing. Returns a
 /// description of the mismatch.
-fn compare_golden(exp: &Path, actual: &str) -> Result<(), String> {
-    let out = exp.with_extension("out");
+fn compare_golden(exp: &Path, ext: &str, actual: &str) -> Result<(), String> {
+    let out = exp.with_extension(ext);
     if blessing() {
         std::fs::write(&out, actual)
             .unwrap_or_else(|e| panic!("cannot write `{}`: {e}", out.display()));
@@ -241,6 +280,7 @@ fn goldens_match() {
         };
         let checked = check(exp);
         let actual = render(&checked);
+        let json = render_json(&checked);
         let found = codes(&checked);
         if !found.contains(code.code()) {
             failures.push(format!(
@@ -251,9 +291,33 @@ fn goldens_match() {
                 found
             ));
         }
-        if let Err(e) = compare_golden(exp, &actual) {
+        if let Err(e) = compare_golden(exp, "json", &json) {
             failures.push(e);
         }
+        if keeps_text(exp) {
+            if let Err(e) = compare_golden(exp, "out", &actual) {
+                failures.push(e);
+            }
+        } else if exp.with_extension("out").exists() {
+            failures.push(format!(
+                "{}: `{}` is not in TEXT_GOLDENS, so its `.out` is stale: delete it or list it",
+                exp.display(),
+                exp.with_extension("out").display()
+            ));
+        }
+    }
+    let listed: Vec<&&str> = TEXT_GOLDENS
+        .iter()
+        .filter(|s| {
+            !files
+                .iter()
+                .any(|f| f.file_stem().is_some_and(|f| f == **s))
+        })
+        .collect();
+    if !listed.is_empty() {
+        failures.push(format!(
+            "TEXT_GOLDENS names goldens that do not exist: {listed:?}"
+        ));
     }
     assert!(
         failures.is_empty(),
@@ -322,7 +386,9 @@ fn five_errors_in_one_pass() {
         want.is_subset(&found),
         "expected all of {want:?} in one check, found {found:?}\n--- actual ---\n{actual}"
     );
-    if let Err(e) = compare_golden(&exp, &actual) {
-        panic!("{e}");
+    for (ext, text) in [("out", actual), ("json", render_json(&checked))] {
+        if let Err(e) = compare_golden(&exp, ext, &text) {
+            panic!("{e}");
+        }
     }
 }

@@ -1,10 +1,14 @@
 //! The `compress` block: pruning and quantization of named layers.
 
-use super::cx::{Cx, Range};
+use super::cx::{strings, Cx, Range};
+
+/// Pruning schedules.
+const SCHEDULES: &[&str] = &["oneshot", "gradual"];
 use super::experiment::unknown_reference;
 use super::model::ModelOut;
 use super::settings::callee;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange, Unknown};
+use crate::diagnostic::{Code, Problem};
 use crate::ir::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
@@ -34,11 +38,13 @@ pub fn check_compress(
 ) -> Option<Vec<Compression>> {
     cx.block_statement(stmt);
     let Some(body) = &stmt.body else {
-        cx.push(
-            Diagnostic::new(Code::WrongArguments, stmt.span, "`compress` needs a block")
-                .label("`{ ... }` missing")
-                .help("write `compress { prune fc1 l1_unstructured(amount: 0.5) }`"),
-        );
+        cx.report(Problem::WrongArguments {
+            span: stmt.span,
+            situation: Arguments::NoBlock {
+                keyword: "compress".into(),
+                example: "compress { prune fc1 l1_unstructured(amount: 0.5) }",
+            },
+        });
         return None;
     };
     let mut out = Vec::new();
@@ -69,19 +75,14 @@ pub fn check_compress(
 fn split<'s>(cx: &mut Cx, s: &'s Statement) -> Option<(&'s [Value], Statement)> {
     cx.plain_statement(s, false);
     let Some((method, targets)) = s.values.split_last().filter(|(_, t)| !t.is_empty()) else {
-        cx.push(
-            Diagnostic::new(
-                Code::WrongArguments,
-                s.span,
-                format!("`{}` needs targets and a method", s.keyword.name),
-            )
-            .label(if s.keyword.name == "prune" {
-                "expected `prune fc1 l1_unstructured(amount: 0.5)`"
+        cx.report(Problem::WrongArguments {
+            span: s.span,
+            situation: Arguments::Form(if s.keyword.name == "prune" {
+                Form::Prune
             } else {
-                "expected `quantize fc1 int8(per_channel)`"
-            })
-            .help("name the layers first, then how to compress them"),
-        );
+                Form::Quantize
+            }),
+        });
         return None;
     };
     let method_stmt = Statement {
@@ -168,15 +169,10 @@ fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compres
                 }
                 (Some(_), Some(dim)) => {
                     let at = b.get("dim").map_or(b.span, |v| v.span);
-                    cx.push(
-                        Diagnostic::new(
-                            Code::OutOfRange,
-                            at,
-                            format!("structured pruning along dimension {dim}"),
-                        )
-                        .label("must be 0 (output units) or 1 (input features)")
-                        .help("use `dim: 0` to remove whole output units"),
-                    );
+                    cx.report(Problem::OutOfRange {
+                        span: at,
+                        situation: OutOfRange::PruneDim { dim },
+                    });
                     None
                 }
                 _ => None,
@@ -205,15 +201,11 @@ fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
                 match cx.duration(v, Unit::Steps)? {
                     (n, Unit::Steps) => Some(n),
                     _ => {
-                        cx.push(
-                            Diagnostic::new(
-                                Code::WrongType,
-                                v.span,
-                                "gradual pruning is scheduled in steps",
-                            )
-                            .label("expected `N steps`")
-                            .help("write the schedule in steps, as in `start: 100 steps`"),
-                        );
+                        cx.report(Problem::WrongType {
+                            span: v.span,
+                            expected: Expected::Steps,
+                            found: "epochs",
+                        });
                         None
                     }
                 }
@@ -222,24 +214,43 @@ fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
             let (start, end, every) = (start?, end?, every?);
             if end <= start {
                 let at = b.get("end").map_or(b.span, |v| v.span);
-                cx.push(
-                    Diagnostic::new(
-                        Code::OutOfRange,
-                        at,
-                        format!("gradual pruning ends at step {end}, not after its start {start}"),
-                    )
-                    .label("must come after `start`")
-                    .help("make `end` later than `start`"),
-                );
+                cx.report(Problem::OutOfRange {
+                    span: at,
+                    situation: OutOfRange::GradualOrder { start, end },
+                });
                 return None;
             }
             Some(PruneSchedule::Gradual { start, end, every })
         }
+        ValueKind::Path(p) => {
+            cx.report(Problem::UnknownChoice {
+                unknown: Unknown {
+                    span: v.span,
+                    name: p.clone(),
+                    candidates: strings(SCHEDULES),
+                },
+                what: "pruning schedule".into(),
+            });
+            None
+        }
+        ValueKind::Call(name, _) => {
+            cx.report(Problem::UnknownChoice {
+                unknown: Unknown {
+                    span: name.span,
+                    name: name.name.clone(),
+                    candidates: strings(SCHEDULES),
+                },
+                what: "pruning schedule".into(),
+            });
+            None
+        }
         _ => {
-            cx.push(
-                Diagnostic::new(Code::UnknownChoice, v.span, "unknown pruning schedule")
-                    .label("expected `oneshot` or `gradual(...)`")
-                    .help("write `schedule: gradual(start: 100 steps, end: 1000 steps, every: 100 steps)`"),
+            cx.wrong_type(
+                v,
+                Expected::Callee {
+                    what: "a pruning schedule".into(),
+                    known: strings(SCHEDULES),
+                },
             );
             None
         }

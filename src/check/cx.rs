@@ -1,7 +1,8 @@
 //! The checker's context: the diagnostics collected so far, and the helpers that read values
 //! and bind arguments while reporting every problem they meet.
 
-use crate::diagnostic::{did_you_mean, Code, Diagnostic};
+use crate::diagnostic::problem::{Arguments, Expected, Misplaced, OutOfRange, Unknown};
+use crate::diagnostic::{Code, Diagnostic, Problem};
 use crate::ir::Device;
 use crate::span::Span;
 use crate::syntax::ast::{Arg, Args, Ident, Statement, Unit, Value, ValueKind};
@@ -13,46 +14,7 @@ pub struct Cx {
     pub diags: Vec<Diagnostic>,
 }
 
-/// Allowed ranges for numbers.
-#[derive(Clone, Copy, Debug)]
-pub enum Range {
-    /// `x > 0`.
-    Positive,
-    /// `x >= 0`.
-    NonNegative,
-    /// `0 <= x < 1`.
-    UnitOpen,
-    /// `0 <= x <= 1`.
-    Unit,
-    /// `0 < x <= 1`.
-    UnitPositive,
-    /// Any finite number.
-    Any,
-}
-
-impl Range {
-    fn holds(self, x: f64) -> bool {
-        match self {
-            Range::Positive => x > 0.0,
-            Range::NonNegative => x >= 0.0,
-            Range::UnitOpen => (0.0..1.0).contains(&x),
-            Range::Unit => (0.0..=1.0).contains(&x),
-            Range::UnitPositive => x > 0.0 && x <= 1.0,
-            Range::Any => true,
-        }
-    }
-
-    fn describe(self) -> &'static str {
-        match self {
-            Range::Positive => "greater than 0",
-            Range::NonNegative => "0 or more",
-            Range::UnitOpen => "in [0, 1)",
-            Range::Unit => "in [0, 1]",
-            Range::UnitPositive => "in (0, 1]",
-            Range::Any => "finite",
-        }
-    }
-}
+pub use crate::diagnostic::problem::Range;
 
 /// Arguments bound to parameter names: the result of [`Cx::bind`].
 pub struct Bound<'a> {
@@ -77,18 +39,45 @@ impl Cx {
         self.diags.push(diag);
     }
 
-    /// Reports an unknown name of some category, with a suggestion from `known`.
+    /// Records a problem.
+    pub fn report(&mut self, problem: Problem) {
+        self.diags.push(problem.diagnostic());
+    }
+
+    /// Reports an unknown name of the category `code` names, with `known` as its candidates;
+    /// `what` says where it stands for keywords and choices (`data setting`, `mode`).
     pub fn unknown(&mut self, code: Code, what: &str, name: &Ident, known: &[&str]) {
-        let suggestion = did_you_mean(&name.name, known.iter().copied());
-        let help = match suggestion {
-            Some(s) => format!("did you mean `{s}`?"),
-            None => format!("expected one of: {}", known.join(", ")),
+        let unknown = Unknown {
+            span: name.span,
+            name: name.name.clone(),
+            candidates: known.iter().map(|k| k.to_string()).collect(),
         };
-        self.push(
-            Diagnostic::new(code, name.span, format!("unknown {what} `{}`", name.name))
-                .label(format!("not a known {what}"))
-                .help(help),
-        );
+        self.report(match code {
+            Code::UnknownKeyword => Problem::UnknownKeyword {
+                unknown,
+                place: what.to_string(),
+            },
+            Code::UnknownLayer => Problem::UnknownLayer(unknown),
+            Code::UnknownOptimizer => Problem::UnknownOptimizer(unknown),
+            Code::UnknownLoss => Problem::UnknownLoss(unknown),
+            Code::UnknownSchedule => Problem::UnknownSchedule(unknown),
+            Code::UnknownMetric => Problem::UnknownMetric(unknown),
+            Code::UnknownSource => Problem::UnknownSource {
+                unknown,
+                generator: what == "generator",
+            },
+            Code::UnknownPruneMethod => Problem::UnknownPruneMethod(unknown),
+            Code::UnknownQuantScheme => Problem::UnknownQuantScheme(unknown),
+            Code::UnknownStrategy => Problem::UnknownStrategy(unknown),
+            Code::UnknownReference => Problem::UnknownReference {
+                unknown,
+                suffix: String::new(),
+            },
+            _ => Problem::UnknownChoice {
+                unknown,
+                what: what.to_string(),
+            },
+        });
     }
 
     /// Binds a call's arguments to `params` (positional arguments fill them in order). Reports
@@ -112,35 +101,23 @@ impl Cx {
                 Some(n) => match params.iter().find(|p| **p == n.name) {
                     Some(p) => (*p, Some(n.span)),
                     None => {
-                        let suggestion = did_you_mean(&n.name, params.iter().copied());
-                        let help = match suggestion {
-                            Some(s) => format!("did you mean `{s}`?"),
-                            None if params.is_empty() => format!("`{callee}` takes no arguments"),
-                            None => format!("`{callee}` takes: {}", params.join(", ")),
-                        };
-                        self.push(
-                            Diagnostic::new(
-                                Code::UnknownParameter,
-                                n.span,
-                                format!("`{callee}` has no parameter `{}`", n.name),
-                            )
-                            .label("unknown parameter")
-                            .help(help),
-                        );
+                        self.report(Problem::UnknownParameter {
+                            unknown: Unknown {
+                                span: n.span,
+                                name: n.name.clone(),
+                                candidates: strings(params),
+                            },
+                            callee: callee.to_string(),
+                        });
                         continue;
                     }
                 },
                 None => {
                     if bound.values.iter().any(|(_, _, s)| s.is_some()) {
-                        self.push(
-                            Diagnostic::new(
-                                Code::WrongArguments,
-                                value.span,
-                                "positional argument after a named one",
-                            )
-                            .label("give this argument a name")
-                            .help("write positional arguments first, then `name: value` ones"),
-                        );
+                        self.report(Problem::WrongArguments {
+                            span: value.span,
+                            situation: Arguments::PositionalAfterNamed,
+                        });
                         continue;
                     }
                     match params.get(next_positional) {
@@ -149,39 +126,24 @@ impl Cx {
                             (*p, None)
                         }
                         None => {
-                            self.push(
-                                Diagnostic::new(
-                                    Code::WrongArguments,
-                                    value.span,
-                                    format!(
-                                        "`{callee}` takes at most {} positional argument{}",
-                                        params.len(),
-                                        if params.len() == 1 { "" } else { "s" }
-                                    ),
-                                )
-                                .label("one too many")
-                                .help(if params.is_empty() {
-                                    format!("`{callee}` takes no arguments")
-                                } else {
-                                    format!("`{callee}` takes: {}", params.join(", "))
-                                }),
-                            );
+                            self.report(Problem::WrongArguments {
+                                span: value.span,
+                                situation: Arguments::TooManyPositional {
+                                    callee: callee.to_string(),
+                                    params: strings(params),
+                                },
+                            });
                             continue;
                         }
                     }
                 }
             };
             if let Some((_, first, _)) = bound.values.iter().find(|(n, _, _)| *n == param) {
-                self.push(
-                    Diagnostic::new(
-                        Code::DuplicateSetting,
-                        name_span.unwrap_or(value.span),
-                        format!("`{param}` is given twice"),
-                    )
-                    .label("given again here")
-                    .with(first.span, "first given here")
-                    .help(format!("keep one value for `{param}`")),
-                );
+                self.report(Problem::DuplicateSetting {
+                    span: name_span.unwrap_or(value.span),
+                    first: first.span,
+                    name: param.to_string(),
+                });
                 continue;
             }
             bound.values.push((param, value, name_span));
@@ -191,31 +153,25 @@ impl Cx {
 
     /// Reports a missing argument.
     pub fn missing(&mut self, callee: &str, param: &str, span: Span) {
-        self.push(
-            Diagnostic::new(
-                Code::WrongArguments,
-                span,
-                format!("`{callee}` needs `{param}`"),
-            )
-            .label(format!("`{param}` is missing"))
-            .help(format!("add `{param}: ...` to the arguments")),
-        );
+        self.report(Problem::WrongArguments {
+            span,
+            situation: Arguments::Missing {
+                callee: callee.to_string(),
+                param: param.to_string(),
+            },
+        });
     }
 
-    fn wrong_type(&mut self, value: &Value, want: &str) {
-        // Valid sweeps are replaced before checking; one still here was reported (K0211).
+    /// Reports a value of the wrong type; a sweep left in place was reported already (K0211).
+    pub fn wrong_type(&mut self, value: &Value, expected: Expected) {
         if matches!(value.kind, ValueKind::Sweep(_)) {
             return;
         }
-        self.push(
-            Diagnostic::new(
-                Code::WrongType,
-                value.span,
-                format!("expected {want}, found {}", value.type_name()),
-            )
-            .label(format!("expected {want}"))
-            .help(format!("write {want} here")),
-        );
+        self.report(Problem::WrongType {
+            span: value.span,
+            expected,
+            found: value.type_name(),
+        });
     }
 
     /// Reads a plain number (no unit).
@@ -227,7 +183,7 @@ impl Cx {
                 ..
             } if x.is_finite() => Some(*x),
             _ => {
-                self.wrong_type(value, "a number");
+                self.wrong_type(value, Expected::Number);
                 None
             }
         }
@@ -237,15 +193,14 @@ impl Cx {
     pub fn number_in(&mut self, value: &Value, what: &str, range: Range) -> Option<f64> {
         let x = self.number(value)?;
         if !range.holds(x) {
-            self.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    value.span,
-                    format!("{what} must be {}, got {x}", range.describe()),
-                )
-                .label(format!("must be {}", range.describe()))
-                .help(format!("choose {what} {}", range.describe())),
-            );
+            self.report(Problem::OutOfRange {
+                span: value.span,
+                situation: OutOfRange::Number {
+                    what: what.to_string(),
+                    range,
+                    value: x,
+                },
+            });
             return None;
         }
         Some(x)
@@ -264,19 +219,14 @@ impl Cx {
                 integer: true,
                 unit: None,
             } => {
-                self.push(
-                    Diagnostic::new(
-                        Code::OutOfRange,
-                        value.span,
-                        format!("expected a non-negative integer, got {x}"),
-                    )
-                    .label("out of range")
-                    .help("write an integer from 0 to 9e15"),
-                );
+                self.report(Problem::OutOfRange {
+                    span: value.span,
+                    situation: OutOfRange::NotUnsigned { value: *x },
+                });
                 None
             }
             _ => {
-                self.wrong_type(value, "an integer");
+                self.wrong_type(value, Expected::Integer);
                 None
             }
         }
@@ -286,15 +236,14 @@ impl Cx {
     pub fn uint_min(&mut self, value: &Value, what: &str, min: u64) -> Option<u64> {
         let x = self.uint(value)?;
         if x < min {
-            self.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    value.span,
-                    format!("{what} must be at least {min}, got {x}"),
-                )
-                .label(format!("must be at least {min}"))
-                .help(format!("choose {what} of {min} or more")),
-            );
+            self.report(Problem::OutOfRange {
+                span: value.span,
+                situation: OutOfRange::Below {
+                    what: what.to_string(),
+                    min,
+                    value: x,
+                },
+            });
             return None;
         }
         Some(x)
@@ -309,7 +258,7 @@ impl Cx {
                 unit: None,
             } if x.abs() <= 9.0e15 => Some(*x as i64),
             _ => {
-                self.wrong_type(value, "an integer");
+                self.wrong_type(value, Expected::Integer);
                 None
             }
         }
@@ -320,7 +269,7 @@ impl Cx {
         match &value.kind {
             ValueKind::Bool(b) => Some(*b),
             _ => {
-                self.wrong_type(value, "`true` or `false`");
+                self.wrong_type(value, Expected::Boolean);
                 None
             }
         }
@@ -331,7 +280,7 @@ impl Cx {
         match &value.kind {
             ValueKind::Str(s) => Some(s.clone()),
             _ => {
-                self.wrong_type(value, "a string");
+                self.wrong_type(value, Expected::String);
                 None
             }
         }
@@ -345,7 +294,7 @@ impl Cx {
                 span: value.span,
             }),
             _ => {
-                self.wrong_type(value, "a name");
+                self.wrong_type(value, Expected::Name);
                 None
             }
         }
@@ -371,7 +320,7 @@ impl Cx {
     /// Reads a shape: a list of positive integers.
     pub fn shape(&mut self, value: &Value) -> Option<Vec<i64>> {
         let ValueKind::List(items) = &value.kind else {
-            self.wrong_type(value, "a shape such as `[28, 28]`");
+            self.wrong_type(value, Expected::Shape);
             return None;
         };
         let mut dims = Vec::with_capacity(items.len());
@@ -396,19 +345,15 @@ impl Cx {
                 Some((*x as u64, unit.unwrap_or(default)))
             }
             ValueKind::Number { .. } => {
-                self.push(
-                    Diagnostic::new(
-                        Code::WrongType,
-                        value.span,
-                        "expected a positive whole number of steps or epochs",
-                    )
-                    .label("expected `N steps` or `N epochs`")
-                    .help("write, for example, `200 steps` or `2 epochs`"),
-                );
+                self.report(Problem::WrongType {
+                    span: value.span,
+                    expected: Expected::WholeDuration,
+                    found: value.type_name(),
+                });
                 None
             }
             _ => {
-                self.wrong_type(value, "a duration such as `200 steps`");
+                self.wrong_type(value, Expected::Duration);
                 None
             }
         }
@@ -423,7 +368,7 @@ impl Cx {
                 ..
             } if *x > 0.0 => Some((*x * *m as f64) as u64),
             _ => {
-                self.wrong_type(value, "a size such as `80 GiB`");
+                self.wrong_type(value, Expected::Bytes);
                 None
             }
         }
@@ -431,40 +376,21 @@ impl Cx {
 
     /// Reads a device: `cpu`, `cuda`, `cuda:N` or `auto`.
     pub fn device(&mut self, value: &Value) -> Option<Device> {
-        let bad = |cx: &mut Cx, name: &str| {
-            let base = name.split(':').next().unwrap_or(name);
-            let suggestion = if base == "gpu" {
-                Some(name.replacen("gpu", "cuda", 1))
-            } else {
-                did_you_mean(base, ["cpu", "cuda", "auto"]).map(|s| name.replacen(base, s, 1))
-            };
-            cx.push(
-                Diagnostic::new(
-                    Code::UnknownDevice,
-                    value.span,
-                    format!("unknown device `{name}`"),
-                )
-                .label("not a device")
-                .help(match suggestion {
-                    Some(s) => {
-                        format!("did you mean `{s}`? devices are cpu, cuda, cuda:N and auto")
-                    }
-                    None => "devices are cpu, cuda, cuda:N and auto".to_string(),
-                }),
-            );
-        };
         let text = match &value.kind {
             ValueKind::Path(p) => p.clone(),
             ValueKind::Device(name, index) => format!("{name}:{index}"),
             _ => {
-                self.wrong_type(value, "a device");
+                self.wrong_type(value, Expected::Device);
                 return None;
             }
         };
         match text.parse() {
             Ok(device) => Some(device),
             Err(_) => {
-                bad(self, &text);
+                self.report(Problem::UnknownDevice {
+                    span: value.span,
+                    name: text,
+                });
                 None
             }
         }
@@ -473,38 +399,29 @@ impl Cx {
     /// Reports a statement that may take no nested block, label or arguments.
     pub fn plain_statement(&mut self, stmt: &Statement, takes_args: bool) {
         if let Some(label) = &stmt.label {
-            self.push(
-                Diagnostic::new(
-                    Code::Misplaced,
-                    label.span,
-                    format!("`{}` is a setting and cannot be named", stmt.keyword.name),
-                )
-                .label("names are for layers and blocks")
-                .help("remove the `name:` in front"),
-            );
+            self.report(Problem::Misplaced {
+                span: label.span,
+                situation: Misplaced::Label {
+                    keyword: stmt.keyword.name.clone(),
+                },
+            });
         }
         if let Some(body) = &stmt.body {
-            self.push(
-                Diagnostic::new(
-                    Code::Misplaced,
-                    body.span,
-                    format!("`{}` takes no block", stmt.keyword.name),
-                )
-                .label("unexpected block")
-                .help("remove the `{ ... }`"),
-            );
+            self.report(Problem::Misplaced {
+                span: body.span,
+                situation: Misplaced::Block {
+                    keyword: stmt.keyword.name.clone(),
+                },
+            });
         }
         if !takes_args {
             if let Some(args) = &stmt.args {
-                self.push(
-                    Diagnostic::new(
-                        Code::WrongArguments,
-                        args.span,
-                        format!("`{}` takes no arguments in parentheses", stmt.keyword.name),
-                    )
-                    .label("unexpected arguments")
-                    .help(format!("write `{} value`", stmt.keyword.name)),
-                );
+                self.report(Problem::WrongArguments {
+                    span: args.span,
+                    situation: Arguments::NoParentheses {
+                        keyword: stmt.keyword.name.clone(),
+                    },
+                });
             }
         }
     }
@@ -513,15 +430,12 @@ impl Cx {
     pub fn block_statement(&mut self, stmt: &Statement) {
         let kw = &stmt.keyword.name;
         if let Some(label) = &stmt.label {
-            self.push(
-                Diagnostic::new(
-                    Code::Misplaced,
-                    label.span,
-                    format!("`{kw}` cannot be named"),
-                )
-                .label("names are for layers and blocks")
-                .help("remove the `name:` in front"),
-            );
+            self.report(Problem::Misplaced {
+                span: label.span,
+                situation: Misplaced::Label {
+                    keyword: kw.clone(),
+                },
+            });
         }
         let extra = stmt
             .args
@@ -530,15 +444,12 @@ impl Cx {
             .into_iter()
             .chain(stmt.values.iter().map(|v| v.span));
         if let Some(span) = extra.reduce(|a, b| a.to(b)) {
-            self.push(
-                Diagnostic::new(
-                    Code::WrongArguments,
-                    span,
-                    format!("`{kw}` takes only a block"),
-                )
-                .label("unexpected here")
-                .help(format!("write `{kw} {{ ... }}`")),
-            );
+            self.report(Problem::WrongArguments {
+                span,
+                situation: Arguments::OnlyBlock {
+                    keyword: kw.clone(),
+                },
+            });
         }
     }
 
@@ -548,30 +459,29 @@ impl Cx {
         match stmt.values.as_slice() {
             [one] => Some(one),
             [] => {
-                self.push(
-                    Diagnostic::new(
-                        Code::WrongArguments,
-                        stmt.keyword.span,
-                        format!("`{}` needs a value", stmt.keyword.name),
-                    )
-                    .label("value missing")
-                    .help(format!("write `{} <value>`", stmt.keyword.name)),
-                );
+                self.report(Problem::WrongArguments {
+                    span: stmt.keyword.span,
+                    situation: Arguments::NoValue {
+                        keyword: stmt.keyword.name.clone(),
+                    },
+                });
                 None
             }
             [_, extra, ..] => {
                 let last = stmt.values.last().map_or(extra.span, |v| v.span);
-                self.push(
-                    Diagnostic::new(
-                        Code::WrongArguments,
-                        extra.span.to(last),
-                        format!("`{}` takes one value", stmt.keyword.name),
-                    )
-                    .label("extra values")
-                    .help("put each setting on its own line, or separate them with `;`"),
-                );
+                self.report(Problem::WrongArguments {
+                    span: extra.span.to(last),
+                    situation: Arguments::ExtraValues {
+                        keyword: stmt.keyword.name.clone(),
+                    },
+                });
                 None
             }
         }
     }
+}
+
+/// Owned copies of a table of names, for a problem's facts.
+pub fn strings(names: &[&str]) -> Vec<String> {
+    names.iter().map(|n| n.to_string()).collect()
 }

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
 use super::experiment::duplicate;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange};
+use crate::diagnostic::{Code, Problem};
 use crate::ir::{DType, Data, Generator, Normalize, Shape, Source, Split, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
@@ -48,11 +49,13 @@ pub struct DataOut {
 pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
     cx.block_statement(stmt);
     let Some(body) = &stmt.body else {
-        cx.push(
-            Diagnostic::new(Code::WrongArguments, stmt.span, "`data` needs a block")
-                .label("`{ ... }` missing")
-                .help("write `data { source ...; batch 64 }`"),
-        );
+        cx.report(Problem::WrongArguments {
+            span: stmt.span,
+            situation: Arguments::NoBlock {
+                keyword: "data".into(),
+                example: "data { source ...; batch 64 }",
+            },
+        });
         return None;
     };
     let mut seen: HashMap<&str, &Statement> = HashMap::new();
@@ -66,23 +69,20 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             seen.insert(kw, s);
         }
     }
-    let missing = |cx: &mut Cx, k: &str, example: &str| {
-        cx.push(
-            Diagnostic::new(
-                Code::MissingSetting,
-                stmt.keyword.span,
-                format!("the data has no `{k}`"),
-            )
-            .label(format!("`{k}` missing in this block"))
-            .help(format!("add `{example}`")),
-        );
+    let missing = |cx: &mut Cx, settings: &'static [&'static str], example: &'static str| {
+        cx.report(Problem::MissingSetting {
+            span: stmt.keyword.span,
+            block: "data",
+            settings,
+            example,
+        });
     };
     let source = match seen.get("source") {
         Some(s) => check_source(cx, s),
         None => {
             missing(
                 cx,
-                "source",
+                &["source"],
                 "source synthetic(inputs: normal([784]), targets: randint(10), count: 1000)",
             );
             None
@@ -93,7 +93,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             .single(s)
             .and_then(|v| cx.uint_min(v, "the batch size", 1).map(|b| (b, v.span))),
         None => {
-            missing(cx, "batch", "batch 64");
+            missing(cx, &["batch"], "batch 64");
             None
         }
     };
@@ -118,16 +118,15 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         let split = split.as_ref()?;
         let train = (*count as f64 * split.train).floor() as u64;
         if train < batch {
-            cx.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    batch_span,
-                    format!("batch {batch} is larger than the {train} training samples"),
-                )
-                .label("larger than the training split")
-                .with(source_span, format!("{count} samples"))
-                .help("use a smaller batch or more samples"),
-            );
+            cx.report(Problem::OutOfRange {
+                span: batch_span,
+                situation: OutOfRange::BatchOverSamples {
+                    batch,
+                    train,
+                    count: *count,
+                    source: source_span,
+                },
+            });
             return None;
         }
     }
@@ -167,31 +166,15 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
             if !known.contains(&ident.name.as_str()) {
                 cx.unknown(Code::UnknownSource, "data source", &ident, &known);
             } else {
-                cx.push(
-                    Diagnostic::new(
-                        Code::WrongArguments,
-                        v.span,
-                        format!("`{}` needs arguments", ident.name),
-                    )
-                    .label("arguments missing")
-                    .help(format!(
-                        "write `{}(...)` with its files or generators",
-                        ident.name
-                    )),
-                );
+                cx.report(Problem::WrongArguments {
+                    span: v.span,
+                    situation: Arguments::NoArguments { callee: ident.name },
+                });
             }
             return None;
         }
         _ => {
-            cx.push(
-                Diagnostic::new(
-                    Code::WrongType,
-                    v.span,
-                    format!("expected a data source, found {}", v.type_name()),
-                )
-                .label("expected a source such as `idx(...)`")
-                .help("sources are synthetic, idx, npy, npz, csv and safetensors"),
-            );
+            cx.wrong_type(v, Expected::Source);
             return None;
         }
     };
@@ -308,15 +291,7 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
 
 fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
     let ValueKind::Call(name, args) = &v.kind else {
-        cx.push(
-            Diagnostic::new(
-                Code::WrongType,
-                v.span,
-                format!("expected a generator, found {}", v.type_name()),
-            )
-            .label("expected `normal(...)`, `uniform(...)` or `randint(...)`")
-            .help("write, for example, `normal([784])` or `randint(10)`"),
-        );
+        cx.wrong_type(v, Expected::Generator);
         return None;
     };
     let Some((kind, params)) = GENERATORS.iter().find(|(k, _)| *k == name.name) else {
@@ -350,15 +325,10 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
             let (low, high) = (num(cx, "low", 0.0)?, num(cx, "high", 1.0)?);
             if high <= low {
                 let at = b.get("high").map_or(b.span, |v| v.span);
-                cx.push(
-                    Diagnostic::new(
-                        Code::OutOfRange,
-                        at,
-                        format!("`high` {high} is not above `low` {low}"),
-                    )
-                    .label("must be above `low`")
-                    .help("uniform samples lie in [low, high)"),
-                );
+                cx.report(Problem::OutOfRange {
+                    span: at,
+                    situation: OutOfRange::UniformBounds { low, high },
+                });
                 return None;
             }
             Generator::Uniform {
@@ -392,15 +362,10 @@ fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<Split> {
         &["train", "val", "test"],
     );
     if stmt.args.is_none() || !stmt.values.is_empty() {
-        cx.push(
-            Diagnostic::new(
-                Code::WrongArguments,
-                stmt.span,
-                "`split` takes named fractions",
-            )
-            .label("expected `split(train: 0.8, val: 0.2)`")
-            .help("write `split(train: 0.8, val: 0.2)`"),
-        );
+        cx.report(Problem::WrongArguments {
+            span: stmt.span,
+            situation: Arguments::Form(Form::Split),
+        });
         return None;
     }
     let frac = |cx: &mut Cx, p: &str| {
@@ -416,24 +381,18 @@ fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<Split> {
     };
     let sum = split.train + split.val + split.test;
     if sum > 1.0 + 1e-9 {
-        cx.push(
-            Diagnostic::new(
-                Code::OutOfRange,
-                b.span,
-                format!("the split fractions add up to {sum}"),
-            )
-            .label("more than 1")
-            .help("the fractions of train, val and test must add up to at most 1"),
-        );
+        cx.report(Problem::OutOfRange {
+            span: b.span,
+            situation: OutOfRange::SplitSum { sum },
+        });
         return None;
     }
     if split.train == 0.0 {
         let at = b.get("train").map_or(b.span, |v| v.span);
-        cx.push(
-            Diagnostic::new(Code::OutOfRange, at, "the training split is empty")
-                .label("no training samples")
-                .help("give `train` a fraction above 0"),
-        );
+        cx.report(Problem::OutOfRange {
+            span: at,
+            situation: OutOfRange::EmptyTrainSplit,
+        });
         return None;
     }
     Some(split)
@@ -464,15 +423,13 @@ fn check_normalize(cx: &mut Cx, stmt: &Statement) -> Option<Normalize> {
     let std = list(cx, "std", Range::Positive);
     let (mean, std) = (mean?, std?);
     if mean.len() != std.len() {
-        cx.push(
-            Diagnostic::new(
-                Code::WrongArguments,
-                b.span,
-                format!("{} means but {} standard deviations", mean.len(), std.len()),
-            )
-            .label("lengths differ")
-            .help("give one mean and one std per channel"),
-        );
+        cx.report(Problem::WrongArguments {
+            span: b.span,
+            situation: Arguments::NormalizeLengths {
+                means: mean.len(),
+                stds: std.len(),
+            },
+        });
         return None;
     }
     Some(Normalize { mean, std })

@@ -6,10 +6,12 @@ use std::collections::HashMap;
 use super::compress::check_compress;
 use super::cx::Cx;
 use super::data::check_data;
-use super::layers::fmt_shape;
 use super::model::{check_model, Feed, ModelOut};
 use super::settings::{check_optimizer, check_parallel, check_schedule, check_train, ParallelIn};
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{
+    Arguments, Form, Ignored, Inconsistent, LossShape, OutOfRange, Unknown,
+};
+use crate::diagnostic::{Code, Problem};
 use crate::ir::{
     layers, Compression, Device, Duration, Experiment, Loss, Metric, Node, Parallel, QuantScheme,
     Targets,
@@ -46,28 +48,24 @@ pub fn check_experiment(
     let name = match stmt.values.as_slice() {
         [v] => cx.string(v),
         _ => {
-            cx.push(
-                Diagnostic::new(
-                    Code::WrongArguments,
-                    stmt.keyword.span,
-                    "an experiment needs a name",
-                )
-                .label("expected `experiment \"name\" { ... }`")
-                .help("write the experiment's name as a string after `experiment`"),
-            );
+            cx.report(Problem::WrongArguments {
+                span: stmt.keyword.span,
+                situation: Arguments::NoName {
+                    keyword: "experiment".into(),
+                    example: "experiment \"name\" { ... }",
+                },
+            });
             None
         }
     };
     let Some(body) = &stmt.body else {
-        cx.push(
-            Diagnostic::new(
-                Code::WrongArguments,
-                stmt.span,
-                "an experiment needs a body",
-            )
-            .label("`{ ... }` missing")
-            .help("write the experiment's settings between braces"),
-        );
+        cx.report(Problem::WrongArguments {
+            span: stmt.span,
+            situation: Arguments::NoBlock {
+                keyword: "experiment".into(),
+                example: "experiment \"name\" { ... }",
+            },
+        });
         return None;
     };
     let mut seen: HashMap<&str, &Statement> = HashMap::new();
@@ -92,18 +90,15 @@ pub fn check_experiment(
         }
     }
     let get = |k: &str| seen.get(k).copied();
-    let require = |cx: &mut Cx, k: &str, example: &str| {
-        let s = get(k);
+    let require = |cx: &mut Cx, k: &'static [&'static str], example: &'static str| {
+        let s = get(k[0]);
         if s.is_none() {
-            cx.push(
-                Diagnostic::new(
-                    Code::MissingSetting,
-                    stmt.keyword.span,
-                    format!("the experiment has no `{k}`"),
-                )
-                .label(format!("`{k}` missing in this experiment"))
-                .help(format!("add `{example}`")),
-            );
+            cx.report(Problem::MissingSetting {
+                span: stmt.keyword.span,
+                block: "experiment",
+                settings: k,
+                example,
+            });
         }
         s
     };
@@ -121,9 +116,9 @@ pub fn check_experiment(
         cx.single(s).and_then(|v| cx.device(v))
     });
 
-    let data_stmt = require(cx, "data", "data { source ...; batch 64 }");
+    let data_stmt = require(cx, &["data"], "data { source ...; batch 64 }");
     let data = data_stmt.and_then(|s| check_data(cx, s));
-    let model_stmt = require(cx, "model", "model { input [784]; linear(10) }");
+    let model_stmt = require(cx, &["model"], "model { input [784]; linear(10) }");
     let feed = match &data {
         Some(d) => Feed {
             shape: d.sample.clone(),
@@ -142,24 +137,22 @@ pub fn check_experiment(
             check_model(cx, b, &feed)
         }
         None => {
-            cx.push(
-                Diagnostic::new(
-                    Code::WrongArguments,
-                    s.span,
-                    "`model` needs a block of layers",
-                )
-                .label("`{ ... }` missing")
-                .help("write `model { input [784]; linear(10) }`"),
-            );
+            cx.report(Problem::WrongArguments {
+                span: s.span,
+                situation: Arguments::NoBlock {
+                    keyword: "model".into(),
+                    example: "model { input [784]; linear(10) }",
+                },
+            });
             None
         }
     });
-    let optimizer =
-        require(cx, "optimizer", "optimizer adam(lr: 1e-3)").and_then(|s| check_optimizer(cx, s));
+    let optimizer = require(cx, &["optimizer"], "optimizer adam(lr: 1e-3)")
+        .and_then(|s| check_optimizer(cx, s));
     let schedule = get("schedule").map_or(Some(crate::ir::Schedule::Constant), |s| {
         check_schedule(cx, s)
     });
-    let train_stmt = require(cx, "train", "train { epochs 10; loss cross_entropy }");
+    let train_stmt = require(cx, &["train"], "train { epochs 10; loss cross_entropy }");
     let train_in = train_stmt.and_then(|s| check_train(cx, s));
     let memory = check_memory(cx, &body.statements);
 
@@ -259,18 +252,11 @@ fn description_ok(d: Option<String>, stmt: Option<&Statement>) -> Option<Option<
 
 /// Reports a setting given twice in one block.
 pub fn duplicate(cx: &mut Cx, kw: &str, first: &Statement, again: &Statement) {
-    cx.push(
-        Diagnostic::new(
-            Code::DuplicateSetting,
-            again.keyword.span,
-            format!("`{kw}` is set twice"),
-        )
-        .label("set again here")
-        .with(first.keyword.span, "first set here")
-        .help(format!(
-            "keep one `{kw}`; Kiln never silently picks one of two values"
-        )),
-    );
+    cx.report(Problem::DuplicateSetting {
+        span: again.keyword.span,
+        first: first.keyword.span,
+        name: kw.to_string(),
+    });
 }
 
 fn check_memory(cx: &mut Cx, statements: &[Statement]) -> Option<Vec<(Device, u64, Span)>> {
@@ -279,15 +265,10 @@ fn check_memory(cx: &mut Cx, statements: &[Statement]) -> Option<Vec<(Device, u6
     for s in statements.iter().filter(|s| s.keyword.name == "memory") {
         cx.plain_statement(s, false);
         let [device, size] = s.values.as_slice() else {
-            cx.push(
-                Diagnostic::new(
-                    Code::WrongArguments,
-                    s.span,
-                    "`memory` takes a device and a size",
-                )
-                .label("expected `memory cuda:0 80 GiB`")
-                .help("write `memory <device> <size>`"),
-            );
+            cx.report(Problem::WrongArguments {
+                span: s.span,
+                situation: Arguments::Form(Form::Memory),
+            });
             ok = false;
             continue;
         };
@@ -296,16 +277,11 @@ fn check_memory(cx: &mut Cx, statements: &[Statement]) -> Option<Vec<(Device, u6
             continue;
         };
         if let Some((_, _, first)) = out.iter().find(|(x, _, _)| *x == d) {
-            cx.push(
-                Diagnostic::new(
-                    Code::DuplicateSetting,
-                    device.span,
-                    format!("the memory of `{d}` is set twice"),
-                )
-                .label("set again here")
-                .with(*first, "first set here")
-                .help("keep one `memory` line per device"),
-            );
+            cx.report(Problem::DuplicateSetting {
+                span: device.span,
+                first: *first,
+                name: format!("memory {d}"),
+            });
             ok = false;
             continue;
         }
@@ -348,15 +324,10 @@ fn check_placements(
         let (targets, device) = match on {
             Some(i) if i > 0 && i + 2 == s.values.len() => (&s.values[..i], &s.values[i + 1]),
             _ => {
-                cx.push(
-                    Diagnostic::new(
-                        Code::WrongArguments,
-                        s.span,
-                        "`place` needs targets and a device",
-                    )
-                    .label("expected `place fc1 on cuda:0`")
-                    .help("write `place <layer or block>... on <device>`"),
-                );
+                cx.report(Problem::WrongArguments {
+                    span: s.span,
+                    situation: Arguments::Form(Form::Place),
+                });
                 ok = false;
                 continue;
             }
@@ -395,16 +366,12 @@ fn check_placements(
             let (a, b) = (&out[j], &out[i]);
             let nested = within(&b.name, &a.name) || within(&a.name, &b.name);
             if a.name == b.name || (nested && a.device != b.device) {
-                cx.push(
-                    Diagnostic::new(
-                        Code::PlacementConflict,
-                        b.span,
-                        format!("`{}` is placed twice", b.name),
-                    )
-                    .label(format!("placed on {} here", b.device))
-                    .with(a.span, format!("`{}` placed on {} here", a.name, a.device))
-                    .help("place each layer once, in one place"),
-                );
+                cx.report(Problem::PlacementConflict {
+                    span: b.span,
+                    name: b.name.clone(),
+                    device: b.device,
+                    first: (a.span, a.name.clone(), a.device),
+                });
                 ok = false;
             }
         }
@@ -420,33 +387,14 @@ pub fn unknown_reference(
     known: &[&str],
     suffix: &str,
 ) {
-    let name = ident.name.strip_suffix(suffix).unwrap_or(&ident.name);
-    let suggestion = crate::diagnostic::did_you_mean(name, known.iter().copied())
-        .map(|s| format!("{s}{suffix}"));
-    let mut sorted: Vec<&str> = known.to_vec();
-    sorted.sort_unstable();
-    cx.push(
-        Diagnostic::new(
-            Code::UnknownReference,
-            ident.span,
-            format!("the model has no layer or block `{}`", ident.name),
-        )
-        .label("not defined in the model")
-        .help(match suggestion {
-            Some(s) => format!("did you mean `{s}`?"),
-            None if sorted.is_empty() => {
-                "name layers with `name: layer(...)` to refer to them".into()
-            }
-            None if sorted.len() <= 12 => {
-                format!("named layers and blocks: {}", sorted.join(", "))
-            }
-            None => format!(
-                "named layers and blocks include {}, ... ({} in all)",
-                sorted[..12].join(", "),
-                sorted.len()
-            ),
-        }),
-    );
+    cx.report(Problem::UnknownReference {
+        unknown: Unknown {
+            span: ident.span,
+            name: ident.name.clone(),
+            candidates: super::cx::strings(known),
+        },
+        suffix: suffix.to_string(),
+    });
 }
 
 fn place_nodes(nodes: &mut [Node], placements: &[Placement], default: Device) {
@@ -492,17 +440,14 @@ fn check_loss(
         Loss::L1 => "l1",
         Loss::BceWithLogits => "bce_with_logits",
     };
-    let err = |cx: &mut Cx, message: String, label: String, help: &str| {
-        cx.push(
-            Diagnostic::new(Code::LossShape, loss_span, message)
-                .label(label)
-                .with(
-                    model.output_span,
-                    format!("the model outputs {}", fmt_shape(out)),
-                )
-                .with(data_span, "targets come from here")
-                .help(help.to_string()),
-        );
+    let err = |cx: &mut Cx, situation: LossShape| {
+        cx.report(Problem::LossShape {
+            span: loss_span,
+            loss: name.to_string(),
+            output: (out.clone(), model.output_span),
+            data: data_span,
+            situation,
+        });
         false
     };
     match loss {
@@ -511,54 +456,32 @@ fn check_loss(
                 .ends_in_softmax
                 .filter(|_| matches!(loss, Loss::CrossEntropy { .. }))
             {
-                cx.push(
-                    Diagnostic::new(
-                        Code::DoubleSoftmax,
-                        at,
-                        "the model ends in softmax but `cross_entropy` applies its own",
-                    )
-                    .label("softmax applied twice")
-                    .with(loss_span, "expects raw logits")
-                    .help("remove the final softmax; `cross_entropy` takes logits"),
-                );
+                cx.report(Problem::DoubleSoftmax {
+                    span: at,
+                    loss: loss_span,
+                });
             }
             let classes = match targets {
                 Targets::Classes(c) => *c,
                 Targets::Values(shape) => {
-                    return err(cx, format!("`{name}` needs class labels, but the targets are real values of shape {}", fmt_shape(shape)), format!("`{name}` needs class indices"), "use `randint(classes)` targets or a regression loss such as `mse`");
+                    return err(
+                        cx,
+                        LossShape::ClassesOnValues {
+                            targets: shape.clone(),
+                        },
+                    );
                 }
                 Targets::Unknown => None,
             };
             if out.is_empty() {
-                return err(
-                    cx,
-                    format!("`{name}` needs class scores, but the model outputs a scalar"),
-                    "needs [classes]".into(),
-                    "end the model with `linear(classes)`",
-                );
+                return err(cx, LossShape::ScalarOutput);
             }
             if out.len() > 1 {
-                return err(
-                    cx,
-                    format!(
-                        "`{name}` needs [classes] per sample, but the model outputs {}",
-                        fmt_shape(out)
-                    ),
-                    "needs [classes]".into(),
-                    "add `flatten` or pool before the last `linear`",
-                );
+                return err(cx, LossShape::NotFlat);
             }
             if let Some(c) = classes {
                 if out[0] != c as i64 {
-                    return err(
-                        cx,
-                        format!(
-                            "the data has {c} classes but the model outputs {} scores",
-                            out[0]
-                        ),
-                        format!("needs {c} scores per sample"),
-                        &format!("end the model with `linear({c})`"),
-                    );
+                    return err(cx, LossShape::ClassCount { classes: c });
                 }
             }
             true
@@ -568,14 +491,7 @@ fn check_loss(
                 Targets::Values(shape) => shape.to_vec(),
                 Targets::Classes(_) if matches!(loss, Loss::BceWithLogits) => vec![],
                 Targets::Classes(_) => {
-                    return err(
-                        cx,
-                        format!(
-                            "`{name}` needs real-valued targets, but the targets are class labels"
-                        ),
-                        format!("`{name}` compares values"),
-                        "use `cross_entropy` for class labels, or real-valued targets",
-                    );
+                    return err(cx, LossShape::ValuesOnClasses);
                 }
                 Targets::Unknown => return true,
             };
@@ -583,13 +499,9 @@ fn check_loss(
             if !fits {
                 return err(
                     cx,
-                    format!(
-                        "`{name}` compares the output {} with targets {}",
-                        fmt_shape(out),
-                        fmt_shape(&want)
-                    ),
-                    format!("needs output {}", fmt_shape(&want)),
-                    "make the model's output shape equal the targets' shape",
+                    LossShape::Shapes {
+                        targets: want.into(),
+                    },
                 );
             }
             true
@@ -614,15 +526,10 @@ fn check_size(cx: &mut Cx, nodes: &[Node], input: &[i64], batch: u64, batch_span
             .iter()
             .max_by_key(|l| l.params)
             .map_or(batch_span, |l| l.span);
-        cx.push(
-            Diagnostic::new(
-                Code::OutOfRange,
-                biggest,
-                format!("the model has {params} parameters, more than Kiln plans for (2^48)"),
-            )
-            .label("the largest layer")
-            .help("check the layer sizes: no real model is this large"),
-        );
+        cx.report(Problem::OutOfRange {
+            span: biggest,
+            situation: OutOfRange::TooManyParameters { params },
+        });
         return false;
     }
     let values: u128 = all
@@ -633,19 +540,14 @@ fn check_size(cx: &mut Cx, nodes: &[Node], input: &[i64], batch: u64, batch_span
     let flops: u128 = all.iter().map(|l| u128::from(l.flops)).sum();
     let b = u128::from(batch);
     if values * b > MAX_BATCH_VALUES || flops * b > MAX_BATCH_FLOPS {
-        cx.push(
-            Diagnostic::new(
-                Code::OutOfRange,
-                batch_span,
-                format!(
-                    "a batch of {batch} would hold {} activation values and cost {} FLOPs",
-                    values * b,
-                    flops * b
-                ),
-            )
-            .label("far too large")
-            .help("lower the batch or the layer sizes: this is beyond any machine"),
-        );
+        cx.report(Problem::OutOfRange {
+            span: batch_span,
+            situation: OutOfRange::BatchTooLarge {
+                batch,
+                values: values * b,
+                flops: flops * b,
+            },
+        });
         return false;
     }
     true
@@ -663,32 +565,21 @@ fn check_evaluation(
     let no_val = data.split.val == 0.0;
     if let (true, Some(es), Some(at)) = (no_val, &train.early_stop, given.get("early_stop")) {
         if es.metric.starts_with("val_") {
-            cx.push(
-                Diagnostic::new(
-                    Code::Inconsistent,
-                    *at,
-                    format!(
-                        "early stopping watches `{}` but the data has no validation split",
-                        es.metric
-                    ),
-                )
-                .label("nothing to watch")
-                .with(data.source_span, "all samples go to training")
-                .help("add `split(train: 0.8, val: 0.2)` to the data, or watch `train_loss`"),
-            );
+            cx.report(Problem::Inconsistent {
+                span: *at,
+                situation: Inconsistent::EarlyStopWithoutValidation {
+                    metric: es.metric.to_string(),
+                    source: data.source_span,
+                },
+            });
             ok = false;
         }
     }
     if let (true, Some(at)) = (no_val, given.get("eval_every")) {
-        cx.push(
-            Diagnostic::new(
-                Code::IgnoredSetting,
-                *at,
-                "`eval_every` has no effect without a validation split",
-            )
-            .label("nothing to evaluate on")
-            .help("add `split(train: 0.8, val: 0.2)` to the data, or drop `eval_every`"),
-        );
+        cx.report(Problem::IgnoredSetting {
+            span: *at,
+            situation: Ignored::EvalWithoutValidation,
+        });
     }
     if let (Some(ck), Some(at)) = (&train.checkpoint, given.get("checkpoint")) {
         let longer = match (ck.every, train.length) {
@@ -697,15 +588,10 @@ fn check_evaluation(
             _ => false,
         };
         if longer {
-            cx.push(
-                Diagnostic::new(
-                    Code::IgnoredSetting,
-                    *at,
-                    "the checkpoint interval is longer than the training",
-                )
-                .label("no checkpoint would be written before the end")
-                .help("checkpoint more often than the training length"),
-            );
+            cx.report(Problem::IgnoredSetting {
+                span: *at,
+                situation: Ignored::CheckpointAfterEnd,
+            });
         }
     }
     let classes = match &data.targets {
@@ -718,26 +604,16 @@ fn check_evaluation(
             (Metric::Accuracy | Metric::TopK(_), None)
                 if matches!(train.loss, Loss::Mse | Loss::L1) =>
             {
-                cx.push(
-                    Diagnostic::new(
-                        Code::IgnoredSetting,
-                        at,
-                        "accuracy is not measured on real-valued targets",
-                    )
-                    .label("ignored with a regression loss")
-                    .help("drop accuracy metrics, or train a classifier"),
-                );
+                cx.report(Problem::IgnoredSetting {
+                    span: at,
+                    situation: Ignored::AccuracyOnValues,
+                });
             }
             (Metric::TopK(k), Some(Some(c))) if *k > c => {
-                cx.push(
-                    Diagnostic::new(
-                        Code::OutOfRange,
-                        at,
-                        format!("top-{k} accuracy over {c} classes"),
-                    )
-                    .label(format!("k must be at most {c}"))
-                    .help(format!("choose k of {c} or less")),
-                );
+                cx.report(Problem::OutOfRange {
+                    span: at,
+                    situation: OutOfRange::TopK { k: *k, classes: c },
+                });
                 ok = false;
             }
             _ => {}
@@ -759,58 +635,38 @@ fn check_batch(
     let per_step = accumulate * dp;
     let mut ok = true;
     if batch % per_step != 0 {
-        let mut d = Diagnostic::new(
-            Code::BatchArithmetic,
-            batch_span,
-            format!(
-                "batch {batch} does not split into {accumulate} accumulation step{} x {dp} replica{}",
-                if accumulate == 1 { "" } else { "s" },
-                if dp == 1 { "" } else { "s" }
-            ),
-        )
-        .label(format!("{batch} is not a multiple of {per_step}"));
-        if let Some(s) = t.accumulate_span {
-            d = d.with(s, format!("{accumulate} accumulation steps"));
-        }
-        if let Some(s) = p.dp_span {
-            d = d.with(s, format!("{dp} replicas"));
-        }
-        cx.push(d.help(format!("choose a batch that is a multiple of {per_step}")));
+        cx.report(Problem::BatchArithmetic {
+            span: batch_span,
+            batch,
+            accumulate: (accumulate, t.accumulate_span),
+            replicas: (dp, p.dp_span),
+            micro: None,
+        });
         return false;
     }
     let micro = batch / per_step;
     if let Some((declared, span)) = t.micro_batch {
         if declared != micro {
-            let mut d = Diagnostic::new(
-                Code::BatchArithmetic,
+            cx.report(Problem::BatchArithmetic {
                 span,
-                format!("micro-batch {declared} x {accumulate} accumulation x {dp} replicas = {}, not the batch {batch}", declared * per_step),
-            )
-            .label(format!("the batch gives micro-batches of {micro}"))
-            .with(batch_span, format!("global batch {batch}"));
-            if let Some(s) = p.dp_span {
-                d = d.with(s, format!("{dp} replicas"));
-            }
-            cx.push(d.help("global batch = micro-batch x accumulation x data-parallel size"));
+                batch,
+                accumulate: (accumulate, t.accumulate_span),
+                replicas: (dp, p.dp_span),
+                micro: Some((declared, batch_span)),
+            });
             ok = false;
         }
     }
     if let Parallel::Pipeline { micro_batches, .. } = p.parallel {
         if micro % micro_batches != 0 {
-            let mut d = Diagnostic::new(
-                Code::MicroBatches,
-                p.micro_batches_span.unwrap_or(batch_span),
-                format!("{micro_batches} micro-batches do not divide the batch of {micro}"),
-            )
-            .label(format!("{micro} is not a multiple of {micro_batches}"))
-            .with(batch_span, format!("batch {batch}"));
-            if accumulate > 1 {
-                d = d.with(
-                    t.accumulate_span.unwrap_or(batch_span),
-                    format!("{accumulate} accumulation steps leave {micro} per step"),
-                );
-            }
-            cx.push(d.help(format!("choose micro-batches that divide {micro}")));
+            cx.report(Problem::MicroBatches {
+                span: p.micro_batches_span.unwrap_or(batch_span),
+                micro_batches,
+                per_step: micro,
+                batch: (batch, batch_span),
+                accumulate: (accumulate > 1)
+                    .then(|| (accumulate, t.accumulate_span.unwrap_or(batch_span))),
+            });
             ok = false;
         }
     }
@@ -836,56 +692,35 @@ fn check_strategy(
     };
     match &p.parallel {
         Parallel::Model if devices.len() < 2 => {
-            cx.push(
-                Diagnostic::new(Code::ModelParallelOneDevice, p.span, format!("model parallel, but every layer runs on {}", devices.first().copied().unwrap_or(default)))
-                    .label("no layer is placed elsewhere")
-                    .help("place layers or blocks on other devices with `place fc2 on cuda:1`, or drop `parallel model`"),
-            );
+            cx.report(Problem::ModelParallelOneDevice {
+                span: p.span,
+                device: devices.first().copied().unwrap_or(default),
+            });
         }
         Parallel::Pipeline { stages, .. } => {
             let top = nodes.len() as u64;
             if *stages > top {
-                cx.push(
-                    Diagnostic::new(
-                        Code::TooManyStages,
-                        p.stages_span.unwrap_or(p.span),
-                        format!(
-                            "{stages} pipeline stages but the model has {top} top-level layers"
-                        ),
-                    )
-                    .label(format!("at most {top}"))
-                    .help("use fewer stages, or group fewer layers into blocks"),
-                );
+                cx.report(Problem::TooManyStages {
+                    span: p.stages_span.unwrap_or(p.span),
+                    stages: *stages,
+                    layers: top,
+                });
                 ok = false;
             }
         }
         Parallel::Data { .. } | Parallel::Distributed { .. } => {
             if let Some(first) = placements.first() {
-                cx.push(
-                    Diagnostic::new(
-                        Code::PlacementIgnored,
-                        first.span,
-                        "per-layer placement is ignored under data parallel",
-                    )
-                    .label("ignored")
-                    .with(p.span, "every replica holds the whole model")
-                    .help("remove the placement, or use `parallel model` or `pipeline`"),
-                );
+                cx.report(Problem::PlacementIgnored {
+                    span: first.span,
+                    parallel: p.span,
+                });
             }
         }
         _ => {}
     }
     if let Parallel::Data { devices: dp } = &p.parallel {
         if dp.len() == 1 {
-            cx.push(
-                Diagnostic::new(
-                    Code::DataParallelOneDevice,
-                    p.span,
-                    "data parallel over one device",
-                )
-                .label("one replica")
-                .help("list two or more devices, or drop `parallel data`"),
-            );
+            cx.report(Problem::DataParallelOneDevice { span: p.span });
         }
     }
     if let Parallel::Distributed {
@@ -894,15 +729,10 @@ fn check_strategy(
     } = &p.parallel
     {
         if default == Device::Cpu {
-            cx.push(
-                Diagnostic::new(
-                    Code::Inconsistent,
-                    p.backend_span.unwrap_or(p.span),
-                    "the NCCL backend needs CUDA devices, but the experiment runs on the CPU",
-                )
-                .label("NCCL is CUDA-only")
-                .help("use `backend: gloo` on the CPU, or `device cuda`"),
-            );
+            cx.report(Problem::Inconsistent {
+                span: p.backend_span.unwrap_or(p.span),
+                situation: Inconsistent::NcclOnCpu,
+            });
             ok = false;
         }
     }
@@ -914,32 +744,22 @@ fn check_strategy(
             for t in targets.iter() {
                 for l in all.iter().filter(|l| within(&l.name, &t.layer)) {
                     if *scheme == QuantScheme::Fp8 && l.device == Device::Cpu {
-                        cx.push(
-                            Diagnostic::new(
-                                Code::Fp8OnCpu,
-                                t.span,
-                                format!("FP8 quantization of `{}`, which runs on the CPU", l.name),
-                            )
-                            .label("FP8 needs a CUDA device")
-                            .with(l.span, "runs on cpu")
-                            .help("place the layer on a CUDA device, or use `int8`"),
-                        );
+                        cx.report(Problem::Fp8OnCpu {
+                            span: t.span,
+                            layer: l.name.clone(),
+                            layer_span: l.span,
+                        });
                         ok = false;
                     }
                     if *scheme == QuantScheme::Int4
                         && !matches!(l.kind, crate::ir::LayerKind::Linear { .. })
                         && l.params > 0
                     {
-                        cx.push(
-                            Diagnostic::new(
-                                Code::Int4NonLinear,
-                                t.span,
-                                format!("INT4 quantization of `{}`, which is not linear", l.name),
-                            )
-                            .label("INT4 applies to linear layers")
-                            .with(l.span, "this layer is not linear")
-                            .help("quantize this layer with `int8`, or target linear layers only"),
-                        );
+                        cx.report(Problem::Int4NonLinear {
+                            span: t.span,
+                            layer: l.name.clone(),
+                            layer_span: l.span,
+                        });
                         ok = false;
                     }
                 }

@@ -14,7 +14,8 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 
-use crate::diagnostic::{self, Code, Diagnostic};
+use crate::diagnostic::problem::Sweep;
+use crate::diagnostic::{self, Code, Diagnostic, Problem};
 use crate::ir::{Device, Experiment};
 use crate::plan;
 use crate::span::{FileId, Sources, Span};
@@ -26,6 +27,9 @@ pub use layers::fmt_shape;
 pub trait Loader: Sync {
     /// The bytes of the file at `path`.
     fn read(&self, path: &Path) -> std::io::Result<Vec<u8>>;
+
+    /// One name per file, so that `extends` cycles are found however a path is written.
+    fn canonical(&self, path: &Path) -> PathBuf;
 }
 
 /// Reads files from disk.
@@ -34,6 +38,10 @@ pub struct FsLoader;
 impl Loader for FsLoader {
     fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         std::fs::read(path)
+    }
+
+    fn canonical(&self, path: &Path) -> PathBuf {
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
     }
 }
 
@@ -84,21 +92,18 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     .first()
                     .and_then(|a| a.values.first())
                     .map_or(exp.keyword.span, |v| v.span);
+                let trials = axes
+                    .iter()
+                    .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64));
                 diags.push(
-                    Diagnostic::new(
-                        Code::BadSweep,
+                    Problem::BadSweep {
                         span,
-                        format!(
-                            "the sweeps make {} trials, more than {}",
-                            plan::fmt_count(
-                                axes.iter()
-                                    .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64))
-                            ),
-                            plan::fmt_count(sweep::MAX_TRIALS as u64)
-                        ),
-                    )
-                    .label("this sweep and the others multiply")
-                    .help("sweep fewer values, or split the study into several files"),
+                        situation: Sweep::TooManyTrials {
+                            trials,
+                            max: sweep::MAX_TRIALS as u64,
+                        },
+                    }
+                    .diagnostic(),
                 );
             }
             Some(n) => {
@@ -190,24 +195,19 @@ fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
             continue;
         };
         if need.total_bytes > capacity {
-            let at = span.unwrap_or(e.data.batch_span);
-            let mut d = Diagnostic::new(
-                Code::MemoryExceeded,
-                at,
-                format!("{} needs {} but has {}", need.device, plan::fmt_bytes(need.total_bytes), plan::fmt_bytes(capacity)),
-            )
-            .label(format!("{} available", plan::fmt_bytes(capacity)))
-            .help(format!(
-                "weights {} + gradients {} + optimizer state {} + activations {}: lower the batch, use bf16, or spread the model over more devices",
-                plan::fmt_bytes(need.weight_bytes),
-                plan::fmt_bytes(need.gradient_bytes),
-                plan::fmt_bytes(need.optimizer_bytes),
-                plan::fmt_bytes(need.activation_bytes)
-            ));
-            if span.is_some() {
-                d = d.with(e.data.batch_span, format!("batch {}", e.data.batch));
-            }
-            cx.push(d);
+            cx.report(Problem::MemoryExceeded {
+                span: span.unwrap_or(e.data.batch_span),
+                device: need.device,
+                need: [
+                    need.weight_bytes,
+                    need.gradient_bytes,
+                    need.optimizer_bytes,
+                    need.activation_bytes,
+                ],
+                total: need.total_bytes,
+                capacity,
+                batch: span.map(|_| (e.data.batch, e.data.batch_span)),
+            });
         }
     }
 }
@@ -227,6 +227,9 @@ struct Load<'a> {
 }
 
 impl Load<'_> {
+    fn report(&mut self, problem: Problem) {
+        self.diags.push(problem.diagnostic());
+    }
     /// Reads and parses a file; `from` is the `extends` string that named it.
     fn file(
         &mut self,
@@ -237,26 +240,18 @@ impl Load<'_> {
             Ok(b) => b,
             Err(e) => {
                 match from {
-                    Some(span) => self.diags.push(
-                        Diagnostic::new(
-                            Code::ExtendsNotFound,
-                            span,
-                            format!("cannot read `{}`: {e}", path.display()),
-                        )
-                        .label("this file cannot be read")
-                        .help("paths in `extends` are relative to the file that contains them"),
-                    ),
+                    Some(span) => self.report(Problem::ExtendsNotFound {
+                        span,
+                        path: path.to_path_buf(),
+                        error: e.to_string(),
+                    }),
                     None => {
                         let id = self.sources.add(path, String::new());
-                        self.diags.push(
-                            Diagnostic::new(
-                                Code::Io,
-                                Span::new(id, 0, 0),
-                                format!("cannot read `{}`: {e}", path.display()),
-                            )
-                            .label("unreadable")
-                            .help("check the path and its permissions"),
-                        );
+                        self.report(Problem::Io {
+                            span: Span::new(id, 0, 0),
+                            path: path.to_path_buf(),
+                            error: e.to_string(),
+                        });
                     }
                 }
                 return None;
@@ -275,15 +270,10 @@ impl Load<'_> {
                 .chars()
                 .next()
                 .map_or(at, |c| at + c.len_utf8());
-            self.diags.push(
-                Diagnostic::new(
-                    Code::InvalidUtf8,
-                    Span::new(id, at, end),
-                    format!("`{}` is not valid UTF-8", path.display()),
-                )
-                .label("invalid byte here")
-                .help("save the file as UTF-8 text"),
-            );
+            self.report(Problem::InvalidUtf8 {
+                span: Span::new(id, at, end),
+                path: path.to_path_buf(),
+            });
             return None;
         }
         match crate::syntax::parse(id, &self.sources.get(id).text) {
@@ -302,25 +292,17 @@ impl Load<'_> {
         from: Option<Span>,
         chain: &mut Vec<(PathBuf, PathBuf)>,
     ) -> Option<Statement> {
-        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let canonical = self.loader.canonical(path);
         if let Some(pos) = chain.iter().position(|(c, _)| *c == canonical) {
             let as_written = path.to_path_buf();
-            let cycle: Vec<String> = chain[pos..]
+            let cycle: Vec<PathBuf> = chain[pos..]
                 .iter()
                 .map(|(_, p)| p)
                 .chain([&as_written])
-                .map(|p| p.display().to_string())
+                .cloned()
                 .collect();
             if let Some(span) = from {
-                self.diags.push(
-                    Diagnostic::new(
-                        Code::ExtendsCycle,
-                        span,
-                        "these files extend each other in a cycle",
-                    )
-                    .label("closes the cycle")
-                    .help(format!("break the cycle: {}", cycle.join(" -> "))),
-                );
+                self.report(Problem::ExtendsCycle { span, cycle });
             }
             return None;
         }
@@ -333,16 +315,11 @@ impl Load<'_> {
                 "experiment" => experiments.push(s),
                 "extends" => {
                     if let Some(first) = extends {
-                        self.diags.push(
-                            Diagnostic::new(
-                                Code::DuplicateSetting,
-                                s.keyword.span,
-                                "`extends` is given twice",
-                            )
-                            .label("given again here")
-                            .with(first.keyword.span, "first given here")
-                            .help("an experiment extends one base; chain bases to combine more"),
-                        );
+                        self.report(Problem::DuplicateSetting {
+                            span: s.keyword.span,
+                            first: first.keyword.span,
+                            name: "extends".into(),
+                        });
                     } else {
                         extends = Some(s);
                     }
@@ -369,29 +346,18 @@ impl Load<'_> {
             },
             [] => {
                 let end = self.sources.get(id).text.len();
-                self.diags.push(
-                    Diagnostic::new(
-                        Code::ExperimentCount,
-                        Span::new(id, 0, end.min(1)),
-                        "the file declares no experiment",
-                    )
-                    .label("no `experiment` in this file")
-                    .help("declare one: `experiment \"name\" { ... }`"),
-                );
+                self.report(Problem::ExperimentCount {
+                    span: Span::new(id, 0, end.min(1)),
+                    first: None,
+                });
                 None
             }
             [first, rest @ ..] => {
                 for again in rest {
-                    self.diags.push(
-                        Diagnostic::new(
-                            Code::ExperimentCount,
-                            again.keyword.span,
-                            "the file declares more than one experiment",
-                        )
-                        .label("another experiment")
-                        .with(first.keyword.span, "first experiment")
-                        .help("put each experiment in its own file; share settings with `extends`"),
-                    );
+                    self.report(Problem::ExperimentCount {
+                        span: again.keyword.span,
+                        first: Some(first.keyword.span),
+                    });
                 }
                 None
             }
@@ -493,17 +459,39 @@ pub struct MemoryLoader {
 impl MemoryLoader {
     /// Holds `bytes` as the file at `path`.
     pub fn insert(&mut self, path: impl Into<PathBuf>, bytes: impl Into<Vec<u8>>) {
-        self.files.insert(path.into(), bytes.into());
+        self.files.insert(normalize(&path.into()), bytes.into());
     }
 }
 
 impl Loader for MemoryLoader {
     fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
         self.files
-            .get(path)
+            .get(&normalize(path))
             .cloned()
             .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))
     }
+
+    fn canonical(&self, path: &Path) -> PathBuf {
+        normalize(path)
+    }
+}
+
+/// A path with `.` dropped and `dir/..` folded away, without asking any file system.
+fn normalize(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Checks source text held in memory, as if it were the file at `path`.

@@ -4,7 +4,8 @@ use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
 use super::experiment::duplicate;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{Arguments, Expected, Inconsistent, OutOfRange};
+use crate::diagnostic::{Code, Problem};
 use crate::ir::{
     Backend, Checkpoint, Device, Duration, EarlyStop, Loss, Metric, Optimizer, OptimizerKind,
     Parallel, PipelineSchedule, Precision, Schedule, Train,
@@ -100,17 +101,12 @@ pub fn callee<'s>(
             None,
         ),
         _ => {
-            cx.push(
-                Diagnostic::new(
-                    Code::WrongType,
-                    v.span,
-                    format!("expected {what}, found {}", v.type_name()),
-                )
-                .label(format!("expected {what}"))
-                .help(format!(
-                    "known: {}",
-                    table.iter().map(|(k, _)| *k).collect::<Vec<_>>().join(", ")
-                )),
+            cx.wrong_type(
+                v,
+                Expected::Callee {
+                    what: what.to_string(),
+                    known: table.iter().map(|(k, _)| k.to_string()).collect(),
+                },
             );
             return None;
         }
@@ -160,15 +156,13 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
             let (momentum, dampening, nesterov) = (momentum?, dampening?, nesterov?);
             if nesterov && (momentum <= 0.0 || dampening != 0.0) {
                 let at = b.get("nesterov").map_or(b.span, |v| v.span);
-                cx.push(
-                    Diagnostic::new(
-                        Code::Inconsistent,
-                        at,
-                        "Nesterov momentum needs momentum above 0 and no dampening",
-                    )
-                    .label(format!("momentum is {momentum}, dampening {dampening}"))
-                    .help("add `momentum: 0.9`, or drop `nesterov`"),
-                );
+                cx.report(Problem::Inconsistent {
+                    span: at,
+                    situation: Inconsistent::Nesterov {
+                        momentum,
+                        dampening,
+                    },
+                });
                 return None;
             }
             OptimizerKind::Sgd {
@@ -187,11 +181,7 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
                         Some((b1?, b2?))
                     }
                     _ => {
-                        cx.push(
-                            Diagnostic::new(Code::WrongType, v.span, "`betas` takes two numbers")
-                                .label("expected `[0.9, 0.999]`")
-                                .help("write `betas: [beta1, beta2]`"),
-                        );
+                        cx.wrong_type(v, Expected::Betas);
                         None
                     }
                 },
@@ -316,11 +306,13 @@ pub struct TrainIn {
 pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     cx.block_statement(stmt);
     let Some(body) = &stmt.body else {
-        cx.push(
-            Diagnostic::new(Code::WrongArguments, stmt.span, "`train` needs a block")
-                .label("`{ ... }` missing")
-                .help("write `train { epochs 10; loss cross_entropy }`"),
-        );
+        cx.report(Problem::WrongArguments {
+            span: stmt.span,
+            situation: Arguments::NoBlock {
+                keyword: "train".into(),
+                example: "train { epochs 10; loss cross_entropy }",
+            },
+        });
         return None;
     };
     let mut seen: HashMap<&str, &Statement> = HashMap::new();
@@ -344,16 +336,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
 
     let length = match (get("epochs"), get("steps")) {
         (Some(e), Some(s)) => {
-            cx.push(
-                Diagnostic::new(
-                    Code::Inconsistent,
-                    s.keyword.span,
-                    "training length is given both in epochs and in steps",
-                )
-                .label("steps given here")
-                .with(e.keyword.span, "epochs given here")
-                .help("keep either `epochs` or `steps`"),
-            );
+            cx.report(Problem::Inconsistent {
+                span: s.keyword.span,
+                situation: Inconsistent::EpochsAndSteps {
+                    epochs: e.keyword.span,
+                },
+            });
             None
         }
         (Some(_), None) => value(cx, "epochs")
@@ -363,30 +351,24 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             .and_then(|v| cx.uint_min(v, "the number of steps", 1))
             .map(Duration::Steps),
         (None, None) => {
-            cx.push(
-                Diagnostic::new(
-                    Code::MissingSetting,
-                    stmt.keyword.span,
-                    "the training length is missing",
-                )
-                .label("neither `epochs` nor `steps` given")
-                .help("add `epochs 10` or `steps 1000`"),
-            );
+            cx.report(Problem::MissingSetting {
+                span: stmt.keyword.span,
+                block: "training",
+                settings: &["epochs", "steps"],
+                example: "epochs 10",
+            });
             None
         }
     };
     let loss = match get("loss") {
         Some(s) => check_loss(cx, s).map(|l| (l, s.span)),
         None => {
-            cx.push(
-                Diagnostic::new(
-                    Code::MissingSetting,
-                    stmt.keyword.span,
-                    "the training has no `loss`",
-                )
-                .label("`loss` missing in this block")
-                .help("add `loss cross_entropy` or `loss mse`"),
-            );
+            cx.report(Problem::MissingSetting {
+                span: stmt.keyword.span,
+                block: "training",
+                settings: &["loss"],
+                example: "loss cross_entropy",
+            });
             None
         }
     };
@@ -489,15 +471,7 @@ fn check_metrics(cx: &mut Cx, v: &Value) -> Option<Vec<Metric>> {
             ),
             ValueKind::Call(n, a) => (n.clone(), Some(a)),
             _ => {
-                cx.push(
-                    Diagnostic::new(
-                        Code::WrongType,
-                        item.span,
-                        format!("expected a metric, found {}", item.type_name()),
-                    )
-                    .label("expected a metric")
-                    .help("metrics are accuracy, top_k(k) and loss"),
-                );
+                cx.wrong_type(item, Expected::Metric);
                 ok = false;
                 continue;
             }
@@ -642,58 +616,35 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
         "data" => {
             let devices = match (b.get("devices"), b.get("replicas")) {
                 (Some(d), Some(r)) => {
-                    cx.push(
-                        Diagnostic::new(
-                            Code::Inconsistent,
-                            r.span,
-                            "data parallel is given both devices and a replica count",
-                        )
-                        .label("replicas given here")
-                        .with(d.span, "devices given here")
-                        .help("give either `devices: [...]` or `replicas: N`"),
-                    );
+                    cx.report(Problem::Inconsistent {
+                        span: r.span,
+                        situation: Inconsistent::DevicesAndReplicas { devices: d.span },
+                    });
                     return None;
                 }
                 (Some(d), None) => {
                     out.dp_span = Some(d.span);
                     let ValueKind::List(items) = &d.kind else {
-                        cx.push(
-                            Diagnostic::new(
-                                Code::WrongType,
-                                d.span,
-                                format!("expected a list of devices, found {}", d.type_name()),
-                            )
-                            .label("expected `[cuda:0, cuda:1]`")
-                            .help("write `devices: [cuda:0, cuda:1]`"),
-                        );
+                        cx.wrong_type(d, Expected::DeviceList);
                         return None;
                     };
                     let devices: Vec<Device> =
                         items.iter().map(|i| cx.device(i)).collect::<Option<_>>()?;
                     for (i, d) in devices.iter().enumerate() {
-                        if devices[..i].contains(d) {
-                            cx.push(
-                                Diagnostic::new(
-                                    Code::DuplicateSetting,
-                                    items[i].span,
-                                    format!("`{d}` is listed twice"),
-                                )
-                                .label("listed again")
-                                .help("list each device once"),
-                            );
+                        if let Some(j) = devices[..i].iter().position(|e| e == d) {
+                            cx.report(Problem::DuplicateSetting {
+                                span: items[i].span,
+                                first: items[j].span,
+                                name: d.to_string(),
+                            });
                             return None;
                         }
                     }
                     if devices.is_empty() {
-                        cx.push(
-                            Diagnostic::new(
-                                Code::OutOfRange,
-                                d.span,
-                                "data parallel over no devices",
-                            )
-                            .label("empty list")
-                            .help("list the devices to replicate the model on"),
-                        );
+                        cx.report(Problem::OutOfRange {
+                            span: d.span,
+                            situation: OutOfRange::NoDevices,
+                        });
                         return None;
                     }
                     devices
@@ -702,11 +653,13 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                     out.dp_span = Some(r.span);
                     let n = cx.uint_min(r, "the number of replicas", 1)?;
                     if n > MAX_REPLICAS {
-                        cx.push(
-                            Diagnostic::new(Code::OutOfRange, r.span, format!("{n} replicas is more than Kiln places on one machine ({MAX_REPLICAS})"))
-                                .label(format!("at most {MAX_REPLICAS}"))
-                                .help("for more replicas, run several processes with `parallel ddp(world_size: N)`"),
-                        );
+                        cx.report(Problem::OutOfRange {
+                            span: r.span,
+                            situation: OutOfRange::TooManyReplicas {
+                                replicas: n,
+                                max: MAX_REPLICAS,
+                            },
+                        });
                         return None;
                     }
                     match default {
@@ -738,15 +691,10 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
             let stages = stages?;
             out.stages_span = Some(stages_span);
             if stages < 2 {
-                cx.push(
-                    Diagnostic::new(
-                        Code::PipelineOneStage,
-                        stages_span,
-                        format!("a pipeline of {stages} stage runs nothing in parallel"),
-                    )
-                    .label("needs at least 2 stages")
-                    .help("use 2 or more stages, or `parallel none`"),
-                );
+                cx.report(Problem::PipelineOneStage {
+                    span: stages_span,
+                    stages,
+                });
                 return None;
             }
             let (micro, micro_span) = micro.unwrap_or((Some(stages), b.span));
@@ -768,11 +716,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 .map_or(Some("gloo"), |v| cx.choice(v, "backend", &["gloo", "nccl"]));
             out.backend_span = b.get("backend").map(|v| v.span);
             let Some(ws) = b.get("world_size") else {
-                cx.push(
-                    Diagnostic::new(Code::DdpWithoutWorldSize, b.span, "distributed data parallel needs a world size")
-                        .label("`world_size` missing")
-                        .help("add `world_size: N`, the number of processes (as torchrun's --nproc-per-node x nodes)"),
-                );
+                cx.report(Problem::DdpWithoutWorldSize { span: b.span });
                 return None;
             };
             out.dp_span = Some(ws.span);

@@ -1,7 +1,8 @@
 //! Sweeps: `sweep [..]` values anywhere in an experiment expand into a grid of trials, each
 //! checked and planned on its own.
 
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::Sweep;
+use crate::diagnostic::{Diagnostic, Problem};
 use crate::span::Span;
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 
@@ -28,9 +29,11 @@ pub fn axes(statements: &[Statement], diags: &mut Vec<Diagnostic>) -> Vec<Axis> 
             if let Some(values) = expand(inner, diags) {
                 if values.iter().any(contains_sweep) {
                     diags.push(
-                        Diagnostic::new(Code::BadSweep, v.span, "a sweep inside a sweep")
-                            .label("nested sweep")
-                            .help("sweep each setting once; the grid combines them"),
+                        Problem::BadSweep {
+                            span: v.span,
+                            situation: Sweep::Nested,
+                        }
+                        .diagnostic(),
                     );
                 } else {
                     out.push(Axis {
@@ -56,12 +59,8 @@ fn contains_sweep(v: &Value) -> bool {
 }
 
 fn expand(inner: &Value, diags: &mut Vec<Diagnostic>) -> Option<Vec<Value>> {
-    let bad = |diags: &mut Vec<Diagnostic>, span: Span, msg: &str, help: &str| {
-        diags.push(
-            Diagnostic::new(Code::BadSweep, span, msg.to_string())
-                .label(msg.to_string())
-                .help(help.to_string()),
-        );
+    let bad = |diags: &mut Vec<Diagnostic>, span: Span, situation: Sweep| {
+        diags.push(Problem::BadSweep { span, situation }.diagnostic());
         None
     };
     let values = match &inner.kind {
@@ -84,24 +83,14 @@ fn expand(inner: &Value, diags: &mut Vec<Diagnostic>) -> Option<Vec<Value>> {
             let Some(nums) =
                 nums.filter(|n| n.len() == 3 || (n.len() == 2 && name.name == "range"))
             else {
-                return bad(
-                    diags,
-                    args.span,
-                    "expected `range(start, stop, step)` or `logspace(low, high, count)`",
-                    "give plain numbers, positionally",
-                );
+                return bad(diags, args.span, Sweep::Arguments);
             };
             let (a, b) = (nums[0], nums[1]);
             let mut out = Vec::new();
             if name.name == "range" {
                 let step = nums.get(2).copied().unwrap_or(1.0);
                 if step <= 0.0 || b <= a {
-                    return bad(
-                        diags,
-                        args.span,
-                        "an empty range",
-                        "ranges go from start up to (not including) stop, by a positive step",
-                    );
+                    return bad(diags, args.span, Sweep::EmptyRange);
                 }
                 let mut x = a;
                 while x < b - step * 1e-9 && out.len() <= MAX_TRIALS {
@@ -111,12 +100,7 @@ fn expand(inner: &Value, diags: &mut Vec<Diagnostic>) -> Option<Vec<Value>> {
             } else {
                 let count = nums[2];
                 if a <= 0.0 || b <= 0.0 || count < 2.0 || count.fract() != 0.0 {
-                    return bad(
-                        diags,
-                        args.span,
-                        "a logspace needs positive bounds and a count of 2 or more",
-                        "write `logspace(1e-4, 1e-2, 3)`",
-                    );
+                    return bad(diags, args.span, Sweep::Logspace);
                 }
                 let n = count as usize;
                 for i in 0..n.min(MAX_TRIALS + 1) {
@@ -134,22 +118,10 @@ fn expand(inner: &Value, diags: &mut Vec<Diagnostic>) -> Option<Vec<Value>> {
                 })
                 .collect()
         }
-        _ => {
-            return bad(
-                diags,
-                inner.span,
-                "a sweep takes a list, `range(...)` or `logspace(...)`",
-                "write `sweep [1e-3, 3e-4]`",
-            )
-        }
+        _ => return bad(diags, inner.span, Sweep::NotAList),
     };
     if values.is_empty() {
-        return bad(
-            diags,
-            inner.span,
-            "a sweep with no values",
-            "list at least one value",
-        );
+        return bad(diags, inner.span, Sweep::Empty);
     }
     Some(values)
 }

@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::{Format, PlanFormat, EXIT_ERRORS, EXIT_OK, EXIT_USAGE};
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{self, Style};
-use kiln::diagnostic::{Code, Diagnostic, Severity};
+use kiln::diagnostic::{Code, Problem, Severity};
 use kiln::ir::Device;
 use kiln::plan;
 use kiln::span::{Sources, Span};
@@ -160,13 +160,10 @@ fn guarded(path: &Path, options: &Options) -> Checked {
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let id = sources.add(path, text);
-        let d = Diagnostic::new(
-            Code::Internal,
-            Span::new(id, 0, 0),
-            "Kiln failed internally while checking this file",
-        )
-        .label("while checking this file")
-        .help("this is a bug in Kiln: please report it with the file attached");
+        let d = Problem::Internal {
+            span: Span::new(id, 0, 0),
+        }
+        .diagnostic();
         Checked {
             sources,
             diagnostics: vec![d],

@@ -1,13 +1,24 @@
 //! Diagnostics as plain data.
 //!
-//! The checker produces [`Diagnostic`] values: a [`Code`], a message, a primary span with its
-//! label, secondary labels and a help line. They become text (miette reports, JSON) only in
-//! [`render`], at the edge of the program.
+//! The checker finds [`Problem`]s: one variant per [`Code`], holding facts (spans, names,
+//! candidates, numbers, shapes). [`Problem::diagnostic`] words each one, in one place, as a
+//! [`Diagnostic`]: a message, a primary span with its label, secondary labels, a help line and
+//! [`Fix`]es an editor can apply. They become text (miette reports, JSON) only in [`render`], at
+//! the edge of the program.
 
+mod arguments;
 mod codes;
+pub mod problem;
+mod ranges;
 pub mod render;
+mod runtime;
+mod shapes;
+mod situation;
+mod strategy;
+mod wording;
 
 pub use codes::Code;
+pub use problem::Problem;
 
 use crate::span::Span;
 
@@ -30,6 +41,15 @@ pub struct Label {
     pub text: String,
 }
 
+/// A replacement that fixes a problem: write `replacement` over `span`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Fix {
+    /// The text to replace.
+    pub span: Span,
+    /// What to write there.
+    pub replacement: String,
+}
+
 /// One problem found in a source file.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Diagnostic {
@@ -45,6 +65,8 @@ pub struct Diagnostic {
     pub help: Option<String>,
     /// Extra context, such as the sweep trial the problem occurs in.
     pub note: Option<String>,
+    /// Edits that fix the problem, for editors to apply.
+    pub fixes: Vec<Fix>,
 }
 
 impl Diagnostic {
@@ -61,6 +83,7 @@ impl Diagnostic {
             secondary: Vec::new(),
             help: None,
             note: None,
+            fixes: Vec::new(),
         }
     }
 
@@ -85,11 +108,12 @@ impl Diagnostic {
         self
     }
 
-    /// Sets the help line only when there is one.
-    pub fn maybe_help(mut self, text: Option<String>) -> Diagnostic {
-        if text.is_some() {
-            self.help = text;
-        }
+    /// Adds a fix: `replacement` written over `span`.
+    pub fn fix(mut self, span: Span, replacement: impl Into<String>) -> Diagnostic {
+        self.fixes.push(Fix {
+            span,
+            replacement: replacement.into(),
+        });
         self
     }
 

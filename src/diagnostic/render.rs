@@ -222,6 +222,27 @@ pub struct JsonDiagnostic {
     pub help: Option<String>,
     /// Extra context.
     pub note: Option<String>,
+    /// Edits that fix the problem.
+    pub fixes: Vec<JsonFix>,
+}
+
+/// One fix in JSON: replace the text from `start` to `end` with `replacement`.
+#[derive(Serialize)]
+pub struct JsonFix {
+    /// First byte replaced.
+    pub start: u32,
+    /// One past the last byte replaced.
+    pub end: u32,
+    /// What to write there.
+    pub replacement: String,
+    /// 1-based line of `start`.
+    pub start_line: usize,
+    /// 1-based column of `start`.
+    pub start_column: usize,
+    /// 1-based line of `end`.
+    pub end_line: usize,
+    /// 1-based column of `end` (exclusive).
+    pub end_column: usize,
 }
 
 /// A byte range.
@@ -281,5 +302,24 @@ pub fn to_json(diag: &Diagnostic, sources: &Sources) -> JsonDiagnostic {
         labels,
         help: diag.help.clone(),
         note: diag.note.clone(),
+        fixes: diag
+            .fixes
+            .iter()
+            .map(|f| {
+                let (start, end) = (
+                    sources.line_col(f.span.file, f.span.start),
+                    sources.line_col(f.span.file, f.span.end),
+                );
+                JsonFix {
+                    start: f.span.start,
+                    end: f.span.end,
+                    replacement: f.replacement.clone(),
+                    start_line: start.line,
+                    start_column: start.column,
+                    end_line: end.line,
+                    end_column: end.column,
+                }
+            })
+            .collect(),
     }
 }

@@ -9,7 +9,7 @@ use pest_derive::Parser;
 
 use super::ast::*;
 use super::MAX_NESTING;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::{Diagnostic, Problem};
 use crate::span::{FileId, Span};
 
 #[derive(Parser)]
@@ -57,13 +57,11 @@ fn check_nesting(file: FileId, text: &str) -> Result<(), Box<Diagnostic>> {
                 depth += 1;
                 if depth > MAX_NESTING {
                     return Err(Box::new(
-                        Diagnostic::new(
-                            Code::TooDeep,
-                            Span::new(file, i, i + 1),
-                            format!("brackets nest deeper than {MAX_NESTING} levels"),
-                        )
-                        .label("this bracket is too deep")
-                        .help("flatten the structure; no Kiln construct needs this depth"),
+                        Problem::TooDeep {
+                            span: Span::new(file, i, i + 1),
+                            max: MAX_NESTING,
+                        }
+                        .diagnostic(),
                     ));
                 }
             }
@@ -113,10 +111,14 @@ fn syntax_error(file: FileId, text: &str, err: pest::error::Error<Rule>) -> Diag
     let found = text[pos..].chars().next();
     let end = pos + found.map_or(0, char::len_utf8);
     let span = Span::new(file, pos, end);
-    let found_text = match found {
-        None => "end of file".to_string(),
-        Some('\n') => "end of line".to_string(),
-        Some(c) => format!("`{}`", c.escape_debug()),
+    let problem = |expected: String, gave_up: Option<String>| {
+        Problem::Syntax {
+            span,
+            found,
+            expected,
+            gave_up,
+        }
+        .diagnostic()
     };
     match err.variant {
         ErrorVariant::ParsingError { positives, .. } if !positives.is_empty() => {
@@ -126,36 +128,11 @@ fn syntax_error(file: FileId, text: &str, err: pest::error::Error<Rule>) -> Diag
             }
             names.sort_unstable();
             names.dedup();
-            let expected = join_or(&names);
-            Diagnostic::new(
-                Code::Syntax,
-                span,
-                format!("expected {expected}, found {found_text}"),
-            )
-            .label(format!("expected {expected}"))
-            .help(syntax_help(found))
+            problem(join_or(&names), None)
         }
-        ErrorVariant::CustomError { message } => {
-            // pest reports its call limit this way.
-            Diagnostic::new(Code::Syntax, span, format!("the parser gave up: {message}"))
-                .label("here")
-                .help("this input is too complex to parse; check it for stray brackets")
-        }
-        ErrorVariant::ParsingError { .. } => {
-            Diagnostic::new(Code::Syntax, span, format!("unexpected {found_text}"))
-                .label("unexpected here")
-                .help(syntax_help(found))
-        }
-    }
-}
-
-fn syntax_help(found: Option<char>) -> String {
-    match found {
-        Some('}') => "a `}` here closes a block that was never opened, or a statement before it is unfinished".into(),
-        Some('=') => "Kiln writes settings as `name value` (as in `batch 64`) and arguments as `name: value`".into(),
-        Some(',') => "commas separate items only inside `( )` and `[ ]`".into(),
-        None => "a block or list is not closed: add the missing `}`, `)` or `]`".into(),
-        _ => "statements are written `keyword value ...` or `name: layer(args)`, one per line".into(),
+        // pest reports its call limit this way.
+        ErrorVariant::CustomError { message } => problem(String::new(), Some(message)),
+        ErrorVariant::ParsingError { .. } => problem(String::new(), None),
     }
 }
 

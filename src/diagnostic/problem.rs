@@ -1,0 +1,601 @@
+//! Problems as facts. A [`Problem`] holds what was found (spans, names, candidates, numbers,
+//! shapes) and nothing worded; [`Problem::diagnostic`] (in `wording.rs`) is the one place that
+//! turns it into a sentence, labels, a help line and fixes.
+
+use std::path::PathBuf;
+
+use super::Code;
+use crate::ir::{Device, Shape};
+use crate::span::Span;
+
+pub use super::situation::{
+    Arguments, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
+    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Unavailable, Unknown,
+};
+
+/// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Problem {
+    /// K0001: the text does not follow the grammar.
+    Syntax {
+        /// Where parsing stopped.
+        span: Span,
+        /// The character found there; `None` at the end of the file.
+        found: Option<char>,
+        /// What the grammar accepts there, already joined (`a value or `]``); empty when the
+        /// parser gives no list.
+        expected: String,
+        /// Why pest gave up, when it stopped on its call limit.
+        gave_up: Option<String>,
+    },
+    /// K0002: the file is not UTF-8.
+    InvalidUtf8 {
+        /// The first invalid byte.
+        span: Span,
+        /// The file.
+        path: PathBuf,
+    },
+    /// K0003: a file cannot be read.
+    Io {
+        /// The start of the file.
+        span: Span,
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        error: String,
+    },
+    /// K0004: brackets nest too deep.
+    TooDeep {
+        /// The bracket past the limit.
+        span: Span,
+        /// The limit.
+        max: usize,
+    },
+    /// K0005: Kiln failed.
+    Internal {
+        /// The start of the file.
+        span: Span,
+    },
+    /// K0101: an unknown keyword in a block.
+    UnknownKeyword {
+        /// The keyword and the block's keywords.
+        unknown: Unknown,
+        /// Where it stands (`data setting`, `top-level statement`).
+        place: String,
+    },
+    /// K0102.
+    UnknownLayer(Unknown),
+    /// K0103.
+    UnknownOptimizer(Unknown),
+    /// K0104.
+    UnknownLoss(Unknown),
+    /// K0105: a device name that does not parse.
+    UnknownDevice {
+        /// Where it is written.
+        span: Span,
+        /// As written (`gpu:0`).
+        name: String,
+    },
+    /// K0106: a named argument the callee does not take.
+    UnknownParameter {
+        /// The argument's name and the callee's parameters.
+        unknown: Unknown,
+        /// The layer, optimizer or setting.
+        callee: String,
+    },
+    /// K0107.
+    UnknownSchedule(Unknown),
+    /// K0108.
+    UnknownMetric(Unknown),
+    /// K0109: an unknown data source or generator.
+    UnknownSource {
+        /// The name and the known ones.
+        unknown: Unknown,
+        /// Whether it stands where a generator goes.
+        generator: bool,
+    },
+    /// K0110.
+    UnknownPruneMethod(Unknown),
+    /// K0111.
+    UnknownQuantScheme(Unknown),
+    /// K0112.
+    UnknownStrategy(Unknown),
+    /// K0113: a word that is not one of a setting's choices.
+    UnknownChoice {
+        /// The word and the choices.
+        unknown: Unknown,
+        /// What is chosen (`mode`, `pruning schedule`).
+        what: String,
+    },
+    /// K0114: a name that is no layer, block or parameter of the model.
+    UnknownReference {
+        /// The name and the model's names.
+        unknown: Unknown,
+        /// A parameter suffix (`.weight`) set aside while looking for a similar name.
+        suffix: String,
+    },
+    /// K0115: no experiment, or another one.
+    ExperimentCount {
+        /// The start of the file, or the extra experiment.
+        span: Span,
+        /// The first experiment, when there is more than one.
+        first: Option<Span>,
+    },
+    /// K0116: a required setting is missing from a block.
+    MissingSetting {
+        /// The block's keyword.
+        span: Span,
+        /// The block (`data`, `training`, `model`).
+        block: &'static str,
+        /// The setting, or the settings of which one is needed (`epochs`, `steps`).
+        settings: &'static [&'static str],
+        /// The setting written as it could be.
+        example: &'static str,
+    },
+    /// K0117: two layers or blocks with one name.
+    DuplicateName {
+        /// The second definition.
+        span: Span,
+        /// The first.
+        first: Span,
+        /// The name.
+        name: String,
+    },
+    /// K0118: a setting, argument or list item given twice.
+    DuplicateSetting {
+        /// The repeat.
+        span: Span,
+        /// The first one.
+        first: Span,
+        /// What is repeated, as written (`batch`, `memory cuda:0`).
+        name: String,
+    },
+    /// K0119: a value of the wrong type.
+    WrongType {
+        /// The value.
+        span: Span,
+        /// What was expected.
+        expected: Expected,
+        /// What was found (`a string`).
+        found: &'static str,
+    },
+    /// K0120.
+    WrongArguments {
+        /// The arguments or statement.
+        span: Span,
+        /// Which situation.
+        situation: Arguments,
+    },
+    /// K0121.
+    OutOfRange {
+        /// The value.
+        span: Span,
+        /// Which situation.
+        situation: OutOfRange,
+    },
+    /// K0122: a base file that cannot be read.
+    ExtendsNotFound {
+        /// The `extends` string.
+        span: Span,
+        /// The path tried.
+        path: PathBuf,
+        /// The system's reason.
+        error: String,
+    },
+    /// K0123: files extending each other.
+    ExtendsCycle {
+        /// The `extends` string that closes the cycle.
+        span: Span,
+        /// The files of the cycle, as written, the first repeated at the end.
+        cycle: Vec<PathBuf>,
+    },
+    /// K0124.
+    Misplaced {
+        /// The label, block or statement.
+        span: Span,
+        /// Which situation.
+        situation: Misplaced,
+    },
+    /// K0201: a pipeline of one stage.
+    PipelineOneStage {
+        /// The stage count.
+        span: Span,
+        /// The stages.
+        stages: u64,
+    },
+    /// K0202: `ddp` without `world_size`.
+    DdpWithoutWorldSize {
+        /// The arguments.
+        span: Span,
+    },
+    /// K0203: FP8 on a CPU layer.
+    Fp8OnCpu {
+        /// The quantization target.
+        span: Span,
+        /// The layer.
+        layer: String,
+        /// Where the layer is defined.
+        layer_span: Span,
+    },
+    /// K0204: INT4 on a layer that is not linear.
+    Int4NonLinear {
+        /// The quantization target.
+        span: Span,
+        /// The layer.
+        layer: String,
+        /// Where the layer is defined.
+        layer_span: Span,
+    },
+    /// K0205: batch, accumulation and replicas do not multiply out.
+    BatchArithmetic {
+        /// The batch, or the declared micro-batch.
+        span: Span,
+        /// The global batch.
+        batch: u64,
+        /// Accumulation steps and where they are set.
+        accumulate: (u64, Option<Span>),
+        /// Data-parallel replicas and where they are set.
+        replicas: (u64, Option<Span>),
+        /// A declared micro-batch that disagrees, and the global batch's span.
+        micro: Option<(u64, Span)>,
+    },
+    /// K0206: micro-batches that do not divide the batch.
+    MicroBatches {
+        /// The micro-batch count.
+        span: Span,
+        /// Micro-batches.
+        micro_batches: u64,
+        /// The per-step batch they split.
+        per_step: u64,
+        /// The global batch and its span.
+        batch: (u64, Span),
+        /// Accumulation steps and where they are set, when above one.
+        accumulate: Option<(u64, Span)>,
+    },
+    /// K0207: attention heads that do not divide the width.
+    HeadsIndivisible {
+        /// The head count.
+        span: Span,
+        /// Heads.
+        heads: i64,
+        /// What flows in; its last dimension is the width.
+        producer: Producer,
+    },
+    /// K0208: more stages than layers.
+    TooManyStages {
+        /// The stage count.
+        span: Span,
+        /// Stages.
+        stages: u64,
+        /// Top-level layers.
+        layers: u64,
+    },
+    /// K0209: a layer placed twice.
+    PlacementConflict {
+        /// The second placement.
+        span: Span,
+        /// The layer or block placed.
+        name: String,
+        /// The second device.
+        device: Device,
+        /// The first placement: where, what, on which device.
+        first: (Span, String, Device),
+    },
+    /// K0210.
+    Inconsistent {
+        /// The later of the two settings.
+        span: Span,
+        /// Which situation.
+        situation: Inconsistent,
+    },
+    /// K0211.
+    BadSweep {
+        /// The sweep.
+        span: Span,
+        /// Which situation.
+        situation: Sweep,
+    },
+    /// K0301: a layer declares a size other than the one it receives.
+    ShapeMismatch {
+        /// The declared size.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// What is declared.
+        declared: Declared,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0302: a tensor of the wrong rank.
+    RankMismatch {
+        /// The layer.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// The rank it takes, in words (`a 1-D`).
+        wants: String,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0303.
+    LossShape {
+        /// The loss.
+        span: Span,
+        /// The loss's name.
+        loss: String,
+        /// The model's output shape and where it is produced.
+        output: (Shape, Span),
+        /// Where the targets come from.
+        data: Span,
+        /// Which disagreement.
+        situation: LossShape,
+    },
+    /// K0304: a residual that changes the shape.
+    ResidualShape {
+        /// The `residual` keyword.
+        span: Span,
+        /// The input shape.
+        input: Shape,
+        /// The block's output.
+        producer: Producer,
+    },
+    /// K0305: a reshape that changes the element count.
+    ReshapeSize {
+        /// The target shape.
+        span: Span,
+        /// The target dimensions.
+        target: Shape,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0306: integers where floats are needed, or the reverse.
+    DtypeMismatch {
+        /// The layer.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// Whether the layer receives integers (true) or floats (false).
+        integers: bool,
+        /// Where the values come from.
+        producer: Producer,
+    },
+    /// K0307: model input and data samples differ.
+    DataShape {
+        /// The `input` shape.
+        span: Span,
+        /// The model's input.
+        input: Shape,
+        /// The data's sample shape and where it is declared.
+        data: (Shape, Span),
+    },
+    /// K0308: a layer that shrinks a dimension to nothing.
+    EmptyDimension {
+        /// The layer.
+        span: Span,
+        /// The layer kind.
+        layer: String,
+        /// The output length.
+        length: i64,
+        /// What flows in.
+        producer: Producer,
+    },
+    /// K0401: data parallel over one device.
+    DataParallelOneDevice {
+        /// The `parallel` statement.
+        span: Span,
+    },
+    /// K0402: a device needs more memory than it has.
+    MemoryExceeded {
+        /// The `memory` line, or the batch.
+        span: Span,
+        /// The device.
+        device: Device,
+        /// Bytes needed: weights, gradients, optimizer state, activations.
+        need: [u64; 4],
+        /// All bytes needed.
+        total: u64,
+        /// Bytes available.
+        capacity: u64,
+        /// The batch and its span, when the capacity comes from the file.
+        batch: Option<(u64, Span)>,
+    },
+    /// K0403: model parallel on one device.
+    ModelParallelOneDevice {
+        /// The `parallel` statement.
+        span: Span,
+        /// The one device.
+        device: Device,
+    },
+    /// K0404.
+    NoOpLayer {
+        /// The layer.
+        span: Span,
+        /// Which layer.
+        situation: NoOp,
+    },
+    /// K0405: softmax before a loss that applies its own.
+    DoubleSoftmax {
+        /// The softmax.
+        span: Span,
+        /// The loss.
+        loss: Span,
+    },
+    /// K0406.
+    IgnoredSetting {
+        /// The setting.
+        span: Span,
+        /// Which situation.
+        situation: Ignored,
+    },
+    /// K0407: placement under data parallel.
+    PlacementIgnored {
+        /// The first placement.
+        span: Span,
+        /// The `parallel` statement.
+        parallel: Span,
+    },
+    /// K0501.
+    DeviceUnavailable {
+        /// The device setting.
+        span: Span,
+        /// Which situation.
+        situation: Unavailable,
+    },
+    /// K0502: a data file that cannot be read.
+    DataMissing {
+        /// The source.
+        span: Span,
+        /// The file as the experiment names it.
+        file: String,
+        /// Where it was looked for.
+        resolved: PathBuf,
+        /// Why it cannot be read (`it does not exist`).
+        reason: String,
+        /// Whether it does not exist (rather than existing but unreadable).
+        not_found: bool,
+        /// The directory relative paths start from: that of the file declaring the source.
+        base: PathBuf,
+    },
+    /// K0503: a malformed data file.
+    DataInvalid {
+        /// The source.
+        span: Span,
+        /// The file, when one is at fault.
+        file: Option<String>,
+        /// What is wrong with it, as found while reading (`truncated after 2 bytes`).
+        detail: String,
+    },
+    /// K0504: NaN or infinite loss.
+    NonFiniteLoss {
+        /// The learning rate.
+        span: Span,
+        /// NaN (true) or infinite.
+        nan: bool,
+        /// 1-based step.
+        step: u64,
+        /// 1-based epoch.
+        epoch: u64,
+        /// The learning rate at that step.
+        lr: f64,
+    },
+    /// K0505: out of memory.
+    OutOfMemory {
+        /// The statement running.
+        span: Span,
+        /// libtorch's first line.
+        detail: String,
+        /// The batch and the plan's estimate per device (`cuda:0 3.2 GiB (activations 1.1
+        /// GiB)`), once the run knows the failure came from its step.
+        plan: Option<(u64, String)>,
+    },
+    /// K0506: Ctrl-C.
+    Interrupted {
+        /// The loss.
+        span: Span,
+        /// Steps done.
+        step: u64,
+        /// 1-based epoch.
+        epoch: u64,
+        /// The run directory to resume from.
+        run_dir: PathBuf,
+    },
+    /// K0507.
+    ResumeIncompatible {
+        /// What changed.
+        span: Span,
+        /// Which situation.
+        situation: Resume,
+    },
+    /// K0508: libtorch failed.
+    TorchError {
+        /// The statement running.
+        span: Span,
+        /// libtorch's first line.
+        detail: String,
+    },
+    /// K0509: the run directory failed.
+    RunIo {
+        /// The experiment.
+        span: Span,
+        /// What was done (`write`, `read`).
+        action: String,
+        /// The file.
+        path: PathBuf,
+        /// The system's reason.
+        error: String,
+        /// What the run was doing.
+        stage: RunStage,
+    },
+}
+
+impl Problem {
+    /// The problem's stable code.
+    pub fn code(&self) -> Code {
+        match self {
+            Problem::Syntax { .. } => Code::Syntax,
+            Problem::InvalidUtf8 { .. } => Code::InvalidUtf8,
+            Problem::Io { .. } => Code::Io,
+            Problem::TooDeep { .. } => Code::TooDeep,
+            Problem::Internal { .. } => Code::Internal,
+            Problem::UnknownKeyword { .. } => Code::UnknownKeyword,
+            Problem::UnknownLayer(_) => Code::UnknownLayer,
+            Problem::UnknownOptimizer(_) => Code::UnknownOptimizer,
+            Problem::UnknownLoss(_) => Code::UnknownLoss,
+            Problem::UnknownDevice { .. } => Code::UnknownDevice,
+            Problem::UnknownParameter { .. } => Code::UnknownParameter,
+            Problem::UnknownSchedule(_) => Code::UnknownSchedule,
+            Problem::UnknownMetric(_) => Code::UnknownMetric,
+            Problem::UnknownSource { .. } => Code::UnknownSource,
+            Problem::UnknownPruneMethod(_) => Code::UnknownPruneMethod,
+            Problem::UnknownQuantScheme(_) => Code::UnknownQuantScheme,
+            Problem::UnknownStrategy(_) => Code::UnknownStrategy,
+            Problem::UnknownChoice { .. } => Code::UnknownChoice,
+            Problem::UnknownReference { .. } => Code::UnknownReference,
+            Problem::ExperimentCount { .. } => Code::ExperimentCount,
+            Problem::MissingSetting { .. } => Code::MissingSetting,
+            Problem::DuplicateName { .. } => Code::DuplicateName,
+            Problem::DuplicateSetting { .. } => Code::DuplicateSetting,
+            Problem::WrongType { .. } => Code::WrongType,
+            Problem::WrongArguments { .. } => Code::WrongArguments,
+            Problem::OutOfRange { .. } => Code::OutOfRange,
+            Problem::ExtendsNotFound { .. } => Code::ExtendsNotFound,
+            Problem::ExtendsCycle { .. } => Code::ExtendsCycle,
+            Problem::Misplaced { .. } => Code::Misplaced,
+            Problem::PipelineOneStage { .. } => Code::PipelineOneStage,
+            Problem::DdpWithoutWorldSize { .. } => Code::DdpWithoutWorldSize,
+            Problem::Fp8OnCpu { .. } => Code::Fp8OnCpu,
+            Problem::Int4NonLinear { .. } => Code::Int4NonLinear,
+            Problem::BatchArithmetic { .. } => Code::BatchArithmetic,
+            Problem::MicroBatches { .. } => Code::MicroBatches,
+            Problem::HeadsIndivisible { .. } => Code::HeadsIndivisible,
+            Problem::TooManyStages { .. } => Code::TooManyStages,
+            Problem::PlacementConflict { .. } => Code::PlacementConflict,
+            Problem::Inconsistent { .. } => Code::Inconsistent,
+            Problem::BadSweep { .. } => Code::BadSweep,
+            Problem::ShapeMismatch { .. } => Code::ShapeMismatch,
+            Problem::RankMismatch { .. } => Code::RankMismatch,
+            Problem::LossShape { .. } => Code::LossShape,
+            Problem::ResidualShape { .. } => Code::ResidualShape,
+            Problem::ReshapeSize { .. } => Code::ReshapeSize,
+            Problem::DtypeMismatch { .. } => Code::DtypeMismatch,
+            Problem::DataShape { .. } => Code::DataShape,
+            Problem::EmptyDimension { .. } => Code::EmptyDimension,
+            Problem::DataParallelOneDevice { .. } => Code::DataParallelOneDevice,
+            Problem::MemoryExceeded { .. } => Code::MemoryExceeded,
+            Problem::ModelParallelOneDevice { .. } => Code::ModelParallelOneDevice,
+            Problem::NoOpLayer { .. } => Code::NoOpLayer,
+            Problem::DoubleSoftmax { .. } => Code::DoubleSoftmax,
+            Problem::IgnoredSetting { .. } => Code::IgnoredSetting,
+            Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
+            Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
+            Problem::DataMissing { .. } => Code::DataMissing,
+            Problem::DataInvalid { .. } => Code::DataInvalid,
+            Problem::NonFiniteLoss { .. } => Code::NonFiniteLoss,
+            Problem::OutOfMemory { .. } => Code::OutOfMemory,
+            Problem::Interrupted { .. } => Code::Interrupted,
+            Problem::ResumeIncompatible { .. } => Code::ResumeIncompatible,
+            Problem::TorchError { .. } => Code::TorchError,
+            Problem::RunIo { .. } => Code::RunIo,
+        }
+    }
+}

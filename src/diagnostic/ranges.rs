@@ -1,0 +1,157 @@
+//! Wording of out-of-range problems (K0121).
+
+use super::problem::{OutOfRange, Producer, Range};
+use super::{Code, Diagnostic};
+use crate::span::Span;
+
+/// How a range reads in a sentence.
+fn describe(range: Range) -> &'static str {
+    match range {
+        Range::Positive => "greater than 0",
+        Range::NonNegative => "0 or more",
+        Range::UnitOpen => "in [0, 1)",
+        Range::Unit => "in [0, 1]",
+        Range::UnitPositive => "in (0, 1]",
+        Range::Any => "finite",
+    }
+}
+
+/// The secondary label naming what flows into a layer.
+fn produces(p: &Producer) -> (Span, String) {
+    (p.span, format!("{} produces {}", p.name, p.shape))
+}
+
+/// K0121 in words.
+pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic {
+    let new = |message: String| Diagnostic::new(code, span, message);
+    match situation {
+        OutOfRange::Number { what, range, value } => {
+            let r = describe(range);
+            new(format!("{what} must be {r}, got {value}"))
+                .label(format!("must be {r}"))
+                .help(format!("choose {what} {r}"))
+        }
+        OutOfRange::NotUnsigned { value } => {
+            new(format!("expected a non-negative integer, got {value}"))
+                .label("out of range")
+                .help("write an integer from 0 to 9e15")
+        }
+        OutOfRange::Below { what, min, value } => {
+            new(format!("{what} must be at least {min}, got {value}"))
+                .label(format!("must be at least {min}"))
+                .help(format!("choose {what} of {min} or more"))
+        }
+        OutOfRange::BatchOverSamples {
+            batch,
+            train,
+            count,
+            source,
+        } => new(format!(
+            "batch {batch} is larger than the {train} training samples"
+        ))
+        .label("larger than the training split")
+        .with(source, format!("{count} samples"))
+        .help("use a smaller batch or more samples"),
+        OutOfRange::UniformBounds { low, high } => {
+            new(format!("`high` {high} is not above `low` {low}"))
+                .label("must be above `low`")
+                .help("uniform samples lie in [low, high)")
+        }
+        OutOfRange::SplitSum { sum } => new(format!("the split fractions add up to {sum}"))
+            .label("more than 1")
+            .help("the fractions of train, val and test must add up to at most 1"),
+        OutOfRange::EmptyTrainSplit => new("the training split is empty".into())
+            .label("no training samples")
+            .help("give `train` a fraction above 0"),
+        OutOfRange::NoDevices => new("data parallel over no devices".into())
+            .label("empty list")
+            .help("list the devices to replicate the model on"),
+        OutOfRange::TooManyReplicas { replicas, max } => new(format!(
+            "{replicas} replicas is more than Kiln places on one machine ({max})"
+        ))
+        .label(format!("at most {max}"))
+        .help("for more replicas, run several processes with `parallel ddp(world_size: N)`"),
+        OutOfRange::PruneDim { dim } => new(format!("structured pruning along dimension {dim}"))
+            .label("must be 0 (output units) or 1 (input features)")
+            .help("use `dim: 0` to remove whole output units"),
+        OutOfRange::GradualOrder { start, end } => new(format!(
+            "gradual pruning ends at step {end}, not after its start {start}"
+        ))
+        .label("must come after `start`")
+        .help("make `end` later than `start`"),
+        OutOfRange::TooManyParameters { params } => new(format!(
+            "the model has {params} parameters, more than Kiln plans for (2^48)"
+        ))
+        .label("the largest layer")
+        .help("check the layer sizes: no real model is this large"),
+        OutOfRange::BatchTooLarge {
+            batch,
+            values,
+            flops,
+        } => new(format!(
+            "a batch of {batch} would hold {values} activation values and cost {flops} FLOPs"
+        ))
+        .label("far too large")
+        .help("lower the batch or the layer sizes: this is beyond any machine"),
+        OutOfRange::TopK { k, classes } => new(format!("top-{k} accuracy over {classes} classes"))
+            .label(format!("k must be at most {classes}"))
+            .help(format!("choose k of {classes} or less")),
+        OutOfRange::InputTooLarge { shape } => new(format!(
+            "an input of {shape} holds more than 2^40 values per sample"
+        ))
+        .label("far too large")
+        .help("check the input shape: it is per sample, without the batch"),
+        OutOfRange::OutputTooLarge { kind, shape } => new(format!(
+            "`{kind}` makes {shape} per sample, more than 2^40 values"
+        ))
+        .label("far too large")
+        .help("check the layer's sizes: no real model holds this many values per sample"),
+        OutOfRange::PoolPadding { padding, kernel } => new(format!(
+            "padding {padding} is more than half the kernel size {kernel}"
+        ))
+        .label("too much padding")
+        .help("pooling padding must be at most half the kernel size"),
+        OutOfRange::ReshapeDim { dim } => new(format!("dimension {dim} is not allowed"))
+            .label("must be positive, or -1 once")
+            .help("dimensions are positive; -1 stands for what is left"),
+        OutOfRange::ReshapeInferred => new("more than one -1 in a reshape".into())
+            .label("only one dimension can be inferred")
+            .help("write every dimension but one"),
+        OutOfRange::ConvGroups {
+            groups,
+            inputs,
+            outputs,
+        } => new(format!(
+            "{groups} groups do not divide {inputs} input and {outputs} output channels"
+        ))
+        .label("must divide both channel counts")
+        .help("choose groups that divide the input and output channels"),
+        OutOfRange::NormGroups { groups, channels } => {
+            new(format!("{groups} groups do not divide {channels} channels"))
+                .label("must divide the channel count")
+                .help(format!("choose a divisor of {channels}"))
+        }
+        OutOfRange::DimOutside { dim, producer } => {
+            let rank = producer.shape.len() as i64;
+            let (at, text) = produces(&producer);
+            new(format!(
+                "dimension {dim} is outside a {rank}-D sample {}",
+                producer.shape
+            ))
+            .label(format!("valid: {} to {}", -rank, rank - 1))
+            .with(at, text)
+            .help("dimensions count per sample, from 0, without the batch")
+        }
+        OutOfRange::TokenIds {
+            vocab,
+            bound,
+            producer,
+        } => new(format!(
+            "token ids go up to {} but the embedding has {vocab} rows",
+            bound.saturating_sub(1)
+        ))
+        .label(format!("{vocab} rows"))
+        .with(producer.span, format!("ids below {bound}"))
+        .help(format!("use at least {bound} embeddings")),
+    }
+}

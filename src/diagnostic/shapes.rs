@@ -1,0 +1,242 @@
+//! Wording of shape problems (K0207, K0301 to K0308, K0404).
+
+use super::problem::{Declared, LossShape, NoOp, Problem, Producer};
+use super::Diagnostic;
+use crate::span::Span;
+
+/// The secondary label naming what flows into a layer.
+fn produces(p: &Producer) -> (Span, String) {
+    (p.span, format!("{} produces {}", p.name, p.shape))
+}
+
+/// The nearest divisors of `e` around `heads`, looking a bounded distance either way (a huge
+/// prime width would otherwise mean searching all of it).
+fn divisors_near(e: i64, heads: i64) -> String {
+    const REACH: i64 = 10_000;
+    let below = (heads.saturating_sub(REACH).max(1)..heads.min(e + 1))
+        .rev()
+        .find(|h| e % h == 0)
+        .unwrap_or(1);
+    match ((heads + 1)..=e.min(heads.saturating_add(REACH))).find(|h| e % h == 0) {
+        Some(above) => format!("{below} or {above}"),
+        None => below.to_string(),
+    }
+}
+
+/// Shape problems in words. Only those variants are passed here.
+pub(super) fn words(problem: Problem) -> Diagnostic {
+    let code = problem.code();
+    let new = |span: Span, message: String| Diagnostic::new(code, span, message);
+    match problem {
+        Problem::ShapeMismatch {
+            span,
+            layer,
+            declared,
+            producer,
+        } => {
+            let (at, text) = produces(&producer);
+            let received = &producer.shape;
+            match declared {
+                Declared::Size {
+                    what,
+                    declared,
+                    received: got,
+                } => new(
+                    span,
+                    format!("`{layer}` declares {declared} {what} but receives {got}"),
+                )
+                .label(format!("declared {declared}, receives {received}"))
+                .with(at, text)
+                .help(format!(
+                    "drop the declared {what} to infer them, or fix the layer before"
+                )),
+                Declared::Trailing { shape } => new(
+                    span,
+                    format!(
+                        "`{layer}` over {shape} does not match the trailing dimensions of {received}"
+                    ),
+                )
+                .label(format!("receives {received}"))
+                .with(at, text)
+                .help("the normalized shape must equal the input's last dimensions"),
+            }
+        }
+        Problem::RankMismatch {
+            span,
+            layer,
+            wants,
+            producer,
+        } => {
+            let (at, text) = produces(&producer);
+            let help = match layer.as_str() {
+                "linear" => "add a `flatten` or `reshape` before it".to_string(),
+                "conv2d" | "max_pool2d" | "avg_pool2d" | "batchnorm2d" | "adaptive_avg_pool2d" => {
+                    "2-D layers take [channels, height, width]: add a `reshape([1, 28, 28])`-style layer before it".to_string()
+                }
+                "conv1d" | "max_pool1d" | "avg_pool1d" | "adaptive_avg_pool1d" => {
+                    "1-D layers take [channels, length]: add a `reshape` before it".to_string()
+                }
+                _ => format!("give `{layer}` {wants} input"),
+            };
+            new(
+                span,
+                format!("`{layer}` needs {wants} input, got {}", producer.shape),
+            )
+            .label(format!("receives {}", producer.shape))
+            .with(at, text)
+            .help(help)
+        }
+        Problem::LossShape {
+            span,
+            loss,
+            output: (out, out_span),
+            data,
+            situation,
+        } => {
+            let (message, label, help) = match situation {
+                LossShape::ClassesOnValues { targets } => (
+                    format!("`{loss}` needs class labels, but the targets are real values of shape {targets}"),
+                    format!("`{loss}` needs class indices"),
+                    "use `randint(classes)` targets or a regression loss such as `mse`".to_string(),
+                ),
+                LossShape::ScalarOutput => (
+                    format!("`{loss}` needs class scores, but the model outputs a scalar"),
+                    "needs [classes]".to_string(),
+                    "end the model with `linear(classes)`".to_string(),
+                ),
+                LossShape::NotFlat => (
+                    format!("`{loss}` needs [classes] per sample, but the model outputs {out}"),
+                    "needs [classes]".to_string(),
+                    "add `flatten` or pool before the last `linear`".to_string(),
+                ),
+                LossShape::ClassCount { classes } => (
+                    format!(
+                        "the data has {classes} classes but the model outputs {} scores",
+                        out.first().copied().unwrap_or(0)
+                    ),
+                    format!("needs {classes} scores per sample"),
+                    format!("end the model with `linear({classes})`"),
+                ),
+                LossShape::ValuesOnClasses => (
+                    format!("`{loss}` needs real-valued targets, but the targets are class labels"),
+                    format!("`{loss}` compares values"),
+                    "use `cross_entropy` for class labels, or real-valued targets".to_string(),
+                ),
+                LossShape::Shapes { targets } => (
+                    format!("`{loss}` compares the output {out} with targets {targets}"),
+                    format!("needs output {targets}"),
+                    "make the model's output shape equal the targets' shape".to_string(),
+                ),
+            };
+            new(span, message)
+                .label(label)
+                .with(out_span, format!("the model outputs {out}"))
+                .with(data, "targets come from here")
+                .help(help)
+        }
+        Problem::ResidualShape {
+            span,
+            input,
+            producer,
+        } => new(
+            span,
+            format!("a residual adds {} to its input {input}", producer.shape),
+        )
+        .label(format!("input is {input}"))
+        .with(producer.span, format!("produces {}", producer.shape))
+        .help("the layers inside a residual must keep the shape of their input"),
+        Problem::ReshapeSize {
+            span,
+            target,
+            producer,
+        } => {
+            let (at, text) = produces(&producer);
+            let values = producer.shape.numel();
+            new(
+                span,
+                format!(
+                    "cannot reshape {} ({values} values) to {target}",
+                    producer.shape
+                ),
+            )
+            .label(format!("{values} values do not fit"))
+            .with(at, text)
+            .help("the new shape must hold the same number of values")
+        }
+        Problem::DtypeMismatch {
+            span,
+            layer,
+            integers: true,
+            producer,
+        } => new(span, format!("`{layer}` receives integer token ids"))
+            .label("needs floating-point input")
+            .with(
+                producer.span,
+                format!("{} produces integers", producer.name),
+            )
+            .help("turn token ids into vectors with an `embedding` layer first"),
+        Problem::DtypeMismatch {
+            span,
+            layer,
+            integers: false,
+            producer,
+        } => new(span, format!("`{layer}` receives floating-point values"))
+            .label("needs integer token ids")
+            .with(producer.span, format!("{} produces floats", producer.name))
+            .help("feed token ids, as from `randint(...)` data"),
+        Problem::DataShape {
+            span,
+            input,
+            data: (shape, at),
+        } => new(
+            span,
+            format!("the model takes {input} but the data's samples are {shape}"),
+        )
+        .label(format!("{} values per sample", input.numel()))
+        .with(at, format!("samples of {} values", shape.numel()))
+        .help("make `input` hold as many values as one sample of the data"),
+        Problem::EmptyDimension {
+            span,
+            layer,
+            length,
+            producer,
+        } => {
+            let (at, text) = produces(&producer);
+            new(
+                span,
+                format!("`{layer}` leaves no output from {}", producer.shape),
+            )
+            .label(format!("output size {length}"))
+            .with(at, text)
+            .help("use a smaller kernel or stride, or add padding")
+        }
+        Problem::HeadsIndivisible {
+            span,
+            heads,
+            producer,
+        } => {
+            let e = producer.shape.last().copied().unwrap_or(0);
+            let (at, text) = produces(&producer);
+            new(span, format!("{heads} heads do not divide the width {e}"))
+                .label(format!("{e} is not a multiple of {heads}"))
+                .with(at, text)
+                .help(format!(
+                    "choose heads that divide {e}, such as {}",
+                    divisors_near(e, heads)
+                ))
+        }
+        Problem::NoOpLayer {
+            span,
+            situation: NoOp::Dropout,
+        } => new(span, "dropout with p = 0 does nothing".into())
+            .label("has no effect")
+            .help("remove the layer, or give a drop probability above 0"),
+        Problem::NoOpLayer {
+            span,
+            situation: NoOp::Reshape { shape },
+        } => new(span, format!("reshape to {shape} keeps the shape"))
+            .label("has no effect")
+            .help("remove the layer"),
+        _ => unreachable!("only shape problems are worded here"),
+    }
+}

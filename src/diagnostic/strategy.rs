@@ -1,0 +1,285 @@
+//! Wording of strategy, sweep and warning problems (K0201 to K0211, K0401 to K0407).
+
+use super::problem::{Ignored, Inconsistent, Problem, Sweep};
+use super::{Code, Diagnostic};
+use crate::plan::{fmt_bytes, fmt_count};
+use crate::span::Span;
+
+fn s(n: u64) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// Strategy and warning problems in words. Only those variants are passed here.
+pub(super) fn words(problem: Problem) -> Diagnostic {
+    let code = problem.code();
+    let new = |span: Span, message: String| Diagnostic::new(code, span, message);
+    match problem {
+        Problem::PipelineOneStage { span, stages } => new(
+            span,
+            format!("a pipeline of {stages} stage runs nothing in parallel"),
+        )
+        .label("needs at least 2 stages")
+        .help("use 2 or more stages, or `parallel none`"),
+        Problem::DdpWithoutWorldSize { span } => new(span, "distributed data parallel needs a world size".into())
+            .label("`world_size` missing")
+            .help("add `world_size: N`, the number of processes (as torchrun's --nproc-per-node x nodes)"),
+        Problem::Fp8OnCpu {
+            span,
+            layer,
+            layer_span,
+        } => new(
+            span,
+            format!("FP8 quantization of `{layer}`, which runs on the CPU"),
+        )
+        .label("FP8 needs a CUDA device")
+        .with(layer_span, "runs on cpu")
+        .help("place the layer on a CUDA device, or use `int8`"),
+        Problem::Int4NonLinear {
+            span,
+            layer,
+            layer_span,
+        } => new(
+            span,
+            format!("INT4 quantization of `{layer}`, which is not linear"),
+        )
+        .label("INT4 applies to linear layers")
+        .with(layer_span, "this layer is not linear")
+        .help("quantize this layer with `int8`, or target linear layers only"),
+        Problem::BatchArithmetic {
+            span,
+            batch,
+            accumulate: (accumulate, accumulate_span),
+            replicas: (dp, dp_span),
+            micro: None,
+        } => {
+            let per_step = accumulate * dp;
+            let mut d = new(
+                span,
+                format!(
+                    "batch {batch} does not split into {accumulate} accumulation step{} x {dp} replica{}",
+                    s(accumulate),
+                    s(dp)
+                ),
+            )
+            .label(format!("{batch} is not a multiple of {per_step}"));
+            if let Some(at) = accumulate_span {
+                d = d.with(at, format!("{accumulate} accumulation steps"));
+            }
+            if let Some(at) = dp_span {
+                d = d.with(at, format!("{dp} replicas"));
+            }
+            d.help(format!("choose a batch that is a multiple of {per_step}"))
+        }
+        Problem::BatchArithmetic {
+            span,
+            batch,
+            accumulate: (accumulate, _),
+            replicas: (dp, dp_span),
+            micro: Some((declared, batch_span)),
+        } => {
+            let per_step = accumulate * dp;
+            let mut d = new(
+                span,
+                format!(
+                    "micro-batch {declared} x {accumulate} accumulation x {dp} replicas = {}, not the batch {batch}",
+                    declared * per_step
+                ),
+            )
+            .label(format!(
+                "the batch gives micro-batches of {}",
+                batch / per_step.max(1)
+            ))
+            .with(batch_span, format!("global batch {batch}"));
+            if let Some(at) = dp_span {
+                d = d.with(at, format!("{dp} replicas"));
+            }
+            d.help("global batch = micro-batch x accumulation x data-parallel size")
+        }
+        Problem::MicroBatches {
+            span,
+            micro_batches,
+            per_step,
+            batch: (batch, batch_span),
+            accumulate,
+        } => {
+            let mut d = new(
+                span,
+                format!("{micro_batches} micro-batches do not divide the batch of {per_step}"),
+            )
+            .label(format!("{per_step} is not a multiple of {micro_batches}"))
+            .with(batch_span, format!("batch {batch}"));
+            if let Some((n, at)) = accumulate {
+                d = d.with(
+                    at,
+                    format!("{n} accumulation steps leave {per_step} per step"),
+                );
+            }
+            d.help(format!("choose micro-batches that divide {per_step}"))
+        }
+        Problem::TooManyStages {
+            span,
+            stages,
+            layers,
+        } => new(
+            span,
+            format!("{stages} pipeline stages but the model has {layers} top-level layers"),
+        )
+        .label(format!("at most {layers}"))
+        .help("use fewer stages, or group fewer layers into blocks"),
+        Problem::PlacementConflict {
+            span,
+            name,
+            device,
+            first: (first, first_name, first_device),
+        } => new(span, format!("`{name}` is placed twice"))
+            .label(format!("placed on {device} here"))
+            .with(first, format!("`{first_name}` placed on {first_device} here"))
+            .help("place each layer once, in one place"),
+        Problem::Inconsistent { span, situation } => inconsistent(code, span, situation),
+        Problem::BadSweep { span, situation } => {
+            let (message, help) = match situation {
+                Sweep::Nested => ("a sweep inside a sweep".to_string(), "sweep each setting once; the grid combines them"),
+                Sweep::Arguments => (
+                    "expected `range(start, stop, step)` or `logspace(low, high, count)`".to_string(),
+                    "give plain numbers, positionally",
+                ),
+                Sweep::EmptyRange => (
+                    "an empty range".to_string(),
+                    "ranges go from start up to (not including) stop, by a positive step",
+                ),
+                Sweep::Logspace => (
+                    "a logspace needs positive bounds and a count of 2 or more".to_string(),
+                    "write `logspace(1e-4, 1e-2, 3)`",
+                ),
+                Sweep::NotAList => (
+                    "a sweep takes a list, `range(...)` or `logspace(...)`".to_string(),
+                    "write `sweep [1e-3, 3e-4]`",
+                ),
+                Sweep::Empty => ("a sweep with no values".to_string(), "list at least one value"),
+                Sweep::TooManyTrials { trials, max } => {
+                    return new(
+                        span,
+                        format!(
+                            "the sweeps make {} trials, more than {}",
+                            fmt_count(trials),
+                            fmt_count(max)
+                        ),
+                    )
+                    .label("this sweep and the others multiply")
+                    .help("sweep fewer values, or split the study into several files")
+                }
+            };
+            new(span, message.clone()).label(message).help(help)
+        }
+        Problem::DataParallelOneDevice { span } => new(span, "data parallel over one device".into())
+            .label("one replica")
+            .help("list two or more devices, or drop `parallel data`"),
+        Problem::MemoryExceeded {
+            span,
+            device,
+            need: [weights, gradients, optimizer, activations],
+            total,
+            capacity,
+            batch,
+        } => {
+            let d = new(
+                span,
+                format!(
+                    "{device} needs {} but has {}",
+                    fmt_bytes(total),
+                    fmt_bytes(capacity)
+                ),
+            )
+            .label(format!("{} available", fmt_bytes(capacity)))
+            .help(format!(
+                "weights {} + gradients {} + optimizer state {} + activations {}: lower the batch, use bf16, or spread the model over more devices",
+                fmt_bytes(weights),
+                fmt_bytes(gradients),
+                fmt_bytes(optimizer),
+                fmt_bytes(activations)
+            ));
+            match batch {
+                Some((b, at)) => d.with(at, format!("batch {b}")),
+                None => d,
+            }
+        }
+        Problem::ModelParallelOneDevice { span, device } => new(span, format!("model parallel, but every layer runs on {device}"))
+            .label("no layer is placed elsewhere")
+            .help("place layers or blocks on other devices with `place fc2 on cuda:1`, or drop `parallel model`"),
+        Problem::DoubleSoftmax { span, loss } => new(
+            span,
+            "the model ends in softmax but `cross_entropy` applies its own".into(),
+        )
+        .label("softmax applied twice")
+        .with(loss, "expects raw logits")
+        .help("remove the final softmax; `cross_entropy` takes logits"),
+        Problem::IgnoredSetting { span, situation } => {
+            let (message, label, help) = match situation {
+                Ignored::EvalWithoutValidation => (
+                    "`eval_every` has no effect without a validation split",
+                    "nothing to evaluate on",
+                    "add `split(train: 0.8, val: 0.2)` to the data, or drop `eval_every`",
+                ),
+                Ignored::CheckpointAfterEnd => (
+                    "the checkpoint interval is longer than the training",
+                    "no checkpoint would be written before the end",
+                    "checkpoint more often than the training length",
+                ),
+                Ignored::AccuracyOnValues => (
+                    "accuracy is not measured on real-valued targets",
+                    "ignored with a regression loss",
+                    "drop accuracy metrics, or train a classifier",
+                ),
+            };
+            new(span, message.into()).label(label).help(help)
+        }
+        Problem::PlacementIgnored { span, parallel } => new(
+            span,
+            "per-layer placement is ignored under data parallel".into(),
+        )
+        .label("ignored")
+        .with(parallel, "every replica holds the whole model")
+        .help("remove the placement, or use `parallel model` or `pipeline`"),
+        _ => unreachable!("only strategy and warning problems are worded here"),
+    }
+}
+
+/// K0210 in words.
+fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
+    let with_message = |message: String| Diagnostic::new(code, span, message);
+    match situation {
+        Inconsistent::Nesterov {
+            momentum,
+            dampening,
+        } => with_message("Nesterov momentum needs momentum above 0 and no dampening".into())
+            .label(format!("momentum is {momentum}, dampening {dampening}"))
+            .help("add `momentum: 0.9`, or drop `nesterov`"),
+        Inconsistent::EpochsAndSteps { epochs } => {
+            with_message("training length is given both in epochs and in steps".into())
+                .label("steps given here")
+                .with(epochs, "epochs given here")
+                .help("keep either `epochs` or `steps`")
+        }
+        Inconsistent::DevicesAndReplicas { devices } => {
+            with_message("data parallel is given both devices and a replica count".into())
+                .label("replicas given here")
+                .with(devices, "devices given here")
+                .help("give either `devices: [...]` or `replicas: N`")
+        }
+        Inconsistent::EarlyStopWithoutValidation { metric, source } => with_message(format!(
+            "early stopping watches `{metric}` but the data has no validation split"
+        ))
+        .label("nothing to watch")
+        .with(source, "all samples go to training")
+        .help("add `split(train: 0.8, val: 0.2)` to the data, or watch `train_loss`"),
+        Inconsistent::NcclOnCpu => with_message(
+            "the NCCL backend needs CUDA devices, but the experiment runs on the CPU".into(),
+        )
+        .label("NCCL is CUDA-only")
+        .help("use `backend: gloo` on the CPU, or `device cuda`"),
+    }
+}

@@ -1,0 +1,432 @@
+//! The one place where problems become words: [`Problem::diagnostic`].
+
+use super::problem::{Expected, Problem, Unknown};
+use super::{did_you_mean, Diagnostic};
+use crate::span::Span;
+
+impl Problem {
+    /// The diagnostic the user sees: message, labels, help and fixes.
+    pub fn diagnostic(self) -> Diagnostic {
+        let code = self.code();
+        let new = |span: Span, message: String| Diagnostic::new(code, span, message);
+        match self {
+            Problem::UnknownKeyword { unknown, place } => unknown_name(code, &place, unknown),
+            Problem::UnknownLayer(u) => unknown_name(code, "layer", u),
+            Problem::UnknownOptimizer(u) => unknown_name(code, "optimizer", u),
+            Problem::UnknownLoss(u) => unknown_name(code, "loss", u),
+            Problem::UnknownSchedule(u) => unknown_name(code, "schedule", u),
+            Problem::UnknownMetric(u) => unknown_name(code, "metric", u),
+            Problem::UnknownSource { unknown, generator } => unknown_name(
+                code,
+                if generator {
+                    "generator"
+                } else {
+                    "data source"
+                },
+                unknown,
+            ),
+            Problem::UnknownPruneMethod(u) => unknown_name(code, "pruning method", u),
+            Problem::UnknownQuantScheme(u) => unknown_name(code, "quantization scheme", u),
+            Problem::UnknownStrategy(u) => unknown_name(code, "parallel strategy", u),
+            Problem::UnknownChoice { unknown, what } => unknown_name(code, &what, unknown),
+            Problem::UnknownParameter { unknown, callee } => {
+                let suggestion = suggest(&unknown);
+                let d = new(
+                    unknown.span,
+                    format!("`{callee}` has no parameter `{}`", unknown.name),
+                )
+                .label("unknown parameter");
+                match suggestion {
+                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(unknown.span, s),
+                    None => d.help(takes(&callee, &unknown.candidates)),
+                }
+            }
+            Problem::UnknownDevice { span, name } => {
+                let base = name.split(':').next().unwrap_or(&name);
+                let suggestion = if base == "gpu" {
+                    Some(name.replacen("gpu", "cuda", 1))
+                } else {
+                    did_you_mean(base, ["cpu", "cuda", "auto"]).map(|s| name.replacen(base, s, 1))
+                };
+                let d = new(span, format!("unknown device `{name}`")).label("not a device");
+                match suggestion {
+                    Some(s) => d
+                        .help(format!(
+                            "did you mean `{s}`? devices are cpu, cuda, cuda:N and auto"
+                        ))
+                        .fix(span, s),
+                    None => d.help("devices are cpu, cuda, cuda:N and auto"),
+                }
+            }
+            Problem::UnknownReference { unknown, suffix } => {
+                let name = unknown.name.strip_suffix(&suffix).unwrap_or(&unknown.name);
+                let suggestion = did_you_mean(name, unknown.candidates.iter().map(String::as_str))
+                    .map(|s| format!("{s}{suffix}"));
+                let mut sorted: Vec<&str> = unknown.candidates.iter().map(String::as_str).collect();
+                sorted.sort_unstable();
+                let d = new(
+                    unknown.span,
+                    format!("the model has no layer or block `{}`", unknown.name),
+                )
+                .label("not defined in the model");
+                match suggestion {
+                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(unknown.span, s),
+                    None if sorted.is_empty() => {
+                        d.help("name layers with `name: layer(...)` to refer to them")
+                    }
+                    None if sorted.len() <= 12 => {
+                        d.help(format!("named layers and blocks: {}", sorted.join(", ")))
+                    }
+                    None => d.help(format!(
+                        "named layers and blocks include {}, ... ({} in all)",
+                        sorted[..12].join(", "),
+                        sorted.len()
+                    )),
+                }
+            }
+            Problem::DuplicateName { span, first, name } => {
+                new(span, format!("`{name}` is defined twice"))
+                    .label("defined again here")
+                    .with(first, "first defined here")
+                    .help("give each layer and block its own name")
+            }
+            Problem::DuplicateSetting { span, first, name } => {
+                new(span, format!("`{name}` is given twice"))
+                    .label("given again here")
+                    .with(first, "first given here")
+                    .help(format!(
+                        "keep one `{name}`; Kiln never silently picks one of two values"
+                    ))
+            }
+            Problem::WrongType {
+                span,
+                expected,
+                found,
+            } => {
+                let (what, example) = expected_words(&expected);
+                let d = new(span, format!("expected {what}, found {found}"));
+                match expected {
+                    Expected::Callee { known, .. } => d
+                        .label(format!("expected {what}"))
+                        .help(format!("known: {}", known.join(", "))),
+                    _ => d
+                        .label(format!("expected {what}"))
+                        .help(format!("write {example}")),
+                }
+            }
+            Problem::Syntax {
+                span,
+                found,
+                expected,
+                gave_up,
+            } => {
+                let found_text = match found {
+                    None => "end of file".to_string(),
+                    Some('\n') => "end of line".to_string(),
+                    Some(c) => format!("`{}`", c.escape_debug()),
+                };
+                if let Some(message) = gave_up {
+                    new(span, format!("the parser gave up: {message}"))
+                        .label("here")
+                        .help("this input is too complex to parse; check it for stray brackets")
+                } else if expected.is_empty() {
+                    new(span, format!("unexpected {found_text}"))
+                        .label("unexpected here")
+                        .help(syntax_help(found))
+                } else {
+                    new(span, format!("expected {expected}, found {found_text}"))
+                        .label(format!("expected {expected}"))
+                        .help(syntax_help(found))
+                }
+            }
+            Problem::InvalidUtf8 { span, path } => {
+                new(span, format!("`{}` is not valid UTF-8", path.display()))
+                    .label("invalid byte here")
+                    .help("save the file as UTF-8 text")
+            }
+            Problem::Io { span, path, error } => {
+                new(span, format!("cannot read `{}`: {error}", path.display()))
+                    .label("unreadable")
+                    .help("check the path and its permissions")
+            }
+            Problem::TooDeep { span, max } => {
+                new(span, format!("brackets nest deeper than {max} levels"))
+                    .label("this bracket is too deep")
+                    .help("flatten the structure; no Kiln construct needs this depth")
+            }
+            Problem::Internal { span } => new(
+                span,
+                "Kiln failed internally while checking this file".into(),
+            )
+            .label("while checking this file")
+            .help("this is a bug in Kiln: please report it with the file attached"),
+            Problem::ExperimentCount { span, first: None } => {
+                new(span, "the file declares no experiment".into())
+                    .label("no `experiment` in this file")
+                    .help("declare one: `experiment \"name\" { ... }`")
+            }
+            Problem::ExperimentCount {
+                span,
+                first: Some(first),
+            } => new(span, "the file declares more than one experiment".into())
+                .label("another experiment")
+                .with(first, "first experiment")
+                .help("put each experiment in its own file; share settings with `extends`"),
+            Problem::MissingSetting {
+                span,
+                block,
+                settings,
+                example,
+            } => {
+                let names: Vec<String> = settings.iter().map(|s| format!("`{s}`")).collect();
+                let names = names.join(" or ");
+                new(span, format!("the {block} has no {names}"))
+                    .label(format!("{names} missing in this block"))
+                    .help(format!("add `{example}`"))
+            }
+            Problem::ExtendsNotFound { span, path, error } => {
+                new(span, format!("cannot read `{}`: {error}", path.display()))
+                    .label("this file cannot be read")
+                    .help("paths in `extends` are relative to the file that contains them")
+            }
+            Problem::ExtendsCycle { span, cycle } => {
+                let names: Vec<String> = cycle.iter().map(|p| p.display().to_string()).collect();
+                new(span, "these files extend each other in a cycle".into())
+                    .label("closes the cycle")
+                    .help(format!("break the cycle: {}", names.join(" -> ")))
+            }
+            Problem::WrongArguments { span, situation } => {
+                super::arguments::words(code, span, situation)
+            }
+            Problem::OutOfRange { span, situation } => super::ranges::words(code, span, situation),
+            Problem::Misplaced { span, situation } => {
+                super::arguments::misplaced(code, span, situation)
+            }
+            p @ (Problem::ShapeMismatch { .. }
+            | Problem::RankMismatch { .. }
+            | Problem::LossShape { .. }
+            | Problem::ResidualShape { .. }
+            | Problem::ReshapeSize { .. }
+            | Problem::DtypeMismatch { .. }
+            | Problem::DataShape { .. }
+            | Problem::EmptyDimension { .. }
+            | Problem::HeadsIndivisible { .. }
+            | Problem::NoOpLayer { .. }) => super::shapes::words(p),
+            p @ (Problem::PipelineOneStage { .. }
+            | Problem::DdpWithoutWorldSize { .. }
+            | Problem::Fp8OnCpu { .. }
+            | Problem::Int4NonLinear { .. }
+            | Problem::BatchArithmetic { .. }
+            | Problem::MicroBatches { .. }
+            | Problem::TooManyStages { .. }
+            | Problem::PlacementConflict { .. }
+            | Problem::Inconsistent { .. }
+            | Problem::BadSweep { .. }
+            | Problem::DataParallelOneDevice { .. }
+            | Problem::MemoryExceeded { .. }
+            | Problem::ModelParallelOneDevice { .. }
+            | Problem::DoubleSoftmax { .. }
+            | Problem::IgnoredSetting { .. }
+            | Problem::PlacementIgnored { .. }) => super::strategy::words(p),
+            p @ (Problem::DeviceUnavailable { .. }
+            | Problem::DataMissing { .. }
+            | Problem::DataInvalid { .. }
+            | Problem::NonFiniteLoss { .. }
+            | Problem::OutOfMemory { .. }
+            | Problem::Interrupted { .. }
+            | Problem::ResumeIncompatible { .. }
+            | Problem::TorchError { .. }
+            | Problem::RunIo { .. }) => super::runtime::words(p),
+        }
+    }
+}
+
+/// The closest candidate to an unknown name, when one is close enough.
+fn suggest(u: &Unknown) -> Option<String> {
+    did_you_mean(&u.name, u.candidates.iter().map(String::as_str)).map(str::to_string)
+}
+
+/// An unknown name of the category `what`, with a fix when a candidate is close.
+fn unknown_name(code: super::Code, what: &str, u: Unknown) -> Diagnostic {
+    let d = Diagnostic::new(code, u.span, format!("unknown {what} `{}`", u.name))
+        .label(format!("not a known {what}"));
+    match suggest(&u) {
+        Some(s) => d.help(format!("did you mean `{s}`?")).fix(u.span, s),
+        None => d.help(format!("expected one of: {}", u.candidates.join(", "))),
+    }
+}
+
+/// "`linear` takes: in, out" for a callee and its parameters.
+pub(super) fn takes(callee: &str, params: &[String]) -> String {
+    if params.is_empty() {
+        format!("`{callee}` takes no arguments")
+    } else {
+        format!("`{callee}` takes: {}", params.join(", "))
+    }
+}
+
+/// What a setting expects, and how to write it.
+fn expected_words(e: &Expected) -> (String, &'static str) {
+    let (what, example) = match e {
+        Expected::Number => ("a number", "a number"),
+        Expected::Integer => ("an integer", "an integer"),
+        Expected::Boolean => ("`true` or `false`", "`true` or `false`"),
+        Expected::String => ("a string", "a string"),
+        Expected::Name => ("a name", "a name"),
+        Expected::Device => ("a device", "a device such as `cuda:0`"),
+        Expected::Shape => ("a shape such as `[28, 28]`", "a shape such as `[28, 28]`"),
+        Expected::ReshapeShape => (
+            "a shape",
+            "the per-sample shape, as in `[1, 28, 28]`; one dimension may be -1",
+        ),
+        Expected::Duration => (
+            "a duration such as `200 steps`",
+            "a duration such as `200 steps`",
+        ),
+        Expected::WholeDuration => (
+            "a positive whole number of steps or epochs",
+            "`200 steps` or `2 epochs`",
+        ),
+        Expected::Steps => (
+            "a number of steps",
+            "the schedule in steps, as in `start: 100 steps`",
+        ),
+        Expected::Bytes => ("a size such as `80 GiB`", "a size such as `80 GiB`"),
+        Expected::Source => (
+            "a data source",
+            "a source: synthetic, idx, npy, npz, csv or safetensors",
+        ),
+        Expected::Generator => (
+            "a generator",
+            "a generator such as `normal([784])` or `randint(10)`",
+        ),
+        Expected::Metric => ("a metric", "a metric: accuracy, top_k(k) or loss"),
+        Expected::DeviceList => ("a list of devices", "`devices: [cuda:0, cuda:1]`"),
+        Expected::Betas => ("two numbers", "`betas: [beta1, beta2]`"),
+        Expected::Callee { what, .. } => return (what.clone(), ""),
+    };
+    (what.to_string(), example)
+}
+
+fn syntax_help(found: Option<char>) -> &'static str {
+    match found {
+        Some('}') => "a `}` here closes a block that was never opened, or a statement before it is unfinished",
+        Some('=') => "Kiln writes settings as `name value` (as in `batch 64`) and arguments as `name: value`",
+        Some(',') => "commas separate items only inside `( )` and `[ ]`",
+        None => "a block or list is not closed: add the missing `}`, `)` or `]`",
+        _ => "statements are written `keyword value ...` or `name: layer(args)`, one per line",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::problem::*;
+    use super::super::{Code, Fix};
+    use crate::ir::Device;
+    use crate::span::{FileId, Span};
+
+    fn at(start: usize, end: usize) -> Span {
+        Span::new(FileId::default(), start, end)
+    }
+
+    fn unknown(name: &str, candidates: &[&str]) -> Unknown {
+        Unknown {
+            span: at(4, 4 + name.len()),
+            name: name.into(),
+            candidates: candidates.iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn every_wording_keeps_the_code_and_says_one_sentence() {
+        let producer = Producer {
+            span: at(0, 1),
+            name: "`fc1`".into(),
+            shape: vec![4, 6].into(),
+        };
+        let problems = vec![
+            Problem::UnknownLayer(unknown("linaer", &["linear", "relu"])),
+            Problem::DuplicateSetting {
+                span: at(10, 15),
+                first: at(0, 5),
+                name: "batch".into(),
+            },
+            Problem::OutOfRange {
+                span: at(0, 2),
+                situation: OutOfRange::Number {
+                    what: "`p`".into(),
+                    range: Range::UnitOpen,
+                    value: 1.5,
+                },
+            },
+            Problem::HeadsIndivisible {
+                span: at(0, 1),
+                heads: 4,
+                producer: producer.clone(),
+            },
+            Problem::ReshapeSize {
+                span: at(0, 1),
+                target: vec![5, 5].into(),
+                producer,
+            },
+            Problem::MemoryExceeded {
+                span: at(0, 1),
+                device: Device::Cuda(0),
+                need: [1, 2, 3, 4],
+                total: 10,
+                capacity: 5,
+                batch: None,
+            },
+            Problem::DeviceUnavailable {
+                span: at(0, 1),
+                situation: Unavailable::Fp16OnCpu,
+            },
+            Problem::ResumeIncompatible {
+                span: at(0, 1),
+                situation: Resume::WorldSize { was: 2, now: 4 },
+            },
+            Problem::RunIo {
+                span: at(0, 1),
+                action: "write".into(),
+                path: "runs/x/report.yaml".into(),
+                error: "disk full".into(),
+                stage: RunStage::Record,
+            },
+        ];
+        for p in problems {
+            let code = p.code();
+            let d = p.clone().diagnostic();
+            assert_eq!(d.code, code, "{p:?}");
+            assert!(!d.message.is_empty() && !d.message.contains(". "), "{d:?}");
+            assert!(d.help.is_some(), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn suggestions_come_with_fixes() {
+        let d = Problem::UnknownOptimizer(unknown("adma", &["sgd", "adam"])).diagnostic();
+        assert_eq!(d.code, Code::UnknownOptimizer);
+        assert_eq!(
+            d.fixes,
+            vec![Fix {
+                span: at(4, 8),
+                replacement: "adam".into()
+            }]
+        );
+        let none = Problem::UnknownOptimizer(unknown("xyz", &["sgd", "adam"])).diagnostic();
+        assert!(none.fixes.is_empty());
+        assert_eq!(none.help.as_deref(), Some("expected one of: sgd, adam"));
+        let device = Problem::UnknownDevice {
+            span: at(0, 5),
+            name: "gpu:1".into(),
+        }
+        .diagnostic();
+        assert_eq!(device.fixes[0].replacement, "cuda:1");
+        let reference = Problem::UnknownReference {
+            unknown: unknown("fc3.weight", &["fc1", "conv"]),
+            suffix: ".weight".into(),
+        }
+        .diagnostic();
+        assert_eq!(reference.fixes[0].replacement, "fc1.weight");
+    }
+}
