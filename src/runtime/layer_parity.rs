@@ -388,9 +388,10 @@ fn layer_parity_with_pytorch() {
     }
     assert!(
         failures.is_empty(),
-        "{} of {} layer runs differ from PyTorch:\n{}",
+        "{} of {} layer runs differ from PyTorch (its numbers are kept in {}):\n{}",
         failures.len(),
         runs.len(),
+        scratch.display(),
         failures.join("\n")
     );
     let _ = std::fs::remove_dir_all(&scratch);
