@@ -21,8 +21,6 @@ use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
-pub use layers::fmt_shape;
-
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {
     /// The bytes of the file at `path`.

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 
 use super::cx::Cx;
-use super::layers::{self, fmt_shape, numel, Flow};
-use crate::diagnostic::{Code, Diagnostic};
+use super::layers::{self, numel, Flow};
+use crate::diagnostic::problem::{Arguments, Misplaced, OutOfRange, Producer};
+use crate::diagnostic::{Code, Problem};
 use crate::ir::{DType, Device, Kind, Layer, LayerKind, Node, Shape};
 use crate::span::Span;
 use crate::syntax::ast::{Block, Ident, Statement, Value, ValueKind};
@@ -47,16 +48,11 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
             continue;
         }
         if let Some((_, first)) = &input {
-            cx.push(
-                Diagnostic::new(
-                    Code::DuplicateSetting,
-                    stmt.keyword.span,
-                    "`input` is given twice",
-                )
-                .label("given again here")
-                .with(*first, "first given here")
-                .help("a model has one input shape"),
-            );
+            cx.report(Problem::DuplicateSetting {
+                span: stmt.keyword.span,
+                first: *first,
+                name: "input".to_string(),
+            });
             continue;
         }
         if let Some(v) = cx.single(stmt) {
@@ -70,52 +66,31 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
     }
     if let Some((shape, span)) = &input {
         if numel(shape) > MAX_VALUES {
-            cx.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    *span,
-                    format!(
-                        "an input of {} holds more than 2^40 values per sample",
-                        fmt_shape(shape)
-                    ),
-                )
-                .label("far too large")
-                .help("check the input shape: it is per sample, without the batch"),
-            );
+            cx.report(Problem::OutOfRange {
+                span: *span,
+                situation: OutOfRange::InputTooLarge {
+                    shape: shape.clone(),
+                },
+            });
             return None;
         }
     }
     let Some((input_shape, input_span)) = input else {
-        cx.push(
-            Diagnostic::new(
-                Code::MissingSetting,
-                block.span,
-                "the model has no `input` shape",
-            )
-            .label("`input` missing in this block")
-            .help("start the model with its per-sample input shape, as in `input [784]`"),
-        );
+        cx.report(Problem::MissingSetting {
+            span: block.span,
+            block: "model",
+            settings: &["input"],
+            example: "input [784]",
+        });
         return None;
     };
     if let Some((data_shape, data_span)) = &feed.shape {
         if numel(data_shape) != numel(&input_shape) {
-            cx.push(
-                Diagnostic::new(
-                    Code::DataShape,
-                    input_span,
-                    format!(
-                        "the model takes {} but the data's samples are {}",
-                        fmt_shape(&input_shape),
-                        fmt_shape(data_shape)
-                    ),
-                )
-                .label(format!("{} values per sample", numel(&input_shape)))
-                .with(
-                    *data_span,
-                    format!("samples of {} values", numel(data_shape)),
-                )
-                .help("make `input` hold as many values as one sample of the data"),
-            );
+            cx.report(Problem::DataShape {
+                span: input_span,
+                input: input_shape.clone(),
+                data: (data_shape.clone(), *data_span),
+            });
         }
     }
     let mut walker = Walker {
@@ -175,16 +150,11 @@ impl Walker<'_> {
 
     fn declare(&mut self, name: &str, ident: &Ident) {
         if let Some(first) = self.names.get(name) {
-            self.cx.push(
-                Diagnostic::new(
-                    Code::DuplicateName,
-                    ident.span,
-                    format!("`{name}` is defined twice"),
-                )
-                .label("defined again here")
-                .with(*first, "first defined here")
-                .help("give each layer and block its own name"),
-            );
+            self.cx.report(Problem::DuplicateName {
+                span: ident.span,
+                first: *first,
+                name: name.to_string(),
+            });
         } else {
             self.names.insert(name.to_string(), ident.span);
         }
@@ -199,15 +169,12 @@ impl Walker<'_> {
             }
             [first, ..] => {
                 let last = values.last().map_or(first.span, |v| v.span);
-                self.cx.push(
-                    Diagnostic::new(
-                        Code::WrongArguments,
-                        first.span.to(last),
-                        format!("unexpected values after `{}`", stmt.keyword.name),
-                    )
-                    .label("expected nothing, or `on <device>`")
-                    .help("layer arguments go in parentheses, as in `linear(256)`; a placement is written `on cuda:0`"),
-                );
+                self.cx.report(Problem::WrongArguments {
+                    span: first.span.to(last),
+                    situation: Arguments::AfterLayer {
+                        keyword: stmt.keyword.name.clone(),
+                    },
+                });
                 None
             }
         }
@@ -230,11 +197,13 @@ impl Walker<'_> {
                     .map_or((None, &[][..]), |(f, r)| (Some(f), r));
                 let Some(ident) = name_value.and_then(|v| self.cx.name(v)) else {
                     if name_value.is_none() {
-                        self.cx.push(
-                            Diagnostic::new(Code::WrongArguments, kw.span, "a block needs a name")
-                                .label("name missing")
-                                .help("write `block encoder { ... }`"),
-                        );
+                        self.cx.report(Problem::WrongArguments {
+                            span: kw.span,
+                            situation: Arguments::NoName {
+                                keyword: "block".to_string(),
+                                example: "block encoder { ... }",
+                            },
+                        });
                     }
                     return None;
                 };
@@ -245,11 +214,13 @@ impl Walker<'_> {
                     self.placements.push((name.clone(), d, span));
                 }
                 let Some(body) = &stmt.body else {
-                    self.cx.push(
-                        Diagnostic::new(Code::WrongArguments, stmt.span, "a block needs a body")
-                            .label("`{ ... }` missing")
-                            .help("write the block's layers between braces"),
-                    );
+                    self.cx.report(Problem::WrongArguments {
+                        span: stmt.span,
+                        situation: Arguments::NoBlock {
+                            keyword: "block".to_string(),
+                            example: "block encoder { ... }",
+                        },
+                    });
                     return None;
                 };
                 let inner: Vec<&Statement> = body.statements.iter().collect();
@@ -275,11 +246,13 @@ impl Walker<'_> {
                     self.placements.push((name.clone(), d, span));
                 }
                 let Some(body) = &stmt.body else {
-                    self.cx.push(
-                        Diagnostic::new(Code::WrongArguments, stmt.span, "a residual needs a body")
-                            .label("`{ ... }` missing")
-                            .help("write the layers whose output is added to their input between braces"),
-                    );
+                    self.cx.report(Problem::WrongArguments {
+                        span: stmt.span,
+                        situation: Arguments::NoBlock {
+                            keyword: "residual".to_string(),
+                            example: "residual { ... }",
+                        },
+                    });
                     return None;
                 };
                 let before = flow.clone();
@@ -288,22 +261,15 @@ impl Walker<'_> {
                 let nodes = self.nodes(&inner, &name, device, flow);
                 if let (Some(a), Some(b)) = (&before.shape, &flow.shape) {
                     if a != b {
-                        self.cx.push(
-                            Diagnostic::new(
-                                Code::ResidualShape,
-                                kw.span,
-                                format!(
-                                    "a residual adds {} to its input {}",
-                                    fmt_shape(b),
-                                    fmt_shape(a)
-                                ),
-                            )
-                            .label(format!("input is {}", fmt_shape(a)))
-                            .with(flow.producer.0, format!("produces {}", fmt_shape(b)))
-                            .help(
-                                "the layers inside a residual must keep the shape of their input",
-                            ),
-                        );
+                        self.cx.report(Problem::ResidualShape {
+                            span: kw.span,
+                            input: a.clone(),
+                            producer: Producer {
+                                span: flow.producer.0,
+                                name: flow.producer.1.clone(),
+                                shape: b.clone(),
+                            },
+                        });
                         flow.shape = None;
                     }
                 }
@@ -325,15 +291,12 @@ impl Walker<'_> {
                     return None;
                 };
                 if let Some(body) = &stmt.body {
-                    self.cx.push(
-                        Diagnostic::new(
-                            Code::Misplaced,
-                            body.span,
-                            format!("`{}` takes no block", kind.name()),
-                        )
-                        .label("unexpected block")
-                        .help("only `block` and `residual` hold other layers"),
-                    );
+                    self.cx.report(Problem::Misplaced {
+                        span: body.span,
+                        situation: Misplaced::LayerBlock {
+                            kind: kind.name().to_string(),
+                        },
+                    });
                 }
                 let name = match &stmt.label {
                     Some(label) => {
@@ -373,15 +336,13 @@ impl Walker<'_> {
                     return None;
                 };
                 if numel(&output) > MAX_VALUES {
-                    self.cx.push(
-                        Diagnostic::new(
-                            Code::OutOfRange,
-                            kw.span,
-                            format!("`{kind_name}` makes {} per sample, more than 2^40 values", fmt_shape(&output), kind_name = kw.name),
-                        )
-                        .label("far too large")
-                        .help("check the layer's sizes: no real model holds this many values per sample"),
-                    );
+                    self.cx.report(Problem::OutOfRange {
+                        span: kw.span,
+                        situation: OutOfRange::OutputTooLarge {
+                            kind: kind.kind().name().to_string(),
+                            shape: output.as_slice().into(),
+                        },
+                    });
                     flow.shape = None;
                     return None;
                 }

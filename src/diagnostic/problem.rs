@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use super::Code;
-use crate::ir::{Device, Shape};
+use crate::ir::{Device, Kind, Shape};
 use crate::span::Span;
 
 pub use super::situation::{
@@ -311,7 +311,7 @@ pub enum Problem {
         /// The layer.
         span: Span,
         /// The layer kind.
-        layer: String,
+        layer: Kind,
         /// The rank it takes, in words (`a 1-D`).
         wants: String,
         /// What flows in.

@@ -2,6 +2,7 @@
 
 use super::problem::{Declared, LossShape, NoOp, Problem, Producer};
 use super::Diagnostic;
+use crate::ir::Kind;
 use crate::span::Span;
 
 /// The secondary label naming what flows into a layer.
@@ -50,6 +51,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .help(format!(
                     "drop the declared {what} to infer them, or fix the layer before"
                 )),
+                Declared::Slopes { declared } => new(
+                    span,
+                    format!("`{layer}` learns {declared} slopes but its input {received} does not have {declared} channels"),
+                )
+                .label(format!("receives {received}"))
+                .with(at, text)
+                .help("use 1 slope, or one per channel (the first dimension of the sample)"),
                 Declared::Trailing { shape } => new(
                     span,
                     format!(
@@ -68,15 +76,38 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             producer,
         } => {
             let (at, text) = produces(&producer);
-            let help = match layer.as_str() {
-                "linear" => "add a `flatten` or `reshape` before it".to_string(),
-                "conv2d" | "max_pool2d" | "avg_pool2d" | "batchnorm2d" | "adaptive_avg_pool2d" => {
+            let help = match layer {
+                Kind::Linear => "add a `flatten` or `reshape` before it".to_string(),
+                Kind::Conv2d
+                | Kind::MaxPool2d
+                | Kind::AvgPool2d
+                | Kind::BatchNorm2d
+                | Kind::AdaptiveAvgPool2d => {
                     "2-D layers take [channels, height, width]: add a `reshape([1, 28, 28])`-style layer before it".to_string()
                 }
-                "conv1d" | "max_pool1d" | "avg_pool1d" | "adaptive_avg_pool1d" => {
+                Kind::Conv1d | Kind::MaxPool1d | Kind::AvgPool1d | Kind::AdaptiveAvgPool1d => {
                     "1-D layers take [channels, length]: add a `reshape` before it".to_string()
                 }
-                _ => format!("give `{layer}` {wants} input"),
+                Kind::BatchNorm1d
+                | Kind::LayerNorm
+                | Kind::GroupNorm
+                | Kind::Dropout
+                | Kind::Relu
+                | Kind::LeakyRelu
+                | Kind::Elu
+                | Kind::Prelu
+                | Kind::Gelu
+                | Kind::Silu
+                | Kind::Tanh
+                | Kind::Sigmoid
+                | Kind::Softmax
+                | Kind::LogSoftmax
+                | Kind::Flatten
+                | Kind::Reshape
+                | Kind::Mean
+                | Kind::Embedding
+                | Kind::Attention
+                | Kind::TransformerBlock => format!("give `{layer}` {wants} input"),
             };
             new(
                 span,

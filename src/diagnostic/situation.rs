@@ -480,6 +480,11 @@ pub enum Declared {
         /// The size received.
         received: i64,
     },
+    /// PReLU slopes that are neither one nor one per channel.
+    Slopes {
+        /// Slopes declared.
+        declared: i64,
+    },
     /// A normalized shape that is not the input's trailing dimensions.
     Trailing {
         /// The declared shape.

@@ -1,8 +1,9 @@
 //! Element-wise layers: `dropout` and the activations.
 
-use super::{fmt_shape, given, numel, Checked, Flow, LayerCheck, Spec};
+use super::{given, numel, Checked, Flow, LayerCheck, Spec};
 use crate::check::cx::Range;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{Declared, NoOp};
+use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
 
 /// `dropout(p)`.
@@ -49,11 +50,10 @@ fn elementwise(kind: LayerKind, shape: Vec<i64>, params: u64) -> Checked {
 pub(super) fn check_dropout(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let p = lc.num_or("p", 0.5, Range::UnitOpen)?;
     if p == 0.0 {
-        lc.cx.push(
-            Diagnostic::new(Code::NoOpLayer, lc.span, "dropout with p = 0 does nothing")
-                .label("has no effect")
-                .help("remove the layer, or give a drop probability above 0"),
-        );
+        lc.cx.report(Problem::NoOpLayer {
+            span: lc.span,
+            situation: NoOp::Dropout,
+        });
     }
     let shape = lc.input(flow)?;
     Some(elementwise(LayerKind::Dropout { p }, shape, 0))
@@ -85,26 +85,13 @@ pub(super) fn check_prelu(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let parameters = lc.opt_uint("num_parameters", 1)?.unwrap_or(1);
     let init = lc.num_or("init", 0.25, Range::Any)?;
     let shape = lc.input(flow)?;
-    if parameters != 1 {
-        let channels = shape.first().copied();
-        if channels != Some(parameters) {
-            let at = lc.at("num_parameters");
-            lc.mismatch(
-                at,
-                flow,
-                format!(
-                    "`prelu` learns {parameters} slopes but its input {} has {}",
-                    fmt_shape(&shape),
-                    match channels {
-                        Some(c) => format!("{c} channels"),
-                        None => "no channel dimension".to_string(),
-                    }
-                ),
-                format!("receives {}", fmt_shape(&shape)),
-                "use 1 slope, or one per channel (the first dimension of the sample)",
-            );
-            return None;
-        }
+    if parameters != 1 && shape.first() != Some(&parameters) {
+        let at = lc.at("num_parameters");
+        let declared = Declared::Slopes {
+            declared: parameters,
+        };
+        lc.mismatch(at, flow, &shape, declared);
+        return None;
     }
     let kind = LayerKind::Prelu { parameters, init };
     Some(elementwise(kind, shape, parameters as u64))

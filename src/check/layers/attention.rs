@@ -1,8 +1,8 @@
 //! `attention` (multi-head self-attention) and `transformer_block`.
 
-use super::{count, fmt_shape, given, required, Checked, Flow, LayerCheck, Spec};
+use super::{count, given, required, Checked, Flow, LayerCheck, Spec};
 use crate::check::cx::Range;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
 
 /// `attention(heads, dropout, causal)`.
@@ -44,22 +44,11 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
     lc.rank(&shape, flow, "[sequence, width]", shape.len() == 2)?;
     let (s, e) = (shape[0], shape[1]);
     if e % heads != 0 {
-        lc.cx.push(
-            Diagnostic::new(
-                Code::HeadsIndivisible,
-                heads_span,
-                format!("{heads} heads do not divide the width {e}"),
-            )
-            .label(format!("{e} is not a multiple of {heads}"))
-            .with(
-                flow.producer.0,
-                format!("{} produces {}", flow.producer.1, fmt_shape(&shape)),
-            )
-            .help(format!(
-                "choose heads that divide {e}, such as {}",
-                divisors_near(e, heads)
-            )),
-        );
+        lc.cx.report(Problem::HeadsIndivisible {
+            span: heads_span,
+            heads,
+            producer: super::producer(flow, &shape),
+        });
         return None;
     }
     let (sf, ef) = (s as f64, e as f64);
@@ -91,18 +80,4 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
         causal,
     };
     Some(Checked::new(kind, shape, count(params), count(flops)))
-}
-
-/// The nearest divisors of `e` around `heads`, looking a bounded distance either way (a huge
-/// prime width would otherwise mean searching all of it).
-fn divisors_near(e: i64, heads: i64) -> String {
-    const REACH: i64 = 10_000;
-    let below = (heads.saturating_sub(REACH).max(1)..heads.min(e + 1))
-        .rev()
-        .find(|h| e % h == 0)
-        .unwrap_or(1);
-    match ((heads + 1)..=e.min(heads.saturating_add(REACH))).find(|h| e % h == 0) {
-        Some(above) => format!("{below} or {above}"),
-        None => below.to_string(),
-    }
 }

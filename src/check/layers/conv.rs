@@ -1,7 +1,8 @@
 //! `conv1d` and `conv2d`.
 
-use super::{count, fmt_shape, given, inferred, required, Checked, Flow, LayerCheck, Spec};
-use crate::diagnostic::{Code, Diagnostic};
+use super::{count, given, inferred, required, Checked, Flow, LayerCheck, Spec};
+use crate::diagnostic::problem::{Declared, OutOfRange};
+use crate::diagnostic::Problem;
 use crate::ir::{Conv, LayerKind};
 
 const PARAMS: &[super::Param] = &[
@@ -66,33 +67,24 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Che
     let inputs = shape[0];
     if let Some((d, at)) = declared_in {
         if d != inputs {
-            lc.mismatch(
-                at,
-                flow,
-                format!(
-                    "`{}` declares {d} input channels but receives {inputs}",
-                    lc.kind
-                ),
-                format!("declared {d}, receives {}", fmt_shape(&shape)),
-                "drop the declared input channels to infer them, or fix the layer before",
-            );
+            let declared = Declared::Size {
+                what: "input channels",
+                declared: d,
+                received: inputs,
+            };
+            lc.mismatch(at, flow, &shape, declared);
             return None;
         }
     }
     if inputs % conv.groups != 0 || conv.outputs % conv.groups != 0 {
-        let at = lc.at("groups");
-        lc.cx.push(
-            Diagnostic::new(
-                Code::OutOfRange,
-                at,
-                format!(
-                    "{} groups do not divide {inputs} input and {} output channels",
-                    conv.groups, conv.outputs
-                ),
-            )
-            .label("must divide both channel counts")
-            .help("choose groups that divide the input and output channels"),
-        );
+        lc.cx.report(Problem::OutOfRange {
+            span: lc.at("groups"),
+            situation: OutOfRange::ConvGroups {
+                groups: conv.groups,
+                inputs,
+                outputs: conv.outputs,
+            },
+        });
         return None;
     }
     conv.inputs = inputs;

@@ -1,7 +1,8 @@
 //! `embedding`: token ids to vectors.
 
 use super::{count, required, Checked, Flow, LayerCheck, Spec};
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::OutOfRange;
+use crate::diagnostic::Problem;
 use crate::ir::{DType, LayerKind};
 
 /// `embedding(num_embeddings, embedding_dim)`.
@@ -18,36 +19,24 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let (dim, _) = dim?;
     let shape = lc.input(flow)?;
     if flow.dtype != DType::Int {
-        lc.cx.push(
-            Diagnostic::new(
-                Code::DtypeMismatch,
-                lc.span,
-                "`embedding` receives floating-point values",
-            )
-            .label("needs integer token ids")
-            .with(
-                flow.producer.0,
-                format!("{} produces floats", flow.producer.1),
-            )
-            .help("feed token ids, as from `randint(...)` data"),
-        );
+        lc.cx.report(Problem::DtypeMismatch {
+            span: lc.span,
+            layer: lc.kind.name().to_string(),
+            integers: false,
+            producer: super::producer(flow, &shape),
+        });
         return None;
     }
     if let Some(bound) = flow.int_bound {
         if bound > vocab as u64 {
-            lc.cx.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    vocab_span,
-                    format!(
-                        "token ids go up to {} but the embedding has {vocab} rows",
-                        bound - 1
-                    ),
-                )
-                .label(format!("{vocab} rows"))
-                .with(flow.producer.0, format!("ids below {bound}"))
-                .help(format!("use at least {bound} embeddings")),
-            );
+            lc.cx.report(Problem::OutOfRange {
+                span: vocab_span,
+                situation: OutOfRange::TokenIds {
+                    vocab: vocab as u64,
+                    bound,
+                    producer: super::producer(flow, &shape),
+                },
+            });
             return None;
         }
     }

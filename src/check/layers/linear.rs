@@ -1,6 +1,7 @@
 //! `linear`: `y = x W^T + b` over the last dimension.
 
 use super::{count, given, inferred, required, Checked, Flow, LayerCheck, Spec};
+use crate::diagnostic::problem::Declared;
 use crate::ir::LayerKind;
 
 /// `linear(out_features, bias, in_features)`.
@@ -26,13 +27,12 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let inputs = *shape.last()?;
     if let Some((d, at)) = declared_in {
         if d != inputs {
-            lc.mismatch(
-                at,
-                flow,
-                format!("`linear` declares {d} input features but receives {inputs}"),
-                format!("declared {d}, receives {}", super::fmt_shape(&shape)),
-                "drop the declared input size to infer it, or fix the layer before",
-            );
+            let declared = Declared::Size {
+                what: "input features",
+                declared: d,
+                received: inputs,
+            };
+            lc.mismatch(at, flow, &shape, declared);
             return None;
         }
     }

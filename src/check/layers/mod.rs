@@ -14,7 +14,8 @@ mod pool;
 mod shape;
 
 use super::cx::{Bound, Cx, Range};
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{Arguments, Declared, Producer};
+use crate::diagnostic::Problem;
 use crate::ir::{DType, Kind, LayerKind, Shape};
 use crate::span::Span;
 use crate::syntax::ast::{Value, ValueKind};
@@ -187,11 +188,6 @@ pub fn check(cx: &mut Cx, kind: Kind, span: Span, bound: &Bound, flow: &Flow) ->
     }
 }
 
-/// Formats a per-sample shape as `[16, 14, 14]`.
-pub fn fmt_shape(shape: &[i64]) -> String {
-    Shape::from(shape).to_string()
-}
-
 /// Number of elements of a shape (saturating).
 pub fn numel(shape: &[i64]) -> i64 {
     shape.iter().fold(1i64, |n, d| n.saturating_mul(*d))
@@ -204,7 +200,7 @@ fn count(x: f64) -> u64 {
 }
 
 /// A size the file declares, with where it declares it.
-type Declared = Option<(i64, Span)>;
+type Given = Option<(i64, Span)>;
 
 /// The context of one layer's check: its arguments and where to report.
 struct LayerCheck<'a, 'c> {
@@ -222,19 +218,12 @@ impl<'a> LayerCheck<'a, '_> {
         if flow.dtype == DType::Float || self.kind == Kind::Embedding {
             return Some(shape);
         }
-        self.cx.push(
-            Diagnostic::new(
-                Code::DtypeMismatch,
-                self.span,
-                format!("`{}` receives integer token ids", self.kind),
-            )
-            .label("needs floating-point input")
-            .with(
-                flow.producer.0,
-                format!("{} produces integers", flow.producer.1),
-            )
-            .help("turn token ids into vectors with an `embedding` layer first"),
-        );
+        self.cx.report(Problem::DtypeMismatch {
+            span: self.span,
+            layer: self.kind.name().to_string(),
+            integers: true,
+            producer: producer(flow, &shape),
+        });
         None
     }
 
@@ -288,15 +277,14 @@ impl<'a> LayerCheck<'a, '_> {
         match &v.kind {
             ValueKind::List(items) => {
                 if items.len() != dims {
-                    self.cx.push(
-                        Diagnostic::new(
-                            Code::WrongArguments,
-                            v.span,
-                            format!("`{name}` needs {dims} values, one per spatial dimension"),
-                        )
-                        .label(format!("{} values", items.len()))
-                        .help(format!("give one number, or a list of {dims}")),
-                    );
+                    self.cx.report(Problem::WrongArguments {
+                        span: v.span,
+                        situation: Arguments::SpatialValues {
+                            param: name.to_string(),
+                            dims,
+                            given: items.len(),
+                        },
+                    });
                     return None;
                 }
                 let mut out = Vec::new();
@@ -314,7 +302,7 @@ impl<'a> LayerCheck<'a, '_> {
 
     /// A size that may be written `in -> out`, or given apart as `declared`: returns
     /// `(declared in, out)`.
-    fn arrow(&mut self, name: &str, declared: &str) -> Option<(Declared, Option<i64>)> {
+    fn arrow(&mut self, name: &str, declared: &str) -> Option<(Given, Option<i64>)> {
         let (arrow_in, out) = match self.bound.get(name) {
             None => (None, None),
             Some(v) => match &v.kind {
@@ -340,21 +328,14 @@ impl<'a> LayerCheck<'a, '_> {
         Some((declared_in, out))
     }
 
-    /// Reports a declared size that differs from the one flowing in.
-    fn mismatch(&mut self, at: Span, flow: &Flow, message: String, label: String, help: &str) {
-        self.cx.push(
-            Diagnostic::new(Code::ShapeMismatch, at, message)
-                .label(label)
-                .with(
-                    flow.producer.0,
-                    format!(
-                        "{} produces {}",
-                        flow.producer.1,
-                        fmt_shape(flow.shape.as_deref().map_or(&[][..], |s| s))
-                    ),
-                )
-                .help(help.to_string()),
-        );
+    /// Reports a declared size that differs from the input `shape` flowing in.
+    fn mismatch(&mut self, at: Span, flow: &Flow, shape: &[i64], declared: Declared) {
+        self.cx.report(Problem::ShapeMismatch {
+            span: at,
+            layer: self.kind.name().to_string(),
+            declared,
+            producer: producer(flow, shape),
+        });
     }
 
     /// Requires `ok` of the input's rank, which is described as `want`.
@@ -362,56 +343,12 @@ impl<'a> LayerCheck<'a, '_> {
         if ok {
             return Some(());
         }
-        let help = match self.kind {
-            Kind::Linear => "add a `flatten` or `reshape` before it".to_string(),
-            Kind::Conv2d
-            | Kind::MaxPool2d
-            | Kind::AvgPool2d
-            | Kind::BatchNorm2d
-            | Kind::AdaptiveAvgPool2d => {
-                "2-D layers take [channels, height, width]: add a `reshape([1, 28, 28])`-style layer before it".to_string()
-            }
-            Kind::Conv1d | Kind::MaxPool1d | Kind::AvgPool1d | Kind::AdaptiveAvgPool1d => {
-                "1-D layers take [channels, length]: add a `reshape` before it".to_string()
-            }
-            Kind::BatchNorm1d
-            | Kind::LayerNorm
-            | Kind::GroupNorm
-            | Kind::Dropout
-            | Kind::Relu
-            | Kind::LeakyRelu
-            | Kind::Elu
-            | Kind::Prelu
-            | Kind::Gelu
-            | Kind::Silu
-            | Kind::Tanh
-            | Kind::Sigmoid
-            | Kind::Softmax
-            | Kind::LogSoftmax
-            | Kind::Flatten
-            | Kind::Reshape
-            | Kind::Mean
-            | Kind::Embedding
-            | Kind::Attention
-            | Kind::TransformerBlock => format!("give `{}` {want} input", self.kind),
-        };
-        self.cx.push(
-            Diagnostic::new(
-                Code::RankMismatch,
-                self.span,
-                format!(
-                    "`{}` needs {want} input, got {}",
-                    self.kind,
-                    fmt_shape(shape)
-                ),
-            )
-            .label(format!("receives {}", fmt_shape(shape)))
-            .with(
-                flow.producer.0,
-                format!("{} produces {}", flow.producer.1, fmt_shape(shape)),
-            )
-            .help(help),
-        );
+        self.cx.report(Problem::RankMismatch {
+            span: self.span,
+            layer: self.kind,
+            wants: want.to_string(),
+            producer: producer(flow, shape),
+        });
         None
     }
 
@@ -420,19 +357,21 @@ impl<'a> LayerCheck<'a, '_> {
         if len >= 1 {
             return Some(());
         }
-        self.cx.push(
-            Diagnostic::new(
-                Code::EmptyDimension,
-                self.span,
-                format!("`{}` leaves no output from {}", self.kind, fmt_shape(shape)),
-            )
-            .label(format!("output size {len}"))
-            .with(
-                flow.producer.0,
-                format!("{} produces {}", flow.producer.1, fmt_shape(shape)),
-            )
-            .help("use a smaller kernel or stride, or add padding"),
-        );
+        self.cx.report(Problem::EmptyDimension {
+            span: self.span,
+            layer: self.kind.name().to_string(),
+            length: len,
+            producer: producer(flow, shape),
+        });
         None
+    }
+}
+
+/// What flows into a layer, as the facts of a diagnostic: who produced `shape`, and where.
+fn producer(flow: &Flow, shape: &[i64]) -> Producer {
+    Producer {
+        span: flow.producer.0,
+        name: flow.producer.1.clone(),
+        shape: shape.into(),
     }
 }

@@ -1,8 +1,9 @@
 //! Normalisation: `batchnorm1d`, `batchnorm2d`, `layernorm`, `groupnorm`.
 
-use super::{count, fmt_shape, given, inferred, numel, required, Checked, Flow, LayerCheck, Spec};
+use super::{count, given, inferred, numel, required, Checked, Flow, LayerCheck, Spec};
 use crate::check::cx::Range;
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::{Declared, OutOfRange};
+use crate::diagnostic::Problem;
 use crate::ir::{BatchNorm, LayerKind};
 use crate::syntax::ast::ValueKind;
 
@@ -67,16 +68,12 @@ pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Opti
     let features = shape[0];
     if let Some((d, at)) = declared {
         if d != features {
-            lc.mismatch(
-                at,
-                flow,
-                format!(
-                    "`{}` declares {d} features but receives {features}",
-                    lc.kind
-                ),
-                format!("declared {d}, receives {}", fmt_shape(&shape)),
-                "drop the declared size to infer it",
-            );
+            let declared = Declared::Size {
+                what: "features",
+                declared: d,
+                received: features,
+            };
+            lc.mismatch(at, flow, &shape, declared);
             return None;
         }
     }
@@ -109,17 +106,10 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let norm = match declared {
         Some((d, at)) => {
             if d.len() > shape.len() || shape[shape.len() - d.len()..] != d[..] {
-                lc.mismatch(
-                    at,
-                    flow,
-                    format!(
-                        "`layernorm` over {} does not match the trailing dimensions of {}",
-                        fmt_shape(&d),
-                        fmt_shape(&shape)
-                    ),
-                    format!("receives {}", fmt_shape(&shape)),
-                    "the normalized shape must equal the input's last dimensions",
-                );
+                let declared = Declared::Trailing {
+                    shape: d.as_slice().into(),
+                };
+                lc.mismatch(at, flow, &shape, declared);
                 return None;
             }
             d
@@ -146,26 +136,23 @@ pub(super) fn check_group(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     if let Some(d) = channels {
         if d != c {
             let at = lc.at("num_channels");
-            lc.mismatch(
-                at,
-                flow,
-                format!("`groupnorm` declares {d} channels but receives {c}"),
-                format!("receives {}", fmt_shape(&shape)),
-                "drop `num_channels` to infer it",
-            );
+            let declared = Declared::Size {
+                what: "channels",
+                declared: d,
+                received: c,
+            };
+            lc.mismatch(at, flow, &shape, declared);
             return None;
         }
     }
     if c % groups != 0 {
-        lc.cx.push(
-            Diagnostic::new(
-                Code::OutOfRange,
-                groups_span,
-                format!("{groups} groups do not divide {c} channels"),
-            )
-            .label("must divide the channel count")
-            .help(format!("choose a divisor of {c}")),
-        );
+        lc.cx.report(Problem::OutOfRange {
+            span: groups_span,
+            situation: OutOfRange::NormGroups {
+                groups,
+                channels: c,
+            },
+        });
         return None;
     }
     let n = numel(&shape).max(0) as u64;

@@ -1,7 +1,8 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
 use super::{count, given, numel, required, Checked, Flow, LayerCheck, Spec};
-use crate::diagnostic::{Code, Diagnostic};
+use crate::diagnostic::problem::OutOfRange;
+use crate::diagnostic::Problem;
 use crate::ir::{LayerKind, Pool};
 
 /// `max_pool1d` and `avg_pool1d`.
@@ -62,16 +63,13 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
     };
     for (p, k) in pool.padding.iter().zip(&pool.kernel) {
         if 2 * p > *k {
-            let span = lc.at("padding");
-            lc.cx.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    span,
-                    format!("padding {p} is more than half the kernel size {k}"),
-                )
-                .label("too much padding")
-                .help("pooling padding must be at most half the kernel size"),
-            );
+            lc.cx.report(Problem::OutOfRange {
+                span: lc.at("padding"),
+                situation: OutOfRange::PoolPadding {
+                    padding: *p,
+                    kernel: *k,
+                },
+            });
             return None;
         }
     }

@@ -1,8 +1,9 @@
 //! Layers that reshape or reduce: `flatten`, `reshape`, `mean`, and the softmaxes, which take a
 //! dimension like `mean` does.
 
-use super::{fmt_shape, given, numel, required, Checked, Flow, LayerCheck, Spec};
-use crate::diagnostic::{Code, Diagnostic};
+use super::{given, numel, required, Checked, Flow, LayerCheck, Spec};
+use crate::diagnostic::problem::{Expected, NoOp, OutOfRange};
+use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
 use crate::span::Span;
 use crate::syntax::ast::ValueKind;
@@ -56,22 +57,13 @@ pub(super) fn check_dim(lc: &mut LayerCheck, flow: &Flow, op: DimOp) -> Option<C
     let (d, at) = dim.unwrap_or((-1, lc.span));
     let resolved = if d < 0 { d + rank } else { d };
     if resolved < 0 || resolved >= rank {
-        lc.cx.push(
-            Diagnostic::new(
-                Code::OutOfRange,
-                at,
-                format!(
-                    "dimension {d} is outside a {rank}-D sample {}",
-                    fmt_shape(&shape)
-                ),
-            )
-            .label(format!("valid: {} to {}", -rank, rank - 1))
-            .with(
-                flow.producer.0,
-                format!("{} produces {}", flow.producer.1, fmt_shape(&shape)),
-            )
-            .help("dimensions count per sample, from 0, without the batch"),
-        );
+        lc.cx.report(Problem::OutOfRange {
+            span: at,
+            situation: OutOfRange::DimOutside {
+                dim: d,
+                producer: super::producer(flow, &shape),
+            },
+        });
         return None;
     }
     let n = numel(&shape).max(0) as u64;
@@ -94,40 +86,26 @@ pub(super) fn check_flatten(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
 pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let v = lc.required("shape")?;
     let ValueKind::List(items) = &v.kind else {
-        lc.cx.push(
-            Diagnostic::new(
-                Code::WrongType,
-                v.span,
-                format!("expected a shape, found {}", v.type_name()),
-            )
-            .label("expected a shape such as `[1, 28, 28]`")
-            .help("write the per-sample shape; one dimension may be -1"),
-        );
+        lc.cx.wrong_type(v, Expected::ReshapeShape);
         return None;
     };
     let mut dims = Vec::new();
     for item in items {
         let d = lc.cx.int(item)?;
         if d == 0 || d < -1 {
-            lc.cx.push(
-                Diagnostic::new(
-                    Code::OutOfRange,
-                    item.span,
-                    format!("dimension {d} is not allowed"),
-                )
-                .label("must be positive, or -1 once")
-                .help("dimensions are positive; -1 stands for what is left"),
-            );
+            lc.cx.report(Problem::OutOfRange {
+                span: item.span,
+                situation: OutOfRange::ReshapeDim { dim: d },
+            });
             return None;
         }
         dims.push(d);
     }
     if dims.iter().filter(|d| **d == -1).count() > 1 {
-        lc.cx.push(
-            Diagnostic::new(Code::OutOfRange, v.span, "more than one -1 in a reshape")
-                .label("only one dimension can be inferred")
-                .help("write every dimension but one"),
-        );
+        lc.cx.report(Problem::OutOfRange {
+            span: v.span,
+            situation: OutOfRange::ReshapeInferred,
+        });
         return None;
     }
     let at = v.span;
@@ -150,15 +128,12 @@ pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
         dims.clone()
     };
     if output == shape {
-        lc.cx.push(
-            Diagnostic::new(
-                Code::NoOpLayer,
-                lc.span,
-                format!("reshape to {} keeps the shape", fmt_shape(&output)),
-            )
-            .label("has no effect")
-            .help("remove the layer"),
-        );
+        lc.cx.report(Problem::NoOpLayer {
+            span: lc.span,
+            situation: NoOp::Reshape {
+                shape: output.as_slice().into(),
+            },
+        });
     }
     Some(Checked::new(
         LayerKind::Reshape {
@@ -171,22 +146,9 @@ pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
 }
 
 fn reshape_error(lc: &mut LayerCheck, at: Span, shape: &[i64], dims: &[i64], flow: &Flow) {
-    lc.cx.push(
-        Diagnostic::new(
-            Code::ReshapeSize,
-            at,
-            format!(
-                "cannot reshape {} ({} values) to {}",
-                fmt_shape(shape),
-                numel(shape),
-                fmt_shape(dims)
-            ),
-        )
-        .label(format!("{} values do not fit", numel(shape)))
-        .with(
-            flow.producer.0,
-            format!("{} produces {}", flow.producer.1, fmt_shape(shape)),
-        )
-        .help("the new shape must hold the same number of values"),
-    );
+    lc.cx.report(Problem::ReshapeSize {
+        span: at,
+        target: dims.into(),
+        producer: super::producer(flow, shape),
+    });
 }
