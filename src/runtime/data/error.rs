@@ -86,14 +86,8 @@ impl From<DataError> for Failure {
             DataKind::Missing => Code::DataMissing,
             DataKind::Invalid => Code::DataInvalid,
             DataKind::LoaderStopped => Code::TorchError,
-            DataKind::Torch(error) => {
-                let f = torch_failure(&error.to_string(), e.span);
-                return if e.label.is_empty() {
-                    f
-                } else {
-                    f.label(e.label)
-                };
-            }
+            // Its message says whether a device ran out of memory, as for every libtorch error.
+            DataKind::Torch(error) => return torch_failure(&error.to_string(), e.span),
         };
         Failure::new(code, e.span, e.detail)
             .label(e.label)
