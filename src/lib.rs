@@ -2,11 +2,13 @@
 //!
 //! The pipeline is `syntax` (text to a tree with spans) -> `check` (names, ranges, shapes,
 //! strategies; every problem as a [`diagnostic::Diagnostic`]) -> [`ir`] (the typed experiment,
-//! which every later stage reads) -> `plan` (its costs). Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
+//! which every later stage reads) -> `plan` (its costs); [`rundir`] defines the files of a run
+//! directory, which `kiln-runtime` writes and `kiln report` reads. Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
 
 pub mod check;
 pub mod diagnostic;
 pub mod ir;
 pub mod plan;
+pub mod rundir;
 pub mod span;
 pub mod syntax;

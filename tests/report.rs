@@ -466,3 +466,82 @@ fn compare_accepts_report_files_and_trials() {
     );
     let _ = std::fs::remove_dir_all(&root);
 }
+
+/// Writes a trial through `kiln::rundir`, the writer `kiln-runtime` uses.
+fn write_typed(dir: &Path, lr: &str, val_loss: f64, accuracy: f64) {
+    use kiln::rundir::{EpochRecord, Eval, EvalRecord, MetricLine, Outcome, Report, RunDir};
+    let mut run = RunDir::open(dir.to_path_buf()).expect("run dir");
+    let train = EpochRecord {
+        epoch: 1,
+        step: 100,
+        lr: 0.01,
+        train_loss: 0.5,
+        train_accuracy: Some(0.8),
+        seconds: 2.0,
+        samples_per_s: 1000.0,
+    };
+    run.metric(&MetricLine::Train(train)).expect("metric");
+    let val = EvalRecord {
+        epoch: 1,
+        step: 100,
+        loss: val_loss,
+        accuracy: Some(accuracy),
+        top_k: None,
+    };
+    run.metric(&MetricLine::Val(val)).expect("metric");
+    let report = Report {
+        experiment: "typed".into(),
+        trial: vec![("lr".into(), lr.into())],
+        params: 10,
+        outcome: Outcome {
+            steps: 100,
+            epochs: 1,
+            train_loss: 0.5,
+            val: Some(Eval {
+                loss: val_loss,
+                accuracy: Some(accuracy),
+                top_k: None,
+            }),
+            ..Outcome::default()
+        },
+        metrics: run.metrics().expect("metrics"),
+        ..Report::default()
+    };
+    run.write_report(&report).expect("report");
+}
+
+#[test]
+fn runs_written_by_the_typed_writer_read_back_and_nan_ranks_last() {
+    let root = scratch("typed");
+    write_typed(&root.join("trial-001"), "1", f64::NAN, f64::NAN);
+    write_typed(&root.join("trial-002"), "0.1", 0.3, 0.9);
+    write_typed(&root.join("trial-003"), "0.01", 0.2, 0.95);
+    let out = kiln(&[Path::new("report"), &root]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let ranked: Vec<&str> = text.lines().filter(|l| l.contains("lr=")).collect();
+    assert_eq!(ranked.len(), 3, "{text}");
+    assert!(
+        ranked[0].contains("lr=0.01 ") && ranked[0].contains("95.00%"),
+        "{text}"
+    );
+    assert!(ranked[1].contains("lr=0.1 "), "{text}");
+    assert!(
+        ranked[2].contains("lr=1 ") && ranked[2].contains("NaN"),
+        "{text}"
+    );
+
+    let out = kiln(&[Path::new("report"), &root.join("trial-003")]);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    for needle in [
+        "typed",
+        "lr=0.01",
+        "100 steps, 1 epoch",
+        "accuracy 95.00%",
+        "80.00%",
+    ] {
+        assert!(text.contains(needle), "no {needle:?} in:\n{text}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

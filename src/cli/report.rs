@@ -1,47 +1,15 @@
 //! `kiln report` and `kiln compare`: read run directories (`report.yaml`, `metrics.jsonl`,
-//! `experiment.exp`) and print them for people. No libtorch: these only read files.
+//! `experiment.exp`, through `kiln::rundir`) and print them for people. No libtorch: these only
+//! read files.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use kiln::rundir::{self, Eval, MetricLine, Report};
 
 use super::EXIT_OK;
-
-/// `report.yaml` as `kiln-runtime` writes it (see `runtime/summary.rs`); every field optional, so
-/// reports of older or newer versions still read.
-#[derive(Deserialize, Default, Debug)]
-#[serde(default)]
-struct Report {
-    experiment: String,
-    trial: Vec<Vec<serde_yaml::Value>>,
-    kiln: String,
-    torch: String,
-    devices: Vec<String>,
-    config_hash: String,
-    params: Option<u64>,
-    steps: Option<u64>,
-    epochs: Option<u64>,
-    train_loss: Option<f64>,
-    val: Option<Eval>,
-    test: Option<Eval>,
-    samples_per_s: Option<f64>,
-    wall_seconds: Option<f64>,
-    data_wait_fraction: Option<f64>,
-    stopped_early: bool,
-    metrics: Vec<serde_json::Value>,
-}
-
-/// Evaluation metrics in `report.yaml`.
-#[derive(Deserialize, Default, Debug, Clone, Copy)]
-#[serde(default)]
-struct Eval {
-    loss: Option<f64>,
-    accuracy: Option<f64>,
-    top_k: Option<(u64, f64)>,
-}
 
 /// One run directory, read.
 struct Run {
@@ -192,19 +160,15 @@ fn trial_dirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn read_run(dir: &Path) -> Result<Run, String> {
-    let path = dir.join("report.yaml");
-    let text = std::fs::read_to_string(&path)
-        .map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
-    let report: Report = serde_yaml::from_str(&text)
-        .map_err(|e| format!("`{}` is not a Kiln report: {e}", path.display()))?;
-    let lines: Vec<serde_json::Value> = match std::fs::read_to_string(dir.join("metrics.jsonl")) {
-        Ok(text) => text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect(),
-        Err(_) => report.metrics.clone(),
+    let report = rundir::read_report(dir).map_err(|e| match e.op {
+        rundir::Op::Parse => format!("`{}` is not a Kiln report: {}", e.path.display(), e.detail),
+        _ => e.to_string(),
+    })?;
+    let lines = match rundir::read_metrics(dir) {
+        Ok(Some(lines)) => lines,
+        Ok(None) | Err(_) => report.metrics.clone(),
     };
-    let experiment = std::fs::read_to_string(dir.join("experiment.exp")).ok();
+    let experiment = std::fs::read_to_string(dir.join(rundir::EXPERIMENT)).ok();
     Ok(Run {
         dir: dir.to_path_buf(),
         epochs: epoch_rows(&lines),
@@ -214,45 +178,33 @@ fn read_run(dir: &Path) -> Result<Run, String> {
 }
 
 /// Joins the training and validation lines of `metrics.jsonl` by epoch.
-fn epoch_rows(lines: &[serde_json::Value]) -> Vec<EpochRow> {
+fn epoch_rows(lines: &[MetricLine]) -> Vec<EpochRow> {
     let mut rows: BTreeMap<u64, EpochRow> = BTreeMap::new();
-    for v in lines {
-        let Some(epoch) = v.get("epoch").and_then(serde_json::Value::as_u64) else {
-            continue;
-        };
-        let num = |key: &str| v.get(key).and_then(serde_json::Value::as_f64);
+    for line in lines {
+        let epoch = line.epoch();
         let row = rows.entry(epoch).or_insert_with(|| EpochRow {
             epoch,
             ..EpochRow::default()
         });
-        match v.get("split").and_then(serde_json::Value::as_str) {
-            Some("train") => {
-                row.step = v.get("step").and_then(serde_json::Value::as_u64);
-                row.lr = num("lr");
-                row.train_loss = num("train_loss");
-                row.train_accuracy = num("train_accuracy");
-                row.seconds = num("seconds");
-                row.samples_per_s = num("samples_per_s");
+        match line {
+            MetricLine::Train(r) => {
+                row.step = Some(r.step);
+                row.lr = Some(r.lr);
+                row.train_loss = Some(r.train_loss);
+                row.train_accuracy = r.train_accuracy;
+                row.seconds = Some(r.seconds);
+                row.samples_per_s = Some(r.samples_per_s);
             }
-            Some("val") => {
-                row.val_loss = num("loss");
-                row.val_accuracy = num("accuracy");
-                if let Some(obj) = v.as_object() {
-                    for (key, value) in obj {
-                        let k = key
-                            .strip_prefix("top_")
-                            .and_then(|k| k.strip_suffix("_accuracy"))
-                            .and_then(|k| k.parse().ok());
-                        if let (Some(k), Some(a)) = (k, value.as_f64()) {
-                            row.top_k = Some((k, a));
-                        }
-                    }
+            MetricLine::Val(r) => {
+                row.val_loss = Some(r.loss);
+                row.val_accuracy = r.accuracy;
+                if r.top_k.is_some() {
+                    row.top_k = r.top_k;
                 }
                 if row.step.is_none() {
-                    row.step = v.get("step").and_then(serde_json::Value::as_u64);
+                    row.step = Some(r.step);
                 }
             }
-            _ => {}
         }
     }
     rows.into_values().collect()
@@ -342,43 +294,24 @@ fn duration(x: Option<f64>) -> String {
 }
 
 fn trial(r: &Report) -> String {
-    r.trial
-        .iter()
-        .map(|pair| {
-            let parts: Vec<String> = pair.iter().map(scalar).collect();
-            parts.join("=")
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn scalar(v: &serde_yaml::Value) -> String {
-    match v {
-        serde_yaml::Value::String(s) => s.clone(),
-        serde_yaml::Value::Number(n) => n.to_string(),
-        serde_yaml::Value::Bool(b) => b.to_string(),
-        other => serde_yaml::to_string(other)
-            .unwrap_or_default()
-            .trim()
-            .to_string(),
-    }
+    r.trial_label(" ")
 }
 
 fn length(r: &Report) -> String {
     let mut s = format!(
         "{} steps, {} epoch{}",
-        count(r.steps),
-        count(r.epochs),
-        if r.epochs == Some(1) { "" } else { "s" }
+        count(Some(r.outcome.steps)),
+        count(Some(r.outcome.epochs)),
+        if r.outcome.epochs == 1 { "" } else { "s" }
     );
-    if r.stopped_early {
+    if r.outcome.stopped_early {
         s += " (stopped early)";
     }
     s
 }
 
 fn eval_line(e: &Eval) -> String {
-    let mut s = format!("loss {}", loss(e.loss));
+    let mut s = format!("loss {}", loss(Some(e.loss)));
     if e.accuracy.is_some() {
         s += &format!("   accuracy {}", pct(e.accuracy));
     }
@@ -469,21 +402,23 @@ fn summary(run: &Run, all: bool) -> String {
     if !r.config_hash.is_empty() {
         pairs.push(("config hash", r.config_hash.clone()));
     }
-    pairs.push(("parameters", count(r.params)));
+    pairs.push(("parameters", count(Some(r.params))));
     pairs.push(("length", length(r)));
-    pairs.push(("train loss", loss(r.train_loss)));
-    if let Some(v) = &r.val {
+    pairs.push(("train loss", loss(Some(r.outcome.train_loss))));
+    if let Some(v) = &r.outcome.val {
         pairs.push(("validation", eval_line(v)));
     }
-    if let Some(t) = &r.test {
+    if let Some(t) = &r.outcome.test {
         pairs.push(("test", eval_line(t)));
     }
-    pairs.push(("speed", format!("{} samples/s", rate(r.samples_per_s))));
-    pairs.push(("wall time", duration(r.wall_seconds)));
+    pairs.push((
+        "speed",
+        format!("{} samples/s", rate(Some(r.outcome.samples_per_s))),
+    ));
+    pairs.push(("wall time", duration(Some(r.wall_seconds))));
     pairs.push((
         "data wait",
-        r.data_wait_fraction
-            .map_or_else(|| "-".into(), |f| format!("{:.1}% of step time", 100.0 * f)),
+        format!("{:.1}% of step time", 100.0 * r.outcome.data_wait),
     ));
     let plots: Vec<&str> = ["loss.png", "accuracy.png"]
         .into_iter()
@@ -550,16 +485,6 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
     table(&header, &elide(body, all))
 }
 
-/// The sort key of a trial: higher validation accuracy first, else lower validation loss, else
-/// lower training loss (as `kiln run` ranks a sweep).
-fn rank_key(r: &Report) -> f64 {
-    let key = match &r.val {
-        Some(v) => v.accuracy.map(|a| -a).or(v.loss),
-        None => r.train_loss,
-    };
-    key.filter(|k| !k.is_nan()).unwrap_or(f64::INFINITY)
-}
-
 fn sweep(dir: &Path, trials: &[PathBuf]) -> Result<String, String> {
     let mut done = Vec::new();
     let mut missing = Vec::new();
@@ -577,13 +502,13 @@ fn sweep(dir: &Path, trials: &[PathBuf]) -> Result<String, String> {
             trials.len()
         ));
     }
-    done.sort_by(|a, b| rank_key(&a.report).total_cmp(&rank_key(&b.report)));
+    rundir::rank(&mut done, |r| Some(&r.report.outcome));
     let by = if done
         .iter()
-        .all(|r| r.report.val.is_some_and(|v| v.accuracy.is_some()))
+        .all(|r| r.report.outcome.val.is_some_and(|v| v.accuracy.is_some()))
     {
         "validation accuracy"
-    } else if done.iter().all(|r| r.report.val.is_some()) {
+    } else if done.iter().all(|r| r.report.outcome.val.is_some()) {
         "validation loss"
     } else {
         "validation accuracy or loss (train loss where there is no validation split)"
@@ -601,7 +526,7 @@ fn sweep(dir: &Path, trials: &[PathBuf]) -> Result<String, String> {
     );
     let any_acc = done
         .iter()
-        .any(|r| r.report.val.is_some_and(|v| v.accuracy.is_some()));
+        .any(|r| r.report.outcome.val.is_some_and(|v| v.accuracy.is_some()));
     let mut header: Vec<String> = ["rank", "trial", "val loss"].map(String::from).to_vec();
     if any_acc {
         header.push("val acc".into());
@@ -619,16 +544,16 @@ fn sweep(dir: &Path, trials: &[PathBuf]) -> Result<String, String> {
         let mut row = vec![
             (i + 1).to_string(),
             trial(r),
-            loss(r.val.and_then(|v| v.loss)),
+            loss(r.outcome.val.map(|v| v.loss)),
         ];
         if any_acc {
-            row.push(pct(r.val.and_then(|v| v.accuracy)));
+            row.push(pct(r.outcome.val.and_then(|v| v.accuracy)));
         }
         row.extend([
-            loss(r.train_loss),
-            count(r.steps),
-            rate(r.samples_per_s),
-            duration(r.wall_seconds),
+            loss(Some(r.outcome.train_loss)),
+            count(Some(r.outcome.steps)),
+            rate(Some(r.outcome.samples_per_s)),
+            duration(Some(r.wall_seconds)),
             name(&run.dir),
         ]);
         rows.push(row);
@@ -713,7 +638,8 @@ fn same(a: &str, b: &str) -> String {
 
 fn comparison(a: &Run, b: &Run, all: bool) -> String {
     let (ra, rb) = (&a.report, &b.report);
-    let f = |x: Option<u64>| x.map(|v| v as f64);
+    let f = |x: u64| Some(x as f64);
+    let (oa, ob) = (&ra.outcome, &rb.outcome);
     let mut rows: Vec<Vec<String>> = Vec::new();
     let mut text_row = |name: &str, x: String, y: String| {
         let d = same(&x, &y);
@@ -736,39 +662,39 @@ fn comparison(a: &Run, b: &Run, all: bool) -> String {
     };
     num_row(
         "parameters",
-        count(ra.params),
-        count(rb.params),
+        count(Some(ra.params)),
+        count(Some(rb.params)),
         delta(f(ra.params), f(rb.params), 0),
     );
     num_row(
         "steps",
-        count(ra.steps),
-        count(rb.steps),
-        delta(f(ra.steps), f(rb.steps), 0),
+        count(Some(oa.steps)),
+        count(Some(ob.steps)),
+        delta(f(oa.steps), f(ob.steps), 0),
     );
     num_row(
         "epochs",
-        count(ra.epochs),
-        count(rb.epochs),
-        delta(f(ra.epochs), f(rb.epochs), 0),
+        count(Some(oa.epochs)),
+        count(Some(ob.epochs)),
+        delta(f(oa.epochs), f(ob.epochs), 0),
     );
     num_row(
         "stopped early",
-        yes_no(ra.stopped_early),
-        yes_no(rb.stopped_early),
-        same(&yes_no(ra.stopped_early), &yes_no(rb.stopped_early)),
+        yes_no(oa.stopped_early),
+        yes_no(ob.stopped_early),
+        same(&yes_no(oa.stopped_early), &yes_no(ob.stopped_early)),
     );
     num_row(
         "train loss",
-        loss(ra.train_loss),
-        loss(rb.train_loss),
-        delta(ra.train_loss, rb.train_loss, 4),
+        loss(Some(oa.train_loss)),
+        loss(Some(ob.train_loss)),
+        delta(Some(oa.train_loss), Some(ob.train_loss), 4),
     );
-    for (label, ea, eb) in [("val", ra.val, rb.val), ("test", ra.test, rb.test)] {
+    for (label, ea, eb) in [("val", oa.val, ob.val), ("test", oa.test, ob.test)] {
         if ea.is_none() && eb.is_none() {
             continue;
         }
-        let (la, lb) = (ea.and_then(|e| e.loss), eb.and_then(|e| e.loss));
+        let (la, lb) = (ea.map(|e| e.loss), eb.map(|e| e.loss));
         num_row(
             &format!("{label} loss"),
             loss(la),
@@ -797,22 +723,22 @@ fn comparison(a: &Run, b: &Run, all: bool) -> String {
     }
     num_row(
         "samples/s",
-        rate(ra.samples_per_s),
-        rate(rb.samples_per_s),
-        delta(ra.samples_per_s, rb.samples_per_s, 0),
+        rate(Some(oa.samples_per_s)),
+        rate(Some(ob.samples_per_s)),
+        delta(Some(oa.samples_per_s), Some(ob.samples_per_s), 0),
     );
     num_row(
         "wall time",
-        duration(ra.wall_seconds),
-        duration(rb.wall_seconds),
-        delta_in(ra.wall_seconds, rb.wall_seconds, 1, "s"),
+        duration(Some(ra.wall_seconds)),
+        duration(Some(rb.wall_seconds)),
+        delta_in(Some(ra.wall_seconds), Some(rb.wall_seconds), 1, "s"),
     );
-    let wait = |x: Option<f64>| x.map_or_else(|| "-".into(), |f| format!("{:.1}%", 100.0 * f));
+    let wait = |x: f64| format!("{:.1}%", 100.0 * x);
     num_row(
         "data wait",
-        wait(ra.data_wait_fraction),
-        wait(rb.data_wait_fraction),
-        delta_points(ra.data_wait_fraction, rb.data_wait_fraction),
+        wait(oa.data_wait),
+        wait(ob.data_wait),
+        delta_points(Some(oa.data_wait), Some(ob.data_wait)),
     );
 
     let mut out = format!("A  {}\nB  {}\n\n", a.dir.display(), b.dir.display());

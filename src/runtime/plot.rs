@@ -14,6 +14,7 @@ use plotters::prelude::*;
 
 use super::failure::Failure;
 use kiln::diagnostic::Code;
+use kiln::rundir::{read_metrics, read_report, MetricLine};
 use kiln::span::Span;
 
 /// DejaVu Sans 2.37 (license: `assets/fonts/DejaVuSans-LICENSE.txt`).
@@ -49,15 +50,14 @@ struct Chart {
 /// the metrics hold accuracies. A run without `metrics.jsonl` (nothing recorded) gets no plots.
 /// Failures are K0509 (`RunIo`) at `span`.
 pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
-    let path = dir.join("metrics.jsonl");
-    let text = match std::fs::read_to_string(&path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(fail(span, format!("cannot read `{}`: {e}", path.display()))),
+    let lines = match read_metrics(dir) {
+        Ok(Some(lines)) => lines,
+        Ok(None) => return Ok(()),
+        Err(e) => return Err(fail(span, e.to_string())),
     };
     register_font().map_err(|e| fail(span, e))?;
     let name = run_name(dir);
-    for (file, chart) in charts(&text, &name) {
+    for (file, chart) in charts(&lines, &name) {
         write_chart(dir, file, &chart).map_err(|e| {
             fail(
                 span,
@@ -86,88 +86,43 @@ fn register_font() -> Result<(), String> {
 
 /// The experiment's name and trial from `report.yaml`, when it is there.
 fn run_name(dir: &Path) -> String {
-    let report: Option<serde_yaml::Value> = std::fs::read_to_string(dir.join("report.yaml"))
-        .ok()
-        .and_then(|t| serde_yaml::from_str(&t).ok());
-    let Some(report) = report else {
+    let Ok(report) = read_report(dir) else {
         return String::new();
     };
-    let mut name = report
-        .get("experiment")
-        .and_then(serde_yaml::Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let trial: Vec<String> = report
-        .get("trial")
-        .and_then(serde_yaml::Value::as_sequence)
-        .map(|pairs| {
-            pairs
-                .iter()
-                .filter_map(|p| {
-                    let p = p.as_sequence()?;
-                    Some(format!("{}={}", scalar(p.first()?), scalar(p.get(1)?)))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    if !trial.is_empty() {
-        name = format!("{name} ({})", trial.join(", "));
-    }
-    name
-}
-
-fn scalar(v: &serde_yaml::Value) -> String {
-    match v {
-        serde_yaml::Value::String(s) => s.clone(),
-        serde_yaml::Value::Number(n) => n.to_string(),
-        serde_yaml::Value::Bool(b) => b.to_string(),
-        _ => String::new(),
+    if report.trial.is_empty() {
+        report.experiment
+    } else {
+        format!("{} ({})", report.experiment, report.trial_label(", "))
     }
 }
 
-/// The charts to draw, with their file stems, from the text of `metrics.jsonl`.
-fn charts(metrics: &str, name: &str) -> Vec<(&'static str, Chart)> {
+/// The charts to draw, with their file stems, from the lines of `metrics.jsonl`. Points that
+/// are not finite are left out.
+fn charts(lines: &[MetricLine], name: &str) -> Vec<(&'static str, Chart)> {
     let mut train_loss = Vec::new();
     let mut train_acc = Vec::new();
     let mut val_loss = Vec::new();
     let mut val_acc = Vec::new();
     let mut top_k: Option<(String, Vec<(i64, f64)>)> = None;
-    for line in metrics.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        let Some(step) = v.get("step").and_then(serde_json::Value::as_i64) else {
-            continue;
-        };
-        let num = |key: &str| {
-            v.get(key)
-                .and_then(serde_json::Value::as_f64)
-                .filter(|x| x.is_finite())
-        };
-        match v.get("split").and_then(serde_json::Value::as_str) {
-            Some("train") => {
-                train_loss.extend(num("train_loss").map(|y| (step, y)));
-                train_acc.extend(num("train_accuracy").map(|y| (step, 100.0 * y)));
+    let finite = |x: f64| x.is_finite().then_some(x);
+    for line in lines {
+        let step = i64::try_from(line.step()).unwrap_or(i64::MAX);
+        match line {
+            MetricLine::Train(r) => {
+                train_loss.extend(finite(r.train_loss).map(|y| (step, y)));
+                let acc = r.train_accuracy.and_then(finite);
+                train_acc.extend(acc.map(|y| (step, 100.0 * y)));
             }
-            Some("val") => {
-                val_loss.extend(num("loss").map(|y| (step, y)));
-                val_acc.extend(num("accuracy").map(|y| (step, 100.0 * y)));
-                if let Some(obj) = v.as_object() {
-                    for (key, value) in obj {
-                        if let (Some(k), Some(y)) = (
-                            key.strip_prefix("top_")
-                                .and_then(|k| k.strip_suffix("_accuracy")),
-                            value.as_f64(),
-                        ) {
-                            let entry = top_k.get_or_insert_with(|| {
-                                (format!("val top-{k} accuracy"), Vec::new())
-                            });
-                            entry.1.push((step, 100.0 * y));
-                        }
-                    }
+            MetricLine::Val(r) => {
+                val_loss.extend(finite(r.loss).map(|y| (step, y)));
+                let acc = r.accuracy.and_then(finite);
+                val_acc.extend(acc.map(|y| (step, 100.0 * y)));
+                if let Some((k, y)) = r.top_k {
+                    let entry =
+                        top_k.get_or_insert_with(|| (format!("val top-{k} accuracy"), Vec::new()));
+                    entry.1.extend(finite(y).map(|y| (step, 100.0 * y)));
                 }
             }
-            _ => {}
         }
     }
     let title = |what: &str| {

@@ -5,182 +5,107 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
 
 use super::failure::Failure;
-use super::train::Eval;
 use kiln::diagnostic::Code;
+use kiln::rundir::{Eval, EvalRecord, MetricLine, Report, RunDir, StepRecord};
 use kiln::span::Span;
 
-/// One line of training metrics, written at the end of each epoch.
-#[derive(Serialize, Debug, Clone)]
-pub struct EpochRecord {
-    /// Epoch number (1-based).
-    pub epoch: u64,
-    /// Optimizer steps so far.
-    pub step: u64,
-    /// Learning rate of the last step.
-    pub lr: f64,
-    /// Mean training loss over the epoch.
-    pub train_loss: f64,
-    /// Training accuracy over the epoch, for class targets.
-    pub train_accuracy: Option<f64>,
-    /// Wall seconds of the epoch.
-    pub seconds: f64,
-    /// Training samples per second in the epoch.
-    pub samples_per_s: f64,
-}
+pub use kiln::rundir::EpochRecord;
 
-/// Writes a run's files.
+/// Writes a run's files (through [`RunDir`]), failing at the span of the statement being run.
 pub struct RunWriter {
-    dir: PathBuf,
-    lines: u64,
-    steps: String,
-    last_eval_step: Option<u64>,
+    run: RunDir,
     span: Span,
-}
-
-fn io(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure {
-    Failure::new(
-        Code::RunIo,
-        span,
-        format!("cannot {what} `{}`: {e}", path.display()),
-    )
-    .label("while recording this experiment's run")
-    .help("check that the runs directory is writable and the disk has room")
 }
 
 impl RunWriter {
     /// Creates a new run directory, or reopens one to resume.
     pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Failure> {
-        std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e, span))?;
-        let metrics = dir.join("metrics.jsonl");
-        let lines = std::fs::read_to_string(&metrics)
-            .map(|t| t.lines().count() as u64)
-            .unwrap_or(0);
-        Ok(RunWriter {
-            dir,
-            lines,
-            steps: String::new(),
-            last_eval_step: None,
-            span,
-        })
+        let run = RunDir::open(dir).map_err(|e| io(&e, span))?;
+        Ok(RunWriter { run, span })
     }
 
     /// The run directory.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.run.path()
     }
 
     /// Where checkpoints go.
     pub fn checkpoint_dir(&self) -> PathBuf {
-        self.dir.join("checkpoints")
+        self.run.checkpoint_dir()
     }
 
     /// Writes a file into the run directory, atomically.
     pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), Failure> {
-        let path = self.dir.join(name);
-        let tmp = self.dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, contents).map_err(|e| io("write", &tmp, e, self.span))?;
-        std::fs::rename(&tmp, &path).map_err(|e| io("rename", &tmp, e, self.span))
+        self.run
+            .write_file(name, contents)
+            .map_err(|e| io(&e, self.span))
     }
 
-    fn append(&mut self, value: &serde_json::Value) -> Result<u64, Failure> {
-        let path = self.dir.join("metrics.jsonl");
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io("open", &path, e, self.span))?;
-        writeln!(f, "{value}").map_err(|e| io("append to", &path, e, self.span))?;
-        self.lines += 1;
-        Ok(self.lines)
+    /// Writes `value` as YAML into the run directory, atomically.
+    pub fn write_yaml<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<(), Failure> {
+        kiln::rundir::write_yaml(self.run.path(), name, value).map_err(|e| io(&e, self.span))
     }
 
-    /// Appends one optimizer step's loss and learning rate to `steps.jsonl`.
+    /// Writes `report.yaml`.
+    pub fn write_report(&self, report: &Report) -> Result<(), Failure> {
+        self.run.write_report(report).map_err(|e| io(&e, self.span))
+    }
+
+    /// The metric lines written so far.
+    pub fn metrics(&self) -> Result<Vec<MetricLine>, Failure> {
+        self.run.metrics().map_err(|e| io(&e, self.span))
+    }
+
+    /// Appends one optimizer step's loss and learning rate to `steps.jsonl` (buffered).
     pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Failure> {
-        use std::fmt::Write as _;
-        // JSON has no NaN or infinity: a non-finite loss is written as null.
-        let loss = if loss.is_finite() {
-            format!("{loss:e}")
-        } else {
-            "null".to_string()
-        };
-        let _ = writeln!(
-            self.steps,
-            "{{\"step\":{step},\"loss\":{loss},\"lr\":{lr:e}}}"
-        );
-        if self.steps.len() > 1 << 16 {
-            self.flush_steps()?;
-        }
-        Ok(())
+        self.run
+            .step(&StepRecord { step, loss, lr })
+            .map_err(|e| io(&e, self.span))
     }
 
     /// Writes buffered step records to `steps.jsonl`.
     pub fn flush_steps(&mut self) -> Result<(), Failure> {
-        if self.steps.is_empty() {
-            return Ok(());
-        }
-        let path = self.dir.join("steps.jsonl");
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| io("open", &path, e, self.span))?;
-        f.write_all(self.steps.as_bytes())
-            .map_err(|e| io("append to", &path, e, self.span))?;
-        self.steps.clear();
-        Ok(())
+        self.run.flush_steps().map_err(|e| io(&e, self.span))
     }
 
     /// Appends a training record; returns the number of lines written so far.
     pub fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Failure> {
-        self.flush_steps()?;
-        let mut v = serde_json::to_value(r).unwrap_or_default();
-        v["split"] = "train".into();
-        self.append(&v)
+        self.run
+            .metric(&MetricLine::Train(r.clone()))
+            .map_err(|e| io(&e, self.span))
     }
 
     /// Appends an evaluation record; returns the number of lines written so far.
     pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Failure> {
-        self.last_eval_step = Some(step);
-        let mut v =
-            serde_json::json!({ "split": "val", "epoch": epoch, "step": step, "loss": e.loss });
-        if let Some(a) = e.accuracy {
-            v["accuracy"] = a.into();
-        }
-        if let Some((k, a)) = e.top_k {
-            v[format!("top_{k}_accuracy")] = a.into();
-        }
-        self.append(&v)
+        let line = MetricLine::Val(EvalRecord {
+            epoch,
+            step,
+            loss: e.loss,
+            accuracy: e.accuracy,
+            top_k: e.top_k,
+        });
+        self.run.metric(&line).map_err(|e| io(&e, self.span))
     }
 
     /// The step of the last evaluation recorded by this process.
     pub fn last_eval_step(&self) -> Option<u64> {
-        self.last_eval_step
+        self.run.last_eval_step()
     }
 
     /// Drops metric lines and step records written after a checkpoint taken at `step` (a
     /// resumed run writes them again).
     pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Failure> {
-        let steps = std::fs::read_to_string(self.dir.join("steps.jsonl")).unwrap_or_default();
-        let kept: String = steps
-            .lines()
-            .take(step as usize)
-            .map(|l| format!("{l}\n"))
-            .collect();
-        self.write_file("steps.jsonl", kept.as_bytes())?;
-        let path = self.dir.join("metrics.jsonl");
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let kept: Vec<&str> = text.lines().take(keep as usize).collect();
-        let mut body = kept.join("\n");
-        if !body.is_empty() {
-            body.push('\n');
-        }
-        self.write_file("metrics.jsonl", body.as_bytes())?;
-        self.lines = kept.len() as u64;
-        Ok(())
+        self.run.truncate(keep, step).map_err(|e| io(&e, self.span))
     }
+}
+
+/// A K0509 failure at `span` for a file of the run directory.
+fn io(e: &kiln::rundir::Error, span: Span) -> Failure {
+    Failure::new(Code::RunIo, span, e.to_string())
+        .label("while recording this experiment's run")
+        .help("check that the runs directory is writable and the disk has room")
 }
 
 /// Progress while training: bars on a terminal, one plain line per epoch elsewhere.

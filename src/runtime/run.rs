@@ -136,7 +136,7 @@ pub fn main(opts: &RunOptions) -> i32 {
         }
     }
     if dirs.len() > 1 {
-        sweep_table(&dirs);
+        super::summary::sweep_table(&dirs);
     }
     status
 }
@@ -209,7 +209,7 @@ fn run_concurrently(opts: &RunOptions, dirs: &[(usize, &Experiment, PathBuf)]) -
                 let ok = cmd.status().is_ok_and(|s| s.success());
                 if !opts.quiet {
                     let result = if ok {
-                        short_result(dir)
+                        super::summary::short_result(dir)
                     } else {
                         "failed".to_string()
                     };
@@ -222,31 +222,8 @@ fn run_concurrently(opts: &RunOptions, dirs: &[(usize, &Experiment, PathBuf)]) -
             })
             .sum()
     });
-    sweep_table(dirs);
+    super::summary::sweep_table(dirs);
     i32::from(failed > 0)
-}
-
-/// A trial's final figures from its `report.yaml`.
-fn short_result(dir: &Path) -> String {
-    let Some(r) = read_report(dir) else {
-        return "no report".into();
-    };
-    let num = |v: &serde_yaml::Value| v.as_f64();
-    let mut out = format!(
-        "train loss {:.4}",
-        num(&r["train_loss"]).unwrap_or(f64::NAN)
-    );
-    if let Some(l) = num(&r["val"]["loss"]) {
-        out += &format!(", val loss {l:.4}");
-    }
-    if let Some(a) = num(&r["val"]["accuracy"]) {
-        out += &format!(", val accuracy {:.2}%", 100.0 * a);
-    }
-    out
-}
-
-fn read_report(dir: &Path) -> Option<serde_yaml::Value> {
-    serde_yaml::from_str(&std::fs::read_to_string(dir.join("report.yaml")).ok()?).ok()
 }
 
 fn eprint(text: &str) {
@@ -356,9 +333,8 @@ fn run_trial(
         }
         None => {
             let text = checked.sources.get(kiln::span::FileId(0)).text.clone();
-            writer.write_file("experiment.exp", text.as_bytes())?;
-            let plan = serde_yaml::to_string(&kiln::plan::plan(exp)).unwrap_or_default();
-            writer.write_file("plan.yaml", plan.as_bytes())?;
+            writer.write_file(kiln::rundir::EXPERIMENT, text.as_bytes())?;
+            writer.write_yaml(kiln::rundir::PLAN, &kiln::plan::plan(exp))?;
             None
         }
     };
@@ -530,57 +506,6 @@ fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {
         line += ", stopped early";
     }
     eprint(&format!("{line}\nrun directory: {}\n", dir.display()));
-}
-
-/// Ranks a sweep's trials by validation accuracy (else validation loss, else training loss).
-fn sweep_table(dirs: &[(usize, &Experiment, PathBuf)]) {
-    let mut rows: Vec<(f64, String)> = Vec::new();
-    for (i, exp, dir) in dirs {
-        let report = read_report(dir);
-        let get = |path: &[&str]| {
-            report.as_ref().and_then(|r| {
-                path.iter()
-                    .try_fold(r, |v, k| v.get(*k))
-                    .and_then(|v| v.as_f64())
-            })
-        };
-        let (acc, val, train) = (
-            get(&["val", "accuracy"]),
-            get(&["val", "loss"]),
-            get(&["train_loss"]),
-        );
-        let key = acc.map(|a| -a).or(val).or(train).unwrap_or(f64::INFINITY);
-        let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let fmt = |x: Option<f64>, pct: bool| {
-            x.map_or("-".to_string(), |x| {
-                if pct {
-                    format!("{:.2}%", 100.0 * x)
-                } else {
-                    format!("{x:.4}")
-                }
-            })
-        };
-        rows.push((
-            key,
-            format!(
-                "{i:<6} {:<32} {:>10} {:>9} {:>9}  {}",
-                t.join(" "),
-                fmt(train, false),
-                fmt(val, false),
-                fmt(acc, true),
-                dir.display()
-            ),
-        ));
-    }
-    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut out = format!(
-        "\n{:<5} {:<6} {:<32} {:>10} {:>9} {:>9}  run directory\n",
-        "rank", "trial", "values", "train loss", "val loss", "val acc"
-    );
-    for (rank, (_, row)) in rows.iter().enumerate() {
-        out += &format!("{:<5} {row}\n", rank + 1);
-    }
-    let _ = write!(std::io::stdout(), "{out}");
 }
 
 /// The current UTC time as `YYYYmmdd-HHMMSS`.

@@ -1,40 +1,15 @@
-//! `report.yaml`: what a finished run did, for `kiln report`, `kiln compare` and people.
+//! `report.yaml`: what a finished run did, for `kiln report`, `kiln compare` and people; and the
+//! ranked table of a sweep's trials printed at its end.
 
-use serde::Serialize;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use super::failure::Failure;
 use super::report::RunWriter;
 use super::train::Outcome;
 use kiln::check::Checked;
 use kiln::ir::Experiment;
-
-/// The report of one run.
-#[derive(Serialize)]
-pub struct Report {
-    /// Experiment name.
-    pub experiment: String,
-    /// Sweep values of the trial.
-    pub trial: Vec<(String, String)>,
-    /// Kiln's version.
-    pub kiln: String,
-    /// libtorch's version.
-    pub torch: String,
-    /// Devices the model ran on.
-    pub devices: Vec<String>,
-    /// FNV-1a hash of the experiment's source files, to tell configurations apart.
-    pub config_hash: String,
-    /// Parameters.
-    pub params: u64,
-    /// Steps, epochs, final losses and metrics, throughput, data wait, early stopping.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-    /// Wall seconds of the run.
-    pub wall_seconds: f64,
-    /// Parts of the experiment this version does not apply yet.
-    pub notes: Vec<String>,
-    /// Per-epoch metrics (the lines of `metrics.jsonl`).
-    pub metrics: Vec<serde_json::Value>,
-}
+use kiln::rundir::Report;
 
 fn fnv1a(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -57,11 +32,6 @@ pub fn write_report(
     wall: f64,
     notes: &[String],
 ) -> Result<(), Failure> {
-    let metrics = std::fs::read_to_string(writer.dir().join("metrics.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
     let files: Vec<&str> = (0..checked.sources.len() as u32)
         .map(|i| checked.sources.get(kiln::span::FileId(i)).text.as_str())
         .collect();
@@ -82,8 +52,61 @@ pub fn write_report(
         outcome: o.clone(),
         wall_seconds: wall,
         notes: notes.to_vec(),
-        metrics,
+        metrics: writer.metrics()?,
     };
-    let yaml = serde_yaml::to_string(&report).unwrap_or_default();
-    writer.write_file("report.yaml", yaml.as_bytes())
+    writer.write_report(&report)
+}
+
+/// A trial's final figures from its `report.yaml`.
+pub fn short_result(dir: &Path) -> String {
+    let Ok(r) = kiln::rundir::read_report(dir) else {
+        return "no report".into();
+    };
+    let o = &r.outcome;
+    let mut out = format!("train loss {:.4}", o.train_loss);
+    if let Some(v) = &o.val {
+        out += &format!(", val loss {:.4}", v.loss);
+        if let Some(a) = v.accuracy {
+            out += &format!(", val accuracy {:.2}%", 100.0 * a);
+        }
+    }
+    out
+}
+
+/// Prints a sweep's trials ranked by [`kiln::rundir::rank`] (trials without a report last).
+pub fn sweep_table(dirs: &[(usize, &Experiment, PathBuf)]) {
+    let mut rows: Vec<(Option<Report>, String)> = Vec::new();
+    for (i, exp, dir) in dirs {
+        let report = kiln::rundir::read_report(dir).ok();
+        let o = report.as_ref().map(|r| &r.outcome);
+        let val = o.and_then(|o| o.val);
+        let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let fmt = |x: Option<f64>, pct: bool| {
+            x.map_or("-".to_string(), |x| {
+                if pct {
+                    format!("{:.2}%", 100.0 * x)
+                } else {
+                    format!("{x:.4}")
+                }
+            })
+        };
+        let row = format!(
+            "{i:<6} {:<32} {:>10} {:>9} {:>9}  {}",
+            t.join(" "),
+            fmt(o.map(|o| o.train_loss), false),
+            fmt(val.map(|v| v.loss), false),
+            fmt(val.and_then(|v| v.accuracy), true),
+            dir.display()
+        );
+        rows.push((report, row));
+    }
+    kiln::rundir::rank(&mut rows, |(r, _)| r.as_ref().map(|r| &r.outcome));
+    let mut out = format!(
+        "\n{:<5} {:<6} {:<32} {:>10} {:>9} {:>9}  run directory\n",
+        "rank", "trial", "values", "train loss", "val loss", "val acc"
+    );
+    for (rank, (_, row)) in rows.iter().enumerate() {
+        out += &format!("{:<5} {row}\n", rank + 1);
+    }
+    let _ = write!(std::io::stdout(), "{out}");
 }

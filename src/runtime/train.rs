@@ -20,38 +20,7 @@ use kiln::span::Span;
 /// Set by Ctrl-C; the loop stops after the step in progress and writes a checkpoint.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-/// What a finished run reports (the figures of `report.yaml`).
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Outcome {
-    /// Optimizer steps taken.
-    pub steps: u64,
-    /// Epochs completed (a partial last epoch counts).
-    pub epochs: u64,
-    /// Final training loss (mean over the last epoch).
-    pub train_loss: f64,
-    /// Final validation metrics, when there is a validation split.
-    pub val: Option<Eval>,
-    /// Final test metrics, when there is a test split.
-    pub test: Option<Eval>,
-    /// Training samples per second over the run.
-    pub samples_per_s: f64,
-    /// Fraction of step time spent waiting for data.
-    #[serde(rename = "data_wait_fraction")]
-    pub data_wait: f64,
-    /// Whether early stopping ended the run.
-    pub stopped_early: bool,
-}
-
-/// Metrics of an evaluation.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct Eval {
-    /// Mean loss.
-    pub loss: f64,
-    /// Top-1 accuracy, for class targets.
-    pub accuracy: Option<f64>,
-    /// Top-k accuracy, when asked for.
-    pub top_k: Option<(u64, f64)>,
-}
+pub use kiln::rundir::{Eval, Outcome};
 
 /// The plan's fingerprint, compared on resume.
 pub fn fingerprint(e: &Experiment) -> Fingerprint {

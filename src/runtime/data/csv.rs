@@ -6,7 +6,7 @@ use kiln::span::Span;
 use rayon::prelude::*;
 use tch::Tensor;
 
-use super::super::failure::{At, Failure};
+use super::error::{At, DataError};
 use super::file::DataFile;
 use super::{fmt_names, invalid, Raw};
 
@@ -64,7 +64,7 @@ fn parse_csv(
     header: bool,
     file: &DataFile,
     span: Span,
-) -> Result<CsvData, Failure> {
+) -> Result<CsvData, DataError> {
     let name = file.name();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let rows: Vec<(usize, &str)> = text
@@ -159,7 +159,7 @@ fn parse_csv(
     } else {
         "the first row has"
     };
-    let parsed: Vec<Result<CsvChunk, Failure>> = body
+    let parsed: Vec<Result<CsvChunk, DataError>> = body
         .par_chunks(CSV_ROWS_PER_TASK)
         .map(|chunk| {
             let mut features = Vec::with_capacity(chunk.len() * width);
@@ -238,7 +238,7 @@ pub(super) fn read(
     target: &str,
     header: bool,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, DataError> {
     let bytes = file.read(span)?;
     let text = String::from_utf8_lossy(&bytes);
     let data = parse_csv(&text, target, header, file, span)?;

@@ -4,10 +4,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use kiln::diagnostic::Code;
 use kiln::span::Span;
 
-use super::super::failure::Failure;
+use super::error::{DataError, DataKind};
 use super::{fmt_names, invalid};
 
 /// A data file named by the source: as written, and resolved against the `.exp` file's folder.
@@ -35,7 +34,7 @@ impl DataFile {
     }
 
     /// K0502 for this file.
-    fn missing(&self, why: &str, span: Span) -> Failure {
+    fn missing(&self, why: &str, span: Span) -> DataError {
         let resolved = std::path::absolute(&self.path).unwrap_or_else(|_| self.path.clone());
         let label = if why == "it does not exist" {
             "file not found"
@@ -43,8 +42,8 @@ impl DataFile {
             "file cannot be read"
         };
         let base = std::path::absolute(&self.base).unwrap_or_else(|_| self.base.clone());
-        Failure::new(
-            Code::DataMissing,
+        DataError::new(
+            DataKind::Missing,
             span,
             format!(
                 "cannot read the data file {}: {why} (looked for {})",
@@ -57,6 +56,7 @@ impl DataFile {
             "paths are relative to the directory of the .exp file that declares the source ({})",
             base.display()
         ))
+        .path(resolved)
     }
 
     /// Why the file cannot be read, from an IO error.
@@ -69,7 +69,7 @@ impl DataFile {
     }
 
     /// The whole file.
-    pub(super) fn read(&self, span: Span) -> Result<Vec<u8>, Failure> {
+    pub(super) fn read(&self, span: Span) -> Result<Vec<u8>, DataError> {
         if self.path.is_dir() {
             return Err(self.missing("it is a directory", span));
         }
@@ -77,7 +77,7 @@ impl DataFile {
     }
 
     /// Checks that the file can be opened, for readers that open it themselves.
-    pub(super) fn check_readable(&self, span: Span) -> Result<(), Failure> {
+    pub(super) fn check_readable(&self, span: Span) -> Result<(), DataError> {
         if self.path.is_dir() {
             return Err(self.missing("it is a directory", span));
         }
@@ -88,7 +88,7 @@ impl DataFile {
 }
 
 /// Decompresses `bytes` when they start with the gzip magic (whatever the file's extension).
-pub(super) fn gunzip(bytes: Vec<u8>, file: &DataFile, span: Span) -> Result<Vec<u8>, Failure> {
+pub(super) fn gunzip(bytes: Vec<u8>, file: &DataFile, span: Span) -> Result<Vec<u8>, DataError> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {
         return Ok(bytes);
     }
@@ -107,6 +107,7 @@ pub(super) fn gunzip(bytes: Vec<u8>, file: &DataFile, span: Span) -> Result<Vec<
                 "corrupt gzip data",
                 "the file is probably truncated or damaged; download or copy it again",
             )
+            .path(&file.path)
         })?;
     Ok(out)
 }
@@ -118,7 +119,7 @@ pub(super) fn missing_key(
     key: &str,
     present: &[String],
     span: Span,
-) -> Failure {
+) -> DataError {
     let mut present = present.to_vec();
     present.sort();
     let plural = if present.len() == 1 { "" } else { "s" };
@@ -132,4 +133,5 @@ pub(super) fn missing_key(
         format!("no {what} `{key}`"),
         format!("name the {what}s with `inputs:` and `targets:`"),
     )
+    .path(&file.path)
 }

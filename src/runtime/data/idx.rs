@@ -5,7 +5,7 @@ use kiln::span::Span;
 use rayon::prelude::*;
 use tch::{Kind, Tensor};
 
-use super::super::failure::{At, Failure};
+use super::error::{At, DataError};
 use super::file::{gunzip, DataFile};
 use super::{invalid, Raw};
 
@@ -34,7 +34,7 @@ fn parse_idx<'a>(
     file: &DataFile,
     gzipped: bool,
     span: Span,
-) -> Result<Idx<'a>, Failure> {
+) -> Result<Idx<'a>, DataError> {
     let name = file.name();
     let held = if gzipped {
         "it holds, decompressed,"
@@ -160,7 +160,7 @@ pub(super) fn read(
     labels: &DataFile,
     dtype: DType,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, DataError> {
     let image_bytes = images.read(span)?;
     let image_gz = image_bytes.starts_with(&[0x1f, 0x8b]);
     let image_bytes = gunzip(image_bytes, images, span)?;

@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use kiln::diagnostic::Code;
 use kiln::span::Span;
 use tch::{Device, TchError, Tensor};
 
-use super::super::failure::{torch_failure, Failure};
+use super::error::{DataError, DataKind};
 use super::split::{epoch_seed, permutation};
 use super::Dataset;
 
@@ -79,7 +78,7 @@ fn to_device(t: Tensor, device: Device) -> Result<Tensor, TchError> {
 /// statement; after one the iterator ends.
 pub struct Loader {
     /// Batches from the thread; `None` when it could not be started or once dropped.
-    batches: Option<Receiver<Result<(Tensor, Tensor), String>>>,
+    batches: Option<Receiver<Result<(Tensor, Tensor), TchError>>>,
     /// Tells the thread to stop.
     stop: Arc<AtomicBool>,
     /// The thread.
@@ -113,7 +112,7 @@ impl Loader {
         epoch: u64,
         skip: usize,
         device: Device,
-    ) -> Result<Loader, Failure> {
+    ) -> Result<Loader, DataError> {
         let background = matches!(device, Device::Cuda(_));
         Self::start(
             dataset, batch, shuffle, order_seed, epoch, skip, device, background,
@@ -131,10 +130,10 @@ impl Loader {
         skip: usize,
         device: Device,
         background: bool,
-    ) -> Result<Loader, Failure> {
+    ) -> Result<Loader, DataError> {
         if batch < 1 {
-            return Err(Failure::new(
-                Code::DataInvalid,
+            return Err(DataError::new(
+                DataKind::Invalid,
                 Span::default(),
                 format!("the batch size must be at least 1, not {batch}"),
             )
@@ -182,7 +181,7 @@ impl Loader {
                     if stop.load(Ordering::Relaxed) {
                         return;
                     }
-                    let item = work.make(b).map_err(|e| e.to_string());
+                    let item = work.make(b);
                     let failed = item.is_err();
                     if tx.send(item).is_err() || failed {
                         return;
@@ -231,7 +230,7 @@ impl Loader {
 }
 
 impl Iterator for Loader {
-    type Item = Result<(Tensor, Tensor), Failure>;
+    type Item = Result<(Tensor, Tensor), DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.remaining == 0 {
@@ -239,7 +238,7 @@ impl Iterator for Loader {
         }
         let got = if let Some(producer) = &self.inline {
             let started = Instant::now();
-            let item = producer.make(self.next_batch).map_err(|e| e.to_string());
+            let item = producer.make(self.next_batch);
             self.waited += started.elapsed();
             self.next_batch += 1;
             Some(item)
@@ -255,16 +254,16 @@ impl Iterator for Loader {
                 self.remaining -= 1;
                 Some(Ok(batch))
             }
-            Some(Err(message)) => {
+            Some(Err(error)) => {
                 self.remaining = 0;
                 self.shut_down();
-                Some(Err(torch_failure(&message, self.span)))
+                Some(Err(DataError::torch(error, self.span)))
             }
             None => {
                 self.remaining = 0;
                 self.shut_down();
-                Some(Err(Failure::new(
-                    Code::TorchError,
+                Some(Err(DataError::new(
+                    DataKind::LoaderStopped,
                     self.span,
                     "the thread preparing batches stopped before the end of the epoch",
                 )
@@ -291,8 +290,10 @@ impl Drop for Loader {
 
 #[cfg(test)]
 mod tests {
+    use super::super::super::failure::Failure;
     use super::super::tests::{floats, ints};
     use super::*;
+    use kiln::diagnostic::Code;
     use kiln::span::FileId;
     use tch::Kind;
 
@@ -442,7 +443,9 @@ mod tests {
             .at(at);
         assert_eq!(loader.size_hint(), (0, Some(3)));
         assert!(loader.next().unwrap().is_ok());
-        let f = loader.next().unwrap().unwrap_err();
+        let e = loader.next().unwrap().unwrap_err();
+        assert!(matches!(e.kind, DataKind::Torch(_)), "{e:?}");
+        let f = Failure::from(e);
         assert_eq!(f.code, Code::TorchError);
         assert_eq!(f.span, at);
         assert!(loader.next().is_none());

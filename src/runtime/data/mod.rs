@@ -5,8 +5,9 @@
 //! with a seeded permutation. A [`Loader`] walks one epoch of a [`Dataset`] in batches that a
 //! background thread gathers and moves to the device ahead of the training loop.
 //!
-//! Every problem with the data is a [`Failure`] at the experiment's `source` statement: K0502 when
-//! a file cannot be read, K0503 when what it holds is wrong. The file formats (IDX, `.npy`, the
+//! Every problem with the data is a [`DataError`] at the experiment's `source` statement: K0502 when
+//! a file cannot be read, K0503 when what it holds is wrong (its conversion into a `Failure` is
+//! the one place it becomes a diagnostic). The file formats (IDX, `.npy`, the
 //! zip archive of an `.npz`, CSV) are parsed here with every length checked before a byte is
 //! copied: libtorch's own `.npy` reader trusts the header's shape and reads past the end of a
 //! truncated file, so a damaged file must be caught before it gets there.
@@ -20,6 +21,7 @@
 //! `csv` and `safetensors`; `split` holds the splits and the PRNG, `loader` the [`Loader`].
 
 mod csv;
+mod error;
 mod file;
 mod idx;
 mod loader;
@@ -34,14 +36,14 @@ mod tests;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kiln::diagnostic::Code;
 use kiln::ir::{DType, Data, Normalize, Source, Targets};
 use kiln::span::Span;
 use tch::{Kind, TchError, Tensor};
 
-use super::failure::{At, Failure};
+use error::At;
 use file::DataFile;
 
+pub use error::{DataError, DataKind};
 pub use loader::Loader;
 
 // ---------------------------------------------------------------------------------------------
@@ -100,7 +102,7 @@ pub fn load(
     input_dtype: DType,
     base: &Path,
     seed: u64,
-) -> Result<Splits, Failure> {
+) -> Result<Splits, DataError> {
     let span = data.source_span;
     let raw = read_source(&data.source, input_dtype, base, seed, span)?;
     let dataset = prepare(raw, data, input, input_dtype)?;
@@ -110,14 +112,14 @@ pub fn load(
 // ---------------------------------------------------------------------------------------------
 // Failures
 
-/// A K0503 failure: the data is there but wrong.
+/// A K0503 problem: the data is there but wrong.
 fn invalid(
     span: Span,
     message: impl Into<String>,
     label: impl Into<String>,
     help: impl Into<String>,
-) -> Failure {
-    Failure::new(Code::DataInvalid, span, message)
+) -> DataError {
+    DataError::new(DataKind::Invalid, span, message)
         .label(label)
         .help(help)
 }
@@ -241,7 +243,7 @@ fn read_source(
     base: &Path,
     seed: u64,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, DataError> {
     match source {
         Source::Synthetic {
             inputs,
@@ -305,7 +307,7 @@ fn first_fraction(t: &Tensor) -> Result<Option<(i64, f64)>, TchError> {
 }
 
 /// Checks the raw tensors against the model and the targets, and shapes them.
-fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset, Failure> {
+fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset, DataError> {
     let span = data.source_span;
     let xs = raw.inputs.size();
     let ys = raw.targets.size();
@@ -363,7 +365,7 @@ fn shape_inputs(
     input: &[i64],
     dtype: DType,
     span: Span,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, DataError> {
     let from = &raw.inputs_from;
     let x = &raw.inputs;
     let xs = x.size();
@@ -428,7 +430,7 @@ fn normalize(
     norm: Option<&Normalize>,
     input: &[i64],
     span: Span,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, DataError> {
     let Some(norm) = norm else {
         return Ok(x);
     };
@@ -481,7 +483,7 @@ fn normalize(
 }
 
 /// `[N]` Int64 class indices (checked against the class count) or `[N, ..shape]` Float values.
-fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Tensor, Failure> {
+fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Tensor, DataError> {
     let from = &raw.targets_from;
     let y = &raw.targets;
     let ys = y.size();

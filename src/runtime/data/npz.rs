@@ -6,7 +6,7 @@ use std::io::Read;
 use kiln::span::Span;
 use tch::Tensor;
 
-use super::super::failure::Failure;
+use super::error::DataError;
 use super::file::{missing_key, DataFile};
 use super::npy::npy_bytes;
 use super::{invalid, Raw};
@@ -191,7 +191,7 @@ pub(super) fn read(
     inputs: &str,
     targets: &str,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, DataError> {
     let bytes = file.read(span)?;
     let entries = zip_entries(&bytes).map_err(|reason| {
         invalid(
@@ -203,7 +203,7 @@ pub(super) fn read(
     })?;
     let key_of = |e: &ZipEntry| e.name.strip_suffix(".npy").unwrap_or(&e.name).to_string();
     let keys: Vec<String> = entries.iter().map(key_of).collect();
-    let array = |key: &str| -> Result<Tensor, Failure> {
+    let array = |key: &str| -> Result<Tensor, DataError> {
         let entry = entries
             .iter()
             .find(|e| key_of(e) == key)

@@ -3,7 +3,7 @@
 use kiln::span::Span;
 use tch::{TchError, Tensor};
 
-use super::super::failure::{torch_failure, Failure};
+use super::error::DataError;
 use super::file::{missing_key, DataFile};
 use super::{invalid, Raw};
 
@@ -13,10 +13,10 @@ pub(super) fn read(
     inputs: &str,
     targets: &str,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, DataError> {
     file.check_readable(span)?;
     let mut tensors = Tensor::read_safetensors(&file.path).map_err(|e| match e {
-        TchError::Torch(message) => torch_failure(&message, span),
+        e @ TchError::Torch(_) => DataError::torch(e, span),
         other => invalid(
             span,
             format!("{} is not a valid safetensors file: {other}", file.name()),
@@ -25,7 +25,7 @@ pub(super) fn read(
         ),
     })?;
     let names: Vec<String> = tensors.iter().map(|(n, _)| n.clone()).collect();
-    let mut take = |key: &str| -> Result<Tensor, Failure> {
+    let mut take = |key: &str| -> Result<Tensor, DataError> {
         let at = tensors
             .iter()
             .position(|(n, _)| n == key)

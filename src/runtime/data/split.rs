@@ -4,7 +4,7 @@
 use kiln::ir::Split;
 use kiln::span::Span;
 
-use super::super::failure::{At, Failure};
+use super::error::{At, DataError};
 use super::{invalid, Dataset, Splits};
 
 /// Mixed into the seed of the split permutation, so that it differs from the epoch orders
@@ -32,7 +32,7 @@ pub(super) fn split(
     split: &Split,
     seed: u64,
     span: Span,
-) -> Result<Splits, Failure> {
+) -> Result<Splits, DataError> {
     let n = usize::try_from(data.len()).unwrap_or(0);
     let (train, val, test) = split_counts(n, split);
     if train == 0 {
@@ -48,7 +48,7 @@ pub(super) fn split(
         ));
     }
     let order = permutation(n, seed ^ SPLIT_STREAM);
-    let part = |from: usize, len: usize| -> Result<Option<Dataset>, Failure> {
+    let part = |from: usize, len: usize| -> Result<Option<Dataset>, DataError> {
         if len == 0 {
             return Ok(None);
         }
@@ -115,9 +115,9 @@ pub(super) fn epoch_seed(order_seed: u64, epoch: u64) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::error::DataKind;
     use super::super::tests::{floats, ints, source_span};
     use super::*;
-    use kiln::diagnostic::Code;
     use std::collections::HashSet;
     use tch::{Device, Kind, Tensor};
 
@@ -156,13 +156,9 @@ mod tests {
         // The training split is not simply the first samples.
         assert_ne!(ints(&s.train.targets), (0..51).collect::<Vec<i64>>());
 
-        let f = split(&d, &frac(0.001, 0.0, 0.0), 5, source_span()).unwrap_err();
-        assert_eq!(f.code, Code::DataInvalid);
-        assert!(
-            f.message.contains("training split is empty"),
-            "{}",
-            f.message
-        );
+        let e = split(&d, &frac(0.001, 0.0, 0.0), 5, source_span()).unwrap_err();
+        assert!(matches!(e.kind, DataKind::Invalid), "{e:?}");
+        assert!(e.detail.contains("training split is empty"), "{}", e.detail);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Helpers the data tests share, and the tests of [`load`](super::load) end to end (real data,
 //! normalisation).
 
+use super::super::failure::Failure;
 use super::*;
+use kiln::diagnostic::Code;
 use kiln::ir::Split;
 use kiln::span::FileId;
 use std::path::PathBuf;
@@ -77,10 +79,16 @@ pub(super) fn idx_source(images: &str, labels: &str) -> Source {
     }
 }
 
-pub(super) fn expect_failure(result: Result<Splits, Failure>, code: Code, needle: &str) -> Failure {
+/// Expects `result` to fail with `code` and a message containing `needle`, as the user sees it.
+pub(super) fn expect_failure(
+    result: Result<Splits, DataError>,
+    code: Code,
+    needle: &str,
+) -> Failure {
     match result {
         Ok(_) => panic!("expected {code:?} containing {needle:?}, got data"),
-        Err(f) => {
+        Err(e) => {
+            let f = Failure::from(e);
             assert_eq!(f.code, code, "{}", f.message);
             assert!(
                 f.message.contains(needle),
@@ -172,4 +180,26 @@ fn normalize_per_channel_and_scalar() {
         Code::DataInvalid,
         "gives 3 values, one per channel, but the samples [2, 2] have 2 channels",
     );
+}
+
+#[test]
+fn a_missing_file_is_a_typed_error_with_its_path_and_span() {
+    let dir = Scratch::new();
+    let d = data(
+        idx_source("nope-images.idx", "nope-labels.idx"),
+        Targets::Classes(Some(10)),
+        all_train(),
+    );
+    let Err(e) = load(&d, &[784], DType::Float, &dir.0, 1) else {
+        panic!("a missing file loaded");
+    };
+    assert!(matches!(e.kind, DataKind::Missing), "{e:?}");
+    assert_eq!(e.span, source_span());
+    let path = e.path.clone().expect("the file is named");
+    assert!(path.ends_with("nope-images.idx"), "{}", path.display());
+    assert!(e.detail.contains("it does not exist"), "{}", e.detail);
+    let f = Failure::from(e);
+    assert_eq!(f.code, Code::DataMissing);
+    assert_eq!(f.span, source_span());
+    assert_eq!(f.label, "file not found");
 }

@@ -1,0 +1,144 @@
+//! `metrics.jsonl` and `steps.jsonl`: one JSON object a line.
+//!
+//! JSON has no NaN or infinity: serde_json writes a non-finite number as `null`, and the float
+//! fields here read `null` back as NaN, so a diverged run's records still read.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+/// Reads a float that may be `null` (a non-finite value written to JSON) as NaN.
+fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+/// One line of `metrics.jsonl`, told apart by its `split` field.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "split", rename_all = "lowercase")]
+pub enum MetricLine {
+    /// The end of a training epoch.
+    Train(EpochRecord),
+    /// An evaluation on the validation split.
+    Val(EvalRecord),
+}
+
+impl MetricLine {
+    /// The epoch the line belongs to (1-based for training lines, as written).
+    pub fn epoch(&self) -> u64 {
+        match self {
+            MetricLine::Train(r) => r.epoch,
+            MetricLine::Val(r) => r.epoch,
+        }
+    }
+
+    /// The optimizer steps taken when it was written.
+    pub fn step(&self) -> u64 {
+        match self {
+            MetricLine::Train(r) => r.step,
+            MetricLine::Val(r) => r.step,
+        }
+    }
+}
+
+/// One line of training metrics, written at the end of each epoch.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct EpochRecord {
+    /// Epoch number (1-based).
+    pub epoch: u64,
+    /// Optimizer steps so far.
+    pub step: u64,
+    /// Learning rate of the last step.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub lr: f64,
+    /// Mean training loss over the epoch.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub train_loss: f64,
+    /// Training accuracy over the epoch, for class targets.
+    pub train_accuracy: Option<f64>,
+    /// Wall seconds of the epoch.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub seconds: f64,
+    /// Training samples per second in the epoch.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub samples_per_s: f64,
+}
+
+/// One evaluation on the validation split. Written with its top-k accuracy under the key
+/// `top_<k>_accuracy`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(from = "EvalLine", into = "EvalLine")]
+pub struct EvalRecord {
+    /// The epoch in progress (0-based, as the training loop counts).
+    pub epoch: u64,
+    /// Optimizer steps so far.
+    pub step: u64,
+    /// Mean loss.
+    pub loss: f64,
+    /// Top-1 accuracy, for class targets.
+    pub accuracy: Option<f64>,
+    /// `(k, top-k accuracy)`, when asked for.
+    pub top_k: Option<(u64, f64)>,
+}
+
+/// [`EvalRecord`] as it is written.
+#[derive(Serialize, Deserialize)]
+struct EvalLine {
+    epoch: u64,
+    step: u64,
+    #[serde(deserialize_with = "nan_if_null")]
+    loss: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    accuracy: Option<f64>,
+    /// `top_<k>_accuracy`.
+    #[serde(flatten)]
+    top: BTreeMap<String, Option<f64>>,
+}
+
+impl From<EvalLine> for EvalRecord {
+    fn from(l: EvalLine) -> EvalRecord {
+        let top_k = l.top.iter().find_map(|(key, value)| {
+            let k = key
+                .strip_prefix("top_")?
+                .strip_suffix("_accuracy")?
+                .parse()
+                .ok()?;
+            Some((k, value.unwrap_or(f64::NAN)))
+        });
+        EvalRecord {
+            epoch: l.epoch,
+            step: l.step,
+            loss: l.loss,
+            accuracy: l.accuracy,
+            top_k,
+        }
+    }
+}
+
+impl From<EvalRecord> for EvalLine {
+    fn from(r: EvalRecord) -> EvalLine {
+        EvalLine {
+            epoch: r.epoch,
+            step: r.step,
+            loss: r.loss,
+            accuracy: r.accuracy,
+            top: r
+                .top_k
+                .map(|(k, a)| (format!("top_{k}_accuracy"), Some(a)))
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
+/// One line of `steps.jsonl`: an optimizer step's loss and learning rate.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+pub struct StepRecord {
+    /// The step (1-based).
+    pub step: u64,
+    /// Its loss (`null` in the file when not finite).
+    #[serde(deserialize_with = "nan_if_null")]
+    pub loss: f64,
+    /// Its learning rate.
+    #[serde(deserialize_with = "nan_if_null")]
+    pub lr: f64,
+}

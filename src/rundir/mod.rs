@@ -1,0 +1,302 @@
+//! The run directory (`runs/<experiment>/<timestamp>/`, one `trial-NNN/` per sweep trial): the one
+//! definition of every file in it, used by `kiln-runtime` to write and by `kiln report` and
+//! `kiln compare` to read, so a reader can never disagree with the writer.
+//!
+//! - `experiment.exp` and `plan.yaml`: the experiment as run and its plan ([`EXPERIMENT`],
+//!   [`PLAN`]).
+//! - `metrics.jsonl`: one [`MetricLine`] per epoch and evaluation; `steps.jsonl`: one
+//!   [`StepRecord`] per optimizer step ([`RunDir`] appends them).
+//! - `report.yaml`: the [`Report`] of a finished run.
+//! - `checkpoints/`: a [`Sidecar`] per checkpoint beside its tensors file ([`checkpoint`]); the
+//!   tensors themselves are written by the runtime, which links libtorch.
+//!
+//! Sweeps are ranked by [`rank`]. Whole files are written atomically (a temporary file, then a
+//! rename); every failure, serialisation included, is an [`Error`] naming the file.
+//! Nothing here uses libtorch.
+
+pub mod checkpoint;
+mod metrics;
+mod rank;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+pub use checkpoint::{Fingerprint, Position, Sidecar};
+pub use metrics::{EpochRecord, EvalRecord, MetricLine, StepRecord};
+pub use rank::{rank, rank_key};
+pub use report::{Eval, Outcome, Report};
+
+/// The experiment file as run.
+pub const EXPERIMENT: &str = "experiment.exp";
+/// The experiment's plan (costs), as YAML.
+pub const PLAN: &str = "plan.yaml";
+/// Per-epoch training and evaluation metrics, one JSON object a line.
+pub const METRICS: &str = "metrics.jsonl";
+/// Per-step loss and learning rate, one JSON object a line.
+pub const STEPS: &str = "steps.jsonl";
+/// The report of a finished run.
+pub const REPORT: &str = "report.yaml";
+/// The directory of checkpoints.
+pub const CHECKPOINTS: &str = "checkpoints";
+
+/// What was being done to a file when it failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Creating a directory.
+    Create,
+    /// Opening a file to append to it.
+    Open,
+    /// Reading a file.
+    Read,
+    /// Writing a file.
+    Write,
+    /// Appending to a file.
+    Append,
+    /// Renaming a temporary file into place.
+    Rename,
+    /// Serialising a record.
+    Encode,
+    /// Reading a record back from text.
+    Parse,
+}
+
+impl Op {
+    fn verb(self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Open => "open",
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Append => "append to",
+            Op::Rename => "rename",
+            Op::Encode => "encode",
+            Op::Parse => "parse",
+        }
+    }
+}
+
+/// A file of the run directory that could not be written or read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Error {
+    /// What was being done.
+    pub op: Op,
+    /// The file.
+    pub path: PathBuf,
+    /// The underlying error, as text.
+    pub detail: String,
+}
+
+impl Error {
+    /// An error of `op` on `path`.
+    pub fn new(op: Op, path: &Path, detail: impl std::fmt::Display) -> Error {
+        Error {
+            op,
+            path: path.to_path_buf(),
+            detail: detail.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cannot {} `{}`: {}",
+            self.op.verb(),
+            self.path.display(),
+            self.detail
+        )
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Writes `contents` to `dir/name` atomically: a temporary file `.name.tmp`, then a rename.
+pub fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> Result<PathBuf, Error> {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, contents).map_err(|e| Error::new(Op::Write, &tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| Error::new(Op::Rename, &tmp, e))?;
+    Ok(path)
+}
+
+/// `value` as YAML; a value serde cannot encode is an [`Op::Encode`] error for `path`.
+pub fn to_yaml<T: serde::Serialize>(value: &T, path: &Path) -> Result<String, Error> {
+    serde_yaml::to_string(value).map_err(|e| Error::new(Op::Encode, path, e))
+}
+
+/// Writes `value` as YAML to `dir/name`, atomically; nothing is written when it cannot be encoded.
+pub fn write_yaml<T: serde::Serialize>(dir: &Path, name: &str, value: &T) -> Result<(), Error> {
+    let yaml = to_yaml(value, &dir.join(name))?;
+    write_atomic(dir, name, yaml.as_bytes()).map(drop)
+}
+
+/// Reads `path` as YAML into a `T`.
+pub fn read_yaml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::new(Op::Read, path, e))?;
+    serde_yaml::from_str(&text).map_err(|e| Error::new(Op::Parse, path, e))
+}
+
+/// Appends `text` to `path`, creating the file.
+fn append(path: &Path, text: &[u8]) -> Result<(), Error> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| Error::new(Op::Open, path, e))?;
+    f.write_all(text)
+        .map_err(|e| Error::new(Op::Append, path, e))
+}
+
+/// A run directory being written: appends metrics and step records, writes whole files
+/// atomically. One per run, held by the training loop.
+#[derive(Debug)]
+pub struct RunDir {
+    dir: PathBuf,
+    /// Lines of `metrics.jsonl` so far.
+    lines: u64,
+    /// Step records not yet appended to `steps.jsonl`.
+    steps: Vec<u8>,
+    /// The step of the last evaluation recorded by this process.
+    last_eval_step: Option<u64>,
+}
+
+/// Step records are buffered up to this many bytes before they are appended.
+const STEP_BUFFER: usize = 1 << 16;
+
+impl RunDir {
+    /// Creates a run directory, or reopens one to resume (counting its metric lines).
+    pub fn open(dir: PathBuf) -> Result<RunDir, Error> {
+        std::fs::create_dir_all(&dir).map_err(|e| Error::new(Op::Create, &dir, e))?;
+        let lines = match std::fs::read_to_string(dir.join(METRICS)) {
+            Ok(text) => text.lines().count() as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(Error::new(Op::Read, &dir.join(METRICS), e)),
+        };
+        Ok(RunDir {
+            dir,
+            lines,
+            steps: Vec::new(),
+            last_eval_step: None,
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Where checkpoints go.
+    pub fn checkpoint_dir(&self) -> PathBuf {
+        self.dir.join(CHECKPOINTS)
+    }
+
+    /// Writes a file into the run directory, atomically.
+    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), Error> {
+        write_atomic(&self.dir, name, contents).map(drop)
+    }
+
+    /// Writes `report.yaml`.
+    pub fn write_report(&self, report: &Report) -> Result<(), Error> {
+        write_yaml(&self.dir, REPORT, report)
+    }
+
+    /// Appends a metric line; returns the number of lines written so far.
+    pub fn metric(&mut self, line: &MetricLine) -> Result<u64, Error> {
+        let path = self.dir.join(METRICS);
+        let mut text = serde_json::to_vec(line).map_err(|e| Error::new(Op::Encode, &path, e))?;
+        text.push(b'\n');
+        if let MetricLine::Val(e) = line {
+            self.last_eval_step = Some(e.step);
+        }
+        self.flush_steps()?;
+        append(&path, &text)?;
+        self.lines += 1;
+        Ok(self.lines)
+    }
+
+    /// Buffers one optimizer step's record for `steps.jsonl`.
+    pub fn step(&mut self, record: &StepRecord) -> Result<(), Error> {
+        serde_json::to_writer(&mut self.steps, record)
+            .map_err(|e| Error::new(Op::Encode, &self.dir.join(STEPS), e))?;
+        self.steps.push(b'\n');
+        if self.steps.len() > STEP_BUFFER {
+            self.flush_steps()?;
+        }
+        Ok(())
+    }
+
+    /// Appends buffered step records to `steps.jsonl`.
+    pub fn flush_steps(&mut self) -> Result<(), Error> {
+        if self.steps.is_empty() {
+            return Ok(());
+        }
+        append(&self.dir.join(STEPS), &self.steps)?;
+        self.steps.clear();
+        Ok(())
+    }
+
+    /// The step of the last evaluation recorded by this process.
+    pub fn last_eval_step(&self) -> Option<u64> {
+        self.last_eval_step
+    }
+
+    /// Keeps the first `keep` metric lines and the records of the first `step` steps, dropping
+    /// what was written after a checkpoint taken at `step` (a resumed run writes them again).
+    pub fn truncate(&mut self, keep: u64, step: u64) -> Result<(), Error> {
+        self.steps.clear();
+        let kept = head(&self.dir.join(STEPS), step)?;
+        self.write_file(STEPS, kept.0.as_bytes())?;
+        let (body, lines) = head(&self.dir.join(METRICS), keep)?;
+        self.write_file(METRICS, body.as_bytes())?;
+        self.lines = lines;
+        Ok(())
+    }
+
+    /// The metric lines written so far.
+    pub fn metrics(&self) -> Result<Vec<MetricLine>, Error> {
+        Ok(read_metrics(&self.dir)?.unwrap_or_default())
+    }
+}
+
+/// The first `n` lines of `path` (each ending in a newline) and how many there are; a missing
+/// file has none.
+fn head(path: &Path, n: u64) -> Result<(String, u64), Error> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(Error::new(Op::Read, path, e)),
+    };
+    let mut out = String::new();
+    let mut count = 0;
+    for line in text.lines().take(usize::try_from(n).unwrap_or(usize::MAX)) {
+        out += line;
+        out.push('\n');
+        count += 1;
+    }
+    Ok((out, count))
+}
+
+/// The `report.yaml` of the run in `dir`.
+pub fn read_report(dir: &Path) -> Result<Report, Error> {
+    read_yaml(&dir.join(REPORT))
+}
+
+/// The lines of `metrics.jsonl` in `dir`, or `None` when it has none. A line that is not a
+/// metric record (the last line of a run killed while writing it) is skipped.
+pub fn read_metrics(dir: &Path) -> Result<Option<Vec<MetricLine>>, Error> {
+    let path = dir.join(METRICS);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::new(Op::Read, &path, e)),
+    };
+    Ok(Some(
+        text.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect(),
+    ))
+}

@@ -1,0 +1,81 @@
+//! `report.yaml`: what a finished run did, for `kiln report`, `kiln compare` and people.
+
+use serde::{Deserialize, Serialize};
+
+use super::MetricLine;
+
+/// The report of one run. Every field has a default when read, so reports written by older or
+/// newer versions of Kiln still read.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct Report {
+    /// Experiment name.
+    pub experiment: String,
+    /// Sweep values of the trial, as `(name, value)`.
+    pub trial: Vec<(String, String)>,
+    /// Kiln's version.
+    pub kiln: String,
+    /// libtorch's version.
+    pub torch: String,
+    /// Devices the model ran on.
+    pub devices: Vec<String>,
+    /// FNV-1a hash of the experiment's source files, to tell configurations apart.
+    pub config_hash: String,
+    /// Parameters.
+    pub params: u64,
+    /// Steps, epochs, final losses and metrics, throughput, data wait, early stopping.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// Wall seconds of the run.
+    pub wall_seconds: f64,
+    /// Parts of the experiment this version does not apply yet.
+    pub notes: Vec<String>,
+    /// Per-epoch metrics (the lines of `metrics.jsonl`).
+    pub metrics: Vec<MetricLine>,
+}
+
+impl Report {
+    /// The trial's sweep values as `name=value`, separated by `sep`.
+    pub fn trial_label(&self, sep: &str) -> String {
+        self.trial
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(sep)
+    }
+}
+
+/// What a finished run did: the figures of `report.yaml`.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct Outcome {
+    /// Optimizer steps taken.
+    pub steps: u64,
+    /// Epochs completed (a partial last epoch counts).
+    pub epochs: u64,
+    /// Final training loss (mean over the last epoch).
+    pub train_loss: f64,
+    /// Final validation metrics, when there is a validation split.
+    pub val: Option<Eval>,
+    /// Final test metrics, when there is a test split.
+    pub test: Option<Eval>,
+    /// Training samples per second over the run.
+    pub samples_per_s: f64,
+    /// Fraction of step time spent waiting for data.
+    #[serde(rename = "data_wait_fraction")]
+    pub data_wait: f64,
+    /// Whether early stopping ended the run.
+    pub stopped_early: bool,
+}
+
+/// Metrics of an evaluation.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(default)]
+pub struct Eval {
+    /// Mean loss.
+    pub loss: f64,
+    /// Top-1 accuracy, for class targets.
+    pub accuracy: Option<f64>,
+    /// `(k, top-k accuracy)`, when asked for.
+    pub top_k: Option<(u64, f64)>,
+}

@@ -1,0 +1,316 @@
+//! Round trips of every record, the ranking, and failures that must be errors.
+
+use std::path::PathBuf;
+
+use super::*;
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-rundir-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn epoch(e: u64, loss: f64) -> EpochRecord {
+    EpochRecord {
+        epoch: e,
+        step: 125 * e,
+        lr: 1e-3,
+        train_loss: loss,
+        train_accuracy: Some(0.9),
+        seconds: 1.25,
+        samples_per_s: 5300.0,
+    }
+}
+
+fn eval(e: u64, top_k: Option<(u64, f64)>) -> EvalRecord {
+    EvalRecord {
+        epoch: e,
+        step: 125 * e,
+        loss: 0.25,
+        accuracy: Some(0.93),
+        top_k,
+    }
+}
+
+fn outcome(val: Option<(f64, Option<f64>)>, train_loss: f64) -> Outcome {
+    Outcome {
+        steps: 375,
+        epochs: 3,
+        train_loss,
+        val: val.map(|(loss, accuracy)| Eval {
+            loss,
+            accuracy,
+            top_k: None,
+        }),
+        ..Outcome::default()
+    }
+}
+
+fn report() -> Report {
+    Report {
+        experiment: "mnist_mlp".into(),
+        trial: vec![("lr".into(), "0.01".into()), ("width".into(), "128".into())],
+        kiln: "0.1.0".into(),
+        torch: "2.5.1".into(),
+        devices: vec!["cpu".into()],
+        config_hash: "0123456789abcdef".into(),
+        params: 101_770,
+        outcome: Outcome {
+            steps: 375,
+            epochs: 3,
+            train_loss: 0.125,
+            val: Some(Eval {
+                loss: 0.25,
+                accuracy: Some(0.93),
+                top_k: Some((5, 0.99)),
+            }),
+            test: None,
+            samples_per_s: 5312.4,
+            data_wait: 0.012,
+            stopped_early: true,
+        },
+        wall_seconds: 42.5,
+        notes: vec!["`compress` is not applied yet".into()],
+        metrics: vec![
+            MetricLine::Train(epoch(1, 0.5)),
+            MetricLine::Val(eval(0, Some((5, 0.99)))),
+            MetricLine::Val(eval(1, None)),
+        ],
+    }
+}
+
+#[test]
+fn report_round_trips() {
+    let dir = scratch("report");
+    let run = RunDir::open(dir.clone()).expect("open");
+    let written = report();
+    run.write_report(&written).expect("write");
+    assert_eq!(read_report(&dir).expect("read"), written);
+    assert!(
+        !dir.join(".report.yaml.tmp").exists(),
+        "temporary file left"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_report_of_another_version_reads_with_defaults() {
+    let dir = scratch("older");
+    std::fs::write(
+        dir.join(REPORT),
+        "experiment: old\ntrain_loss: .nan\nsomething_new: 3\n",
+    )
+    .expect("write");
+    let r = read_report(&dir).expect("read");
+    assert_eq!(r.experiment, "old");
+    assert!(r.outcome.train_loss.is_nan());
+    assert_eq!(r.params, 0);
+    assert!(r.metrics.is_empty());
+    std::fs::write(dir.join(REPORT), "params: [not a number\n").expect("write");
+    let e = read_report(&dir).expect_err("malformed");
+    assert_eq!(e.op, Op::Parse);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn metrics_and_steps_round_trip_and_truncate() {
+    let dir = scratch("metrics");
+    let mut run = RunDir::open(dir.clone()).expect("open");
+    let lines = vec![
+        MetricLine::Train(epoch(1, 0.5)),
+        MetricLine::Val(eval(1, Some((5, 0.99)))),
+        MetricLine::Train(epoch(2, 0.25)),
+    ];
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(run.metric(l).expect("append"), i as u64 + 1);
+    }
+    assert_eq!(run.last_eval_step(), Some(125));
+    assert_eq!(run.metrics().expect("read"), lines);
+    let text = std::fs::read_to_string(dir.join(METRICS)).expect("metrics");
+    assert!(
+        text.lines()
+            .nth(1)
+            .expect("line 2")
+            .contains("\"top_5_accuracy\":0.99"),
+        "{text}"
+    );
+    for step in 1..=4 {
+        let record = StepRecord {
+            step,
+            loss: 1.0 / step as f64,
+            lr: 0.1,
+        };
+        run.step(&record).expect("step");
+    }
+    run.flush_steps().expect("flush");
+    let steps: Vec<StepRecord> = std::fs::read_to_string(dir.join(STEPS))
+        .expect("steps")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("step record"))
+        .collect();
+    assert_eq!(steps.len(), 4);
+    assert_eq!(steps[2].loss, 1.0 / 3.0);
+
+    // A reopened run counts the lines; truncating keeps the head of both files.
+    let mut again = RunDir::open(dir.clone()).expect("reopen");
+    again.truncate(2, 3).expect("truncate");
+    assert_eq!(again.metrics().expect("read"), lines[..2]);
+    let kept = std::fs::read_to_string(dir.join(STEPS)).expect("steps");
+    assert_eq!(kept.lines().count(), 3);
+    assert_eq!(again.metric(&lines[2]).expect("append"), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn non_finite_values_read_back_as_nan() {
+    let line = MetricLine::Train(epoch(1, f64::NAN));
+    let json = serde_json::to_string(&line).expect("encode");
+    assert!(json.contains("\"train_loss\":null"), "{json}");
+    let MetricLine::Train(back) = serde_json::from_str(&json).expect("decode") else {
+        panic!("not a training line: {json}");
+    };
+    assert!(back.train_loss.is_nan());
+    let step = StepRecord {
+        step: 12,
+        loss: f64::INFINITY,
+        lr: 100.0,
+    };
+    let json = serde_json::to_string(&step).expect("encode");
+    let back: StepRecord = serde_json::from_str(&json).expect("decode");
+    assert!(back.loss.is_nan() && back.lr == 100.0, "{json}");
+}
+
+#[test]
+fn unknown_and_cut_lines_are_skipped() {
+    let dir = scratch("cut");
+    let good = serde_json::to_string(&MetricLine::Train(epoch(1, 0.5))).expect("encode");
+    std::fs::write(
+        dir.join(METRICS),
+        format!("{good}\n{{\"split\":\"test\",\"epoch\":1}}\n{{\"split\":\"tra"),
+    )
+    .expect("write");
+    let lines = read_metrics(&dir).expect("read").expect("there");
+    assert_eq!(lines, vec![MetricLine::Train(epoch(1, 0.5))]);
+    assert_eq!(read_metrics(&dir.join("nope")).expect("read"), None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn checkpoint_index_round_trips_and_prunes() {
+    let dir = scratch("checkpoints");
+    let side = |step| Sidecar {
+        kiln: "0.1.0".into(),
+        fingerprint: Fingerprint {
+            layers: vec!["fc linear [10] 7850".into()],
+            optimizer: "adam".into(),
+            world_size: 1,
+        },
+        position: Position {
+            step,
+            epoch: 1,
+            batch_in_epoch: 3,
+            epoch_loss_sum: 12.5,
+            best: Some(0.25),
+            metrics_lines: 2,
+            ..Position::default()
+        },
+        tensors: String::new(),
+    };
+    assert_eq!(checkpoint::latest(&dir).expect("none"), None);
+    for step in [10, 20, 30] {
+        std::fs::write(dir.join(checkpoint::tensors_name(step)), b"t").expect("tensors");
+        checkpoint::write_sidecar(&dir, &side(step)).expect("sidecar");
+    }
+    checkpoint::prune(&dir, 2);
+    let names: Vec<String> = checkpoint::list(&dir)
+        .iter()
+        .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["step-000000020.yaml", "step-000000030.yaml"]);
+    assert!(!dir.join("step-000000010.safetensors").exists());
+    let (read, tensors) = checkpoint::latest(&dir).expect("read").expect("there");
+    let mut want = side(30);
+    want.tensors = "step-000000030.safetensors".into();
+    assert_eq!(read, want);
+    assert_eq!(tensors, dir.join("step-000000030.safetensors"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A value serde cannot encode.
+struct Unencodable;
+
+impl serde::Serialize for Unencodable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("this value cannot be encoded"))
+    }
+}
+
+#[test]
+fn a_serialisation_failure_is_an_error_and_writes_nothing() {
+    let dir = scratch("encode");
+    let e = write_yaml(&dir, REPORT, &Unencodable).expect_err("cannot encode");
+    assert_eq!(e.op, Op::Encode);
+    assert_eq!(e.path, dir.join(REPORT));
+    assert!(e.to_string().contains("cannot be encoded"), "{e}");
+    assert!(!dir.join(REPORT).exists(), "an empty report was written");
+    assert!(!dir.join(".report.yaml.tmp").exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn write_failures_name_the_file() {
+    let dir = scratch("unwritable");
+    // A directory in the way of the file makes the rename fail, even as root.
+    std::fs::create_dir_all(dir.join(REPORT).join("x")).expect("dir");
+    let e = RunDir::open(dir.clone())
+        .expect("open")
+        .write_report(&report())
+        .expect_err("cannot write");
+    assert_eq!(e.op, Op::Rename);
+    assert!(e.to_string().starts_with("cannot rename"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn ranking_puts_the_best_first_and_nan_last() {
+    // Validation accuracy, higher first.
+    let mut trials = vec![
+        ("a", Some(outcome(Some((0.3, Some(0.90))), 0.2))),
+        ("nan", Some(outcome(Some((0.1, Some(f64::NAN))), 0.1))),
+        ("b", Some(outcome(Some((0.4, Some(0.95))), 0.3))),
+        ("none", None),
+        ("c", Some(outcome(Some((0.2, Some(0.90))), 0.1))),
+    ];
+    rank(&mut trials, |t| t.1.as_ref());
+    let order: Vec<&str> = trials.iter().map(|t| t.0).collect();
+    // Ties keep their order; NaN and no report come last, in their order.
+    assert_eq!(order, ["b", "a", "c", "nan", "none"]);
+
+    // Validation loss, lower first, when there is no accuracy; a negative NaN (as x86 makes)
+    // is still last.
+    let mut trials = vec![
+        ("nan", Some(outcome(Some((-f64::NAN, None)), 0.1))),
+        ("high", Some(outcome(Some((0.5, None)), 0.1))),
+        ("low", Some(outcome(Some((0.2, None)), 0.9))),
+    ];
+    rank(&mut trials, |t| t.1.as_ref());
+    let order: Vec<&str> = trials.iter().map(|t| t.0).collect();
+    assert_eq!(order, ["low", "high", "nan"]);
+
+    // Training loss without a validation split.
+    let mut trials = vec![
+        ("nan", Some(outcome(None, f64::NAN))),
+        ("high", Some(outcome(None, 0.5))),
+        ("low", Some(outcome(None, 0.2))),
+    ];
+    rank(&mut trials, |t| t.1.as_ref());
+    let order: Vec<&str> = trials.iter().map(|t| t.0).collect();
+    assert_eq!(order, ["low", "high", "nan"]);
+    assert_eq!(rank_key(None), None);
+    assert_eq!(
+        rank_key(Some(&outcome(Some((0.2, Some(0.9))), 0.1))),
+        Some(-0.9)
+    );
+}
