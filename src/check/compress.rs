@@ -6,25 +6,45 @@ use super::cx::{strings, Cx, Range};
 const SCHEDULES: &[&str] = &["oneshot", "gradual"];
 use super::experiment::unknown_reference;
 use super::model::ModelOut;
-use super::settings::callee;
+use super::settings::{callee, Called, Choice};
 use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange, Unknown};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
+/// The pruning methods.
+#[derive(Clone, Copy)]
+enum Method {
+    L1Unstructured,
+    RandomUnstructured,
+    LnStructured,
+}
+
 /// Pruning methods and their parameters.
-pub const PRUNE_METHODS: &[(&str, &[&str])] = &[
-    ("l1_unstructured", &["amount", "schedule"]),
-    ("random_unstructured", &["amount", "schedule"]),
-    ("ln_structured", &["amount", "n", "dim", "schedule"]),
+const PRUNE_METHODS: &[Choice<Method>] = &[
+    (
+        "l1_unstructured",
+        Method::L1Unstructured,
+        &["amount", "schedule"],
+    ),
+    (
+        "random_unstructured",
+        Method::RandomUnstructured,
+        &["amount", "schedule"],
+    ),
+    (
+        "ln_structured",
+        Method::LnStructured,
+        &["amount", "n", "dim", "schedule"],
+    ),
 ];
 
 /// Quantization schemes and their parameters.
-pub const QUANT_SCHEMES: &[(&str, &[&str])] = &[
-    ("int8", &["granularity"]),
-    ("int4", &["group_size"]),
-    ("fp8", &["granularity"]),
-    ("qat", &["granularity"]),
+const QUANT_SCHEMES: &[Choice<QuantScheme>] = &[
+    ("int8", QuantScheme::Int8, &["granularity"]),
+    ("int4", QuantScheme::Int4, &["group_size"]),
+    ("fp8", QuantScheme::Fp8, &["granularity"]),
+    ("qat", QuantScheme::Qat, &["granularity"]),
 ];
 
 /// Keywords of the compress block.
@@ -136,7 +156,13 @@ fn targets(cx: &mut Cx, values: &[Value], model: Option<&ModelOut>) -> Option<Ve
 fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compression> {
     let (target_values, method_stmt) = split(cx, s)?;
     let targets = targets(cx, target_values, model);
-    let (kind, params, args, v) = callee(
+    let Called {
+        word: kind,
+        tag: method,
+        params,
+        args,
+        value: v,
+    } = callee(
         cx,
         &method_stmt,
         Code::UnknownPruneMethod,
@@ -155,10 +181,10 @@ fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compres
         None => Some(PruneSchedule::OneShot),
         Some(sv) => prune_schedule(cx, sv),
     };
-    let method = match kind {
-        "l1_unstructured" => Some(PruneMethod::L1Unstructured),
-        "random_unstructured" => Some(PruneMethod::RandomUnstructured),
-        _ => {
+    let method = match method {
+        Method::L1Unstructured => Some(PruneMethod::L1Unstructured),
+        Method::RandomUnstructured => Some(PruneMethod::RandomUnstructured),
+        Method::LnStructured => {
             let n = b
                 .get("n")
                 .map_or(Some(2), |v| cx.uint_min(v, "the norm order `n`", 1));
@@ -260,7 +286,13 @@ fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
 fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compression> {
     let (target_values, method_stmt) = split(cx, s)?;
     let targets = targets(cx, target_values, model);
-    let (kind, params, args, v) = callee(
+    let Called {
+        word: kind,
+        tag: scheme,
+        params,
+        args,
+        value: v,
+    } = callee(
         cx,
         &method_stmt,
         Code::UnknownQuantScheme,
@@ -268,7 +300,7 @@ fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Comp
         QUANT_SCHEMES,
     )?;
     let b = cx.bind(kind, args, v.span, params);
-    let granularity = if kind == "int4" {
+    let granularity = if scheme == QuantScheme::Int4 {
         b.get("group_size")
             .map_or(Some(128), |v| cx.uint_min(v, "the group size", 1))
             .map(Granularity::PerGroup)
@@ -284,12 +316,6 @@ fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Comp
                     Granularity::PerChannel
                 }
             })
-    };
-    let scheme = match kind {
-        "int8" => QuantScheme::Int8,
-        "int4" => QuantScheme::Int4,
-        "fp8" => QuantScheme::Fp8,
-        _ => QuantScheme::Qat,
     };
     Some(Compression::Quantize {
         targets: targets?,

@@ -13,46 +13,108 @@ use crate::ir::{
 use crate::span::Span;
 use crate::syntax::ast::{Args, Ident, Statement, Unit, Value, ValueKind};
 
+/// A word of the language that names a choice (an optimizer, a loss...), the tag the checker
+/// matches on, and the choice's parameters in positional order.
+pub type Choice<T> = (&'static str, T, &'static [&'static str]);
+
+/// The optimizers.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Opt {
+    Sgd,
+    Adam,
+    AdamW,
+    RmsProp,
+}
+
 /// Optimizers and their parameters in positional order.
-pub const OPTIMIZERS: &[(&str, &[&str])] = &[
+const OPTIMIZERS: &[Choice<Opt>] = &[
     (
         "sgd",
+        Opt::Sgd,
         &["lr", "momentum", "dampening", "nesterov", "weight_decay"],
     ),
-    ("adam", &["lr", "betas", "eps", "weight_decay", "amsgrad"]),
-    ("adamw", &["lr", "betas", "eps", "weight_decay", "amsgrad"]),
+    (
+        "adam",
+        Opt::Adam,
+        &["lr", "betas", "eps", "weight_decay", "amsgrad"],
+    ),
+    (
+        "adamw",
+        Opt::AdamW,
+        &["lr", "betas", "eps", "weight_decay", "amsgrad"],
+    ),
     (
         "rmsprop",
+        Opt::RmsProp,
         &["lr", "alpha", "eps", "momentum", "centered", "weight_decay"],
     ),
 ];
 
+/// The learning-rate schedules.
+#[derive(Clone, Copy)]
+enum Sched {
+    Constant,
+    Step,
+    Exponential,
+    Cosine,
+    Warmup,
+    OneCycle,
+}
+
 /// Learning-rate schedules and their parameters.
-pub const SCHEDULES: &[(&str, &[&str])] = &[
-    ("constant", &[]),
-    ("step", &["every", "gamma"]),
-    ("exponential", &["gamma"]),
-    ("cosine", &["warmup", "min_lr"]),
-    ("warmup", &["length"]),
-    ("one_cycle", &["max_lr", "pct_start"]),
+const SCHEDULES: &[Choice<Sched>] = &[
+    ("constant", Sched::Constant, &[]),
+    ("step", Sched::Step, &["every", "gamma"]),
+    ("exponential", Sched::Exponential, &["gamma"]),
+    ("cosine", Sched::Cosine, &["warmup", "min_lr"]),
+    ("warmup", Sched::Warmup, &["length"]),
+    ("one_cycle", Sched::OneCycle, &["max_lr", "pct_start"]),
 ];
+
+/// The losses.
+#[derive(Clone, Copy)]
+enum LossName {
+    CrossEntropy,
+    Mse,
+    L1,
+    BceWithLogits,
+    Nll,
+}
 
 /// Losses and their parameters.
-pub const LOSSES: &[(&str, &[&str])] = &[
-    ("cross_entropy", &["label_smoothing"]),
-    ("mse", &[]),
-    ("l1", &[]),
-    ("bce_with_logits", &[]),
-    ("nll", &[]),
+const LOSSES: &[Choice<LossName>] = &[
+    (
+        "cross_entropy",
+        LossName::CrossEntropy,
+        &["label_smoothing"],
+    ),
+    ("mse", LossName::Mse, &[]),
+    ("l1", LossName::L1, &[]),
+    ("bce_with_logits", LossName::BceWithLogits, &[]),
+    ("nll", LossName::Nll, &[]),
 ];
 
+/// The parallel strategies.
+#[derive(Clone, Copy)]
+enum Strategy {
+    None,
+    Data,
+    Model,
+    Pipeline,
+    Ddp,
+}
+
 /// Parallel strategies and their parameters.
-pub const STRATEGIES: &[(&str, &[&str])] = &[
-    ("none", &[]),
-    ("data", &["devices", "replicas"]),
-    ("model", &[]),
-    ("pipeline", &["stages", "micro_batches", "schedule"]),
-    ("ddp", &["backend", "world_size"]),
+const STRATEGIES: &[Choice<Strategy>] = &[
+    ("none", Strategy::None, &[]),
+    ("data", Strategy::Data, &["devices", "replicas"]),
+    ("model", Strategy::Model, &[]),
+    (
+        "pipeline",
+        Strategy::Pipeline,
+        &["stages", "micro_batches", "schedule"],
+    ),
+    ("ddp", Strategy::Ddp, &["backend", "world_size"]),
 ];
 
 /// Keywords of the train block.
@@ -77,19 +139,28 @@ const MAX_REPLICAS: u64 = 1024;
 /// Metrics.
 pub const METRICS: &[&str] = &["accuracy", "top_k", "loss"];
 
+/// A choice read from a statement.
+pub struct Called<'s, T> {
+    /// The word, as the table spells it.
+    pub word: &'static str,
+    /// Its tag.
+    pub tag: T,
+    /// Its parameters in positional order.
+    pub params: &'static [&'static str],
+    /// The call's arguments, when it is called.
+    pub args: Option<&'s Args>,
+    /// The whole value.
+    pub value: &'s Value,
+}
+
 /// Reads a statement whose value names a choice, bare (`sgd`) or called (`sgd(lr: 0.1)`).
-pub fn callee<'s>(
+pub fn callee<'s, T: Copy>(
     cx: &mut Cx,
     stmt: &'s Statement,
     code: Code,
     what: &str,
-    table: &[(&'static str, &'static [&'static str])],
-) -> Option<(
-    &'static str,
-    &'static [&'static str],
-    Option<&'s Args>,
-    &'s Value,
-)> {
+    table: &[Choice<T>],
+) -> Option<Called<'s, T>> {
     let v = cx.single(stmt)?;
     let (ident, args) = match &v.kind {
         ValueKind::Call(name, args) => (name.clone(), Some(args)),
@@ -105,16 +176,22 @@ pub fn callee<'s>(
                 v,
                 Expected::Callee {
                     what: what.to_string(),
-                    known: table.iter().map(|(k, _)| k.to_string()).collect(),
+                    known: table.iter().map(|(k, ..)| k.to_string()).collect(),
                 },
             );
             return None;
         }
     };
-    match table.iter().find(|(k, _)| *k == ident.name) {
-        Some((k, p)) => Some((k, p, args, v)),
+    match table.iter().find(|(k, ..)| *k == ident.name) {
+        Some((word, tag, params)) => Some(Called {
+            word,
+            tag: *tag,
+            params,
+            args,
+            value: v,
+        }),
         None => {
-            let known: Vec<&str> = table.iter().map(|(k, _)| *k).collect();
+            let known: Vec<&str> = table.iter().map(|(k, ..)| *k).collect();
             cx.unknown(code, what, &ident, &known);
             None
         }
@@ -123,8 +200,13 @@ pub fn callee<'s>(
 
 /// Checks `optimizer NAME(args)`.
 pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
-    let (kind, params, args, v) =
-        callee(cx, stmt, Code::UnknownOptimizer, "optimizer", OPTIMIZERS)?;
+    let Called {
+        word: kind,
+        tag: opt,
+        params,
+        args,
+        value: v,
+    } = callee(cx, stmt, Code::UnknownOptimizer, "optimizer", OPTIMIZERS)?;
     let b = cx.bind(kind, args, v.span, params);
     let num = |cx: &mut Cx, p: &str, d: f64, r: Range| {
         b.get(p)
@@ -136,20 +218,20 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
             cx.number_in(v, "the learning rate", Range::Positive),
             v.span,
         ),
-        None if kind == "sgd" => {
+        None if opt == Opt::Sgd => {
             cx.missing(kind, "lr", b.span);
             (None, b.span)
         }
-        None => (Some(if kind == "rmsprop" { 1e-2 } else { 1e-3 }), v.span),
+        None => (Some(if opt == Opt::RmsProp { 1e-2 } else { 1e-3 }), v.span),
     };
     let weight_decay = num(
         cx,
         "weight_decay",
-        if kind == "adamw" { 1e-2 } else { 0.0 },
+        if opt == Opt::AdamW { 1e-2 } else { 0.0 },
         Range::NonNegative,
     );
-    let kind = match kind {
-        "sgd" => {
+    let kind = match opt {
+        Opt::Sgd => {
             let momentum = num(cx, "momentum", 0.0, Range::UnitOpen);
             let dampening = num(cx, "dampening", 0.0, Range::Unit);
             let nesterov = flag(cx, "nesterov");
@@ -171,7 +253,7 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
                 nesterov,
             }
         }
-        "adam" | "adamw" => {
+        Opt::Adam | Opt::AdamW => {
             let betas = match b.get("betas") {
                 None => Some((0.9, 0.999)),
                 Some(v) => match &v.kind {
@@ -189,7 +271,7 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
             let eps = num(cx, "eps", 1e-8, Range::Positive);
             let amsgrad = flag(cx, "amsgrad");
             let (betas, eps, amsgrad) = (betas?, eps?, amsgrad?);
-            if kind == "adam" {
+            if opt == Opt::Adam {
                 OptimizerKind::Adam {
                     betas,
                     eps,
@@ -203,7 +285,7 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
                 }
             }
         }
-        _ => {
+        Opt::RmsProp => {
             let alpha = num(cx, "alpha", 0.99, Range::Unit);
             let eps = num(cx, "eps", 1e-8, Range::Positive);
             let momentum = num(cx, "momentum", 0.0, Range::UnitOpen);
@@ -236,7 +318,13 @@ fn duration_of(cx: &mut Cx, v: &Value, default: Unit) -> Option<Duration> {
 
 /// Checks `schedule NAME(args)`.
 pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
-    let (kind, params, args, v) = callee(cx, stmt, Code::UnknownSchedule, "schedule", SCHEDULES)?;
+    let Called {
+        word: kind,
+        tag: sched,
+        params,
+        args,
+        value: v,
+    } = callee(cx, stmt, Code::UnknownSchedule, "schedule", SCHEDULES)?;
     let b = cx.bind(kind, args, v.span, params);
     let need = |cx: &mut Cx, p: &str| {
         let v = b.get(p);
@@ -245,9 +333,9 @@ pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
         }
         v
     };
-    Some(match kind {
-        "constant" => Schedule::Constant,
-        "step" => {
+    Some(match sched {
+        Sched::Constant => Schedule::Constant,
+        Sched::Step => {
             let every = need(cx, "every").and_then(|v| duration_of(cx, v, Unit::Epochs));
             let gamma = b.get("gamma").map_or(Some(0.1), |v| {
                 cx.number_in(v, "`gamma`", Range::UnitPositive)
@@ -257,11 +345,11 @@ pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
                 gamma: gamma?,
             }
         }
-        "exponential" => Schedule::Exponential {
+        Sched::Exponential => Schedule::Exponential {
             gamma: need(cx, "gamma")
                 .and_then(|v| cx.number_in(v, "`gamma`", Range::UnitPositive))?,
         },
-        "cosine" => {
+        Sched::Cosine => {
             let warmup = b
                 .get("warmup")
                 .map_or(Some(None), |v| duration_of(cx, v, Unit::Steps).map(Some));
@@ -273,10 +361,10 @@ pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
                 min_lr: min_lr?,
             }
         }
-        "warmup" => Schedule::Warmup {
+        Sched::Warmup => Schedule::Warmup {
             length: need(cx, "length").and_then(|v| duration_of(cx, v, Unit::Steps))?,
         },
-        _ => {
+        Sched::OneCycle => {
             let max_lr =
                 need(cx, "max_lr").and_then(|v| cx.number_in(v, "`max_lr`", Range::Positive));
             let pct = b.get("pct_start").map_or(Some(0.3), |v| {
@@ -438,18 +526,24 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
 }
 
 fn check_loss(cx: &mut Cx, stmt: &Statement) -> Option<Loss> {
-    let (kind, params, args, v) = callee(cx, stmt, Code::UnknownLoss, "loss", LOSSES)?;
+    let Called {
+        word: kind,
+        tag: loss,
+        params,
+        args,
+        value: v,
+    } = callee(cx, stmt, Code::UnknownLoss, "loss", LOSSES)?;
     let b = cx.bind(kind, args, v.span, params);
-    Some(match kind {
-        "cross_entropy" => Loss::CrossEntropy {
+    Some(match loss {
+        LossName::CrossEntropy => Loss::CrossEntropy {
             label_smoothing: b.get("label_smoothing").map_or(Some(0.0), |v| {
                 cx.number_in(v, "label smoothing", Range::UnitOpen)
             })?,
         },
-        "mse" => Loss::Mse,
-        "l1" => Loss::L1,
-        "bce_with_logits" => Loss::BceWithLogits,
-        _ => Loss::Nll,
+        LossName::Mse => Loss::Mse,
+        LossName::L1 => Loss::L1,
+        LossName::BceWithLogits => Loss::BceWithLogits,
+        LossName::Nll => Loss::Nll,
     })
 }
 
@@ -600,7 +694,13 @@ impl ParallelIn {
 
 /// Checks `parallel STRATEGY(args)`.
 pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<ParallelIn> {
-    let (kind, params, args, v) = callee(
+    let Called {
+        word: kind,
+        tag: strategy,
+        params,
+        args,
+        value: v,
+    } = callee(
         cx,
         stmt,
         Code::UnknownStrategy,
@@ -610,10 +710,10 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
     let b = cx.bind(kind, args, v.span, params);
     let mut out = ParallelIn::plain(Parallel::None);
     out.span = stmt.span;
-    out.parallel = match kind {
-        "none" => Parallel::None,
-        "model" => Parallel::Model,
-        "data" => {
+    out.parallel = match strategy {
+        Strategy::None => Parallel::None,
+        Strategy::Model => Parallel::Model,
+        Strategy::Data => {
             let devices = match (b.get("devices"), b.get("replicas")) {
                 (Some(d), Some(r)) => {
                     cx.report(Problem::Inconsistent {
@@ -674,7 +774,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
             };
             Parallel::Data { devices }
         }
-        "pipeline" => {
+        Strategy::Pipeline => {
             let stages = b
                 .get("stages")
                 .map(|v| (cx.uint_min(v, "the number of stages", 1), v.span));
@@ -710,7 +810,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 boundaries: vec![],
             }
         }
-        _ => {
+        Strategy::Ddp => {
             let backend = b
                 .get("backend")
                 .map_or(Some("gloo"), |v| cx.choice(v, "backend", &["gloo", "nccl"]));
