@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use tch::Tensor;
 
-use super::failure::Failure;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::span::Span;
 
 /// What must match between a checkpoint and the experiment resuming from it.
@@ -58,8 +58,8 @@ pub struct Sidecar {
     pub tensors: String,
 }
 
-fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure {
-    Failure::new(
+fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Diagnostic {
+    Diagnostic::new(
         Code::RunIo,
         span,
         format!("cannot {what} `{}`: {e}", path.display()),
@@ -75,7 +75,7 @@ pub fn write(
     tensors: &[(String, Tensor)],
     keep: u64,
     span: Span,
-) -> Result<PathBuf, Failure> {
+) -> Result<PathBuf, Diagnostic> {
     std::fs::create_dir_all(dir).map_err(|e| io_failure("create", dir, e, span))?;
     let stem = format!("step-{:09}", sidecar.position.step);
     let data = dir.join(format!("{stem}.safetensors"));
@@ -127,7 +127,7 @@ fn list(dir: &Path) -> Vec<PathBuf> {
 pub type Saved = (Sidecar, Vec<(String, Tensor)>);
 
 /// The newest complete checkpoint in `dir`.
-pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Failure> {
+pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Diagnostic> {
     let Some(meta) = list(dir).pop() else {
         return Ok(None);
     };

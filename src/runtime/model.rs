@@ -4,7 +4,8 @@
 
 use tch::{Device, Kind, Tensor};
 
-use super::failure::{At, Failure};
+use super::failure::At;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::{LayerKind, Node, Precision};
 use kiln::span::Span;
 
@@ -64,7 +65,7 @@ pub fn build(
     nodes: &[Node],
     precision: Precision,
     device_override: Option<Device>,
-) -> Result<Net, Failure> {
+) -> Result<Net, Diagnostic> {
     let mut net = Net {
         nodes: Vec::new(),
         params: Vec::new(),
@@ -76,7 +77,7 @@ pub fn build(
     Ok(net)
 }
 
-fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowered>, Failure> {
+fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowered>, Diagnostic> {
     let mut out = Vec::new();
     for node in nodes {
         match node {
@@ -102,13 +103,13 @@ fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowe
 }
 
 /// `U(-bound, bound)` of a shape, on a device.
-fn uniform(shape: &[i64], bound: f64, device: Device, span: Span) -> Result<Tensor, Failure> {
+fn uniform(shape: &[i64], bound: f64, device: Device, span: Span) -> Result<Tensor, Diagnostic> {
     let mut t = Tensor::f_empty(shape, (Kind::Float, device)).at(span)?;
     t.f_uniform_(-bound, bound).done_at(span)?;
     Ok(t)
 }
 
-fn filled(shape: &[i64], value: f64, device: Device, span: Span) -> Result<Tensor, Failure> {
+fn filled(shape: &[i64], value: f64, device: Device, span: Span) -> Result<Tensor, Diagnostic> {
     Tensor::f_full(shape, value, (Kind::Float, device)).at(span)
 }
 
@@ -134,7 +135,7 @@ fn linear_params(
     inputs: i64,
     outputs: i64,
     bias: bool,
-) -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
     let (d, s) = (run.device, run.span);
     let bound = 1.0 / (inputs as f64).sqrt();
     add_param(
@@ -161,7 +162,7 @@ fn attention_params(
     run: &mut LayerRun,
     prefix: &str,
     width: i64,
-) -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
     let (d, s) = (run.device, run.span);
     let xavier = (6.0 / (width + 3 * width) as f64).sqrt();
     add_param(
@@ -196,7 +197,7 @@ fn norm_params(
     run: &mut LayerRun,
     prefix: &str,
     shape: &[i64],
-) -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
     let (d, s) = (run.device, run.span);
     add_param(
         net,
@@ -208,7 +209,7 @@ fn norm_params(
     Ok(())
 }
 
-fn init_layer(net: &mut Net, run: &mut LayerRun, name: &str) -> Result<(), Failure> {
+fn init_layer(net: &mut Net, run: &mut LayerRun, name: &str) -> Result<(), Diagnostic> {
     let (d, s) = (run.device, run.span);
     let p = format!("{name}.");
     match run.kind.clone() {
@@ -285,9 +286,9 @@ fn half_kind(p: Precision) -> Option<Kind> {
 impl Net {
     /// Loads weights (and batch-norm statistics) from a safetensors file keyed by PyTorch
     /// `state_dict` names; every parameter must be present with its shape.
-    pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Failure> {
+    pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Diagnostic> {
         let bad = |message: String| {
-            Failure::new(kiln::diagnostic::Code::DataInvalid, span, message)
+            Diagnostic::new(kiln::diagnostic::Code::DataInvalid, span, message)
                 .label("while loading initial weights for this experiment")
                 .help("give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`")
         };
@@ -342,11 +343,11 @@ impl Net {
     }
 
     /// Runs the model on a batch. `train` selects training behaviour (dropout, batch statistics).
-    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Failure> {
+    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         self.run(&self.nodes, xs, train)
     }
 
-    fn run(&self, nodes: &[Lowered], xs: &Tensor, train: bool) -> Result<Tensor, Failure> {
+    fn run(&self, nodes: &[Lowered], xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         let mut x = xs.shallow_clone();
         for node in nodes {
             x = match node {
@@ -382,7 +383,7 @@ impl Net {
     }
 
     /// A weight in the computation's precision: cast for matrix products under bf16/fp16.
-    fn w(&self, l: &LayerRun, i: usize) -> Result<Tensor, Failure> {
+    fn w(&self, l: &LayerRun, i: usize) -> Result<Tensor, Diagnostic> {
         let t = self.p(l, i);
         match half_kind(self.precision) {
             Some(k) => t.f_to_kind(k).at(l.span),
@@ -391,7 +392,7 @@ impl Net {
     }
 
     /// The input of a matrix product in the computation's precision.
-    fn mm_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
+    fn mm_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Diagnostic> {
         match half_kind(self.precision) {
             Some(k) if x.kind() != k => x.f_to_kind(k).at(l.span),
             _ => Ok(x.shallow_clone()),
@@ -399,7 +400,7 @@ impl Net {
     }
 
     /// The input of a normalisation, softmax or loss, which run in fp32 (as under autocast).
-    fn fp32_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
+    fn fp32_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Diagnostic> {
         if x.kind() == Kind::Float {
             Ok(x.shallow_clone())
         } else {
@@ -413,14 +414,14 @@ impl Net {
         x: &Tensor,
         w: usize,
         b: Option<usize>,
-    ) -> Result<Tensor, Failure> {
+    ) -> Result<Tensor, Diagnostic> {
         let x = self.mm_input(l, x)?;
         let weight = self.w(l, w)?;
         let bias = b.map(|i| self.w(l, i)).transpose()?;
         x.f_linear(&weight, bias.as_ref()).at(l.span)
     }
 
-    fn layer(&self, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Failure> {
+    fn layer(&self, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         let s = l.span;
         match &l.kind {
             LayerKind::Linear { bias, .. } => self.linear(l, x, 0, bias.then_some(1)),
@@ -590,7 +591,7 @@ impl Net {
     }
 
     /// Layer normalisation over the last dimension with the parameters at `i` and `i + 1`.
-    fn norm(&self, l: &LayerRun, x: &Tensor, i: usize) -> Result<Tensor, Failure> {
+    fn norm(&self, l: &LayerRun, x: &Tensor, i: usize) -> Result<Tensor, Diagnostic> {
         let width = x.size().last().copied().unwrap_or(1);
         self.fp32_input(l, x)?
             .f_layer_norm(
@@ -612,7 +613,7 @@ impl Net {
         heads: i64,
         dropout: f64,
         causal: bool,
-    ) -> Result<Tensor, Failure> {
+    ) -> Result<Tensor, Diagnostic> {
         let s = l.span;
         let size = x.size();
         let (b, n, e) = (size[0], size[1], size[2]);

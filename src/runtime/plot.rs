@@ -12,8 +12,8 @@ use plotters::coord::types::RangedCoordi64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::failure::Failure;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::span::Span;
 
 /// DejaVu Sans 2.37 (license: `assets/fonts/DejaVuSans-LICENSE.txt`).
@@ -48,7 +48,7 @@ struct Chart {
 /// `loss.svg` and `loss.png` when any loss was recorded; `accuracy.svg` and `accuracy.png` when
 /// the metrics hold accuracies. A run without `metrics.jsonl` (nothing recorded) gets no plots.
 /// Failures are K0509 (`RunIo`) at `span`.
-pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
+pub fn write_curves(dir: &Path, span: Span) -> Result<(), Diagnostic> {
     let path = dir.join("metrics.jsonl");
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
@@ -68,8 +68,8 @@ pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
     Ok(())
 }
 
-fn fail(span: Span, message: String) -> Failure {
-    Failure::new(Code::RunIo, span, message)
+fn fail(span: Span, message: String) -> Diagnostic {
+    Diagnostic::new(Code::RunIo, span, message)
         .label("while plotting this experiment's training curves")
         .help("check that the run directory is writable and the disk has room")
 }

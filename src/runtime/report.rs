@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-use super::failure::Failure;
 use super::train::Eval;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::span::Span;
 
 /// One line of training metrics, written at the end of each epoch.
@@ -40,8 +40,8 @@ pub struct RunWriter {
     span: Span,
 }
 
-fn io(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure {
-    Failure::new(
+fn io(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Diagnostic {
+    Diagnostic::new(
         Code::RunIo,
         span,
         format!("cannot {what} `{}`: {e}", path.display()),
@@ -52,7 +52,7 @@ fn io(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure
 
 impl RunWriter {
     /// Creates a new run directory, or reopens one to resume.
-    pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Failure> {
+    pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Diagnostic> {
         std::fs::create_dir_all(&dir).map_err(|e| io("create", &dir, e, span))?;
         let metrics = dir.join("metrics.jsonl");
         let lines = std::fs::read_to_string(&metrics)
@@ -78,14 +78,14 @@ impl RunWriter {
     }
 
     /// Writes a file into the run directory, atomically.
-    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), Failure> {
+    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), Diagnostic> {
         let path = self.dir.join(name);
         let tmp = self.dir.join(format!(".{name}.tmp"));
         std::fs::write(&tmp, contents).map_err(|e| io("write", &tmp, e, self.span))?;
         std::fs::rename(&tmp, &path).map_err(|e| io("rename", &tmp, e, self.span))
     }
 
-    fn append(&mut self, value: &serde_json::Value) -> Result<u64, Failure> {
+    fn append(&mut self, value: &serde_json::Value) -> Result<u64, Diagnostic> {
         let path = self.dir.join("metrics.jsonl");
         let mut f = std::fs::OpenOptions::new()
             .create(true)
@@ -98,7 +98,7 @@ impl RunWriter {
     }
 
     /// Appends one optimizer step's loss and learning rate to `steps.jsonl`.
-    pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Failure> {
+    pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Diagnostic> {
         use std::fmt::Write as _;
         // JSON has no NaN or infinity: a non-finite loss is written as null.
         let loss = if loss.is_finite() {
@@ -117,7 +117,7 @@ impl RunWriter {
     }
 
     /// Writes buffered step records to `steps.jsonl`.
-    pub fn flush_steps(&mut self) -> Result<(), Failure> {
+    pub fn flush_steps(&mut self) -> Result<(), Diagnostic> {
         if self.steps.is_empty() {
             return Ok(());
         }
@@ -134,7 +134,7 @@ impl RunWriter {
     }
 
     /// Appends a training record; returns the number of lines written so far.
-    pub fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Failure> {
+    pub fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Diagnostic> {
         self.flush_steps()?;
         let mut v = serde_json::to_value(r).unwrap_or_default();
         v["split"] = "train".into();
@@ -142,7 +142,7 @@ impl RunWriter {
     }
 
     /// Appends an evaluation record; returns the number of lines written so far.
-    pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Failure> {
+    pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic> {
         self.last_eval_step = Some(step);
         let mut v =
             serde_json::json!({ "split": "val", "epoch": epoch, "step": step, "loss": e.loss });
@@ -162,7 +162,7 @@ impl RunWriter {
 
     /// Drops metric lines and step records written after a checkpoint taken at `step` (a
     /// resumed run writes them again).
-    pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Failure> {
+    pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Diagnostic> {
         let steps = std::fs::read_to_string(self.dir.join("steps.jsonl")).unwrap_or_default();
         let kept: String = steps
             .lines()

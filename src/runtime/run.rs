@@ -6,13 +6,13 @@ use std::path::{Path, PathBuf};
 
 use super::checkpoint;
 use super::data;
-use super::failure::Failure;
 use super::model::{self, tch_device};
 use super::report::{Progress, RunWriter};
 use super::train::{fingerprint, Outcome, Trainer, INTERRUPTED};
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Duration, Experiment, Precision};
 use kiln::span::Sources;
 
@@ -127,7 +127,7 @@ pub fn main(opts: &RunOptions) -> i32 {
         match run_trial(exp, &checked, dir, opts) {
             Ok(outcome) => summary(exp, &outcome, dir, opts.quiet),
             Err(f) => {
-                eprint(&to_text(&f.diagnostic(), &checked.sources, style));
+                eprint(&to_text(&f, &checked.sources, style));
                 status = 1;
                 if f.code == Code::Interrupted {
                     break;
@@ -254,7 +254,7 @@ fn eprint(text: &str) {
 }
 
 /// Resolves where the model runs, checking that the devices exist here.
-fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Failure> {
+fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Diagnostic> {
     if let Some(d) = opts.device {
         let d = tch_device(d);
         check_device(d, exp.device_span, "--device")?;
@@ -282,8 +282,8 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
     Ok(None)
 }
 
-fn fp16_on_cpu(exp: &Experiment) -> Failure {
-    Failure::new(
+fn fp16_on_cpu(exp: &Experiment) -> Diagnostic {
+    Diagnostic::new(
         Code::DeviceUnavailable,
         exp.device_span,
         "fp16 training needs a CUDA device, and this run is on the CPU",
@@ -292,7 +292,7 @@ fn fp16_on_cpu(exp: &Experiment) -> Failure {
     .help("use `precision bf16` on the CPU, or run on a CUDA device")
 }
 
-fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Failure> {
+fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Diagnostic> {
     if let tch::Device::Cuda(i) = d {
         let count = if tch::Cuda::is_available() {
             tch::Cuda::device_count() as usize
@@ -305,7 +305,7 @@ fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(
             } else {
                 format!("this machine has {count} CUDA device(s)")
             };
-            return Err(Failure::new(
+            return Err(Diagnostic::new(
                 Code::DeviceUnavailable,
                 span,
                 format!("`{named}` is not available: {found}"),
@@ -322,7 +322,7 @@ fn run_trial(
     checked: &Checked,
     dir: &Path,
     opts: &RunOptions,
-) -> Result<Outcome, Failure> {
+) -> Result<Outcome, Diagnostic> {
     let over = resolve_devices(exp, opts)?;
     let notes = not_applied(exp);
     for n in &notes {
@@ -347,7 +347,7 @@ fn run_trial(
         Some(_) => {
             let found = checkpoint::latest(&writer.checkpoint_dir(), exp.optimizer.span)?;
             let Some((side, tensors)) = found else {
-                return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("`{}` holds no checkpoint", dir.display()))
+                return Err(Diagnostic::new(Code::ResumeIncompatible, exp.optimizer.span, format!("`{}` holds no checkpoint", dir.display()))
                     .label("nothing to resume")
                     .help("resume a run directory that has `checkpoints/`; add `checkpoint(every: ...)` to the train block"));
             };
@@ -418,7 +418,7 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
 }
 
 /// Points an out-of-memory failure at the batch size, with the plan's estimate.
-fn out_of_memory_at_batch(f: Failure, exp: &Experiment) -> Failure {
+fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
     if f.code != Code::OutOfMemory {
         return f;
     }
@@ -435,7 +435,7 @@ fn out_of_memory_at_batch(f: Failure, exp: &Experiment) -> Failure {
             )
         })
         .collect();
-    Failure::new(Code::OutOfMemory, exp.data.batch_span, f.message)
+    Diagnostic::new(Code::OutOfMemory, exp.data.batch_span, f.message)
         .label(format!("batch {} does not fit", exp.data.batch))
         .help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
 }
@@ -450,7 +450,7 @@ fn source_dir(sources: &Sources, file: kiln::span::FileId) -> PathBuf {
 }
 
 /// Refuses to resume when the plan differs from the checkpoint's, naming what changed.
-fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failure> {
+fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Diagnostic> {
     let new = fingerprint(exp);
     let layers = kiln::ir::layers(&exp.model.nodes);
     if new.layers != old.layers {
@@ -469,7 +469,7 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
             .layers
             .get(i)
             .map_or("no layer".to_string(), |l| format!("`{l}`"));
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::ResumeIncompatible,
             span,
             format!(
@@ -481,7 +481,7 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
         .help("resume with the model the checkpoint was made with, or start a new run"));
     }
     if new.optimizer != old.optimizer {
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::ResumeIncompatible,
             exp.optimizer.span,
             format!(
@@ -493,7 +493,7 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
         .help("resume with the optimizer the checkpoint was made with, or start a new run"));
     }
     if new.world_size != old.world_size {
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::ResumeIncompatible,
             exp.optimizer.span,
             format!(

@@ -2,10 +2,10 @@
 
 use serde::Serialize;
 
-use super::failure::Failure;
 use super::report::RunWriter;
 use super::train::Outcome;
 use kiln::check::Checked;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::Experiment;
 
 /// The report of one run.
@@ -56,7 +56,7 @@ pub fn write_report(
     devices: &[tch::Device],
     wall: f64,
     notes: &[String],
-) -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
     let metrics = std::fs::read_to_string(writer.dir().join("metrics.jsonl"))
         .unwrap_or_default()
         .lines()

@@ -9,11 +9,12 @@ use tch::{Device, Kind, Reduction, Tensor};
 
 use super::checkpoint::{self, Fingerprint, Position, Sidecar};
 use super::data::{Dataset, Loader, Splits};
-use super::failure::{At, Failure};
+use super::failure::At;
 use super::model::Net;
 use super::optim::{clip, LossScaler, Lr, Optim};
 use super::report::{EpochRecord, Progress, RunWriter};
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Duration, Experiment, Loss, Metric};
 use kiln::span::Span;
 
@@ -92,7 +93,7 @@ pub struct Trainer<'a> {
 }
 
 impl Trainer<'_> {
-    fn loss(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Failure> {
+    fn loss(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Diagnostic> {
         let span = self.exp.train.loss_span;
         let out = if out.kind() == Kind::Float {
             out.shallow_clone()
@@ -127,7 +128,7 @@ impl Trainer<'_> {
     }
 
     /// Correct top-1 predictions in a batch.
-    fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Failure> {
+    fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
         let span = self.exp.train.loss_span;
         let pred = out.f_argmax(-1, false).at(span)?;
         pred.f_eq_tensor(y)
@@ -139,7 +140,7 @@ impl Trainer<'_> {
     }
 
     /// Evaluates a dataset without gradients, in eval mode.
-    pub fn evaluate(&self, data: &Dataset) -> Result<Eval, Failure> {
+    pub fn evaluate(&self, data: &Dataset) -> Result<Eval, Diagnostic> {
         let span = self.exp.train.loss_span;
         let top_k = self.exp.train.metrics.iter().find_map(|m| {
             if let Metric::TopK(k) = m {
@@ -222,10 +223,10 @@ impl Trainer<'_> {
         optim: &mut Optim,
         tensors: &[(String, Tensor)],
         span: Span,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), Diagnostic> {
         let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
         let missing = |name: &str| {
-            Failure::new(
+            Diagnostic::new(
                 Code::ResumeIncompatible,
                 span,
                 format!("the checkpoint has no tensor `{name}`"),
@@ -233,7 +234,7 @@ impl Trainer<'_> {
             .label("the checkpoint does not fit this model")
             .help("resume with the experiment that made the checkpoint")
         };
-        tch::no_grad(|| -> Result<(), Failure> {
+        tch::no_grad(|| -> Result<(), Diagnostic> {
             for p in &self.net.params {
                 let t = find(&format!("param/{}", p.name)).ok_or_else(|| missing(&p.name))?;
                 p.tensor.shallow_clone().f_copy_(t).at(span)?;
@@ -263,7 +264,7 @@ impl Trainer<'_> {
     }
 
     /// Trains from the start, or from a checkpoint's position.
-    pub fn run(&mut self, resume: Option<checkpoint::Saved>) -> Result<Outcome, Failure> {
+    pub fn run(&mut self, resume: Option<checkpoint::Saved>) -> Result<Outcome, Diagnostic> {
         let exp = self.exp;
         let t = &exp.train;
         let span = exp.optimizer.span;
@@ -303,7 +304,7 @@ impl Trainer<'_> {
         let mut outcome = Outcome::default();
         let mut last_val: Option<Eval> = None;
         let write_checkpoint =
-            |this: &mut Self, optim: &Optim, pos: &Position| -> Result<(), Failure> {
+            |this: &mut Self, optim: &Optim, pos: &Position| -> Result<(), Diagnostic> {
                 this.writer.flush_steps()?;
                 let side = Sidecar {
                     kiln: env!("CARGO_PKG_VERSION").into(),
@@ -366,7 +367,7 @@ impl Trainer<'_> {
                     if !value.is_finite() {
                         self.writer.step_record(pos.step + 1, value, step_lr)?;
                         self.writer.flush_steps()?;
-                        return Err(Failure::new(
+                        return Err(Diagnostic::new(
                             Code::NonFiniteLoss,
                             exp.optimizer.lr_span,
                             format!("the loss became {} at step {} (epoch {})", if value.is_nan() { "NaN" } else { "infinite" }, pos.step + 1, epoch + 1),
@@ -414,7 +415,7 @@ impl Trainer<'_> {
                 }
                 if INTERRUPTED.load(Ordering::SeqCst) {
                     write_checkpoint(self, &optim, &pos)?;
-                    return Err(Failure::new(
+                    return Err(Diagnostic::new(
                         Code::Interrupted,
                         t.loss_span,
                         format!("interrupted at step {} (epoch {})", pos.step, epoch + 1),
@@ -487,7 +488,7 @@ impl Trainer<'_> {
         Ok(outcome)
     }
 
-    fn final_eval(&mut self, pos: &mut Position) -> Result<Eval, Failure> {
+    fn final_eval(&mut self, pos: &mut Position) -> Result<Eval, Diagnostic> {
         let Some(val) = &self.splits.val else {
             return Ok(Eval::default());
         };
@@ -502,7 +503,7 @@ impl Trainer<'_> {
         &mut self,
         pos: &mut Position,
         last: &mut Option<Eval>,
-    ) -> Result<Option<bool>, Failure> {
+    ) -> Result<Option<bool>, Diagnostic> {
         let Some(val) = &self.splits.val else {
             return Ok(None);
         };

@@ -6,9 +6,10 @@ use kiln::span::Span;
 use rayon::prelude::*;
 use tch::Tensor;
 
-use super::super::failure::{At, Failure};
+use super::super::failure::At;
 use super::file::DataFile;
 use super::{fmt_names, invalid, Raw};
+use kiln::diagnostic::Diagnostic;
 
 /// Rows of a CSV file parsed by one rayon task.
 const CSV_ROWS_PER_TASK: usize = 2048;
@@ -64,7 +65,7 @@ fn parse_csv(
     header: bool,
     file: &DataFile,
     span: Span,
-) -> Result<CsvData, Failure> {
+) -> Result<CsvData, Diagnostic> {
     let name = file.name();
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let rows: Vec<(usize, &str)> = text
@@ -159,7 +160,7 @@ fn parse_csv(
     } else {
         "the first row has"
     };
-    let parsed: Vec<Result<CsvChunk, Failure>> = body
+    let parsed: Vec<Result<CsvChunk, Diagnostic>> = body
         .par_chunks(CSV_ROWS_PER_TASK)
         .map(|chunk| {
             let mut features = Vec::with_capacity(chunk.len() * width);
@@ -238,7 +239,7 @@ pub(super) fn read(
     target: &str,
     header: bool,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, Diagnostic> {
     let bytes = file.read(span)?;
     let text = String::from_utf8_lossy(&bytes);
     let data = parse_csv(&text, target, header, file, span)?;
@@ -339,7 +340,7 @@ mod tests {
             Code::DataInvalid,
             "line 3 of `f.csv` has `oops` in column `y`, which is not a number",
         );
-        assert_eq!(f.label, "bad cell on line 3");
+        assert_eq!(f.primary.text, "bad cell on line 3");
         expect_failure(
             run("1,2,0\n\n3,,1\n", "2", false, Targets::Unknown),
             Code::DataInvalid,

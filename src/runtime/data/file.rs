@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use kiln::diagnostic::Code;
 use kiln::span::Span;
 
-use super::super::failure::Failure;
 use super::{fmt_names, invalid};
+use kiln::diagnostic::Diagnostic;
 
 /// A data file named by the source: as written, and resolved against the `.exp` file's folder.
 pub(super) struct DataFile {
@@ -35,7 +35,7 @@ impl DataFile {
     }
 
     /// K0502 for this file.
-    fn missing(&self, why: &str, span: Span) -> Failure {
+    fn missing(&self, why: &str, span: Span) -> Diagnostic {
         let resolved = std::path::absolute(&self.path).unwrap_or_else(|_| self.path.clone());
         let label = if why == "it does not exist" {
             "file not found"
@@ -43,7 +43,7 @@ impl DataFile {
             "file cannot be read"
         };
         let base = std::path::absolute(&self.base).unwrap_or_else(|_| self.base.clone());
-        Failure::new(
+        Diagnostic::new(
             Code::DataMissing,
             span,
             format!(
@@ -69,7 +69,7 @@ impl DataFile {
     }
 
     /// The whole file.
-    pub(super) fn read(&self, span: Span) -> Result<Vec<u8>, Failure> {
+    pub(super) fn read(&self, span: Span) -> Result<Vec<u8>, Diagnostic> {
         if self.path.is_dir() {
             return Err(self.missing("it is a directory", span));
         }
@@ -77,7 +77,7 @@ impl DataFile {
     }
 
     /// Checks that the file can be opened, for readers that open it themselves.
-    pub(super) fn check_readable(&self, span: Span) -> Result<(), Failure> {
+    pub(super) fn check_readable(&self, span: Span) -> Result<(), Diagnostic> {
         if self.path.is_dir() {
             return Err(self.missing("it is a directory", span));
         }
@@ -88,7 +88,7 @@ impl DataFile {
 }
 
 /// Decompresses `bytes` when they start with the gzip magic (whatever the file's extension).
-pub(super) fn gunzip(bytes: Vec<u8>, file: &DataFile, span: Span) -> Result<Vec<u8>, Failure> {
+pub(super) fn gunzip(bytes: Vec<u8>, file: &DataFile, span: Span) -> Result<Vec<u8>, Diagnostic> {
     if !bytes.starts_with(&[0x1f, 0x8b]) {
         return Ok(bytes);
     }
@@ -118,7 +118,7 @@ pub(super) fn missing_key(
     key: &str,
     present: &[String],
     span: Span,
-) -> Failure {
+) -> Diagnostic {
     let mut present = present.to_vec();
     present.sort();
     let plural = if present.len() == 1 { "" } else { "s" };

@@ -5,9 +5,10 @@ use kiln::span::Span;
 use rayon::prelude::*;
 use tch::{Kind, Tensor};
 
-use super::super::failure::{At, Failure};
+use super::super::failure::At;
 use super::file::{gunzip, DataFile};
 use super::{invalid, Raw};
+use kiln::diagnostic::Diagnostic;
 
 /// Bytes decoded by one rayon task.
 const BYTES_PER_TASK: usize = 1 << 16;
@@ -34,7 +35,7 @@ fn parse_idx<'a>(
     file: &DataFile,
     gzipped: bool,
     span: Span,
-) -> Result<Idx<'a>, Failure> {
+) -> Result<Idx<'a>, Diagnostic> {
     let name = file.name();
     let held = if gzipped {
         "it holds, decompressed,"
@@ -160,7 +161,7 @@ pub(super) fn read(
     labels: &DataFile,
     dtype: DType,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, Diagnostic> {
     let image_bytes = images.read(span)?;
     let image_gz = image_bytes.starts_with(&[0x1f, 0x8b]);
     let image_bytes = gunzip(image_bytes, images, span)?;
@@ -306,7 +307,7 @@ mod tests {
             .contains(&dir.path("nope.idx").display().to_string()));
         assert!(f
             .help
-            .contains("relative to the directory of the .exp file"));
+            .is_some_and(|h| h.contains("relative to the directory of the .exp file")));
         // A directory is not a file.
         std::fs::create_dir_all(dir.path("folder")).unwrap();
         expect_failure(load_it("folder"), Code::DataMissing, "is a directory");
@@ -365,6 +366,6 @@ mod tests {
             Code::DataInvalid,
             "the label 2 for sample 2, outside the 2 classes [0, 2)",
         );
-        assert_eq!(f.label, "label out of range");
+        assert_eq!(f.primary.text, "label out of range");
     }
 }

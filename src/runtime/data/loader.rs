@@ -11,9 +11,10 @@ use kiln::diagnostic::Code;
 use kiln::span::Span;
 use tch::{Device, TchError, Tensor};
 
-use super::super::failure::{torch_failure, Failure};
+use super::super::failure::torch_failure;
 use super::split::{epoch_seed, permutation};
 use super::Dataset;
+use kiln::diagnostic::Diagnostic;
 
 /// Batches the background thread prepares ahead of the consumer.
 const AHEAD: usize = 2;
@@ -113,7 +114,7 @@ impl Loader {
         epoch: u64,
         skip: usize,
         device: Device,
-    ) -> Result<Loader, Failure> {
+    ) -> Result<Loader, Diagnostic> {
         let background = matches!(device, Device::Cuda(_));
         Self::start(
             dataset, batch, shuffle, order_seed, epoch, skip, device, background,
@@ -131,9 +132,9 @@ impl Loader {
         skip: usize,
         device: Device,
         background: bool,
-    ) -> Result<Loader, Failure> {
+    ) -> Result<Loader, Diagnostic> {
         if batch < 1 {
-            return Err(Failure::new(
+            return Err(Diagnostic::new(
                 Code::DataInvalid,
                 Span::default(),
                 format!("the batch size must be at least 1, not {batch}"),
@@ -231,7 +232,7 @@ impl Loader {
 }
 
 impl Iterator for Loader {
-    type Item = Result<(Tensor, Tensor), Failure>;
+    type Item = Result<(Tensor, Tensor), Diagnostic>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.remaining == 0 {
@@ -263,7 +264,7 @@ impl Iterator for Loader {
             None => {
                 self.remaining = 0;
                 self.shut_down();
-                Some(Err(Failure::new(
+                Some(Err(Diagnostic::new(
                     Code::TorchError,
                     self.span,
                     "the thread preparing batches stopped before the end of the epoch",
@@ -444,7 +445,7 @@ mod tests {
         assert!(loader.next().unwrap().is_ok());
         let f = loader.next().unwrap().unwrap_err();
         assert_eq!(f.code, Code::TorchError);
-        assert_eq!(f.span, at);
+        assert_eq!(f.primary.span, at);
         assert!(loader.next().is_none());
     }
 }

@@ -5,7 +5,7 @@
 //! with a seeded permutation. A [`Loader`] walks one epoch of a [`Dataset`] in batches that a
 //! background thread gathers and moves to the device ahead of the training loop.
 //!
-//! Every problem with the data is a [`Failure`] at the experiment's `source` statement: K0502 when
+//! Every problem with the data is a [`Diagnostic`] at the experiment's `source` statement: K0502 when
 //! a file cannot be read, K0503 when what it holds is wrong. The file formats (IDX, `.npy`, the
 //! zip archive of an `.npz`, CSV) are parsed here with every length checked before a byte is
 //! copied: libtorch's own `.npy` reader trusts the header's shape and reads past the end of a
@@ -39,8 +39,9 @@ use kiln::ir::{DType, Data, Normalize, Source, Targets};
 use kiln::span::Span;
 use tch::{Kind, TchError, Tensor};
 
-use super::failure::{At, Failure};
+use super::failure::At;
 use file::DataFile;
+use kiln::diagnostic::Diagnostic;
 
 pub use loader::Loader;
 
@@ -100,7 +101,7 @@ pub fn load(
     input_dtype: DType,
     base: &Path,
     seed: u64,
-) -> Result<Splits, Failure> {
+) -> Result<Splits, Diagnostic> {
     let span = data.source_span;
     let raw = read_source(&data.source, input_dtype, base, seed, span)?;
     let dataset = prepare(raw, data, input, input_dtype)?;
@@ -116,8 +117,8 @@ fn invalid(
     message: impl Into<String>,
     label: impl Into<String>,
     help: impl Into<String>,
-) -> Failure {
-    Failure::new(Code::DataInvalid, span, message)
+) -> Diagnostic {
+    Diagnostic::new(Code::DataInvalid, span, message)
         .label(label)
         .help(help)
 }
@@ -241,7 +242,7 @@ fn read_source(
     base: &Path,
     seed: u64,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, Diagnostic> {
     match source {
         Source::Synthetic {
             inputs,
@@ -305,7 +306,7 @@ fn first_fraction(t: &Tensor) -> Result<Option<(i64, f64)>, TchError> {
 }
 
 /// Checks the raw tensors against the model and the targets, and shapes them.
-fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset, Failure> {
+fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset, Diagnostic> {
     let span = data.source_span;
     let xs = raw.inputs.size();
     let ys = raw.targets.size();
@@ -363,7 +364,7 @@ fn shape_inputs(
     input: &[i64],
     dtype: DType,
     span: Span,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let from = &raw.inputs_from;
     let x = &raw.inputs;
     let xs = x.size();
@@ -428,7 +429,7 @@ fn normalize(
     norm: Option<&Normalize>,
     input: &[i64],
     span: Span,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let Some(norm) = norm else {
         return Ok(x);
     };
@@ -481,7 +482,7 @@ fn normalize(
 }
 
 /// `[N]` Int64 class indices (checked against the class count) or `[N, ..shape]` Float values.
-fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Tensor, Failure> {
+fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Tensor, Diagnostic> {
     let from = &raw.targets_from;
     let y = &raw.targets;
     let ys = y.size();

@@ -6,9 +6,10 @@ use kiln::span::Span;
 use rayon::prelude::*;
 use tch::{Kind, TchError, Tensor};
 
-use super::super::failure::{At, Failure};
+use super::super::failure::At;
 use super::file::DataFile;
 use super::{fmt_shape, invalid};
+use kiln::diagnostic::Diagnostic;
 
 /// An array parsed from `.npy` bytes, its data checked and converted to a kind torch reads in
 /// native byte order.
@@ -228,7 +229,7 @@ fn npy_tensor(array: &NpyArray<'_>) -> Result<Tensor, TchError> {
 }
 
 /// Parses `.npy` bytes into a tensor; `what` names the array in messages.
-pub(super) fn npy_bytes(bytes: &[u8], what: &str, span: Span) -> Result<Tensor, Failure> {
+pub(super) fn npy_bytes(bytes: &[u8], what: &str, span: Span) -> Result<Tensor, Diagnostic> {
     let array = parse_npy(bytes).map_err(|reason| {
         invalid(
             span,
@@ -241,7 +242,7 @@ pub(super) fn npy_bytes(bytes: &[u8], what: &str, span: Span) -> Result<Tensor, 
 }
 
 /// Reads a `.npy` file into a tensor.
-pub(super) fn read(file: &DataFile, span: Span) -> Result<Tensor, Failure> {
+pub(super) fn read(file: &DataFile, span: Span) -> Result<Tensor, Diagnostic> {
     let bytes = file.read(span)?;
     npy_bytes(&bytes, &file.name(), span)
 }

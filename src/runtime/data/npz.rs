@@ -6,10 +6,10 @@ use std::io::Read;
 use kiln::span::Span;
 use tch::Tensor;
 
-use super::super::failure::Failure;
 use super::file::{missing_key, DataFile};
 use super::npy::npy_bytes;
 use super::{invalid, Raw};
+use kiln::diagnostic::Diagnostic;
 
 /// One member of a zip archive, from its central directory.
 #[derive(Debug)]
@@ -191,7 +191,7 @@ pub(super) fn read(
     inputs: &str,
     targets: &str,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, Diagnostic> {
     let bytes = file.read(span)?;
     let entries = zip_entries(&bytes).map_err(|reason| {
         invalid(
@@ -203,7 +203,7 @@ pub(super) fn read(
     })?;
     let key_of = |e: &ZipEntry| e.name.strip_suffix(".npy").unwrap_or(&e.name).to_string();
     let keys: Vec<String> = entries.iter().map(key_of).collect();
-    let array = |key: &str| -> Result<Tensor, Failure> {
+    let array = |key: &str| -> Result<Tensor, Diagnostic> {
         let entry = entries
             .iter()
             .find(|e| key_of(e) == key)
@@ -321,7 +321,7 @@ mod tests {
             Code::DataInvalid,
             "`np.npz` has no array `x`; its arrays: `inputs`, `targets`",
         );
-        assert_eq!(f.label, "no array `x`");
+        assert_eq!(f.primary.text, "no array `x`");
         dir.write("cut.npz", &npz[..npz.len() - 30]);
         expect_failure(
             run("cut.npz", "inputs"),

@@ -3,9 +3,10 @@
 use kiln::span::Span;
 use tch::{TchError, Tensor};
 
-use super::super::failure::{torch_failure, Failure};
+use super::super::failure::torch_failure;
 use super::file::{missing_key, DataFile};
 use super::{invalid, Raw};
+use kiln::diagnostic::Diagnostic;
 
 /// Reads the tensors `inputs` and `targets` of a safetensors file (with libtorch's reader).
 pub(super) fn read(
@@ -13,7 +14,7 @@ pub(super) fn read(
     inputs: &str,
     targets: &str,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, Diagnostic> {
     file.check_readable(span)?;
     let mut tensors = Tensor::read_safetensors(&file.path).map_err(|e| match e {
         TchError::Torch(message) => torch_failure(&message, span),
@@ -25,7 +26,7 @@ pub(super) fn read(
         ),
     })?;
     let names: Vec<String> = tensors.iter().map(|(n, _)| n.clone()).collect();
-    let mut take = |key: &str| -> Result<Tensor, Failure> {
+    let mut take = |key: &str| -> Result<Tensor, Diagnostic> {
         let at = tensors
             .iter()
             .position(|(n, _)| n == key)

@@ -4,8 +4,9 @@
 use kiln::ir::Split;
 use kiln::span::Span;
 
-use super::super::failure::{At, Failure};
+use super::super::failure::At;
 use super::{invalid, Dataset, Splits};
+use kiln::diagnostic::Diagnostic;
 
 /// Mixed into the seed of the split permutation, so that it differs from the epoch orders
 /// derived from the same seed.
@@ -32,7 +33,7 @@ pub(super) fn split(
     split: &Split,
     seed: u64,
     span: Span,
-) -> Result<Splits, Failure> {
+) -> Result<Splits, Diagnostic> {
     let n = usize::try_from(data.len()).unwrap_or(0);
     let (train, val, test) = split_counts(n, split);
     if train == 0 {
@@ -48,7 +49,7 @@ pub(super) fn split(
         ));
     }
     let order = permutation(n, seed ^ SPLIT_STREAM);
-    let part = |from: usize, len: usize| -> Result<Option<Dataset>, Failure> {
+    let part = |from: usize, len: usize| -> Result<Option<Dataset>, Diagnostic> {
         if len == 0 {
             return Ok(None);
         }

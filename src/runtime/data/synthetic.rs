@@ -4,8 +4,9 @@ use kiln::ir::Generator;
 use kiln::span::Span;
 use tch::{Device, Kind, Tensor};
 
-use super::super::failure::{At, Failure};
+use super::super::failure::At;
 use super::{fmt_shape, invalid, Raw};
+use kiln::diagnostic::Diagnostic;
 
 /// Draws `count` samples of each generator after `tch::manual_seed(seed)`.
 pub(super) fn read(
@@ -14,7 +15,7 @@ pub(super) fn read(
     count: u64,
     seed: u64,
     span: Span,
-) -> Result<Raw, Failure> {
+) -> Result<Raw, Diagnostic> {
     tch::manual_seed(seed as i64);
     let x = generate(inputs, count, span)?;
     let y = generate(targets, count, span)?;
@@ -27,7 +28,7 @@ pub(super) fn read(
 }
 
 /// `count` samples, as `torch.randn(count, *shape)` and friends.
-fn generate(g: &Generator, count: u64, span: Span) -> Result<Tensor, Failure> {
+fn generate(g: &Generator, count: u64, span: Span) -> Result<Tensor, Diagnostic> {
     let too_many = || {
         invalid(
             span,

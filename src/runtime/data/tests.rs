@@ -77,7 +77,11 @@ pub(super) fn idx_source(images: &str, labels: &str) -> Source {
     }
 }
 
-pub(super) fn expect_failure(result: Result<Splits, Failure>, code: Code, needle: &str) -> Failure {
+pub(super) fn expect_failure(
+    result: Result<Splits, Diagnostic>,
+    code: Code,
+    needle: &str,
+) -> Diagnostic {
     match result {
         Ok(_) => panic!("expected {code:?} containing {needle:?}, got data"),
         Err(f) => {
@@ -87,7 +91,7 @@ pub(super) fn expect_failure(result: Result<Splits, Failure>, code: Code, needle
                 "message {:?} lacks {needle:?}",
                 f.message
             );
-            assert!(!f.label.is_empty() && !f.help.is_empty());
+            assert!(!f.primary.text.is_empty() && f.help.is_some());
             f
         }
     }
@@ -129,7 +133,7 @@ fn real_mnist_loads_and_splits() {
         Code::DataInvalid,
         "samples of 784 values [28, 28], but the model's input [1, 28, 29] holds 812",
     );
-    assert_eq!(f.span, source_span());
+    assert_eq!(f.primary.span, source_span());
 }
 
 #[test]
