@@ -422,6 +422,33 @@ fn a_missing_data_file_points_at_the_source() {
 }
 
 #[test]
+fn a_length_too_long_to_count_in_steps_points_at_the_epochs() {
+    let dir = scratch("epochs");
+    let images = root().join("data/mnist/images.idx.gz");
+    let labels = root().join("data/mnist/labels.idx.gz");
+    let exp = MNIST_LIKE
+        .replace(
+            "SOURCE",
+            &format!(
+                r#"idx("{}", labels: "{}", classes: 10)"#,
+                images.display(),
+                labels.display()
+            ),
+        )
+        .replace("batch 50", "batch 1")
+        .replace("steps 5", "epochs 9000000000000000");
+    // The largest integer the checker takes, times 10,000 steps an epoch, overflows 64 bits;
+    // only the runtime knows the data's size, and it refuses before the run directory exists.
+    let t = failure(&dir, &exp, "K0121(out-of-range)", "13:12");
+    assert!(
+        t.contains("more optimizer steps than a run can count"),
+        "{t}"
+    );
+    assert!(t.contains("make 10000 steps an epoch"), "{t}");
+    assert!(!dir.join("run").exists(), "{t}");
+}
+
+#[test]
 fn a_truncated_data_file_points_at_the_source() {
     let dir = scratch("truncated");
     let images = std::fs::read(root().join("data/mnist/images.idx.gz")).expect("mnist");

@@ -4,6 +4,7 @@
 
 use tch::Tensor;
 
+use super::budget::Budget;
 use super::failure::At;
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Duration, Optimizer, OptimizerKind, Schedule};
@@ -295,30 +296,32 @@ impl LossScaler {
     }
 }
 
-/// Learning rates over a run of `total` optimizer steps, `per_epoch` steps an epoch.
+/// Learning rates over the run's [`Budget`].
 pub struct Lr {
     base: f64,
     schedule: Schedule,
+    /// Steps the schedule spans (at least one).
     total: u64,
+    /// Steps an epoch (at least one).
     per_epoch: u64,
+    budget: Budget,
 }
 
 impl Lr {
-    /// The schedule of an optimizer whose configured rate is `base`.
-    pub fn new(base: f64, schedule: &Schedule, total: u64, per_epoch: u64) -> Lr {
+    /// The schedule of an optimizer whose configured rate is `base`, over the experiment's full
+    /// length (`--max-steps` does not shorten it).
+    pub fn new(base: f64, schedule: &Schedule, budget: &Budget) -> Lr {
         Lr {
             base,
             schedule: schedule.clone(),
-            total: total.max(1),
-            per_epoch: per_epoch.max(1),
+            total: budget.total.max(1),
+            per_epoch: budget.per_epoch.max(1),
+            budget: *budget,
         }
     }
 
     fn steps(&self, d: Duration) -> u64 {
-        match d {
-            Duration::Steps(n) => n,
-            Duration::Epochs(n) => n * self.per_epoch,
-        }
+        self.budget.steps(d)
     }
 
     /// The rate for optimizer step `step` (0-based).

@@ -4,16 +4,20 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use super::budget::Budget;
 use super::checkpoint;
 use super::data;
+use super::hooks::Cancel;
 use super::model::{self, tch_device};
+use super::output::RunOutput;
 use super::report::{Progress, RunWriter};
-use super::train::{fingerprint, Outcome, Trainer, INTERRUPTED};
+use super::state::fingerprint;
+use super::train::{standard_hooks, Outcome, Trainer};
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Code;
 use kiln::diagnostic::Diagnostic;
-use kiln::ir::{Duration, Experiment, Precision};
+use kiln::ir::{Experiment, Precision};
 use kiln::span::Sources;
 
 /// Options of `kiln run`.
@@ -58,7 +62,9 @@ fn parse_device(text: &str) -> Result<kiln::ir::Device, String> {
 
 /// Runs the command; returns the exit status.
 pub fn main(opts: &RunOptions) -> i32 {
-    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst));
+    let cancel = Cancel::default();
+    let on_ctrl_c = cancel.clone();
+    let _ = ctrlc::set_handler(move || on_ctrl_c.cancel());
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
@@ -124,7 +130,7 @@ pub fn main(opts: &RunOptions) -> i32 {
                 trial_label(exp)
             ));
         }
-        match run_trial(exp, &checked, dir, opts) {
+        match run_trial(exp, &checked, dir, opts, &cancel) {
             Ok(outcome) => summary(exp, &outcome, dir, opts.quiet),
             Err(f) => {
                 eprint(&to_text(&f, &checked.sources, style));
@@ -322,6 +328,7 @@ fn run_trial(
     checked: &Checked,
     dir: &Path,
     opts: &RunOptions,
+    cancel: &Cancel,
 ) -> Result<Outcome, Diagnostic> {
     let over = resolve_devices(exp, opts)?;
     let notes = not_applied(exp);
@@ -341,6 +348,12 @@ fn run_trial(
         exp.model.input_dtype,
         &base,
         exp.seed,
+    )?;
+    let budget = Budget::new(
+        &exp.train,
+        splits.train.len().max(0) as u64,
+        exp.data.batch,
+        opts.max_steps,
     )?;
     let mut writer = RunWriter::open(dir.to_path_buf(), exp.data.source_span)?;
     let resume = match &opts.resume {
@@ -362,24 +375,25 @@ fn run_trial(
             None
         }
     };
-    let epochs = match exp.train.length {
-        Duration::Epochs(n) => Some(n),
-        Duration::Steps(_) => None,
-    };
     let started = std::time::Instant::now();
+    let mut out = RunOutput {
+        writer: &mut writer,
+        progress: Progress::new(opts.quiet, budget.epochs),
+    };
     let mut trainer = Trainer {
         exp,
-        net,
+        model: &net,
         splits,
         device,
-        writer: &mut writer,
-        progress: Progress::new(opts.quiet, epochs),
-        max_steps: opts.max_steps,
+        budget,
+        out: &mut out,
+        cancel: cancel.clone(),
+        hooks: standard_hooks(exp),
     };
     let outcome = trainer
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
-    let devices = trainer.net.devices();
+    let devices = net.devices();
     super::summary::write_report(
         &writer,
         exp,
