@@ -625,6 +625,38 @@ fn early_stopping_ends_a_run_that_stops_improving() {
 }
 
 #[test]
+fn early_stopping_on_the_training_loss_watches_each_epoch() {
+    let dir = scratch("early-train");
+    // The training loss falls every epoch on this small task, so patience 1 never runs out.
+    let exp = SMALL
+        .replace("steps 400", "epochs 4")
+        .replace(
+            "eval_every 100 steps",
+            "eval_every 1 epoch\n    early_stop(metric: train_loss, patience: 1)",
+        )
+        .replace("checkpoint(every: 20 steps, keep: 2)", "");
+    let path = write(&dir, "early.exp", &exp);
+    let d = dir.join("run");
+    let o = run(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--quiet",
+        "--run-dir",
+        d.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let losses: Vec<f64> = metrics(&d)
+        .iter()
+        .filter(|m| m["split"] == "train")
+        .map(|m| m["train_loss"].as_f64().expect("train_loss"))
+        .collect();
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "{losses:?}");
+    let r = report(&d);
+    assert_eq!(r["stopped_early"].as_bool(), Some(false), "{r:?}");
+    assert_eq!(r["epochs"].as_u64(), Some(4), "{r:?}");
+}
+
+#[test]
 fn a_sweep_runs_every_trial_and_ranks_them() {
     let dir = scratch("sweep");
     let exp = SMALL
