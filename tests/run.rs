@@ -507,6 +507,7 @@ fn running_out_of_memory_points_at_the_batch_with_the_plan_estimate() {
 "#;
     let t = failure(&dir, exp, "K0505(out-of-memory)", "4:11");
     assert!(t.contains("the plan estimates cpu"), "{t}");
+    assert!(t.contains("memory ran out while running this"), "{t}");
 }
 
 #[test]

@@ -431,7 +431,8 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
     notes
 }
 
-/// Points an out-of-memory failure at the batch size, with the plan's estimate.
+/// Points an out-of-memory failure at the batch size, with the plan's estimate, keeping where
+/// memory ran out as a second label.
 fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
     if f.code != Code::OutOfMemory {
         return f;
@@ -449,9 +450,15 @@ fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
             )
         })
         .collect();
-    Diagnostic::new(Code::OutOfMemory, exp.data.batch_span, f.message)
-        .label(format!("batch {} does not fit", exp.data.batch))
-        .help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
+    let at = f.primary.span;
+    let d = Diagnostic::new(Code::OutOfMemory, exp.data.batch_span, f.message)
+        .label(format!("batch {} does not fit", exp.data.batch));
+    let d = if at == exp.data.batch_span {
+        d
+    } else {
+        d.with(at, "memory ran out while running this")
+    };
+    d.help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
 }
 
 /// The directory of the file that declares the data source: relative data paths start there.
