@@ -422,6 +422,33 @@ fn a_missing_data_file_points_at_the_source() {
 }
 
 #[test]
+fn a_length_too_long_to_count_in_steps_points_at_the_epochs() {
+    let dir = scratch("epochs");
+    let images = root().join("data/mnist/images.idx.gz");
+    let labels = root().join("data/mnist/labels.idx.gz");
+    let exp = MNIST_LIKE
+        .replace(
+            "SOURCE",
+            &format!(
+                r#"idx("{}", labels: "{}", classes: 10)"#,
+                images.display(),
+                labels.display()
+            ),
+        )
+        .replace("batch 50", "batch 1")
+        .replace("steps 5", "epochs 9000000000000000");
+    // The largest integer the checker takes, times 10,000 steps an epoch, overflows 64 bits;
+    // only the runtime knows the data's size, and it refuses before the run directory exists.
+    let t = failure(&dir, &exp, "K0121(out-of-range)", "13:12");
+    assert!(
+        t.contains("more optimizer steps than a run can count"),
+        "{t}"
+    );
+    assert!(t.contains("make 10000 steps an epoch"), "{t}");
+    assert!(!dir.join("run").exists(), "{t}");
+}
+
+#[test]
 fn a_truncated_data_file_points_at_the_source() {
     let dir = scratch("truncated");
     let images = std::fs::read(root().join("data/mnist/images.idx.gz")).expect("mnist");
@@ -480,6 +507,7 @@ fn running_out_of_memory_points_at_the_batch_with_the_plan_estimate() {
 "#;
     let t = failure(&dir, exp, "K0505(out-of-memory)", "4:11");
     assert!(t.contains("the plan estimates cpu"), "{t}");
+    assert!(t.contains("memory ran out while running this"), "{t}");
 }
 
 #[test]
@@ -595,6 +623,38 @@ fn early_stopping_ends_a_run_that_stops_improving() {
     let r = report(&d);
     assert_eq!(r["stopped_early"].as_bool(), Some(true), "{r:?}");
     assert!(r["epochs"].as_u64().expect("epochs") < 50);
+}
+
+#[test]
+fn early_stopping_on_the_training_loss_watches_each_epoch() {
+    let dir = scratch("early-train");
+    // The training loss falls every epoch on this small task, so patience 1 never runs out.
+    let exp = SMALL
+        .replace("steps 400", "epochs 4")
+        .replace(
+            "eval_every 100 steps",
+            "eval_every 1 epoch\n    early_stop(metric: train_loss, patience: 1)",
+        )
+        .replace("checkpoint(every: 20 steps, keep: 2)", "");
+    let path = write(&dir, "early.exp", &exp);
+    let d = dir.join("run");
+    let o = run(&[
+        "run",
+        path.to_str().expect("utf-8"),
+        "--quiet",
+        "--run-dir",
+        d.to_str().expect("utf-8"),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let losses: Vec<f64> = metrics(&d)
+        .iter()
+        .filter(|m| m["split"] == "train")
+        .map(|m| m["train_loss"].as_f64().expect("train_loss"))
+        .collect();
+    assert!(losses.windows(2).all(|w| w[1] < w[0]), "{losses:?}");
+    let r = report(&d);
+    assert_eq!(r["stopped_early"].as_bool(), Some(false), "{r:?}");
+    assert_eq!(r["epochs"].as_u64(), Some(4), "{r:?}");
 }
 
 #[test]

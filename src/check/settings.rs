@@ -432,12 +432,14 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             });
             None
         }
-        (Some(_), None) => value(cx, "epochs")
-            .and_then(|v| cx.uint_min(v, "the number of epochs", 1))
-            .map(Duration::Epochs),
-        (None, Some(_)) => value(cx, "steps")
-            .and_then(|v| cx.uint_min(v, "the number of steps", 1))
-            .map(Duration::Steps),
+        (Some(_), None) => value(cx, "epochs").and_then(|v| {
+            let n = cx.uint_min(v, "the number of epochs", 1)?;
+            Some((Duration::Epochs(n), v.span))
+        }),
+        (None, Some(_)) => value(cx, "steps").and_then(|v| {
+            let n = cx.uint_min(v, "the number of steps", 1)?;
+            Some((Duration::Steps(n), v.span))
+        }),
         (None, None) => {
             cx.report(Problem::MissingSetting {
                 span: stmt.keyword.span,
@@ -501,9 +503,11 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
         Some(s) => check_checkpoint(cx, s).map(Some),
     };
     let (loss, loss_span) = loss?;
+    let (length, length_span) = length?;
     Some(TrainIn {
         train: Train {
-            length: length?,
+            length,
+            length_span,
             loss,
             loss_span,
             metrics: metrics?,

@@ -758,6 +758,8 @@ pub struct Checkpoint {
 pub struct Train {
     /// How long to train.
     pub length: Duration,
+    /// The value of `epochs` or `steps`, for a length the data cannot reach.
+    pub length_span: Span,
     /// The loss.
     pub loss: Loss,
     /// The loss statement.

@@ -7,21 +7,21 @@ use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
-use super::failure::Failure;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::rundir::checkpoint::{latest as latest_sidecar, prune, tensors_name, write_sidecar};
 use kiln::span::Span;
 
 pub use kiln::rundir::{Fingerprint, Position, Sidecar};
 
 /// A K0509 failure at `span`.
-fn fail(message: String, span: Span) -> Failure {
-    Failure::new(Code::RunIo, span, message)
+fn fail(message: String, span: Span) -> Diagnostic {
+    Diagnostic::new(Code::RunIo, span, message)
         .label("while checkpointing this experiment")
         .help("check that the run directory is writable and the disk has room")
 }
 
-fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Failure {
+fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Diagnostic {
     fail(format!("cannot {what} `{}`: {e}", path.display()), span)
 }
 
@@ -32,7 +32,7 @@ pub fn write(
     tensors: &[(String, Tensor)],
     keep: u64,
     span: Span,
-) -> Result<PathBuf, Failure> {
+) -> Result<PathBuf, Diagnostic> {
     std::fs::create_dir_all(dir).map_err(|e| io_failure("create", dir, e, span))?;
     let name = tensors_name(sidecar.position.step);
     let data = dir.join(&name);
@@ -53,7 +53,7 @@ pub fn write(
 pub type Saved = (Sidecar, Vec<(String, Tensor)>);
 
 /// The newest complete checkpoint in `dir`.
-pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Failure> {
+pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Diagnostic> {
     let Some((side, data)) = latest_sidecar(dir).map_err(|e| fail(e.to_string(), span))? else {
         return Ok(None);
     };

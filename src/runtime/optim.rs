@@ -4,7 +4,9 @@
 
 use tch::Tensor;
 
-use super::failure::{At, Failure};
+use super::budget::Budget;
+use super::failure::At;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Duration, Optimizer, OptimizerKind, Schedule};
 use kiln::span::Span;
 
@@ -33,7 +35,7 @@ impl Optim {
         name: &'static str,
         like: &Tensor,
         span: Span,
-    ) -> Result<&'a mut Tensor, Failure> {
+    ) -> Result<&'a mut Tensor, Diagnostic> {
         if !state.iter().any(|(n, _)| *n == name) {
             state.push((name, like.f_zeros_like().at(span)?));
         }
@@ -42,12 +44,12 @@ impl Optim {
     }
 
     /// One update of every parameter from its gradient, with learning rate `lr`.
-    pub fn step(&mut self, params: &[Tensor], lr: f64) -> Result<(), Failure> {
+    pub fn step(&mut self, params: &[Tensor], lr: f64) -> Result<(), Diagnostic> {
         let span = self.config.span;
         self.steps += 1;
         let t = self.steps as i32;
         let wd = self.config.weight_decay;
-        tch::no_grad(|| -> Result<(), Failure> {
+        tch::no_grad(|| -> Result<(), Diagnostic> {
             for (i, p) in params.iter().enumerate() {
                 let g = p.grad();
                 if !g.defined() {
@@ -178,8 +180,8 @@ pub fn clip(
     norm: Option<f64>,
     value: Option<f64>,
     span: Span,
-) -> Result<(), Failure> {
-    tch::no_grad(|| -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
+    tch::no_grad(|| -> Result<(), Diagnostic> {
         let grads: Vec<Tensor> = params
             .iter()
             .map(Tensor::grad)
@@ -252,11 +254,11 @@ impl LossScaler {
     }
 
     /// Divides the gradients by the scale; returns whether the step should be taken.
-    pub fn unscale(&mut self, params: &[Tensor], span: Span) -> Result<bool, Failure> {
+    pub fn unscale(&mut self, params: &[Tensor], span: Span) -> Result<bool, Diagnostic> {
         if !self.enabled {
             return Ok(true);
         }
-        let finite = tch::no_grad(|| -> Result<bool, Failure> {
+        let finite = tch::no_grad(|| -> Result<bool, Diagnostic> {
             let mut finite = true;
             for p in params {
                 let mut g = p.grad();
@@ -294,30 +296,32 @@ impl LossScaler {
     }
 }
 
-/// Learning rates over a run of `total` optimizer steps, `per_epoch` steps an epoch.
+/// Learning rates over the run's [`Budget`].
 pub struct Lr {
     base: f64,
     schedule: Schedule,
+    /// Steps the schedule spans (at least one).
     total: u64,
+    /// Steps an epoch (at least one).
     per_epoch: u64,
+    budget: Budget,
 }
 
 impl Lr {
-    /// The schedule of an optimizer whose configured rate is `base`.
-    pub fn new(base: f64, schedule: &Schedule, total: u64, per_epoch: u64) -> Lr {
+    /// The schedule of an optimizer whose configured rate is `base`, over the experiment's full
+    /// length (`--max-steps` does not shorten it).
+    pub fn new(base: f64, schedule: &Schedule, budget: &Budget) -> Lr {
         Lr {
             base,
             schedule: schedule.clone(),
-            total: total.max(1),
-            per_epoch: per_epoch.max(1),
+            total: budget.total.max(1),
+            per_epoch: budget.per_epoch.max(1),
+            budget: *budget,
         }
     }
 
     fn steps(&self, d: Duration) -> u64 {
-        match d {
-            Duration::Steps(n) => n,
-            Duration::Epochs(n) => n * self.per_epoch,
-        }
+        self.budget.steps(d)
     }
 
     /// The rate for optimizer step `step` (0-based).

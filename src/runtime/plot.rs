@@ -12,8 +12,8 @@ use plotters::coord::types::RangedCoordi64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::failure::Failure;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::rundir::{read_metrics, read_report, MetricLine};
 use kiln::span::Span;
 
@@ -49,7 +49,7 @@ struct Chart {
 /// `loss.svg` and `loss.png` when any loss was recorded; `accuracy.svg` and `accuracy.png` when
 /// the metrics hold accuracies. A run without `metrics.jsonl` (nothing recorded) gets no plots.
 /// Failures are K0509 (`RunIo`) at `span`.
-pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
+pub fn write_curves(dir: &Path, span: Span) -> Result<(), Diagnostic> {
     let lines = match read_metrics(dir) {
         Ok(Some(lines)) => lines,
         Ok(None) => return Ok(()),
@@ -68,8 +68,8 @@ pub fn write_curves(dir: &Path, span: Span) -> Result<(), Failure> {
     Ok(())
 }
 
-fn fail(span: Span, message: String) -> Failure {
-    Failure::new(Code::RunIo, span, message)
+fn fail(span: Span, message: String) -> Diagnostic {
+    Diagnostic::new(Code::RunIo, span, message)
         .label("while plotting this experiment's training curves")
         .help("check that the run directory is writable and the disk has room")
 }

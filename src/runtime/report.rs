@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::failure::Failure;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::rundir::{Eval, EvalRecord, MetricLine, Report, RunDir, StepRecord};
 use kiln::span::Span;
 
@@ -21,7 +21,7 @@ pub struct RunWriter {
 
 impl RunWriter {
     /// Creates a new run directory, or reopens one to resume.
-    pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Failure> {
+    pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Diagnostic> {
         let run = RunDir::open(dir).map_err(|e| io(&e, span))?;
         Ok(RunWriter { run, span })
     }
@@ -37,48 +37,48 @@ impl RunWriter {
     }
 
     /// Writes a file into the run directory, atomically.
-    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), Failure> {
+    pub fn write_file(&self, name: &str, contents: &[u8]) -> Result<(), Diagnostic> {
         self.run
             .write_file(name, contents)
             .map_err(|e| io(&e, self.span))
     }
 
     /// Writes `value` as YAML into the run directory, atomically.
-    pub fn write_yaml<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<(), Failure> {
+    pub fn write_yaml<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<(), Diagnostic> {
         kiln::rundir::write_yaml(self.run.path(), name, value).map_err(|e| io(&e, self.span))
     }
 
     /// Writes `report.yaml`.
-    pub fn write_report(&self, report: &Report) -> Result<(), Failure> {
+    pub fn write_report(&self, report: &Report) -> Result<(), Diagnostic> {
         self.run.write_report(report).map_err(|e| io(&e, self.span))
     }
 
     /// The metric lines written so far.
-    pub fn metrics(&self) -> Result<Vec<MetricLine>, Failure> {
+    pub fn metrics(&self) -> Result<Vec<MetricLine>, Diagnostic> {
         self.run.metrics().map_err(|e| io(&e, self.span))
     }
 
     /// Appends one optimizer step's loss and learning rate to `steps.jsonl` (buffered).
-    pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Failure> {
+    pub fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Diagnostic> {
         self.run
             .step(&StepRecord { step, loss, lr })
             .map_err(|e| io(&e, self.span))
     }
 
     /// Writes buffered step records to `steps.jsonl`.
-    pub fn flush_steps(&mut self) -> Result<(), Failure> {
+    pub fn flush_steps(&mut self) -> Result<(), Diagnostic> {
         self.run.flush_steps().map_err(|e| io(&e, self.span))
     }
 
     /// Appends a training record; returns the number of lines written so far.
-    pub fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Failure> {
+    pub fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Diagnostic> {
         self.run
             .metric(&MetricLine::Train(r.clone()))
             .map_err(|e| io(&e, self.span))
     }
 
     /// Appends an evaluation record; returns the number of lines written so far.
-    pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Failure> {
+    pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic> {
         let line = MetricLine::Val(EvalRecord {
             epoch,
             step,
@@ -96,14 +96,14 @@ impl RunWriter {
 
     /// Drops metric lines and step records written after a checkpoint taken at `step` (a
     /// resumed run writes them again).
-    pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Failure> {
+    pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Diagnostic> {
         self.run.truncate(keep, step).map_err(|e| io(&e, self.span))
     }
 }
 
 /// A K0509 failure at `span` for a file of the run directory.
-fn io(e: &kiln::rundir::Error, span: Span) -> Failure {
-    Failure::new(Code::RunIo, span, e.to_string())
+fn io(e: &kiln::rundir::Error, span: Span) -> Diagnostic {
+    Diagnostic::new(Code::RunIo, span, e.to_string())
         .label("while recording this experiment's run")
         .help("check that the runs directory is writable and the disk has room")
 }

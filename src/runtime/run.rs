@@ -4,16 +4,20 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
+use super::budget::Budget;
 use super::checkpoint;
 use super::data;
-use super::failure::Failure;
+use super::hooks::Cancel;
 use super::model::{self, tch_device};
+use super::output::RunOutput;
 use super::report::{Progress, RunWriter};
-use super::train::{fingerprint, Outcome, Trainer, INTERRUPTED};
+use super::state::fingerprint;
+use super::train::{standard_hooks, Outcome, Trainer};
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Code;
-use kiln::ir::{Duration, Experiment, Precision};
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::{Experiment, Precision};
 use kiln::span::Sources;
 
 /// Options of `kiln run`.
@@ -58,7 +62,9 @@ fn parse_device(text: &str) -> Result<kiln::ir::Device, String> {
 
 /// Runs the command; returns the exit status.
 pub fn main(opts: &RunOptions) -> i32 {
-    let _ = ctrlc::set_handler(|| INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst));
+    let cancel = Cancel::default();
+    let on_ctrl_c = cancel.clone();
+    let _ = ctrlc::set_handler(move || on_ctrl_c.cancel());
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
@@ -124,10 +130,10 @@ pub fn main(opts: &RunOptions) -> i32 {
                 trial_label(exp)
             ));
         }
-        match run_trial(exp, &checked, dir, opts) {
+        match run_trial(exp, &checked, dir, opts, &cancel) {
             Ok(outcome) => summary(exp, &outcome, dir, opts.quiet),
             Err(f) => {
-                eprint(&to_text(&f.diagnostic(), &checked.sources, style));
+                eprint(&to_text(&f, &checked.sources, style));
                 status = 1;
                 if f.code == Code::Interrupted {
                     break;
@@ -231,7 +237,7 @@ fn eprint(text: &str) {
 }
 
 /// Resolves where the model runs, checking that the devices exist here.
-fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Failure> {
+fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Diagnostic> {
     if let Some(d) = opts.device {
         let d = tch_device(d);
         check_device(d, exp.device_span, "--device")?;
@@ -259,8 +265,8 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
     Ok(None)
 }
 
-fn fp16_on_cpu(exp: &Experiment) -> Failure {
-    Failure::new(
+fn fp16_on_cpu(exp: &Experiment) -> Diagnostic {
+    Diagnostic::new(
         Code::DeviceUnavailable,
         exp.device_span,
         "fp16 training needs a CUDA device, and this run is on the CPU",
@@ -269,7 +275,7 @@ fn fp16_on_cpu(exp: &Experiment) -> Failure {
     .help("use `precision bf16` on the CPU, or run on a CUDA device")
 }
 
-fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Failure> {
+fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Diagnostic> {
     if let tch::Device::Cuda(i) = d {
         let count = if tch::Cuda::is_available() {
             tch::Cuda::device_count() as usize
@@ -282,7 +288,7 @@ fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(
             } else {
                 format!("this machine has {count} CUDA device(s)")
             };
-            return Err(Failure::new(
+            return Err(Diagnostic::new(
                 Code::DeviceUnavailable,
                 span,
                 format!("`{named}` is not available: {found}"),
@@ -299,7 +305,8 @@ fn run_trial(
     checked: &Checked,
     dir: &Path,
     opts: &RunOptions,
-) -> Result<Outcome, Failure> {
+    cancel: &Cancel,
+) -> Result<Outcome, Diagnostic> {
     let over = resolve_devices(exp, opts)?;
     let notes = not_applied(exp);
     for n in &notes {
@@ -319,12 +326,18 @@ fn run_trial(
         &base,
         exp.seed,
     )?;
+    let budget = Budget::new(
+        &exp.train,
+        splits.train.len().max(0) as u64,
+        exp.data.batch,
+        opts.max_steps,
+    )?;
     let mut writer = RunWriter::open(dir.to_path_buf(), exp.data.source_span)?;
     let resume = match &opts.resume {
         Some(_) => {
             let found = checkpoint::latest(&writer.checkpoint_dir(), exp.optimizer.span)?;
             let Some((side, tensors)) = found else {
-                return Err(Failure::new(Code::ResumeIncompatible, exp.optimizer.span, format!("`{}` holds no checkpoint", dir.display()))
+                return Err(Diagnostic::new(Code::ResumeIncompatible, exp.optimizer.span, format!("`{}` holds no checkpoint", dir.display()))
                     .label("nothing to resume")
                     .help("resume a run directory that has `checkpoints/`; add `checkpoint(every: ...)` to the train block"));
             };
@@ -338,24 +351,25 @@ fn run_trial(
             None
         }
     };
-    let epochs = match exp.train.length {
-        Duration::Epochs(n) => Some(n),
-        Duration::Steps(_) => None,
-    };
     let started = std::time::Instant::now();
+    let mut out = RunOutput {
+        writer: &mut writer,
+        progress: Progress::new(opts.quiet, budget.epochs),
+    };
     let mut trainer = Trainer {
         exp,
-        net,
+        model: &net,
         splits,
         device,
-        writer: &mut writer,
-        progress: Progress::new(opts.quiet, epochs),
-        max_steps: opts.max_steps,
+        budget,
+        out: &mut out,
+        cancel: cancel.clone(),
+        hooks: standard_hooks(exp),
     };
     let outcome = trainer
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
-    let devices = trainer.net.devices();
+    let devices = net.devices();
     super::summary::write_report(
         &writer,
         exp,
@@ -393,8 +407,9 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
     notes
 }
 
-/// Points an out-of-memory failure at the batch size, with the plan's estimate.
-fn out_of_memory_at_batch(f: Failure, exp: &Experiment) -> Failure {
+/// Points an out-of-memory failure at the batch size, with the plan's estimate, keeping where
+/// memory ran out as a second label.
+fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
     if f.code != Code::OutOfMemory {
         return f;
     }
@@ -411,9 +426,15 @@ fn out_of_memory_at_batch(f: Failure, exp: &Experiment) -> Failure {
             )
         })
         .collect();
-    Failure::new(Code::OutOfMemory, exp.data.batch_span, f.message)
-        .label(format!("batch {} does not fit", exp.data.batch))
-        .help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
+    let at = f.primary.span;
+    let d = Diagnostic::new(Code::OutOfMemory, exp.data.batch_span, f.message)
+        .label(format!("batch {} does not fit", exp.data.batch));
+    let d = if at == exp.data.batch_span {
+        d
+    } else {
+        d.with(at, "memory ran out while running this")
+    };
+    d.help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
 }
 
 /// The directory of the file that declares the data source: relative data paths start there.
@@ -426,7 +447,7 @@ fn source_dir(sources: &Sources, file: kiln::span::FileId) -> PathBuf {
 }
 
 /// Refuses to resume when the plan differs from the checkpoint's, naming what changed.
-fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failure> {
+fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Diagnostic> {
     let new = fingerprint(exp);
     let layers = kiln::ir::layers(&exp.model.nodes);
     if new.layers != old.layers {
@@ -445,7 +466,7 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
             .layers
             .get(i)
             .map_or("no layer".to_string(), |l| format!("`{l}`"));
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::ResumeIncompatible,
             span,
             format!(
@@ -457,7 +478,7 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
         .help("resume with the model the checkpoint was made with, or start a new run"));
     }
     if new.optimizer != old.optimizer {
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::ResumeIncompatible,
             exp.optimizer.span,
             format!(
@@ -469,7 +490,7 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Failur
         .help("resume with the optimizer the checkpoint was made with, or start a new run"));
     }
     if new.world_size != old.world_size {
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::ResumeIncompatible,
             exp.optimizer.span,
             format!(

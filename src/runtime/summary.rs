@@ -4,10 +4,10 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::failure::Failure;
 use super::report::RunWriter;
 use super::train::Outcome;
 use kiln::check::Checked;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::Experiment;
 use kiln::rundir::Report;
 
@@ -31,7 +31,7 @@ pub fn write_report(
     devices: &[tch::Device],
     wall: f64,
     notes: &[String],
-) -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
     let files: Vec<&str> = (0..checked.sources.len() as u32)
         .map(|i| checked.sources.get(kiln::span::FileId(i)).text.as_str())
         .collect();

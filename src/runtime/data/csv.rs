@@ -339,7 +339,7 @@ mod tests {
             Code::DataInvalid,
             "line 3 of `f.csv` has `oops` in column `y`, which is not a number",
         );
-        assert_eq!(f.label, "bad cell on line 3");
+        assert_eq!(f.primary.text, "bad cell on line 3");
         expect_failure(
             run("1,2,0\n\n3,,1\n", "2", false, Targets::Unknown),
             Code::DataInvalid,

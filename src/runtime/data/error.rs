@@ -1,5 +1,5 @@
 //! [`DataError`]: every way loading data can fail, as data; it becomes a diagnostic in one place,
-//! its conversion into a [`Failure`].
+//! its conversion into a [`Diagnostic`].
 
 use std::path::{Path, PathBuf};
 
@@ -7,7 +7,8 @@ use kiln::diagnostic::Code;
 use kiln::span::Span;
 use tch::TchError;
 
-use super::super::failure::{torch_failure, Failure};
+use super::super::failure::torch_failure;
+use kiln::diagnostic::Diagnostic;
 
 /// What kind of problem the data has.
 #[derive(Debug)]
@@ -80,8 +81,8 @@ impl DataError {
 }
 
 /// The one place a data problem becomes a diagnostic.
-impl From<DataError> for Failure {
-    fn from(e: DataError) -> Failure {
+impl From<DataError> for Diagnostic {
+    fn from(e: DataError) -> Diagnostic {
         let code = match e.kind {
             DataKind::Missing => Code::DataMissing,
             DataKind::Invalid => Code::DataInvalid,
@@ -89,9 +90,12 @@ impl From<DataError> for Failure {
             // Its message says whether a device ran out of memory, as for every libtorch error.
             DataKind::Torch(error) => return torch_failure(&error.to_string(), e.span),
         };
-        Failure::new(code, e.span, e.detail)
-            .label(e.label)
-            .help(e.help)
+        let d = Diagnostic::new(code, e.span, e.detail).label(e.label);
+        if e.help.is_empty() {
+            d
+        } else {
+            d.help(e.help)
+        }
     }
 }
 

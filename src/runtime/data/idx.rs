@@ -306,6 +306,8 @@ mod tests {
             .contains(&dir.path("nope.idx").display().to_string()));
         assert!(f
             .help
+            .as_deref()
+            .unwrap_or_default()
             .contains("relative to the directory of the .exp file"));
         // A directory is not a file.
         std::fs::create_dir_all(dir.path("folder")).unwrap();
@@ -365,6 +367,6 @@ mod tests {
             Code::DataInvalid,
             "the label 2 for sample 2, outside the 2 classes [0, 2)",
         );
-        assert_eq!(f.label, "label out of range");
+        assert_eq!(f.primary.text, "label out of range");
     }
 }

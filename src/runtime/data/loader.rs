@@ -290,10 +290,10 @@ impl Drop for Loader {
 
 #[cfg(test)]
 mod tests {
-    use super::super::super::failure::Failure;
     use super::super::tests::{floats, ints};
     use super::*;
     use kiln::diagnostic::Code;
+    use kiln::diagnostic::Diagnostic;
     use kiln::span::FileId;
     use tch::Kind;
 
@@ -445,9 +445,9 @@ mod tests {
         assert!(loader.next().unwrap().is_ok());
         let e = loader.next().unwrap().unwrap_err();
         assert!(matches!(e.kind, DataKind::Torch(_)), "{e:?}");
-        let f = Failure::from(e);
+        let f = Diagnostic::from(e);
         assert_eq!(f.code, Code::TorchError);
-        assert_eq!(f.span, at);
+        assert_eq!(f.primary.span, at);
         assert!(loader.next().is_none());
     }
 }

@@ -6,7 +6,7 @@
 //! background thread gathers and moves to the device ahead of the training loop.
 //!
 //! Every problem with the data is a [`DataError`] at the experiment's `source` statement: K0502 when
-//! a file cannot be read, K0503 when what it holds is wrong (its conversion into a `Failure` is
+//! a file cannot be read, K0503 when what it holds is wrong (its conversion into a `Diagnostic` is
 //! the one place it becomes a diagnostic). The file formats (IDX, `.npy`, the
 //! zip archive of an `.npz`, CSV) are parsed here with every length checked before a byte is
 //! copied: libtorch's own `.npy` reader trusts the header's shape and reads past the end of a

@@ -321,7 +321,7 @@ mod tests {
             Code::DataInvalid,
             "`np.npz` has no array `x`; its arrays: `inputs`, `targets`",
         );
-        assert_eq!(f.label, "no array `x`");
+        assert_eq!(f.primary.text, "no array `x`");
         dir.write("cut.npz", &npz[..npz.len() - 30]);
         expect_failure(
             run("cut.npz", "inputs"),

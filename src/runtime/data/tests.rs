@@ -1,9 +1,9 @@
 //! Helpers the data tests share, and the tests of [`load`](super::load) end to end (real data,
 //! normalisation).
 
-use super::super::failure::Failure;
 use super::*;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::Split;
 use kiln::span::FileId;
 use std::path::PathBuf;
@@ -84,18 +84,18 @@ pub(super) fn expect_failure(
     result: Result<Splits, DataError>,
     code: Code,
     needle: &str,
-) -> Failure {
+) -> Diagnostic {
     match result {
         Ok(_) => panic!("expected {code:?} containing {needle:?}, got data"),
         Err(e) => {
-            let f = Failure::from(e);
+            let f = Diagnostic::from(e);
             assert_eq!(f.code, code, "{}", f.message);
             assert!(
                 f.message.contains(needle),
                 "message {:?} lacks {needle:?}",
                 f.message
             );
-            assert!(!f.label.is_empty() && !f.help.is_empty());
+            assert!(!f.primary.text.is_empty() && f.help.as_deref().is_some_and(|h| !h.is_empty()));
             f
         }
     }
@@ -137,7 +137,7 @@ fn real_mnist_loads_and_splits() {
         Code::DataInvalid,
         "samples of 784 values [28, 28], but the model's input [1, 28, 29] holds 812",
     );
-    assert_eq!(f.span, source_span());
+    assert_eq!(f.primary.span, source_span());
 }
 
 #[test]
@@ -198,8 +198,8 @@ fn a_missing_file_is_a_typed_error_with_its_path_and_span() {
     let path = e.path.clone().expect("the file is named");
     assert!(path.ends_with("nope-images.idx"), "{}", path.display());
     assert!(e.detail.contains("it does not exist"), "{}", e.detail);
-    let f = Failure::from(e);
+    let f = Diagnostic::from(e);
     assert_eq!(f.code, Code::DataMissing);
-    assert_eq!(f.span, source_span());
-    assert_eq!(f.label, "file not found");
+    assert_eq!(f.primary.span, source_span());
+    assert_eq!(f.primary.text, "file not found");
 }

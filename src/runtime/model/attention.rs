@@ -4,12 +4,13 @@
 use tch::Tensor;
 
 use super::{linear, norm, Init, LayerRun, Net};
-use crate::runtime::failure::{At, Failure};
+use crate::runtime::failure::At;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 
 /// `nn.MultiheadAttention`'s parameters under `prefix`: `in_proj_weight` xavier-uniform,
 /// `in_proj_bias` 0, `out_proj.weight` as a linear layer, `out_proj.bias` 0.
-pub(super) fn init(i: &mut Init, prefix: &str, width: i64) -> Result<(), Failure> {
+pub(super) fn init(i: &mut Init, prefix: &str, width: i64) -> Result<(), Diagnostic> {
     let xavier = (6.0 / (width + 3 * width) as f64).sqrt();
     let t = i.uniform(&[3 * width, width], xavier)?;
     i.param(&format!("{prefix}in_proj_weight"), t);
@@ -23,7 +24,7 @@ pub(super) fn init(i: &mut Init, prefix: &str, width: i64) -> Result<(), Failure
 }
 
 /// The parameters of `nn.TransformerEncoderLayer(norm_first=True)`.
-pub(super) fn init_block(i: &mut Init, width: i64, hidden: i64) -> Result<(), Failure> {
+pub(super) fn init_block(i: &mut Init, width: i64, hidden: i64) -> Result<(), Diagnostic> {
     init(i, "self_attn.", width)?;
     linear::init(i, "linear1.", width, hidden, true)?;
     linear::init(i, "linear2.", hidden, width, true)?;
@@ -41,10 +42,10 @@ pub(super) fn forward(
     heads: i64,
     dropout: f64,
     causal: bool,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let &[b, n, e] = x.size().as_slice() else {
-        return Err(Failure::new(
+        return Err(Diagnostic::new(
             Code::TorchError,
             s,
             format!(
@@ -97,7 +98,7 @@ pub(super) fn block(
     dropout: f64,
     causal: bool,
     train: bool,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let p = if train { dropout } else { 0.0 };
     let width = x.size().last().copied().unwrap_or(1);

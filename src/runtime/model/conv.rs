@@ -3,11 +3,12 @@
 use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
-use crate::runtime::failure::{At, Failure};
+use crate::runtime::failure::At;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::Conv;
 
 /// `nn.Conv1d`/`nn.Conv2d`'s parameters: weight and bias `U(-1/sqrt(fan_in), 1/sqrt(fan_in))`.
-pub(super) fn init(i: &mut Init, conv: &Conv) -> Result<(), Failure> {
+pub(super) fn init(i: &mut Init, conv: &Conv) -> Result<(), Diagnostic> {
     let fan_in = conv.inputs / conv.groups * conv.kernel.iter().product::<i64>();
     let bound = 1.0 / (fan_in as f64).sqrt();
     let mut shape = vec![conv.outputs, conv.inputs / conv.groups];
@@ -21,7 +22,12 @@ pub(super) fn init(i: &mut Init, conv: &Conv) -> Result<(), Failure> {
     Ok(())
 }
 
-pub(super) fn forward(net: &Net, l: &LayerRun, conv: &Conv, x: &Tensor) -> Result<Tensor, Failure> {
+pub(super) fn forward(
+    net: &Net,
+    l: &LayerRun,
+    conv: &Conv,
+    x: &Tensor,
+) -> Result<Tensor, Diagnostic> {
     let x = net.mm_input(l, x)?;
     let weight = net.weight(l, "weight")?;
     let bias = if conv.bias {

@@ -3,7 +3,8 @@
 use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
-use crate::runtime::failure::{At, Failure};
+use crate::runtime::failure::At;
+use kiln::diagnostic::Diagnostic;
 
 /// `nn.Linear`'s parameters under `prefix` (`""` or `linear1.`): weight and bias both
 /// `U(-1/sqrt(in), 1/sqrt(in))` (kaiming-uniform with `a = sqrt(5)`).
@@ -13,7 +14,7 @@ pub(super) fn init(
     inputs: i64,
     outputs: i64,
     bias: bool,
-) -> Result<(), Failure> {
+) -> Result<(), Diagnostic> {
     let bound = 1.0 / (inputs as f64).sqrt();
     let weight = i.uniform(&[outputs, inputs], bound)?;
     i.param(&format!("{prefix}weight"), weight);
@@ -30,7 +31,7 @@ pub(super) fn forward(
     l: &LayerRun,
     prefix: &str,
     x: &Tensor,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     affine(
         net,
         l,
@@ -47,7 +48,7 @@ pub(super) fn affine(
     weight: &str,
     bias: &str,
     x: &Tensor,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let x = net.mm_input(l, x)?;
     let w = net.weight(l, weight)?;
     let b = if l.params.iter().any(|(n, _)| n == bias) {

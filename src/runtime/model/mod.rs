@@ -19,8 +19,9 @@ mod shape;
 
 use tch::{Device, Kind, Tensor};
 
-use super::failure::{At, Failure};
+use super::failure::At;
 use kiln::diagnostic::Code;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::{LayerKind, Node, Precision};
 use kiln::span::Span;
 
@@ -84,7 +85,7 @@ pub fn build(
     nodes: &[Node],
     precision: Precision,
     device_override: Option<Device>,
-) -> Result<Net, Failure> {
+) -> Result<Net, Diagnostic> {
     let mut net = Net {
         nodes: Vec::new(),
         params: Vec::new(),
@@ -96,7 +97,7 @@ pub fn build(
     Ok(net)
 }
 
-fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowered>, Failure> {
+fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowered>, Diagnostic> {
     let mut out = Vec::new();
     for node in nodes {
         match node {
@@ -129,7 +130,7 @@ struct Init<'a> {
 
 impl Init<'_> {
     /// `U(-bound, bound)` of a shape, on the layer's device.
-    fn uniform(&self, shape: &[i64], bound: f64) -> Result<Tensor, Failure> {
+    fn uniform(&self, shape: &[i64], bound: f64) -> Result<Tensor, Diagnostic> {
         let (device, span) = (self.run.device, self.run.span);
         let mut t = Tensor::f_empty(shape, (Kind::Float, device)).at(span)?;
         t.f_uniform_(-bound, bound).done_at(span)?;
@@ -137,7 +138,7 @@ impl Init<'_> {
     }
 
     /// A tensor of one value, on the layer's device.
-    fn filled(&self, shape: &[i64], value: f64) -> Result<Tensor, Failure> {
+    fn filled(&self, shape: &[i64], value: f64) -> Result<Tensor, Diagnostic> {
         Tensor::f_full(shape, value, (Kind::Float, self.run.device)).at(self.run.span)
     }
 
@@ -165,7 +166,7 @@ impl Init<'_> {
 }
 
 /// Creates a layer's weights as PyTorch initialises its module.
-fn init(i: &mut Init) -> Result<(), Failure> {
+fn init(i: &mut Init) -> Result<(), Diagnostic> {
     match i.run.kind.clone() {
         LayerKind::Linear {
             inputs,
@@ -207,7 +208,7 @@ fn init(i: &mut Init) -> Result<(), Failure> {
 }
 
 /// Runs one layer.
-fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Failure> {
+fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     match &l.kind {
         LayerKind::Linear { .. } => linear::forward(net, l, "", x),
@@ -273,9 +274,9 @@ fn half_kind(p: Precision) -> Option<Kind> {
 impl Net {
     /// Loads weights (and batch-norm statistics) from a safetensors file keyed by PyTorch
     /// `state_dict` names; every parameter must be present with its shape.
-    pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Failure> {
+    pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Diagnostic> {
         let bad = |message: String| {
-            Failure::new(Code::DataInvalid, span, message)
+            Diagnostic::new(Code::DataInvalid, span, message)
                 .label("while loading initial weights for this experiment")
                 .help("give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`")
         };
@@ -330,11 +331,11 @@ impl Net {
     }
 
     /// Runs the model on a batch. `train` selects training behaviour (dropout, batch statistics).
-    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Failure> {
+    pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         self.run(&self.nodes, xs, train)
     }
 
-    fn run(&self, nodes: &[Lowered], xs: &Tensor, train: bool) -> Result<Tensor, Failure> {
+    fn run(&self, nodes: &[Lowered], xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         let mut x = xs.shallow_clone();
         for node in nodes {
             x = match node {
@@ -366,7 +367,7 @@ impl Net {
     }
 
     /// A layer's parameter by its local name, in fp32; a name the layer lacks is a diagnostic.
-    fn param(&self, l: &LayerRun, local: &str) -> Result<&Tensor, Failure> {
+    fn param(&self, l: &LayerRun, local: &str) -> Result<&Tensor, Diagnostic> {
         match l.params.iter().find(|(n, _)| n == local) {
             Some((_, i)) => Ok(&self.params[*i].tensor),
             None => Err(missing(l, "parameter", local)),
@@ -374,7 +375,7 @@ impl Net {
     }
 
     /// A layer's buffer by its local name.
-    fn buffer(&self, l: &LayerRun, local: &str) -> Result<&Tensor, Failure> {
+    fn buffer(&self, l: &LayerRun, local: &str) -> Result<&Tensor, Diagnostic> {
         match l.buffers.iter().find(|(n, _)| n == local) {
             Some((_, i)) => Ok(&self.buffers[*i].tensor),
             None => Err(missing(l, "buffer", local)),
@@ -383,7 +384,7 @@ impl Net {
 
     /// A weight as a matrix product uses it: in the computation's precision (cast under
     /// bf16/fp16). Every weight of a linear, convolution or attention enters through here.
-    fn weight(&self, l: &LayerRun, local: &str) -> Result<Tensor, Failure> {
+    fn weight(&self, l: &LayerRun, local: &str) -> Result<Tensor, Diagnostic> {
         let t = self.param(l, local)?;
         match half_kind(self.precision) {
             Some(k) => t.f_to_kind(k).at(l.span),
@@ -392,7 +393,7 @@ impl Net {
     }
 
     /// The input of a matrix product in the computation's precision.
-    fn mm_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
+    fn mm_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Diagnostic> {
         match half_kind(self.precision) {
             Some(k) if x.kind() != k => x.f_to_kind(k).at(l.span),
             _ => Ok(x.shallow_clone()),
@@ -400,7 +401,7 @@ impl Net {
     }
 
     /// The input of a normalisation, softmax or loss, which run in fp32 (as under autocast).
-    fn fp32_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Failure> {
+    fn fp32_input(&self, l: &LayerRun, x: &Tensor) -> Result<Tensor, Diagnostic> {
         if x.kind() == Kind::Float {
             Ok(x.shallow_clone())
         } else {
@@ -411,8 +412,8 @@ impl Net {
 
 /// A layer's tensor that lowering did not create: Kiln's own inconsistency, reported at the
 /// layer rather than panicking.
-fn missing(l: &LayerRun, what: &str, local: &str) -> Failure {
-    Failure::new(
+fn missing(l: &LayerRun, what: &str, local: &str) -> Diagnostic {
+    Diagnostic::new(
         Code::TorchError,
         l.span,
         format!("layer `{}` has no {what} `{local}`", l.name),

@@ -3,11 +3,12 @@
 use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
-use crate::runtime::failure::{At, Failure};
+use crate::runtime::failure::At;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::BatchNorm;
 
 /// An affine `weight` (ones) and `bias` (zeros) of `shape`, under `prefix`.
-pub(super) fn init_affine(i: &mut Init, prefix: &str, shape: &[i64]) -> Result<(), Failure> {
+pub(super) fn init_affine(i: &mut Init, prefix: &str, shape: &[i64]) -> Result<(), Diagnostic> {
     let weight = i.filled(shape, 1.0)?;
     i.param(&format!("{prefix}weight"), weight);
     let bias = i.filled(shape, 0.0)?;
@@ -16,7 +17,7 @@ pub(super) fn init_affine(i: &mut Init, prefix: &str, shape: &[i64]) -> Result<(
 }
 
 /// `nn.BatchNorm*d`'s parameters and running statistics.
-pub(super) fn init_batch(i: &mut Init, features: i64) -> Result<(), Failure> {
+pub(super) fn init_batch(i: &mut Init, features: i64) -> Result<(), Diagnostic> {
     init_affine(i, "", &[features])?;
     let mean = i.filled(&[features], 0.0)?;
     i.buffer("running_mean", mean);
@@ -32,7 +33,7 @@ pub(super) fn batch(
     norm: &BatchNorm,
     x: &Tensor,
     train: bool,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let x = net.fp32_input(l, x)?;
     x.f_batch_norm(
         Some(net.param(l, "weight")?),
@@ -55,7 +56,7 @@ pub(super) fn layer(
     shape: &[i64],
     eps: f64,
     x: &Tensor,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let x = net.fp32_input(l, x)?;
     x.f_layer_norm(
         shape,
@@ -74,7 +75,7 @@ pub(super) fn group(
     groups: i64,
     eps: f64,
     x: &Tensor,
-) -> Result<Tensor, Failure> {
+) -> Result<Tensor, Diagnostic> {
     let x = net.fp32_input(l, x)?;
     x.f_group_norm(
         groups,

@@ -3,11 +3,17 @@
 use tch::Tensor;
 
 use super::LayerRun;
-use crate::runtime::failure::{At, Failure};
+use crate::runtime::failure::At;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::Pool;
 
 /// Max pooling of rank 2 (`two_d`) or 1.
-pub(super) fn max(l: &LayerRun, pool: &Pool, x: &Tensor, two_d: bool) -> Result<Tensor, Failure> {
+pub(super) fn max(
+    l: &LayerRun,
+    pool: &Pool,
+    x: &Tensor,
+    two_d: bool,
+) -> Result<Tensor, Diagnostic> {
     let dilation = vec![1; pool.kernel.len()];
     let (k, s, p) = (
         pool.kernel.as_slice(),
@@ -24,7 +30,12 @@ pub(super) fn max(l: &LayerRun, pool: &Pool, x: &Tensor, two_d: bool) -> Result<
 }
 
 /// Average pooling of rank 2 (`two_d`) or 1; padding counts in the average, as in PyTorch.
-pub(super) fn avg(l: &LayerRun, pool: &Pool, x: &Tensor, two_d: bool) -> Result<Tensor, Failure> {
+pub(super) fn avg(
+    l: &LayerRun,
+    pool: &Pool,
+    x: &Tensor,
+    two_d: bool,
+) -> Result<Tensor, Diagnostic> {
     let (k, s, p) = (
         pool.kernel.as_slice(),
         pool.stride.as_slice(),

@@ -1,0 +1,91 @@
+//! How long a run is, in optimizer steps: computed once, from the experiment and the size of the
+//! training split, with checked arithmetic. The loop, the learning-rate schedule, evaluation and
+//! checkpoint intervals and the progress display all read it.
+
+use kiln::diagnostic::{Code, Diagnostic};
+use kiln::ir::{Duration, Train};
+
+/// The run's length in optimizer steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Optimizer steps in one epoch: batches of the training split, the last one partial.
+    pub per_epoch: u64,
+    /// Optimizer steps of the experiment as written (the schedule spans them).
+    pub total: u64,
+    /// Where the loop stops: `total`, or fewer with `--max-steps`.
+    pub stop: u64,
+    /// The length in epochs, when it is given in epochs.
+    pub epochs: Option<u64>,
+}
+
+impl Budget {
+    /// The budget of `train` over `samples` training samples in batches of `batch`; `max_steps`
+    /// stops the loop early without changing the schedule. A length whose steps cannot be
+    /// counted (more than 2^64) is K0121 at the `epochs` value.
+    pub fn new(
+        train: &Train,
+        samples: u64,
+        batch: u64,
+        max_steps: Option<u64>,
+    ) -> Result<Budget, Diagnostic> {
+        let per_epoch = if batch == 0 {
+            0
+        } else {
+            samples.div_ceil(batch)
+        };
+        let (total, epochs) = match train.length {
+            Duration::Steps(n) => (n, None),
+            Duration::Epochs(n) => {
+                let total = n.checked_mul(per_epoch).ok_or_else(|| {
+                    Diagnostic::new(
+                        Code::OutOfRange,
+                        train.length_span,
+                        format!(
+                            "{n} epochs of {per_epoch} steps are more optimizer steps than a run can count"
+                        ),
+                    )
+                    .label(format!(
+                        "{samples} training samples in batches of {batch} make {per_epoch} steps an epoch"
+                    ))
+                    .help(format!(
+                        "train for at most {} epochs, or give the length in `steps`",
+                        u64::MAX / per_epoch.max(1)
+                    ))
+                })?;
+                (total, Some(n))
+            }
+        };
+        Ok(Budget {
+            per_epoch,
+            total,
+            stop: max_steps.map_or(total, |m| m.min(total)),
+            epochs,
+        })
+    }
+
+    /// Optimizer steps in `d`. An interval too long to count never comes, so it saturates.
+    pub fn steps(&self, d: Duration) -> u64 {
+        match d {
+            Duration::Steps(n) => n,
+            Duration::Epochs(n) => n.saturating_mul(self.per_epoch),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_counted_in_steps_and_saturate() {
+        let b = Budget {
+            per_epoch: 100,
+            total: 1000,
+            stop: 1000,
+            epochs: Some(10),
+        };
+        assert_eq!(b.steps(Duration::Steps(7)), 7);
+        assert_eq!(b.steps(Duration::Epochs(3)), 300);
+        assert_eq!(b.steps(Duration::Epochs(u64::MAX / 10)), u64::MAX);
+    }
+}

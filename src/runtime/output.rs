@@ -1,0 +1,94 @@
+//! What a run writes, behind one trait: the run directory's records and checkpoints and the
+//! progress display. With data parallelism only rank 0 writes; another rank's loop gets an
+//! [`Output`] whose methods do nothing, and the loop does not change.
+
+use std::path::Path;
+
+use tch::Tensor;
+
+use super::checkpoint::{self, Sidecar};
+use super::report::{EpochRecord, Progress, RunWriter};
+use super::train::Eval;
+use kiln::diagnostic::Diagnostic;
+use kiln::span::Span;
+
+/// Where a run's records, checkpoints and progress go.
+pub trait Output {
+    /// Records one optimizer step's loss and learning rate.
+    fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Diagnostic>;
+    /// Writes buffered step records out.
+    fn flush_steps(&mut self) -> Result<(), Diagnostic>;
+    /// Records an epoch; returns the metric lines written so far.
+    fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Diagnostic>;
+    /// Records an evaluation; returns the metric lines written so far.
+    fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic>;
+    /// The step of the last evaluation recorded by this process.
+    fn last_eval_step(&self) -> Option<u64>;
+    /// Drops records written after a checkpoint at `step` that kept `lines` metric lines.
+    fn truncate_metrics(&mut self, lines: u64, step: u64) -> Result<(), Diagnostic>;
+    /// Writes a checkpoint, keeping the newest `keep`.
+    fn checkpoint(
+        &mut self,
+        side: &Sidecar,
+        tensors: &[(String, Tensor)],
+        keep: u64,
+        span: Span,
+    ) -> Result<(), Diagnostic>;
+    /// The run directory, when this process writes one.
+    fn dir(&self) -> Option<&Path>;
+    /// The progress display (a quiet one shows nothing).
+    fn progress(&mut self) -> &mut Progress;
+}
+
+/// The output of the process that owns the run directory.
+pub struct RunOutput<'a> {
+    /// The run directory's writer.
+    pub writer: &'a mut RunWriter,
+    /// The progress display.
+    pub progress: Progress,
+}
+
+impl Output for RunOutput<'_> {
+    fn step_record(&mut self, step: u64, loss: f64, lr: f64) -> Result<(), Diagnostic> {
+        self.writer.step_record(step, loss, lr)
+    }
+
+    fn flush_steps(&mut self) -> Result<(), Diagnostic> {
+        self.writer.flush_steps()
+    }
+
+    fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Diagnostic> {
+        self.writer.train_record(r)
+    }
+
+    fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic> {
+        self.writer.eval_record(epoch, step, e)
+    }
+
+    fn last_eval_step(&self) -> Option<u64> {
+        self.writer.last_eval_step()
+    }
+
+    fn truncate_metrics(&mut self, lines: u64, step: u64) -> Result<(), Diagnostic> {
+        self.writer.truncate_metrics(lines, step)
+    }
+
+    fn checkpoint(
+        &mut self,
+        side: &Sidecar,
+        tensors: &[(String, Tensor)],
+        keep: u64,
+        span: Span,
+    ) -> Result<(), Diagnostic> {
+        self.writer.flush_steps()?;
+        checkpoint::write(&self.writer.checkpoint_dir(), side, tensors, keep, span).map(drop)
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        Some(self.writer.dir())
+    }
+
+    fn progress(&mut self) -> &mut Progress {
+        &mut self.progress
+    }
+}

@@ -1,0 +1,233 @@
+//! One optimizer step, apart from policy and IO: forward and loss over the micro-batches,
+//! backward, the fp16 unscale, clipping and the update. The step talks to the model through
+//! [`Model`] and offers [`UpdateHook`] where a strategy works on gradients or weights; it knows
+//! nothing of evaluation, checkpoints, records or progress.
+
+use tch::{Kind, Reduction, Tensor};
+
+use super::failure::At;
+use super::model::Net;
+use super::optim::{clip, LossScaler, Optim};
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::{Experiment, Loss};
+use kiln::span::Span;
+
+/// The model as the loop sees it. A parallel strategy wraps a model in another `Model` (a
+/// data-parallel replica, a pipeline stage) without the loop changing.
+pub trait Model {
+    /// Runs a batch; `train` selects training behaviour (dropout, batch statistics).
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic>;
+    /// The trainable tensors with their `state_dict` names, in a fixed order.
+    fn params(&self) -> Vec<(&str, &Tensor)>;
+    /// The non-trainable tensors kept with the model (batch-norm statistics).
+    fn buffers(&self) -> Vec<(&str, &Tensor)>;
+}
+
+impl Model for Net {
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
+        Net::forward(self, x, train)
+    }
+
+    fn params(&self) -> Vec<(&str, &Tensor)> {
+        self.params
+            .iter()
+            .map(|p| (p.name.as_str(), &p.tensor))
+            .collect()
+    }
+
+    fn buffers(&self) -> Vec<(&str, &Tensor)> {
+        self.buffers
+            .iter()
+            .map(|b| (b.name.as_str(), &b.tensor))
+            .collect()
+    }
+}
+
+/// Work on the gradients and weights of every step, in the order a step meets it.
+pub trait UpdateHook {
+    /// The gradients of the global batch are accumulated, still scaled for fp16, before they
+    /// are unscaled, clipped and applied: where a data-parallel strategy all-reduces them.
+    fn gradients_ready(&mut self, params: &[Tensor], span: Span) -> Result<(), Diagnostic>;
+    /// The optimizer has updated the weights: where pruning re-applies its masks.
+    fn after_update(&mut self, params: &[Tensor], span: Span) -> Result<(), Diagnostic>;
+}
+
+/// The training objective: the loss of the experiment and, for class targets, accuracy.
+pub struct Objective {
+    loss: Loss,
+    span: Span,
+}
+
+impl Objective {
+    /// The objective of `exp`; its failures point at the `loss` statement.
+    pub fn new(exp: &Experiment) -> Objective {
+        Objective {
+            loss: exp.train.loss.clone(),
+            span: exp.train.loss_span,
+        }
+    }
+
+    /// Whether targets are class indices (accuracy is defined).
+    pub fn classes(&self) -> bool {
+        matches!(self.loss, Loss::CrossEntropy { .. } | Loss::Nll)
+    }
+
+    /// The mean loss of a batch, in fp32.
+    pub fn loss(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Diagnostic> {
+        let span = self.span;
+        let out = if out.kind() == Kind::Float {
+            out.shallow_clone()
+        } else {
+            out.f_to_kind(Kind::Float).at(span)?
+        };
+        match &self.loss {
+            Loss::CrossEntropy { label_smoothing } => out
+                .f_cross_entropy_loss(y, None::<Tensor>, Reduction::Mean, -100, *label_smoothing)
+                .at(span),
+            Loss::Nll => out
+                .f_nll_loss(y, None::<Tensor>, Reduction::Mean, -100)
+                .at(span),
+            Loss::Mse => out.f_mse_loss(y, Reduction::Mean).at(span),
+            Loss::L1 => out.f_l1_loss(y, Reduction::Mean).at(span),
+            Loss::BceWithLogits => {
+                let y = y.f_to_kind(Kind::Float).at(span)?;
+                let out = out.f_reshape(y.size()).at(span)?;
+                out.f_binary_cross_entropy_with_logits(
+                    &y,
+                    None::<Tensor>,
+                    None::<Tensor>,
+                    Reduction::Mean,
+                )
+                .at(span)
+            }
+        }
+    }
+
+    /// Correct top-1 predictions in a batch.
+    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
+        let span = self.span;
+        let pred = out.f_argmax(-1, false).at(span)?;
+        pred.f_eq_tensor(y)
+            .at(span)?
+            .f_sum(Kind::Float)
+            .at(span)?
+            .f_double_value(&[])
+            .at(span)
+    }
+}
+
+/// What one step computed.
+#[derive(Debug, Clone, Copy)]
+pub struct Stepped {
+    /// The mean loss over the batch; on a non-finite loss, that value, and the step was not
+    /// taken.
+    pub loss: f64,
+    /// The loss summed over the batch's samples.
+    pub loss_sum: f64,
+    /// Samples in the batch.
+    pub samples: f64,
+    /// Correct top-1 predictions, for class targets.
+    pub correct: f64,
+}
+
+/// Takes optimizer steps: the optimizer, the fp16 loss scaler and the settings of a step.
+pub struct Stepper {
+    /// The optimizer and its state.
+    pub optim: Optim,
+    /// The parameters, in the model's order (shallow clones: they share storage).
+    params: Vec<Tensor>,
+    scaler: LossScaler,
+    accumulate: i64,
+    clip_norm: Option<f64>,
+    clip_value: Option<f64>,
+    span: Span,
+    /// Strategies' work on gradients and weights; none today.
+    pub hooks: Vec<Box<dyn UpdateHook>>,
+}
+
+impl Stepper {
+    /// A stepper for `model` with the optimizer and step settings of `exp`.
+    pub fn new(exp: &Experiment, model: &dyn Model) -> Stepper {
+        let params: Vec<Tensor> = model
+            .params()
+            .into_iter()
+            .map(|(_, t)| t.shallow_clone())
+            .collect();
+        let t = &exp.train;
+        Stepper {
+            optim: Optim::new(&exp.optimizer, params.len()),
+            params,
+            scaler: LossScaler::new(t.precision == kiln::ir::Precision::Fp16),
+            accumulate: t.accumulate as i64,
+            clip_norm: t.clip_norm,
+            clip_value: t.clip_value,
+            span: exp.optimizer.span,
+            hooks: Vec::new(),
+        }
+    }
+
+    /// One optimizer step on the batch `(x, y)` at learning rate `lr`: the batch is split into
+    /// `accumulate` micro-batches whose gradients add up to the batch's mean. A non-finite
+    /// micro-batch loss stops the step before its backward pass.
+    pub fn step(
+        &mut self,
+        model: &dyn Model,
+        objective: &Objective,
+        x: &Tensor,
+        y: &Tensor,
+        lr: f64,
+    ) -> Result<Stepped, Diagnostic> {
+        let span = self.span;
+        for p in &self.params {
+            let mut g = p.grad();
+            if g.defined() {
+                let _ = g.f_zero_().at(span)?;
+            }
+        }
+        let n = x.size().first().copied().unwrap_or(1);
+        let chunks = self.accumulate.min(n).max(1);
+        let xs = x.f_chunk(chunks, 0).at(span)?;
+        let ys = y.f_chunk(chunks, 0).at(span)?;
+        let (mut loss, mut correct) = (0.0, 0.0);
+        for (xm, ym) in xs.iter().zip(&ys) {
+            let out = model.forward(xm, true)?;
+            let ym = ym.f_to_device(out.device()).at(span)?;
+            let l = objective.loss(&out, &ym)?;
+            let m = xm.size().first().copied().unwrap_or(1);
+            let value = l.f_double_value(&[]).at(span)?;
+            if !value.is_finite() {
+                return Ok(Stepped {
+                    loss: value,
+                    loss_sum: value,
+                    samples: n as f64,
+                    correct,
+                });
+            }
+            loss += value * m as f64;
+            if objective.classes() {
+                correct += objective.correct(&out, &ym)?;
+            }
+            l.f_mul_scalar(m as f64 / n as f64 * self.scaler.scale())
+                .at(span)?
+                .f_backward()
+                .at(span)?;
+        }
+        for h in &mut self.hooks {
+            h.gradients_ready(&self.params, span)?;
+        }
+        // fp16: unscale, and skip the step when the scaled gradients overflowed.
+        if self.scaler.unscale(&self.params, span)? {
+            clip(&self.params, self.clip_norm, self.clip_value, span)?;
+            self.optim.step(&self.params, lr)?;
+            for h in &mut self.hooks {
+                h.after_update(&self.params, span)?;
+            }
+        }
+        Ok(Stepped {
+            loss: loss / n as f64,
+            loss_sum: loss,
+            samples: n as f64,
+            correct,
+        })
+    }
+}
