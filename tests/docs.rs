@@ -1,7 +1,7 @@
 //! The documentation stays in step with the code: the diagnostic table lists every code, and
 //! the language reference's layer table is generated from the layer specs.
 
-use kiln::check::layers::{spec, Default};
+use kiln::check::layers::{spec, Fallback};
 use kiln::diagnostic::{Code, Severity};
 use kiln::ir::Kind;
 
@@ -73,9 +73,9 @@ fn layer_table() -> String {
             .params
             .iter()
             .map(|p| match p.default {
-                Default::Required => format!("`{}`", p.name),
-                Default::Inferred => format!("`{}` (inferred)", p.name),
-                Default::Value(v) => format!("`{}` ({v})", p.name),
+                Fallback::Required => format!("`{}`", p.name),
+                Fallback::Inferred => format!("`{}` (inferred)", p.name),
+                Fallback::Value(v) => format!("`{}` ({v})", p.name),
             })
             .collect();
         if params.is_empty() {

@@ -26,12 +26,12 @@ pub struct Param {
     /// Its name, as written in `name: value`.
     pub name: &'static str,
     /// What happens when it is not given.
-    pub default: Default,
+    pub default: Fallback,
 }
 
 /// The value a parameter takes when it is not given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Default {
+pub enum Fallback {
     /// It must be given.
     Required,
     /// It is inferred from the input shape.
@@ -54,21 +54,21 @@ pub struct Spec {
 const fn required(name: &'static str) -> Param {
     Param {
         name,
-        default: Default::Required,
+        default: Fallback::Required,
     }
 }
 
 const fn inferred(name: &'static str) -> Param {
     Param {
         name,
-        default: Default::Inferred,
+        default: Fallback::Inferred,
     }
 }
 
 const fn given(name: &'static str, value: &'static str) -> Param {
     Param {
         name,
-        default: Default::Value(value),
+        default: Fallback::Value(value),
     }
 }
 
