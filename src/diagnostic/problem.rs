@@ -10,7 +10,7 @@ use crate::span::Span;
 
 pub use super::situation::{
     Arguments, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
-    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Unavailable, Unknown,
+    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Torch, Unavailable, Unknown,
 };
 
 /// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
@@ -445,25 +445,27 @@ pub enum Problem {
     DataMissing {
         /// The source.
         span: Span,
-        /// The file as the experiment names it.
-        file: String,
-        /// Where it was looked for.
-        resolved: PathBuf,
-        /// Why it cannot be read (`it does not exist`).
-        reason: String,
-        /// Whether it does not exist (rather than existing but unreadable).
-        not_found: bool,
-        /// The directory relative paths start from: that of the file declaring the source.
-        base: PathBuf,
-    },
-    /// K0503: a malformed data file.
-    DataInvalid {
-        /// The source.
-        span: Span,
-        /// The file, when one is at fault.
-        file: Option<String>,
-        /// What is wrong with it, as found while reading (`truncated after 2 bytes`).
+        /// What cannot be read and why, as the loader found it (`cannot read the data file
+        /// ...: it does not exist (looked for ...)`).
         detail: String,
+        /// What the loader says under the span (`file not found`).
+        label: String,
+        /// How to fix it, when the loader knows better than the general advice (the directory
+        /// relative paths start from).
+        help: Option<String>,
+    },
+    /// K0503: malformed data or initial weights.
+    DataInvalid {
+        /// The source, or the statement loading initial weights.
+        span: Span,
+        /// What is wrong, as found while reading (`truncated after 2 bytes`).
+        detail: String,
+        /// What the loader says under the span, when it says more than the general label.
+        label: Option<String>,
+        /// How to fix it, when the loader knows better than the general advice.
+        help: Option<String>,
+        /// Whether the initial weights (`--init`) are at fault rather than the data.
+        weights: bool,
     },
     /// K0504: NaN or infinite loss.
     NonFiniteLoss {
@@ -480,13 +482,16 @@ pub enum Problem {
     },
     /// K0505: out of memory.
     OutOfMemory {
-        /// The statement running.
+        /// The statement running, or the batch size once the run knows the failure came from
+        /// its step.
         span: Span,
         /// libtorch's first line.
         detail: String,
         /// The batch and the plan's estimate per device (`cuda:0 3.2 GiB (activations 1.1
         /// GiB)`), once the run knows the failure came from its step.
         plan: Option<(u64, String)>,
+        /// Where memory ran out, when the span points elsewhere (at the batch size).
+        ran_out: Option<Span>,
     },
     /// K0506: Ctrl-C.
     Interrupted {
@@ -496,8 +501,8 @@ pub enum Problem {
         step: u64,
         /// 1-based epoch.
         epoch: u64,
-        /// The run directory to resume from.
-        run_dir: PathBuf,
+        /// The run directory to resume from; `None` in a process that does not write it.
+        run_dir: Option<PathBuf>,
     },
     /// K0507.
     ResumeIncompatible {
@@ -506,12 +511,12 @@ pub enum Problem {
         /// Which situation.
         situation: Resume,
     },
-    /// K0508: libtorch failed.
+    /// K0508: libtorch failed, or the runtime met what the checks should have excluded.
     TorchError {
         /// The statement running.
         span: Span,
-        /// libtorch's first line.
-        detail: String,
+        /// Which situation.
+        situation: Torch,
     },
     /// K0509: the run directory failed.
     RunIo {
@@ -519,8 +524,8 @@ pub enum Problem {
         span: Span,
         /// What was done (`write`, `read`).
         action: String,
-        /// The file.
-        path: PathBuf,
+        /// The file, when one is at fault.
+        path: Option<PathBuf>,
         /// The system's reason.
         error: String,
         /// What the run was doing.

@@ -60,6 +60,21 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
         OutOfRange::SplitSum { sum } => new(format!("the split fractions add up to {sum}"))
             .label("more than 1")
             .help("the fractions of train, val and test must add up to at most 1"),
+        OutOfRange::EpochSteps {
+            epochs,
+            per_epoch,
+            samples,
+            batch,
+        } => new(format!(
+            "{epochs} epochs of {per_epoch} steps are more optimizer steps than a run can count"
+        ))
+        .label(format!(
+            "{samples} training samples in batches of {batch} make {per_epoch} steps an epoch"
+        ))
+        .help(format!(
+            "train for at most {} epochs, or give the length in `steps`",
+            u64::MAX / per_epoch.max(1)
+        )),
         OutOfRange::EmptyTrainSplit => new("the training split is empty".into())
             .label("no training samples")
             .help("give `train` a fraction above 0"),

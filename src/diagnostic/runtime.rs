@@ -1,6 +1,6 @@
 //! Wording of runtime problems (K0501 to K0509).
 
-use super::problem::{Problem, Resume, RunStage, Unavailable};
+use super::problem::{Problem, Resume, RunStage, Torch, Unavailable};
 use super::Diagnostic;
 use crate::span::Span;
 
@@ -20,42 +20,50 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .help("use `precision bf16` on the CPU, or run on a CUDA device"),
         Problem::DeviceUnavailable {
             span,
-            situation: Unavailable::Missing { device, found },
-        } => new(span, format!("`{device}` is not available: {found}"))
-            .label(format!("needs {device}"))
-            .help("run with `--device cpu` to put every layer on the CPU"),
+            situation:
+                Unavailable::Missing {
+                    named,
+                    index,
+                    count,
+                },
+        } => {
+            let found = if count == 0 {
+                "this machine has no CUDA device".to_string()
+            } else {
+                format!("this machine has {count} CUDA device(s)")
+            };
+            new(span, format!("`{named}` is not available: {found}"))
+                .label(format!("needs cuda:{index}"))
+                .help("run with `--device cpu` to put every layer on the CPU")
+        }
         Problem::DataMissing {
             span,
-            file,
-            resolved,
-            reason,
-            not_found,
-            base,
-        } => new(
+            detail,
+            label,
+            help,
+        } => new(span, detail).label(label).help(help.unwrap_or_else(|| {
+            "paths are relative to the directory of the .exp file that declares the source".into()
+        })),
+        Problem::DataInvalid {
             span,
-            format!(
-                "cannot read the data file {file}: {reason} (looked for {})",
-                resolved.display()
-            ),
-        )
-        .label(if not_found {
-            "file not found"
-        } else {
-            "file cannot be read"
-        })
-        .help(format!(
-            "paths are relative to the directory of the .exp file that declares the source ({})",
-            base.display()
-        )),
-        Problem::DataInvalid { span, file, detail } => {
-            let message = match file {
-                Some(f) => format!("{f}: {detail}"),
-                None => detail,
-            };
-            new(span, message)
-                .label("while loading this data")
-                .help("check the file's format and the shapes the experiment declares")
-        }
+            detail,
+            label,
+            help,
+            weights: true,
+        } => new(span, detail)
+            .label(label.unwrap_or_else(|| "while loading initial weights for this experiment".into()))
+            .help(help.unwrap_or_else(|| "give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`".into())),
+        Problem::DataInvalid {
+            span,
+            detail,
+            label,
+            help,
+            weights: false,
+        } => new(span, detail)
+            .label(label.unwrap_or_else(|| "while loading this data".into()))
+            .help(help.unwrap_or_else(|| {
+                "check the file's format and the shapes the experiment declares".into()
+            })),
         Problem::NonFiniteLoss {
             span,
             nan,
@@ -71,14 +79,24 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         )
         .label(format!("learning rate {lr} at that step"))
         .help("lower the learning rate, clip gradients with `clip_norm 1.0`, or check the data for NaN and infinite values; the last checkpoint on disk is intact"),
-        Problem::OutOfMemory { span, detail, plan } => {
+        Problem::OutOfMemory {
+            span,
+            detail,
+            plan,
+            ran_out,
+        } => {
             let d = new(span, format!("a device ran out of memory: {detail}"));
-            let help = "lower the batch size, use `precision bf16`, or spread the model over more devices";
-            match plan {
+            let help =
+                "lower the batch size, use `precision bf16`, or spread the model over more devices";
+            let d = match plan {
                 Some((batch, estimate)) => d
                     .label(format!("batch {batch} does not fit"))
                     .help(format!("the plan estimates {estimate}; {help}")),
                 None => d.label("while running this").help(help),
+            };
+            match ran_out {
+                Some(at) => d.with(at, "memory ran out while running this"),
+                None => d,
             }
         }
         Problem::Interrupted {
@@ -88,7 +106,10 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             run_dir,
         } => new(span, format!("interrupted at step {step} (epoch {epoch})"))
             .label("training stopped here")
-            .help(format!("resume with `kiln run --resume {}`", run_dir.display())),
+            .help(match run_dir {
+                Some(dir) => format!("resume with `kiln run --resume {}`", dir.display()),
+                None => "resume from the run directory of the first process".to_string(),
+            }),
         Problem::ResumeIncompatible { span, situation } => {
             let (message, label, help) = match situation {
                 Resume::NoCheckpoint { dir } => (
@@ -96,23 +117,30 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     "nothing to resume",
                     "resume a run directory that has `checkpoints/`; add `checkpoint(every: ...)` to the train block",
                 ),
-                Resume::Layer { index, was, now } => (
-                    format!(
-                        "the model changed since the checkpoint: layer {} was {was}, is now {now}",
-                        index + 1
-                    ),
-                    "the checkpoint does not fit this model",
-                    "resume with the experiment that made the checkpoint",
-                ),
+                Resume::Layer { index, was, now } => {
+                    let layer = |l: Option<String>| {
+                        l.map_or_else(|| "no layer".to_string(), |l| format!("`{l}`"))
+                    };
+                    (
+                        format!(
+                            "the model changed since the checkpoint: layer {} was {}, is now {}",
+                            index + 1,
+                            layer(was),
+                            layer(now)
+                        ),
+                        "differs from the checkpoint",
+                        "resume with the model the checkpoint was made with, or start a new run",
+                    )
+                }
                 Resume::Optimizer { was, now } => (
                     format!("the optimizer changed since the checkpoint: was `{was}`, is now `{now}`"),
-                    "the checkpoint does not fit this optimizer",
-                    "resume with the experiment that made the checkpoint",
+                    "differs from the checkpoint",
+                    "resume with the optimizer the checkpoint was made with, or start a new run",
                 ),
                 Resume::WorldSize { was, now } => (
                     format!("the world size changed since the checkpoint: was {was}, is now {now}"),
-                    "the checkpoint does not fit this world size",
-                    "resume with the experiment that made the checkpoint",
+                    "differs from the checkpoint",
+                    "resume with the world size the checkpoint was made with",
                 ),
                 Resume::MissingTensor { name } => (
                     format!("the checkpoint has no tensor `{name}`"),
@@ -122,9 +150,29 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             };
             new(span, message).label(label).help(help)
         }
-        Problem::TorchError { span, detail } => new(span, format!("libtorch failed: {detail}"))
-            .label("while running this")
-            .help("this should have been caught by `kiln check`; please report it with the file"),
+        Problem::TorchError { span, situation } => {
+            let check =
+                "this should have been caught by `kiln check`; please report it with the file";
+            match situation {
+                Torch::Libtorch { detail } => new(span, format!("libtorch failed: {detail}"))
+                    .label("while running this")
+                    .help(check),
+                Torch::Layer { detail } => new(span, detail)
+                    .label("while running this layer")
+                    .help(check),
+                Torch::Lowering { layer, what, name } => {
+                    new(span, format!("layer `{layer}` has no {what} `{name}`"))
+                        .label("while running this layer")
+                        .help("this is a bug in Kiln's lowering; please report it with the file")
+                }
+                Torch::LoaderStopped => new(
+                    span,
+                    "the thread preparing batches stopped before the end of the epoch".into(),
+                )
+                .label("while loading this batch")
+                .help("this is a bug in Kiln; please report it with the experiment file"),
+            }
+        }
         Problem::RunIo {
             span,
             action,
@@ -137,7 +185,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 RunStage::Record => "while recording this experiment's run",
                 RunStage::Plot => "while plotting this experiment's training curves",
             };
-            new(span, format!("cannot {action} `{}`: {error}", path.display()))
+            let message = match path {
+                Some(path) => format!("cannot {action} `{}`: {error}", path.display()),
+                None => format!("cannot {action}: {error}"),
+            };
+            new(span, message)
                 .label(label)
                 .help("check that the run directory is writable and the disk has room")
         }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::ir::{Device, Shape};
+use crate::ir::Shape;
 use crate::span::Span;
 
 /// A misspelled or unknown name, with the names that would have been accepted there.
@@ -254,6 +254,17 @@ pub enum OutOfRange {
     },
     /// A training split of 0.
     EmptyTrainSplit,
+    /// A length in epochs whose optimizer steps cannot be counted (more than 2^64).
+    EpochSteps {
+        /// The epochs.
+        epochs: u64,
+        /// Optimizer steps in one epoch.
+        per_epoch: u64,
+        /// Training samples.
+        samples: u64,
+        /// The batch size.
+        batch: u64,
+    },
     /// Data parallel over an empty device list.
     NoDevices,
     /// More replicas than one machine holds.
@@ -511,10 +522,12 @@ pub enum Unavailable {
     Fp16OnCpu,
     /// A CUDA device this machine lacks.
     Missing {
-        /// The device as the experiment names it.
-        device: Device,
-        /// What the machine has (`1 CUDA device`).
-        found: String,
+        /// The device as the experiment or the command line names it (`cuda:1`, `--device`).
+        named: String,
+        /// The CUDA index needed.
+        index: usize,
+        /// How many CUDA devices the machine has.
+        count: usize,
     },
 }
 
@@ -530,10 +543,10 @@ pub enum Resume {
     Layer {
         /// 0-based layer index.
         index: usize,
-        /// What it was.
-        was: String,
-        /// What it is.
-        now: String,
+        /// What it was; `None` when the checkpoint has no layer there.
+        was: Option<String>,
+        /// What it is; `None` when the model has no layer there.
+        now: Option<String>,
     },
     /// The optimizer changed.
     Optimizer {
@@ -554,6 +567,32 @@ pub enum Resume {
         /// The tensor's `state_dict` name.
         name: String,
     },
+}
+
+/// The situations of K0508.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Torch {
+    /// libtorch returned an error.
+    Libtorch {
+        /// Its first line.
+        detail: String,
+    },
+    /// A layer met an input the checks should have excluded.
+    Layer {
+        /// What it met (`attention expects [batch, sequence, width], got [2, 3]`).
+        detail: String,
+    },
+    /// A layer lacks a tensor that lowering should have created.
+    Lowering {
+        /// The layer's name.
+        layer: String,
+        /// What kind of tensor (`parameter`).
+        what: String,
+        /// Its local name (`weight`).
+        name: String,
+    },
+    /// The thread preparing batches stopped before the end of the epoch.
+    LoaderStopped,
 }
 
 /// What the run was doing when a file of its run directory failed (K0509).

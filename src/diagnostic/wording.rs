@@ -388,7 +388,7 @@ mod tests {
             Problem::RunIo {
                 span: at(0, 1),
                 action: "write".into(),
-                path: "runs/x/report.yaml".into(),
+                path: Some("runs/x/report.yaml".into()),
                 error: "disk full".into(),
                 stage: RunStage::Record,
             },

@@ -64,7 +64,8 @@ pub enum Op {
 }
 
 impl Op {
-    fn verb(self) -> &'static str {
+    /// The operation as a verb in `cannot {verb} {file}` (`append to`).
+    pub fn verb(self) -> &'static str {
         match self {
             Op::Create => "create",
             Op::Open => "open",

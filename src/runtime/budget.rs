@@ -2,7 +2,8 @@
 //! training split, with checked arithmetic. The loop, the learning-rate schedule, evaluation and
 //! checkpoint intervals and the progress display all read it.
 
-use kiln::diagnostic::{Code, Diagnostic};
+use kiln::diagnostic::problem::OutOfRange;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Train};
 
 /// The run's length in optimizer steps.
@@ -37,20 +38,16 @@ impl Budget {
             Duration::Steps(n) => (n, None),
             Duration::Epochs(n) => {
                 let total = n.checked_mul(per_epoch).ok_or_else(|| {
-                    Diagnostic::new(
-                        Code::OutOfRange,
-                        train.length_span,
-                        format!(
-                            "{n} epochs of {per_epoch} steps are more optimizer steps than a run can count"
-                        ),
-                    )
-                    .label(format!(
-                        "{samples} training samples in batches of {batch} make {per_epoch} steps an epoch"
-                    ))
-                    .help(format!(
-                        "train for at most {} epochs, or give the length in `steps`",
-                        u64::MAX / per_epoch.max(1)
-                    ))
+                    Problem::OutOfRange {
+                        span: train.length_span,
+                        situation: OutOfRange::EpochSteps {
+                            epochs: n,
+                            per_epoch,
+                            samples,
+                            batch,
+                        },
+                    }
+                    .diagnostic()
                 })?;
                 (total, Some(n))
             }

@@ -7,22 +7,28 @@ use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
-use kiln::diagnostic::Code;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::rundir::checkpoint::{latest as latest_sidecar, prune, tensors_name, write_sidecar};
 use kiln::span::Span;
 
 pub use kiln::rundir::{Fingerprint, Position, Sidecar};
 
-/// A K0509 failure at `span`.
-fn fail(message: String, span: Span) -> Diagnostic {
-    Diagnostic::new(Code::RunIo, span, message)
-        .label("while checkpointing this experiment")
-        .help("check that the run directory is writable and the disk has room")
+/// A K0509 failure at `span`: `what` could not be done to `path`.
+fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Diagnostic {
+    Problem::RunIo {
+        span,
+        action: what.to_string(),
+        path: Some(path.to_path_buf()),
+        error: e.to_string(),
+        stage: RunStage::Checkpoint,
+    }
+    .diagnostic()
 }
 
-fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Diagnostic {
-    fail(format!("cannot {what} `{}`: {e}", path.display()), span)
+/// A K0509 failure at `span` from the run directory's own code.
+fn fail(e: kiln::rundir::Error, span: Span) -> Diagnostic {
+    io_failure(e.op.verb(), &e.path, e.detail, span)
 }
 
 /// Writes a checkpoint into `dir` and removes all but the newest `keep`.
@@ -44,7 +50,7 @@ pub fn write(
         .map_err(|e| io_failure("copy tensors for", &data, e, span))?;
     Tensor::write_safetensors(&cpu, &tmp).map_err(|e| io_failure("write", &tmp, e, span))?;
     std::fs::rename(&tmp, &data).map_err(|e| io_failure("rename", &tmp, e, span))?;
-    let meta = write_sidecar(dir, sidecar).map_err(|e| fail(e.to_string(), span))?;
+    let meta = write_sidecar(dir, sidecar).map_err(|e| fail(e, span))?;
     prune(dir, keep);
     Ok(meta)
 }
@@ -54,7 +60,7 @@ pub type Saved = (Sidecar, Vec<(String, Tensor)>);
 
 /// The newest complete checkpoint in `dir`.
 pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Diagnostic> {
-    let Some((side, data)) = latest_sidecar(dir).map_err(|e| fail(e.to_string(), span))? else {
+    let Some((side, data)) = latest_sidecar(dir).map_err(|e| fail(e, span))? else {
         return Ok(None);
     };
     let tensors =

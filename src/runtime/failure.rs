@@ -1,8 +1,9 @@
-//! Runtime failures are plain [`Diagnostic`]s, as the checker's are: a code, the span in the
-//! `.exp` file they come from, labels and a help line. This module attaches spans to libtorch
-//! errors and classifies them.
+//! Runtime failures are [`Problem`]s, as the checker's are, worded by `kiln::diagnostic` into
+//! plain [`Diagnostic`]s: a code, the span in the `.exp` file they come from, labels and a help
+//! line. This module attaches spans to libtorch errors and classifies them.
 
-use kiln::diagnostic::{Code, Diagnostic};
+use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::span::Span;
 
 /// Attaches a span to libtorch errors: `tensor.f_matmul(&w).at(span)?`.
@@ -21,48 +22,51 @@ pub trait At<T> {
 
 impl<T> At<T> for Result<T, tch::TchError> {
     fn at(self, span: Span) -> Result<T, Diagnostic> {
-        self.map_err(|e| torch_failure(&e.to_string(), span))
+        self.map_err(|e| torch_failure(&e.to_string(), span).diagnostic())
     }
 }
 
-/// Classifies a libtorch error message.
-pub fn torch_failure(message: &str, span: Span) -> Diagnostic {
-    let first = message.lines().next().unwrap_or(message).trim();
+/// Classifies a libtorch error message: [`Problem::OutOfMemory`] when a device ran out of
+/// memory, [`Problem::TorchError`] otherwise.
+pub fn torch_failure(message: &str, span: Span) -> Problem {
+    let detail = message.lines().next().unwrap_or(message).trim().to_string();
     if message.contains("out of memory")
         || message.contains("OutOfMemory")
         || message.contains("DefaultCPUAllocator: can't allocate")
     {
-        Diagnostic::new(
-            Code::OutOfMemory,
+        Problem::OutOfMemory {
             span,
-            format!("a device ran out of memory: {first}"),
-        )
-        .label("while running this")
-        .help("lower the batch size, use `precision bf16`, or spread the model over more devices")
+            detail,
+            plan: None,
+            ran_out: None,
+        }
     } else {
-        Diagnostic::new(Code::TorchError, span, format!("libtorch failed: {first}"))
-            .label("while running this")
-            .help("this should have been caught by `kiln check`; please report it with the file")
+        Problem::TorchError {
+            span,
+            situation: Torch::Libtorch { detail },
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln::diagnostic::Code;
 
     #[test]
     fn libtorch_errors_are_classified() {
         let oom = torch_failure(
             "CUDA out of memory. Tried to allocate 2 GiB\nmore",
             Span::default(),
-        );
+        )
+        .diagnostic();
         assert_eq!(oom.code, Code::OutOfMemory);
         assert_eq!(
             oom.message,
             "a device ran out of memory: CUDA out of memory. Tried to allocate 2 GiB"
         );
         assert!(oom.help.is_some());
-        let other = torch_failure("shape mismatch", Span::default());
+        let other = torch_failure("shape mismatch", Span::default()).diagnostic();
         assert_eq!(other.code, Code::TorchError);
     }
 }

@@ -10,7 +10,7 @@ use super::checkpoint::Position;
 use super::output::Output;
 use super::report::EpochRecord;
 use super::train::Eval;
-use kiln::diagnostic::{Code, Diagnostic};
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{EarlyStop, Experiment};
 use kiln::span::Span;
 
@@ -158,14 +158,14 @@ impl Hook for NanGuard {
             return Ok(Flow::Continue);
         }
         cx.out.flush_steps()?;
-        let what = if s.loss.is_nan() { "NaN" } else { "infinite" };
-        Err(Diagnostic::new(
-            Code::NonFiniteLoss,
-            self.lr_span,
-            format!("the loss became {what} at step {} (epoch {})", s.step, cx.pos.epoch + 1),
-        )
-        .label(format!("learning rate {} at that step", s.lr))
-        .help("lower the learning rate, clip gradients with `clip_norm 1.0`, or check the data for NaN and infinite values; the last checkpoint on disk is intact"))
+        Err(Problem::NonFiniteLoss {
+            span: self.lr_span,
+            nan: s.loss.is_nan(),
+            step: s.step,
+            epoch: cx.pos.epoch + 1,
+            lr: s.lr,
+        }
+        .diagnostic())
     }
 }
 

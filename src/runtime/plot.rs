@@ -4,7 +4,7 @@
 //! Text in the PNG files is rasterised with DejaVu Sans, bundled under `assets/fonts/` and read by
 //! ab_glyph, so the plots come out the same on a machine with no fonts or font libraries.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use plotters::coord::ranged1d::ValueFormatter;
@@ -12,8 +12,8 @@ use plotters::coord::types::RangedCoordi64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use kiln::diagnostic::Code;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::rundir::{read_metrics, read_report, MetricLine};
 use kiln::span::Span;
 
@@ -53,25 +53,27 @@ pub fn write_curves(dir: &Path, span: Span) -> Result<(), Diagnostic> {
     let lines = match read_metrics(dir) {
         Ok(Some(lines)) => lines,
         Ok(None) => return Ok(()),
-        Err(e) => return Err(fail(span, e.to_string())),
+        Err(e) => return Err(fail(span, e.op.verb(), Some(e.path), e.detail)),
     };
-    register_font().map_err(|e| fail(span, e))?;
+    register_font().map_err(|e| fail(span, "load the bundled font (DejaVu Sans)", None, e))?;
     let name = run_name(dir);
     for (file, chart) in charts(&lines, &name) {
-        write_chart(dir, file, &chart).map_err(|e| {
-            fail(
-                span,
-                format!("cannot draw `{}`: {e}", dir.join(file).display()),
-            )
-        })?;
+        write_chart(dir, file, &chart)
+            .map_err(|e| fail(span, "draw", Some(dir.join(file)), e.to_string()))?;
     }
     Ok(())
 }
 
-fn fail(span: Span, message: String) -> Diagnostic {
-    Diagnostic::new(Code::RunIo, span, message)
-        .label("while plotting this experiment's training curves")
-        .help("check that the run directory is writable and the disk has room")
+/// A K0509 failure at `span`: `action` could not be done (to `path`).
+fn fail(span: Span, action: &str, path: Option<PathBuf>, error: String) -> Diagnostic {
+    Problem::RunIo {
+        span,
+        action: action.to_string(),
+        path,
+        error,
+        stage: RunStage::Plot,
+    }
+    .diagnostic()
 }
 
 /// Registers the bundled font as plotters' `sans-serif`, once per process.
@@ -79,7 +81,7 @@ fn register_font() -> Result<(), String> {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         plotters::style::register_font("sans-serif", FontStyle::Normal, FONT)
-            .map_err(|_| "the bundled font (DejaVu Sans) cannot be read".to_string())
+            .map_err(|_| "it is not a valid font".to_string())
     })
     .clone()
 }
@@ -357,6 +359,7 @@ fn label_decimals(range: f64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kiln::diagnostic::Code;
     use kiln::span::FileId;
 
     fn run_dir(name: &str, metrics: &str) -> std::path::PathBuf {

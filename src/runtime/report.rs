@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use kiln::diagnostic::Code;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::rundir::{Eval, EvalRecord, MetricLine, Report, RunDir, StepRecord};
 use kiln::span::Span;
 
@@ -103,9 +103,14 @@ impl RunWriter {
 
 /// A K0509 failure at `span` for a file of the run directory.
 fn io(e: &kiln::rundir::Error, span: Span) -> Diagnostic {
-    Diagnostic::new(Code::RunIo, span, e.to_string())
-        .label("while recording this experiment's run")
-        .help("check that the runs directory is writable and the disk has room")
+    Problem::RunIo {
+        span,
+        action: e.op.verb().to_string(),
+        path: Some(e.path.clone()),
+        error: e.detail.clone(),
+        stage: RunStage::Record,
+    }
+    .diagnostic()
 }
 
 /// Progress while training: bars on a terminal, one plain line per epoch elsewhere.

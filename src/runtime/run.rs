@@ -14,9 +14,9 @@ use super::report::{Progress, RunWriter};
 use super::state::fingerprint;
 use super::train::{standard_hooks, Outcome, Trainer};
 use kiln::check::{check_path, Checked, FsLoader, Options};
+use kiln::diagnostic::problem::{Resume, Unavailable};
 use kiln::diagnostic::render::{to_text, Style};
-use kiln::diagnostic::Code;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::{Code, Diagnostic, Problem};
 use kiln::ir::{Experiment, Precision};
 use kiln::span::Sources;
 
@@ -266,13 +266,11 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
 }
 
 fn fp16_on_cpu(exp: &Experiment) -> Diagnostic {
-    Diagnostic::new(
-        Code::DeviceUnavailable,
-        exp.device_span,
-        "fp16 training needs a CUDA device, and this run is on the CPU",
-    )
-    .label("runs on the CPU")
-    .help("use `precision bf16` on the CPU, or run on a CUDA device")
+    Problem::DeviceUnavailable {
+        span: exp.device_span,
+        situation: Unavailable::Fp16OnCpu,
+    }
+    .diagnostic()
 }
 
 fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(), Diagnostic> {
@@ -283,18 +281,15 @@ fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(
             0
         };
         if i >= count {
-            let found = if count == 0 {
-                "this machine has no CUDA device".to_string()
-            } else {
-                format!("this machine has {count} CUDA device(s)")
-            };
-            return Err(Diagnostic::new(
-                Code::DeviceUnavailable,
+            return Err(Problem::DeviceUnavailable {
                 span,
-                format!("`{named}` is not available: {found}"),
-            )
-            .label(format!("needs cuda:{i}"))
-            .help("run with `--device cpu` to put every layer on the CPU"));
+                situation: Unavailable::Missing {
+                    named: named.to_string(),
+                    index: i,
+                    count,
+                },
+            }
+            .diagnostic());
         }
     }
     Ok(())
@@ -337,9 +332,13 @@ fn run_trial(
         Some(_) => {
             let found = checkpoint::latest(&writer.checkpoint_dir(), exp.optimizer.span)?;
             let Some((side, tensors)) = found else {
-                return Err(Diagnostic::new(Code::ResumeIncompatible, exp.optimizer.span, format!("`{}` holds no checkpoint", dir.display()))
-                    .label("nothing to resume")
-                    .help("resume a run directory that has `checkpoints/`; add `checkpoint(every: ...)` to the train block"));
+                return Err(Problem::ResumeIncompatible {
+                    span: exp.optimizer.span,
+                    situation: Resume::NoCheckpoint {
+                        dir: dir.to_path_buf(),
+                    },
+                }
+                .diagnostic());
             };
             compare(exp, &side.fingerprint)?;
             Some((side, tensors))
@@ -427,14 +426,18 @@ fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
         })
         .collect();
     let at = f.primary.span;
-    let d = Diagnostic::new(Code::OutOfMemory, exp.data.batch_span, f.message)
-        .label(format!("batch {} does not fit", exp.data.batch));
-    let d = if at == exp.data.batch_span {
-        d
-    } else {
-        d.with(at, "memory ran out while running this")
-    };
-    d.help(format!("the plan estimates {}; lower the batch size, use `precision bf16`, or spread the model over more devices", estimate.join(", ")))
+    // The failure reaches here worded; libtorch's line follows the message's own prefix.
+    let detail = f
+        .message
+        .split_once(": ")
+        .map_or_else(|| f.message.clone(), |(_, d)| d.to_string());
+    Problem::OutOfMemory {
+        span: exp.data.batch_span,
+        detail,
+        plan: Some((exp.data.batch, estimate.join(", "))),
+        ran_out: (at != exp.data.batch_span).then_some(at),
+    }
+    .diagnostic()
 }
 
 /// The directory of the file that declares the data source: relative data paths start there.
@@ -458,50 +461,34 @@ fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Diagno
             .position(|(a, b)| a != b)
             .unwrap_or(new.layers.len().min(old.layers.len()));
         let span = layers.get(i).map_or(exp.optimizer.span, |l| l.span);
-        let was = old
-            .layers
-            .get(i)
-            .map_or("no layer".to_string(), |l| format!("`{l}`"));
-        let now = new
-            .layers
-            .get(i)
-            .map_or("no layer".to_string(), |l| format!("`{l}`"));
-        return Err(Diagnostic::new(
-            Code::ResumeIncompatible,
+        return Err(Problem::ResumeIncompatible {
             span,
-            format!(
-                "the model changed since the checkpoint: layer {} was {was}, is now {now}",
-                i + 1
-            ),
-        )
-        .label("differs from the checkpoint")
-        .help("resume with the model the checkpoint was made with, or start a new run"));
+            situation: Resume::Layer {
+                index: i,
+                was: old.layers.get(i).map(ToString::to_string),
+                now: new.layers.get(i).map(ToString::to_string),
+            },
+        }
+        .diagnostic());
     }
-    if new.optimizer != old.optimizer {
-        return Err(Diagnostic::new(
-            Code::ResumeIncompatible,
-            exp.optimizer.span,
-            format!(
-                "the optimizer changed since the checkpoint: was `{}`, is now `{}`",
-                old.optimizer, new.optimizer
-            ),
-        )
-        .label("differs from the checkpoint")
-        .help("resume with the optimizer the checkpoint was made with, or start a new run"));
+    let situation = if new.optimizer != old.optimizer {
+        Resume::Optimizer {
+            was: old.optimizer.clone(),
+            now: new.optimizer,
+        }
+    } else if new.world_size != old.world_size {
+        Resume::WorldSize {
+            was: old.world_size,
+            now: new.world_size,
+        }
+    } else {
+        return Ok(());
+    };
+    Err(Problem::ResumeIncompatible {
+        span: exp.optimizer.span,
+        situation,
     }
-    if new.world_size != old.world_size {
-        return Err(Diagnostic::new(
-            Code::ResumeIncompatible,
-            exp.optimizer.span,
-            format!(
-                "the world size changed since the checkpoint: was {}, is now {}",
-                old.world_size, new.world_size
-            ),
-        )
-        .label("differs from the checkpoint")
-        .help("resume with the world size the checkpoint was made with"));
-    }
-    Ok(())
+    .diagnostic())
 }
 
 fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {

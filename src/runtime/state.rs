@@ -9,7 +9,8 @@ use super::failure::At;
 use super::optim::Optim;
 use super::output::Output;
 use super::step::Model;
-use kiln::diagnostic::{Code, Diagnostic};
+use kiln::diagnostic::problem::Resume;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;
 use kiln::span::Span;
 
@@ -63,13 +64,13 @@ pub fn restore(
 ) -> Result<(), Diagnostic> {
     let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
     let missing = |name: &str| {
-        Diagnostic::new(
-            Code::ResumeIncompatible,
+        Problem::ResumeIncompatible {
             span,
-            format!("the checkpoint has no tensor `{name}`"),
-        )
-        .label("the checkpoint does not fit this model")
-        .help("resume with the experiment that made the checkpoint")
+            situation: Resume::MissingTensor {
+                name: name.to_string(),
+            },
+        }
+        .diagnostic()
     };
     let params = model.params();
     tch::no_grad(|| -> Result<(), Diagnostic> {

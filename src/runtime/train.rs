@@ -3,6 +3,7 @@
 //! the NaN check and early stopping observe it as [`Hook`]s, and everything it writes goes
 //! through an [`Output`].
 
+use std::path::Path;
 use std::time::Instant;
 
 use tch::{Device, Kind};
@@ -19,7 +20,7 @@ use super::output::Output;
 use super::report::EpochRecord;
 use super::state::{restore, Checkpoints};
 use super::step::{Model, Objective, Stepper};
-use kiln::diagnostic::{Code, Diagnostic};
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
 
 pub use kiln::rundir::{Eval, Outcome};
@@ -298,16 +299,12 @@ impl Trainer<'_> {
 
     /// The failure of a cancelled run, which has just written its checkpoint.
     fn interrupted(&self, pos: &Position) -> Diagnostic {
-        let help = match self.out.dir() {
-            Some(dir) => format!("resume with `kiln run --resume {}`", dir.display()),
-            None => "resume from the run directory of the first process".to_string(),
-        };
-        Diagnostic::new(
-            Code::Interrupted,
-            self.exp.train.loss_span,
-            format!("interrupted at step {} (epoch {})", pos.step, pos.epoch + 1),
-        )
-        .label("training stopped here")
-        .help(help)
+        Problem::Interrupted {
+            span: self.exp.train.loss_span,
+            step: pos.step,
+            epoch: pos.epoch + 1,
+            run_dir: self.out.dir().map(Path::to_path_buf),
+        }
+        .diagnostic()
     }
 }

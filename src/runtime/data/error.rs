@@ -1,14 +1,14 @@
 //! [`DataError`]: every way loading data can fail, as data; it becomes a diagnostic in one place,
-//! its conversion into a [`Diagnostic`].
+//! its conversion into a [`Problem`].
 
 use std::path::{Path, PathBuf};
 
-use kiln::diagnostic::Code;
+use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::span::Span;
 use tch::TchError;
 
 use super::super::failure::torch_failure;
-use kiln::diagnostic::Diagnostic;
 
 /// What kind of problem the data has.
 #[derive(Debug)]
@@ -20,7 +20,8 @@ pub enum DataKind {
     /// libtorch failed while preparing the data, kept as its error: K0505 when a device ran out
     /// of memory, K0508 otherwise, decided where every libtorch error is.
     Torch(Box<TchError>),
-    /// The thread preparing batches stopped before the end of the epoch (K0508, a bug).
+    /// The thread preparing batches stopped before the end of the epoch (K0508, a bug; worded by
+    /// `kiln::diagnostic`, which ignores the detail).
     LoaderStopped,
 }
 
@@ -80,22 +81,38 @@ impl DataError {
     }
 }
 
-/// The one place a data problem becomes a diagnostic.
+/// The one place a data problem becomes a [`Problem`], worded by `kiln::diagnostic`: the
+/// loader's detail, label and help go with it.
+impl From<DataError> for Problem {
+    fn from(e: DataError) -> Problem {
+        let help = (!e.help.is_empty()).then_some(e.help);
+        match e.kind {
+            DataKind::Missing => Problem::DataMissing {
+                span: e.span,
+                detail: e.detail,
+                label: e.label,
+                help,
+            },
+            DataKind::Invalid => Problem::DataInvalid {
+                span: e.span,
+                detail: e.detail,
+                label: (!e.label.is_empty()).then_some(e.label),
+                help,
+                weights: false,
+            },
+            DataKind::LoaderStopped => Problem::TorchError {
+                span: e.span,
+                situation: Torch::LoaderStopped,
+            },
+            // Its message says whether a device ran out of memory, as for every libtorch error.
+            DataKind::Torch(error) => torch_failure(&error.to_string(), e.span),
+        }
+    }
+}
+
 impl From<DataError> for Diagnostic {
     fn from(e: DataError) -> Diagnostic {
-        let code = match e.kind {
-            DataKind::Missing => Code::DataMissing,
-            DataKind::Invalid => Code::DataInvalid,
-            DataKind::LoaderStopped => Code::TorchError,
-            // Its message says whether a device ran out of memory, as for every libtorch error.
-            DataKind::Torch(error) => return torch_failure(&error.to_string(), e.span),
-        };
-        let d = Diagnostic::new(code, e.span, e.detail).label(e.label);
-        if e.help.is_empty() {
-            d
-        } else {
-            d.help(e.help)
-        }
+        Problem::from(e).diagnostic()
     }
 }
 

@@ -262,14 +262,11 @@ impl Iterator for Loader {
             None => {
                 self.remaining = 0;
                 self.shut_down();
+                // Worded with the other K0508 failures, by `kiln::diagnostic`.
                 Some(Err(DataError::new(
                     DataKind::LoaderStopped,
                     self.span,
                     "the thread preparing batches stopped before the end of the epoch",
-                )
-                .label("while loading this batch")
-                .help(
-                    "this is a bug in Kiln; please report it with the experiment file",
                 )))
             }
         }

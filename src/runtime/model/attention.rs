@@ -5,8 +5,8 @@ use tch::Tensor;
 
 use super::{linear, norm, Init, LayerRun, Net};
 use crate::runtime::failure::At;
-use kiln::diagnostic::Code;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::{Diagnostic, Problem};
 
 /// `nn.MultiheadAttention`'s parameters under `prefix`: `in_proj_weight` xavier-uniform,
 /// `in_proj_bias` 0, `out_proj.weight` as a linear layer, `out_proj.bias` 0.
@@ -45,16 +45,16 @@ pub(super) fn forward(
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let &[b, n, e] = x.size().as_slice() else {
-        return Err(Diagnostic::new(
-            Code::TorchError,
-            s,
-            format!(
-                "attention expects [batch, sequence, width], got {:?}",
-                x.size()
-            ),
-        )
-        .label("while running this layer")
-        .help("this should have been caught by `kiln check`; please report it with the file"));
+        return Err(Problem::TorchError {
+            span: s,
+            situation: Torch::Layer {
+                detail: format!(
+                    "attention expects [batch, sequence, width], got {:?}",
+                    x.size()
+                ),
+            },
+        }
+        .diagnostic());
     };
     let qkv = linear::affine(
         net,

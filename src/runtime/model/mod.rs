@@ -20,8 +20,8 @@ mod shape;
 use tch::{Device, Kind, Tensor};
 
 use super::failure::At;
-use kiln::diagnostic::Code;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{LayerKind, Node, Precision};
 use kiln::span::Span;
 
@@ -275,10 +275,15 @@ impl Net {
     /// Loads weights (and batch-norm statistics) from a safetensors file keyed by PyTorch
     /// `state_dict` names; every parameter must be present with its shape.
     pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Diagnostic> {
-        let bad = |message: String| {
-            Diagnostic::new(Code::DataInvalid, span, message)
-                .label("while loading initial weights for this experiment")
-                .help("give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`")
+        let bad = |detail: String| {
+            Problem::DataInvalid {
+                span,
+                detail,
+                label: None,
+                help: None,
+                weights: true,
+            }
+            .diagnostic()
         };
         let tensors = Tensor::read_safetensors(path)
             .map_err(|e| bad(format!("cannot read `{}`: {e}", path.display())))?;
@@ -413,11 +418,13 @@ impl Net {
 /// A layer's tensor that lowering did not create: Kiln's own inconsistency, reported at the
 /// layer rather than panicking.
 fn missing(l: &LayerRun, what: &str, local: &str) -> Diagnostic {
-    Diagnostic::new(
-        Code::TorchError,
-        l.span,
-        format!("layer `{}` has no {what} `{local}`", l.name),
-    )
-    .label("while running this layer")
-    .help("this is a bug in Kiln's lowering; please report it with the file")
+    Problem::TorchError {
+        span: l.span,
+        situation: Torch::Lowering {
+            layer: l.name.clone(),
+            what: what.to_string(),
+            name: local.to_string(),
+        },
+    }
+    .diagnostic()
 }
