@@ -599,15 +599,15 @@ fn every_example_runs_on_the_cpu() {
     }
 }
 
-#[test]
-fn early_stopping_ends_a_run_that_stops_improving() {
-    let dir = scratch("early");
-    // Random labels: the validation loss stops improving quickly.
+/// Runs the small experiment for `length` with an early stop on `metric` and `patience`,
+/// evaluating every epoch; returns the run directory.
+fn early_stop_run(name: &str, length: &str, metric: &str, patience: u64) -> PathBuf {
+    let dir = scratch(name);
     let exp = SMALL
-        .replace("steps 400", "epochs 50")
+        .replace("steps 400", length)
         .replace(
             "eval_every 100 steps",
-            "eval_every 1 epoch\n    early_stop(metric: val_loss, patience: 2)",
+            &format!("eval_every 1 epoch\n    early_stop(metric: {metric}, patience: {patience})"),
         )
         .replace("checkpoint(every: 20 steps, keep: 2)", "");
     let path = write(&dir, "early.exp", &exp);
@@ -620,6 +620,13 @@ fn early_stopping_ends_a_run_that_stops_improving() {
         d.to_str().expect("utf-8"),
     ]);
     assert!(o.status.success(), "{}", text(&o));
+    d
+}
+
+#[test]
+fn early_stopping_ends_a_run_that_stops_improving() {
+    // Random labels: the validation loss stops improving quickly.
+    let d = early_stop_run("early", "epochs 50", "val_loss", 2);
     let r = report(&d);
     assert_eq!(r["stopped_early"].as_bool(), Some(true), "{r:?}");
     assert!(r["epochs"].as_u64().expect("epochs") < 50);
@@ -627,25 +634,8 @@ fn early_stopping_ends_a_run_that_stops_improving() {
 
 #[test]
 fn early_stopping_on_the_training_loss_watches_each_epoch() {
-    let dir = scratch("early-train");
     // The training loss falls every epoch on this small task, so patience 1 never runs out.
-    let exp = SMALL
-        .replace("steps 400", "epochs 4")
-        .replace(
-            "eval_every 100 steps",
-            "eval_every 1 epoch\n    early_stop(metric: train_loss, patience: 1)",
-        )
-        .replace("checkpoint(every: 20 steps, keep: 2)", "");
-    let path = write(&dir, "early.exp", &exp);
-    let d = dir.join("run");
-    let o = run(&[
-        "run",
-        path.to_str().expect("utf-8"),
-        "--quiet",
-        "--run-dir",
-        d.to_str().expect("utf-8"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
+    let d = early_stop_run("early-train", "epochs 4", "train_loss", 1);
     let losses: Vec<f64> = metrics(&d)
         .iter()
         .filter(|m| m["split"] == "train")
