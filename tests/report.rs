@@ -470,7 +470,7 @@ fn compare_accepts_report_files_and_trials() {
 /// Writes a trial through `kiln::rundir`, the writer `kiln-runtime` uses.
 fn write_typed(dir: &Path, lr: &str, val_loss: f64, accuracy: f64) {
     use kiln::rundir::{EpochRecord, Eval, EvalRecord, MetricLine, Outcome, Report, RunDir};
-    let mut run = RunDir::open(dir.to_path_buf()).expect("run dir");
+    let mut run = RunDir::create(dir.to_path_buf()).expect("run dir");
     let train = EpochRecord {
         epoch: 1,
         step: 100,

@@ -760,7 +760,7 @@ const SEEDS: &[(&str, &str)] = &[
     precision bf16
     clip_norm 1.0
     early_stop(metric: val_loss, patience: 3)
-    checkpoint(every: 1 epochs, dir: "ckpt", keep: 2)
+    checkpoint(every: 1 epochs, keep: 2)
   }
 }
 "#,
@@ -873,7 +873,7 @@ const SEEDS: &[(&str, &str)] = &[
     loss mse
     accumulate 4
     micro_batch 16
-    checkpoint(every: 500 steps, dir: "out", keep: 1)
+    checkpoint(every: 500 steps, keep: 1)
   }
 }
 "#,
@@ -1108,7 +1108,7 @@ fn structured(rng: &mut Rng) -> String {
         "eval_every V",
         "early_stop(metric: V, patience: V, min_delta: V, mode: V)",
         "precision V",
-        "checkpoint(every: V, dir: V, keep: V)",
+        "checkpoint(every: V, keep: V)",
         "accumulate V",
         "micro_batch V",
         "clip_norm V",

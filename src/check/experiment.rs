@@ -220,6 +220,7 @@ pub fn check_experiment(
     let parallel = finish_pipeline(parallel.parallel, &nodes);
     Some(Experiment {
         name,
+        span: stmt.keyword.span,
         description,
         tags,
         seed,
@@ -634,7 +635,7 @@ fn check_batch(
     let accumulate = train.accumulate;
     let per_step = accumulate * dp;
     let mut ok = true;
-    if batch % per_step != 0 {
+    if !batch.is_multiple_of(per_step) {
         cx.report(Problem::BatchArithmetic {
             span: batch_span,
             batch,
@@ -658,7 +659,7 @@ fn check_batch(
         }
     }
     if let Parallel::Pipeline { micro_batches, .. } = p.parallel {
-        if micro % micro_batches != 0 {
+        if !micro.is_multiple_of(micro_batches) {
             cx.report(Problem::MicroBatches {
                 span: p.micro_batches_span.unwrap_or(batch_span),
                 micro_batches,

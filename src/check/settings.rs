@@ -648,20 +648,16 @@ fn check_checkpoint(cx: &mut Cx, stmt: &Statement) -> Option<Checkpoint> {
         "checkpoint",
         stmt.args.as_ref(),
         stmt.keyword.span,
-        &["every", "dir", "keep"],
+        &["every", "keep"],
     );
     let every = b.get("every").map_or(Some(Duration::Epochs(1)), |v| {
         duration_of(cx, v, Unit::Epochs)
     });
-    let dir = b
-        .get("dir")
-        .map_or(Some("checkpoints".to_string()), |v| cx.string(v));
     let keep = b
         .get("keep")
         .map_or(Some(3), |v| cx.uint_min(v, "`keep`", 1));
     Some(Checkpoint {
         every: every?,
-        dir: dir?,
         keep: keep?,
     })
 }

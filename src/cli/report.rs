@@ -16,7 +16,8 @@ struct Run {
     dir: PathBuf,
     report: Report,
     epochs: Vec<EpochRow>,
-    experiment: Option<String>,
+    /// The last version of the experiment that ran, as `(file name, text)`.
+    experiment: Option<(String, String)>,
 }
 
 /// One epoch: its training line and the last validation line of the epoch.
@@ -168,7 +169,10 @@ fn read_run(dir: &Path) -> Result<Run, String> {
         Ok(Some(lines)) => lines,
         Ok(None) | Err(_) => report.metrics.clone(),
     };
-    let experiment = std::fs::read_to_string(dir.join(rundir::EXPERIMENT)).ok();
+    let experiment = rundir::versions(dir).pop().and_then(|name| {
+        let text = std::fs::read_to_string(dir.join(&name)).ok()?;
+        Some((name, text))
+    });
     Ok(Run {
         dir: dir.to_path_buf(),
         epochs: epoch_rows(&lines),
@@ -236,7 +240,7 @@ fn grouped(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -427,12 +431,29 @@ fn summary(run: &Run, all: bool) -> String {
     if !plots.is_empty() {
         pairs.push(("curves", plots.join(", ")));
     }
+    let resumes = resumed(r);
+    pairs.extend(resumes.iter().map(|line| ("resumed", line.clone())));
     let mut out = key_values(&pairs);
     if !run.epochs.is_empty() {
         out += "\n";
         out += &epoch_table(&run.epochs, all);
     }
     out
+}
+
+/// Each resume of a run: `at step 98 with experiment-2.exp: learning rate: 0.003 → 0.001`.
+fn resumed(r: &Report) -> Vec<String> {
+    r.resumed
+        .iter()
+        .map(|s| {
+            let changes = if s.changes.is_empty() {
+                "no settings changed".to_string()
+            } else {
+                s.changes.join("; ")
+            };
+            format!("at step {} with {}: {changes}", s.from_step, s.experiment)
+        })
+        .collect()
 }
 
 fn epoch_table(rows: &[EpochRow], all: bool) -> String {
@@ -746,8 +767,20 @@ fn comparison(a: &Run, b: &Run, all: bool) -> String {
     out += &table(&header, &rows);
 
     out += "\n";
+    for (name, run) in [("A", a), ("B", b)] {
+        for line in resumed(&run.report) {
+            let _ = writeln!(out, "{name} was resumed {line}");
+        }
+    }
     match (&a.experiment, &b.experiment) {
-        (Some(x), Some(y)) => out += &exp_diff(x, y),
+        (Some((na, x)), Some((nb, y))) => {
+            let names = if na == nb {
+                na.clone()
+            } else {
+                format!("{na} (A) and {nb} (B)")
+            };
+            out += &exp_diff(&names, x, y);
+        }
         (None, None) => out += "experiment.exp: in neither run directory\n",
         (None, Some(_)) => out += "experiment.exp: only in B\n",
         (Some(_), None) => out += "experiment.exp: only in A\n",
@@ -812,18 +845,22 @@ const DIFF_CELLS: usize = 4_000_000;
 /// Changed lines shown at most.
 const DIFF_LINES: usize = 80;
 
-/// The lines of the experiment that differ, as `-` (A, with A's line number) and `+` (B).
-fn exp_diff(a: &str, b: &str) -> String {
+/// The lines of the experiments that differ, as `-` (A, with A's line number) and `+` (B);
+/// `names` names the files (the last version of each run's experiment).
+fn exp_diff(names: &str, a: &str, b: &str) -> String {
     if a == b {
-        return "experiment.exp: identical\n".into();
+        return format!("{names}: identical\n");
     }
     let (x, y): (Vec<&str>, Vec<&str>) = (a.lines().collect(), b.lines().collect());
     if x == y {
-        return "experiment.exp: identical but for line endings\n".into();
+        return format!("{names}: identical but for line endings\n");
     }
     let (n, m) = (x.len(), y.len());
     if n.saturating_mul(m) > DIFF_CELLS {
-        return "experiment.exp: differs (too long to compare line by line)\n".into();
+        return format!(
+            "{names}: {} (too long to compare line by line)\n",
+            differ(names)
+        );
     }
     // Longest common subsequence, from the end, so the walk below goes forwards.
     let mut lcs = vec![0u32; (n + 1) * (m + 1)];
@@ -852,7 +889,8 @@ fn exp_diff(a: &str, b: &str) -> String {
         }
     }
     let mut out = format!(
-        "experiment.exp differs ({} changed line{}; - A, + B):\n",
+        "{names} {} ({} changed line{}; - A, + B):\n",
+        differ(names),
         changes.len(),
         if changes.len() == 1 { "" } else { "s" }
     );
@@ -866,6 +904,15 @@ fn exp_diff(a: &str, b: &str) -> String {
     out
 }
 
+/// `differs` after one file name, `differ` after two.
+fn differ(names: &str) -> &'static str {
+    if names.contains(" and ") {
+        "differ"
+    } else {
+        "differs"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -874,12 +921,15 @@ mod tests {
     fn diff_names_changed_lines() {
         let a = "a\nb: adam(lr: 0.01)\nc\n";
         let b = "a\nb: adam(lr: 0.001)\nc\nd\n";
-        let d = exp_diff(a, b);
+        let d = exp_diff("experiment.exp", a, b);
         assert!(d.contains("2 - b: adam(lr: 0.01)"), "{d}");
         assert!(d.contains("2 + b: adam(lr: 0.001)"), "{d}");
         assert!(d.contains("4 + d"), "{d}");
         assert!(!d.contains(" a\n"), "{d}");
-        assert_eq!(exp_diff(a, a), "experiment.exp: identical\n");
+        assert_eq!(
+            exp_diff("experiment.exp", a, a),
+            "experiment.exp: identical\n"
+        );
     }
 
     #[test]

@@ -172,4 +172,10 @@ codes! {
     TorchError = "K0508", "torch-error", Error, "libtorch reported an error while running a layer or step.";
     /// The run directory or a checkpoint could not be written or read.
     RunIo = "K0509", "run-io", Error, "The run directory or a checkpoint in it could not be written or read.";
+    /// The run directory holds another run, or another process is writing it.
+    RunDirTaken = "K0510", "run-dir-taken", Error, "The run directory holds another run, or another process is writing it.";
+    /// A checkpoint whose checksum does not hold.
+    CheckpointDamaged = "K0512", "checkpoint-damaged", Warning, "A checkpoint is damaged; the run resumes from the newest intact one.";
+    /// A lock left by a process that died.
+    StaleLock = "K0513", "stale-lock", Warning, "The run directory's lock was left by a process that died while writing the run.";
 }

@@ -11,6 +11,7 @@ mod codes;
 pub mod problem;
 mod ranges;
 pub mod render;
+mod runs;
 mod runtime;
 mod shapes;
 mod situation;

@@ -9,8 +9,8 @@ use crate::ir::{Device, Kind, Shape};
 use crate::span::Span;
 
 pub use super::situation::{
-    Arguments, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
-    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Torch, Unavailable, Unknown,
+    Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
+    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
 };
 
 /// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
@@ -518,6 +518,35 @@ pub enum Problem {
         /// Which situation.
         situation: Torch,
     },
+    /// K0510: the run directory holds another run or is being written.
+    RunDirTaken {
+        /// The experiment.
+        span: Span,
+        /// The run directory.
+        dir: PathBuf,
+        /// Why it cannot be used.
+        situation: Taken,
+    },
+    /// K0512: a checkpoint is damaged; an older intact one is used.
+    CheckpointDamaged {
+        /// The experiment.
+        span: Span,
+        /// Its sidecar.
+        sidecar: PathBuf,
+        /// What is wrong.
+        reason: String,
+        /// The step of the checkpoint used instead; `None` when no intact one is left.
+        using: Option<u64>,
+    },
+    /// K0513: the run directory's lock was left by a process that died.
+    StaleLock {
+        /// The experiment.
+        span: Span,
+        /// The run directory.
+        dir: PathBuf,
+        /// The process that held it, as `process 42 on host (since ...)`.
+        holder: String,
+    },
     /// K0509: the run directory failed.
     RunIo {
         /// The experiment.
@@ -601,6 +630,9 @@ impl Problem {
             Problem::ResumeIncompatible { .. } => Code::ResumeIncompatible,
             Problem::TorchError { .. } => Code::TorchError,
             Problem::RunIo { .. } => Code::RunIo,
+            Problem::RunDirTaken { .. } => Code::RunDirTaken,
+            Problem::CheckpointDamaged { .. } => Code::CheckpointDamaged,
+            Problem::StaleLock { .. } => Code::StaleLock,
         }
     }
 }

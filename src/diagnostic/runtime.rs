@@ -1,6 +1,6 @@
 //! Wording of runtime problems (K0501 to K0509).
 
-use super::problem::{Problem, Resume, RunStage, Torch, Unavailable};
+use super::problem::{Problem, RunStage, Torch, Unavailable};
 use super::Diagnostic;
 use crate::span::Span;
 
@@ -110,46 +110,6 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 Some(dir) => format!("resume with `kiln run --resume {}`", dir.display()),
                 None => "resume from the run directory of the first process".to_string(),
             }),
-        Problem::ResumeIncompatible { span, situation } => {
-            let (message, label, help) = match situation {
-                Resume::NoCheckpoint { dir } => (
-                    format!("`{}` holds no checkpoint", dir.display()),
-                    "nothing to resume",
-                    "resume a run directory that has `checkpoints/`; add `checkpoint(every: ...)` to the train block",
-                ),
-                Resume::Layer { index, was, now } => {
-                    let layer = |l: Option<String>| {
-                        l.map_or_else(|| "no layer".to_string(), |l| format!("`{l}`"))
-                    };
-                    (
-                        format!(
-                            "the model changed since the checkpoint: layer {} was {}, is now {}",
-                            index + 1,
-                            layer(was),
-                            layer(now)
-                        ),
-                        "differs from the checkpoint",
-                        "resume with the model the checkpoint was made with, or start a new run",
-                    )
-                }
-                Resume::Optimizer { was, now } => (
-                    format!("the optimizer changed since the checkpoint: was `{was}`, is now `{now}`"),
-                    "differs from the checkpoint",
-                    "resume with the optimizer the checkpoint was made with, or start a new run",
-                ),
-                Resume::WorldSize { was, now } => (
-                    format!("the world size changed since the checkpoint: was {was}, is now {now}"),
-                    "differs from the checkpoint",
-                    "resume with the world size the checkpoint was made with",
-                ),
-                Resume::MissingTensor { name } => (
-                    format!("the checkpoint has no tensor `{name}`"),
-                    "the checkpoint does not fit this model",
-                    "resume with the experiment that made the checkpoint",
-                ),
-            };
-            new(span, message).label(label).help(help)
-        }
         Problem::TorchError { span, situation } => {
             let check =
                 "this should have been caught by `kiln check`; please report it with the file";

@@ -539,34 +539,43 @@ pub enum Resume {
         /// The run directory.
         dir: PathBuf,
     },
-    /// A layer changed since the checkpoint.
-    Layer {
-        /// 0-based layer index.
-        index: usize,
-        /// What it was; `None` when the checkpoint has no layer there.
-        was: Option<String>,
-        /// What it is; `None` when the model has no layer there.
-        now: Option<String>,
-    },
-    /// The optimizer changed.
-    Optimizer {
-        /// What it was.
-        was: String,
-        /// What it is.
-        now: String,
-    },
-    /// The world size changed.
-    WorldSize {
-        /// What it was.
-        was: u64,
-        /// What it is.
-        now: u64,
+    /// The experiment changed, since the checkpoint, in what the run computes.
+    Changed {
+        /// Each difference.
+        changes: Vec<Change>,
     },
     /// The checkpoint lacks a tensor the model has.
     MissingTensor {
         /// The tensor's `state_dict` name.
         name: String,
     },
+}
+
+/// One difference between a checkpoint's experiment and the one resuming from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// What differs (`seed`, `layer 3`, `optimizer`).
+    pub what: String,
+    /// The checkpoint's value; `None` when it had none.
+    pub was: Option<String>,
+    /// The experiment's value; `None` when it has none.
+    pub now: Option<String>,
+    /// Where the experiment says it, when it is written in one place.
+    pub span: Option<Span>,
+}
+
+/// Why a run directory cannot be used (K0510).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Taken {
+    /// A new run was asked for in a directory that holds files.
+    Exists,
+    /// Another process is writing the run (named when known).
+    InUse {
+        /// The holder, as `process 42 on host (since ...)`.
+        holder: Option<String>,
+    },
+    /// `--resume` names a directory that holds no run.
+    NotARun,
 }
 
 /// The situations of K0508.

@@ -234,9 +234,12 @@ impl Problem {
             | Problem::NonFiniteLoss { .. }
             | Problem::OutOfMemory { .. }
             | Problem::Interrupted { .. }
-            | Problem::ResumeIncompatible { .. }
             | Problem::TorchError { .. }
             | Problem::RunIo { .. }) => super::runtime::words(p),
+            p @ (Problem::ResumeIncompatible { .. }
+            | Problem::RunDirTaken { .. }
+            | Problem::CheckpointDamaged { .. }
+            | Problem::StaleLock { .. }) => super::runs::words(p),
         }
     }
 }
@@ -383,7 +386,14 @@ mod tests {
             },
             Problem::ResumeIncompatible {
                 span: at(0, 1),
-                situation: Resume::WorldSize { was: 2, now: 4 },
+                situation: Resume::Changed {
+                    changes: vec![Change {
+                        what: "seed".into(),
+                        was: Some("1".into()),
+                        now: Some("2".into()),
+                        span: None,
+                    }],
+                },
             },
             Problem::RunIo {
                 span: at(0, 1),

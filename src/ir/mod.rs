@@ -133,6 +133,8 @@ pub enum Duration {
 pub struct Experiment {
     /// The experiment's name.
     pub name: String,
+    /// Its `experiment` keyword: where failures of the run as a whole point.
+    pub span: Span,
     /// Free text.
     pub description: Option<String>,
     /// Free labels.
@@ -747,8 +749,6 @@ pub struct EarlyStop {
 pub struct Checkpoint {
     /// Interval.
     pub every: Duration,
-    /// Directory, relative to the run directory.
-    pub dir: String,
     /// How many to keep.
     pub keep: u64,
 }

@@ -1,6 +1,7 @@
 //! The checkpoint index: `checkpoints/step-NNNNNNNNN.yaml`, a [`Sidecar`] holding the position in
-//! training and the plan's fingerprint, beside `step-NNNNNNNNN.safetensors` (written by the
-//! runtime). The sidecar is written last, so a sidecar always names a complete checkpoint.
+//! training, the plan's fingerprint and the size and CRC-32 of its tensors file,
+//! `step-NNNNNNNNN.safetensors` (written by the runtime). The sidecar is written last, so a
+//! sidecar always names a complete checkpoint; the checksum tells whether it is still intact.
 
 use std::path::{Path, PathBuf};
 
@@ -8,19 +9,24 @@ use serde::{Deserialize, Serialize};
 
 use super::{write_yaml, Error};
 
-/// What must match between a checkpoint and the experiment resuming from it.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+/// What a checkpoint was made with, compared when a run resumes from it. Each entry is
+/// `(what, value)`, in a fixed order, so differences can be named one by one.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
 pub struct Fingerprint {
     /// Each layer as `name kind [output shape] params`.
     pub layers: Vec<String>,
-    /// The optimizer's name.
-    pub optimizer: String,
-    /// Processes taking part.
-    pub world_size: u64,
+    /// What changes what the run computes (optimizer, loss, data, split, seed, batch, shuffle,
+    /// precision, strategy, compression, ...): a resume that changes one is refused.
+    pub computes: Vec<(String, String)>,
+    /// What a resume may change (learning rate and its schedule, length, evaluation,
+    /// checkpoints, early stopping): changes are recorded in the run's history.
+    pub settings: Vec<(String, String)>,
 }
 
 /// Where training stood when the checkpoint was written.
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
 pub struct Position {
     /// Optimizer steps taken.
     pub step: u64,
@@ -40,6 +46,29 @@ pub struct Position {
     pub bad_evals: u64,
     /// Lines of `metrics.jsonl` written up to this point.
     pub metrics_lines: u64,
+    /// The step of the last evaluation recorded.
+    pub last_eval_step: Option<u64>,
+    /// The mean training loss of the last epoch recorded (or of the epoch so far, when the run
+    /// stopped within it).
+    pub train_loss: f64,
+    /// Seconds spent training so far, over every part of the run.
+    pub seconds: f64,
+    /// Training samples seen so far, over every part of the run.
+    pub samples: f64,
+    /// Seconds spent waiting for data so far.
+    pub wait_seconds: f64,
+}
+
+/// One part of a run: from its start or a resume to the next resume or the end.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct Segment {
+    /// The step it started from.
+    pub from_step: u64,
+    /// The version of the experiment it ran (`experiment.exp`, `experiment-2.exp`, ...).
+    pub experiment: String,
+    /// The settings it changed, as `what: was → now`.
+    pub changes: Vec<String>,
 }
 
 /// The sidecar of one checkpoint.
@@ -53,6 +82,15 @@ pub struct Sidecar {
     pub position: Position,
     /// The tensors file, beside the sidecar.
     pub tensors: String,
+    /// The tensors file's size in bytes.
+    #[serde(default)]
+    pub tensors_bytes: u64,
+    /// The CRC-32 of the tensors file, as 8 hex digits.
+    #[serde(default)]
+    pub tensors_crc32: String,
+    /// The parts of the run up to this checkpoint, oldest first.
+    #[serde(default)]
+    pub history: Vec<Segment>,
 }
 
 /// The file stem of the checkpoint taken at `step`: `step-000000042`.
@@ -104,12 +142,70 @@ pub fn prune(dir: &Path, keep: u64) {
     }
 }
 
-/// The newest sidecar in `dir` and the path of its tensors file, or `None` when there is none.
-pub fn latest(dir: &Path) -> Result<Option<(Sidecar, PathBuf)>, Error> {
-    let Some(meta) = list(dir).pop() else {
-        return Ok(None);
+/// The size and CRC-32 (8 hex digits) of the file at `path`, read in pieces.
+pub fn checksum(path: &Path) -> std::io::Result<(u64, String)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = crc32fast::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok((bytes, format!("{:08x}", hasher.finalize())))
+}
+
+/// A checkpoint found damaged, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Damaged {
+    /// Its sidecar.
+    pub sidecar: PathBuf,
+    /// What is wrong, in a few words.
+    pub reason: String,
+}
+
+/// Checks the checkpoint whose sidecar is `meta`; returns it with its tensors file's path.
+pub fn verify(meta: &Path) -> Result<(Sidecar, PathBuf), Damaged> {
+    let damaged = |reason: String| Damaged {
+        sidecar: meta.to_path_buf(),
+        reason,
     };
-    let side: Sidecar = super::read_yaml(&meta)?;
+    let side: Sidecar = super::read_yaml(meta).map_err(|e| damaged(e.to_string()))?;
+    let dir = meta.parent().unwrap_or(Path::new("."));
     let tensors = dir.join(&side.tensors);
-    Ok(Some((side, tensors)))
+    let (bytes, crc) = checksum(&tensors)
+        .map_err(|e| damaged(format!("cannot read `{}`: {e}", tensors.display())))?;
+    if side.tensors_crc32.is_empty() {
+        return Ok((side, tensors));
+    }
+    if bytes != side.tensors_bytes {
+        return Err(damaged(format!(
+            "`{}` has {bytes} bytes, its sidecar says {}",
+            side.tensors, side.tensors_bytes
+        )));
+    }
+    if crc != side.tensors_crc32 {
+        return Err(damaged(format!(
+            "`{}` has CRC-32 {crc}, its sidecar says {}",
+            side.tensors, side.tensors_crc32
+        )));
+    }
+    Ok((side, tensors))
+}
+
+/// The checkpoints of `dir`, newest first, each verified: `Ok` for an intact one, `Err` for a
+/// damaged one. A reader takes the first intact one and warns about the damaged ones before it.
+pub fn newest_first(dir: &Path) -> impl Iterator<Item = Result<(Sidecar, PathBuf), Damaged>> {
+    list(dir).into_iter().rev().map(|meta| verify(&meta))
+}
+
+/// The newest intact checkpoint in `dir`: its sidecar and the path of its tensors file, or
+/// `None` when there is none.
+pub fn latest(dir: &Path) -> Option<(Sidecar, PathBuf)> {
+    newest_first(dir).find_map(Result::ok)
 }

@@ -10,11 +10,15 @@
 //! - `checkpoints/`: a [`Sidecar`] per checkpoint beside its tensors file ([`checkpoint`]); the
 //!   tensors themselves are written by the runtime, which links libtorch.
 //!
+//! A run directory is written by one process at a time: [`RunDir`] creates it exclusively (a new
+//! run never reuses a directory that holds a run) and holds its [`Lock`] until it is dropped.
+//!
 //! Sweeps are ranked by [`rank`]. Whole files are written atomically (a temporary file, then a
 //! rename); every failure, serialisation included, is an [`Error`] naming the file.
 //! Nothing here uses libtorch.
 
 pub mod checkpoint;
+mod lock;
 mod metrics;
 mod rank;
 mod report;
@@ -24,7 +28,8 @@ mod tests;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-pub use checkpoint::{Fingerprint, Position, Sidecar};
+pub use checkpoint::{Fingerprint, Position, Segment, Sidecar};
+pub use lock::{Holder, Lock, LockError, LOCK};
 pub use metrics::{EpochRecord, EvalRecord, MetricLine, StepRecord};
 pub use rank::{rank, rank_key};
 pub use report::{Eval, Outcome, Report};
@@ -153,7 +158,7 @@ fn append(path: &Path, text: &[u8]) -> Result<(), Error> {
 }
 
 /// A run directory being written: appends metrics and step records, writes whole files
-/// atomically. One per run, held by the training loop.
+/// atomically. One per run, held by the training loop; it holds the directory's lock.
 #[derive(Debug)]
 pub struct RunDir {
     dir: PathBuf,
@@ -161,28 +166,130 @@ pub struct RunDir {
     lines: u64,
     /// Step records not yet appended to `steps.jsonl`.
     steps: Vec<u8>,
-    /// The step of the last evaluation recorded by this process.
-    last_eval_step: Option<u64>,
+    /// The lock, released when the run directory is dropped.
+    _lock: Lock,
+    /// The holder of a stale lock found when the directory was opened.
+    stale: Option<Holder>,
+    /// Temporary files of interrupted writes removed when the directory was opened.
+    removed: Vec<PathBuf>,
 }
 
 /// Step records are buffered up to this many bytes before they are appended.
 const STEP_BUFFER: usize = 1 << 16;
 
+/// Why a run directory could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// A new run was to be created in a directory that already holds files.
+    Exists(PathBuf),
+    /// Another process is writing the run.
+    InUse(PathBuf, Option<Holder>),
+    /// The directory to resume holds no run.
+    NotARun(PathBuf),
+    /// The directory or its lock could not be created, read or written.
+    Io(Error),
+}
+
+/// Creates a new, empty directory under `parent` named `stem`, or `stem-2`, `stem-3`, ... when
+/// that exists; the creation is atomic, so two processes (on one machine or on machines sharing
+/// the file system) never get the same directory. Returns its path.
+pub fn create_unique(parent: &Path, stem: &str) -> Result<PathBuf, Error> {
+    std::fs::create_dir_all(parent).map_err(|e| Error::new(Op::Create, parent, e))?;
+    for n in 1..=10_000u32 {
+        let name = if n == 1 {
+            stem.to_string()
+        } else {
+            format!("{stem}-{n}")
+        };
+        let dir = parent.join(name);
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::new(Op::Create, &dir, e)),
+        }
+    }
+    Err(Error::new(
+        Op::Create,
+        &parent.join(stem),
+        "10000 directories of that name exist already",
+    ))
+}
+
+/// Whether the run in `dir` finished (it has its report).
+pub fn is_finished(dir: &Path) -> bool {
+    dir.join(REPORT).is_file()
+}
+
 impl RunDir {
-    /// Creates a run directory, or reopens one to resume (counting its metric lines).
-    pub fn open(dir: PathBuf) -> Result<RunDir, Error> {
-        std::fs::create_dir_all(&dir).map_err(|e| Error::new(Op::Create, &dir, e))?;
+    /// Opens a new run in `dir`: creates the directory (or takes an empty one) and its lock. A
+    /// directory that already holds files is refused, so no run is ever overwritten.
+    pub fn create(dir: PathBuf) -> Result<RunDir, OpenError> {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| OpenError::Io(Error::new(Op::Create, parent, e)))?;
+        }
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let empty = std::fs::read_dir(&dir)
+                    .map_err(|e| OpenError::Io(Error::new(Op::Read, &dir, e)))?
+                    .next()
+                    .is_none();
+                if !empty {
+                    return Err(OpenError::Exists(dir));
+                }
+            }
+            Err(e) => return Err(OpenError::Io(Error::new(Op::Create, &dir, e))),
+        }
+        let (lock, _) = Lock::take(&dir).map_err(|e| locked(e, &dir))?;
+        // Another process may have taken the empty directory first and let go.
+        if dir.join(EXPERIMENT).exists() {
+            return Err(OpenError::Exists(dir));
+        }
+        Ok(RunDir {
+            dir,
+            lines: 0,
+            steps: Vec::new(),
+            _lock: lock,
+            stale: None,
+            removed: Vec::new(),
+        })
+    }
+
+    /// Reopens the run in `dir` to resume it: takes its lock (refused while another process
+    /// holds it; a stale lock is noted), removes temporary files left by interrupted writes and
+    /// counts its metric lines.
+    pub fn resume(dir: PathBuf) -> Result<RunDir, OpenError> {
+        if !dir.join(EXPERIMENT).is_file() {
+            return Err(OpenError::NotARun(dir));
+        }
+        let (lock, stale) = Lock::take(&dir).map_err(|e| locked(e, &dir))?;
+        let mut removed = remove_temporaries(&dir);
+        removed.extend(remove_temporaries(&dir.join(CHECKPOINTS)));
         let lines = match std::fs::read_to_string(dir.join(METRICS)) {
             Ok(text) => text.lines().count() as u64,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(Error::new(Op::Read, &dir.join(METRICS), e)),
+            Err(e) => return Err(OpenError::Io(Error::new(Op::Read, &dir.join(METRICS), e))),
         };
         Ok(RunDir {
             dir,
             lines,
             steps: Vec::new(),
-            last_eval_step: None,
+            _lock: lock,
+            stale,
+            removed,
         })
+    }
+
+    /// The holder of a stale lock found when the run was reopened: a process that died while
+    /// writing it.
+    pub fn stale(&self) -> Option<&Holder> {
+        self.stale.as_ref()
+    }
+
+    /// Temporary files of interrupted writes removed when the run was reopened.
+    pub fn removed(&self) -> &[PathBuf] {
+        &self.removed
     }
 
     /// The directory.
@@ -200,6 +307,24 @@ impl RunDir {
         write_atomic(&self.dir, name, contents).map(drop)
     }
 
+    /// Records the experiment `text` that runs from now on: the first version is
+    /// `experiment.exp`; a resume with a different text writes `experiment-2.exp`, then
+    /// `experiment-3.exp`, ..., so every version that ran is kept. Returns the version's file
+    /// name (an existing one when the text is unchanged).
+    pub fn record_version(&self, text: &str) -> Result<String, Error> {
+        let versions = versions(&self.dir);
+        if let Some(last) = versions.last() {
+            let path = self.dir.join(last);
+            let old = std::fs::read(&path).map_err(|e| Error::new(Op::Read, &path, e))?;
+            if old == text.as_bytes() {
+                return Ok(last.clone());
+            }
+        }
+        let name = version_name(versions.len() + 1);
+        write_atomic(&self.dir, &name, text.as_bytes())?;
+        Ok(name)
+    }
+
     /// Writes `report.yaml`.
     pub fn write_report(&self, report: &Report) -> Result<(), Error> {
         write_yaml(&self.dir, REPORT, report)
@@ -210,9 +335,6 @@ impl RunDir {
         let path = self.dir.join(METRICS);
         let mut text = serde_json::to_vec(line).map_err(|e| Error::new(Op::Encode, &path, e))?;
         text.push(b'\n');
-        if let MetricLine::Val(e) = line {
-            self.last_eval_step = Some(e.step);
-        }
         self.flush_steps()?;
         append(&path, &text)?;
         self.lines += 1;
@@ -240,11 +362,6 @@ impl RunDir {
         Ok(())
     }
 
-    /// The step of the last evaluation recorded by this process.
-    pub fn last_eval_step(&self) -> Option<u64> {
-        self.last_eval_step
-    }
-
     /// Keeps the first `keep` metric lines and the records of the first `step` steps, dropping
     /// what was written after a checkpoint taken at `step` (a resumed run writes them again).
     pub fn truncate(&mut self, keep: u64, step: u64) -> Result<(), Error> {
@@ -261,6 +378,74 @@ impl RunDir {
     pub fn metrics(&self) -> Result<Vec<MetricLine>, Error> {
         Ok(read_metrics(&self.dir)?.unwrap_or_default())
     }
+}
+
+/// The file name of the `n`th version of the experiment (1-based).
+fn version_name(n: usize) -> String {
+    if n == 1 {
+        EXPERIMENT.to_string()
+    } else {
+        format!("experiment-{n}.exp")
+    }
+}
+
+/// The versions of the experiment that ran in `dir`, oldest first: `experiment.exp`, then
+/// `experiment-2.exp`, ... as far as they go.
+pub fn versions(dir: &Path) -> Vec<String> {
+    (1..)
+        .map(version_name)
+        .take_while(|name| dir.join(name).is_file())
+        .collect()
+}
+
+/// The error of a lock that could not be taken on `dir`.
+fn locked(e: LockError, dir: &Path) -> OpenError {
+    match e {
+        LockError::Held(holder) => OpenError::InUse(dir.to_path_buf(), holder),
+        LockError::Io(e) => OpenError::Io(e),
+    }
+}
+
+/// Removes the temporary files (`.NAME.tmp`) that an interrupted atomic write leaves in `dir`;
+/// returns their paths.
+fn remove_temporaries(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with('.') && n.ends_with(".tmp")
+            }) && p.is_file()
+                && std::fs::remove_file(p).is_ok()
+        })
+        .collect()
+}
+
+/// The current UTC time as `YYYYmmdd-HHMMSS`, the name of a new run directory.
+pub fn timestamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 /// The first `n` lines of `path` (each ending in a newline) and how many there are; a missing

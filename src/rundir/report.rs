@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::MetricLine;
+use super::{MetricLine, Segment};
 
 /// The report of one run. Every field has a default when read, so reports written by older or
 /// newer versions of Kiln still read.
@@ -30,6 +30,10 @@ pub struct Report {
     pub wall_seconds: f64,
     /// Parts of the experiment this version does not apply yet.
     pub notes: Vec<String>,
+    /// Each time the run was resumed: from which step, with which version of the experiment
+    /// and which changed settings. Empty for a run that ran in one go.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub resumed: Vec<Segment>,
     /// Per-epoch metrics (the lines of `metrics.jsonl`).
     pub metrics: Vec<MetricLine>,
 }

@@ -73,6 +73,11 @@ fn report() -> Report {
         },
         wall_seconds: 42.5,
         notes: vec!["`compress` is not applied yet".into()],
+        resumed: vec![Segment {
+            from_step: 120,
+            experiment: "experiment-2.exp".into(),
+            changes: vec!["learning rate: 0.1 → 0.05".into()],
+        }],
         metrics: vec![
             MetricLine::Train(epoch(1, 0.5)),
             MetricLine::Val(eval(0, Some((5, 0.99)))),
@@ -84,7 +89,7 @@ fn report() -> Report {
 #[test]
 fn report_round_trips() {
     let dir = scratch("report");
-    let run = RunDir::open(dir.clone()).expect("open");
+    let run = RunDir::create(dir.clone()).expect("create");
     let written = report();
     run.write_report(&written).expect("write");
     assert_eq!(read_report(&dir).expect("read"), written);
@@ -117,7 +122,7 @@ fn a_report_of_another_version_reads_with_defaults() {
 #[test]
 fn metrics_and_steps_round_trip_and_truncate() {
     let dir = scratch("metrics");
-    let mut run = RunDir::open(dir.clone()).expect("open");
+    let mut run = RunDir::create(dir.clone()).expect("create");
     let lines = vec![
         MetricLine::Train(epoch(1, 0.5)),
         MetricLine::Val(eval(1, Some((5, 0.99)))),
@@ -126,7 +131,6 @@ fn metrics_and_steps_round_trip_and_truncate() {
     for (i, l) in lines.iter().enumerate() {
         assert_eq!(run.metric(l).expect("append"), i as u64 + 1);
     }
-    assert_eq!(run.last_eval_step(), Some(125));
     assert_eq!(run.metrics().expect("read"), lines);
     let text = std::fs::read_to_string(dir.join(METRICS)).expect("metrics");
     assert!(
@@ -154,7 +158,10 @@ fn metrics_and_steps_round_trip_and_truncate() {
     assert_eq!(steps[2].loss, 1.0 / 3.0);
 
     // A reopened run counts the lines; truncating keeps the head of both files.
-    let mut again = RunDir::open(dir.clone()).expect("reopen");
+    run.write_file(EXPERIMENT, b"experiment")
+        .expect("experiment");
+    drop(run);
+    let mut again = RunDir::resume(dir.clone()).expect("reopen");
     again.truncate(2, 3).expect("truncate");
     assert_eq!(again.metrics().expect("read"), lines[..2]);
     let kept = std::fs::read_to_string(dir.join(STEPS)).expect("steps");
@@ -204,8 +211,8 @@ fn checkpoint_index_round_trips_and_prunes() {
         kiln: "0.1.0".into(),
         fingerprint: Fingerprint {
             layers: vec!["fc linear [10] 7850".into()],
-            optimizer: "adam".into(),
-            world_size: 1,
+            computes: vec![("seed".into(), "1".into())],
+            settings: vec![("learning rate".into(), "0.1".into())],
         },
         position: Position {
             step,
@@ -217,8 +224,15 @@ fn checkpoint_index_round_trips_and_prunes() {
             ..Position::default()
         },
         tensors: String::new(),
+        tensors_bytes: 1,
+        tensors_crc32: format!("{:08x}", crc32fast::hash(b"t")),
+        history: vec![Segment {
+            from_step: 0,
+            experiment: EXPERIMENT.into(),
+            changes: vec![],
+        }],
     };
-    assert_eq!(checkpoint::latest(&dir).expect("none"), None);
+    assert_eq!(checkpoint::latest(&dir), None);
     for step in [10, 20, 30] {
         std::fs::write(dir.join(checkpoint::tensors_name(step)), b"t").expect("tensors");
         checkpoint::write_sidecar(&dir, &side(step)).expect("sidecar");
@@ -230,11 +244,26 @@ fn checkpoint_index_round_trips_and_prunes() {
         .collect();
     assert_eq!(names, ["step-000000020.yaml", "step-000000030.yaml"]);
     assert!(!dir.join("step-000000010.safetensors").exists());
-    let (read, tensors) = checkpoint::latest(&dir).expect("read").expect("there");
+    let (read, tensors) = checkpoint::latest(&dir).expect("there");
     let mut want = side(30);
     want.tensors = "step-000000030.safetensors".into();
     assert_eq!(read, want);
     assert_eq!(tensors, dir.join("step-000000030.safetensors"));
+
+    // A damaged newest checkpoint (other bytes, or fewer) is passed over for an older intact one.
+    std::fs::write(dir.join(checkpoint::tensors_name(30)), b"x").expect("flip");
+    let found: Vec<_> = checkpoint::newest_first(&dir).collect();
+    let damaged = found[0].as_ref().expect_err("damaged");
+    assert!(damaged.reason.contains("CRC-32"), "{}", damaged.reason);
+    assert_eq!(checkpoint::latest(&dir).expect("older").0.position.step, 20);
+    std::fs::write(dir.join(checkpoint::tensors_name(20)), b"").expect("truncate");
+    let found: Vec<_> = checkpoint::newest_first(&dir).collect();
+    assert!(found[1]
+        .as_ref()
+        .expect_err("short")
+        .reason
+        .contains("0 bytes"));
+    assert_eq!(checkpoint::latest(&dir), None);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -263,11 +292,9 @@ fn a_serialisation_failure_is_an_error_and_writes_nothing() {
 fn write_failures_name_the_file() {
     let dir = scratch("unwritable");
     // A directory in the way of the file makes the rename fail, even as root.
+    let run = RunDir::create(dir.clone()).expect("create");
     std::fs::create_dir_all(dir.join(REPORT).join("x")).expect("dir");
-    let e = RunDir::open(dir.clone())
-        .expect("open")
-        .write_report(&report())
-        .expect_err("cannot write");
+    let e = run.write_report(&report()).expect_err("cannot write");
     assert_eq!(e.op, Op::Rename);
     assert!(e.to_string().starts_with("cannot rename"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -313,4 +340,74 @@ fn ranking_puts_the_best_first_and_nan_last() {
         rank_key(Some(&outcome(Some((0.2, Some(0.9))), 0.1))),
         Some(-0.9)
     );
+}
+
+#[test]
+fn a_run_directory_has_one_writer_and_is_never_reused() {
+    let parent = scratch("exclusive");
+    // Directories made in the same second get distinct names.
+    let a = create_unique(&parent, "20261130-120000").expect("first");
+    let b = create_unique(&parent, "20261130-120000").expect("second");
+    assert_ne!(a, b);
+    assert!(b.ends_with("20261130-120000-2"), "{}", b.display());
+
+    let run = RunDir::create(a.clone()).expect("create");
+    match RunDir::resume(a.clone()) {
+        Err(OpenError::NotARun(_)) => {}
+        other => panic!("expected not a run yet: {other:?}"),
+    }
+    // A second writer is refused while the first holds the lock, naming it.
+    run.write_file(EXPERIMENT, b"experiment")
+        .expect("experiment");
+    match RunDir::resume(a.clone()) {
+        Err(OpenError::InUse(_, Some(holder))) => assert_eq!(holder.pid, std::process::id()),
+        other => panic!("expected in use: {other:?}"),
+    }
+    match RunDir::create(a.clone()) {
+        Err(OpenError::Exists(_)) => {}
+        other => panic!("expected exists: {other:?}"),
+    }
+    // Letting go in order leaves no stale lock.
+    drop(run);
+    let again = RunDir::resume(a.clone()).expect("resume");
+    assert_eq!(again.stale(), None);
+    drop(again);
+
+    // A lock file that names a holder while nobody holds it was left by a dead process; the
+    // temporary files of interrupted writes are removed.
+    let dead = Holder {
+        pid: 999_999,
+        host: "elsewhere".into(),
+        since: "20261130-120000".into(),
+    };
+    std::fs::write(a.join(LOCK), serde_yaml::to_string(&dead).expect("yaml")).expect("lock");
+    std::fs::create_dir_all(a.join(CHECKPOINTS)).expect("checkpoints");
+    let tmp = a.join(CHECKPOINTS).join(".step-000000004.safetensors.tmp");
+    std::fs::write(&tmp, b"half").expect("tmp");
+    std::fs::write(a.join(".metrics.jsonl.tmp"), b"half").expect("tmp");
+    let resumed = RunDir::resume(a.clone()).expect("resume a stale lock");
+    assert_eq!(resumed.stale(), Some(&dead));
+    assert_eq!(resumed.removed().len(), 2, "{:?}", resumed.removed());
+    assert!(!tmp.exists() && !a.join(".metrics.jsonl.tmp").exists());
+    let _ = std::fs::remove_dir_all(&parent);
+}
+
+#[test]
+fn every_version_of_the_experiment_is_kept() {
+    let dir = scratch("versions");
+    let run = RunDir::create(dir.clone()).expect("create");
+    assert_eq!(run.record_version("a").expect("v1"), EXPERIMENT);
+    assert_eq!(run.record_version("a").expect("same"), EXPERIMENT);
+    assert_eq!(run.record_version("b").expect("v2"), "experiment-2.exp");
+    assert_eq!(run.record_version("b").expect("same"), "experiment-2.exp");
+    assert_eq!(run.record_version("a").expect("v3"), "experiment-3.exp");
+    assert_eq!(
+        versions(&dir),
+        [EXPERIMENT, "experiment-2.exp", "experiment-3.exp"]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join(EXPERIMENT)).expect("v1"),
+        "a"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

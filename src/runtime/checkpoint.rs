@@ -1,7 +1,8 @@
 //! Checkpoints: weights, buffers and optimizer state in safetensors, with a YAML sidecar holding
-//! the position in training and the plan's fingerprint (`kiln::rundir::checkpoint`, which owns
-//! the index). Written atomically (temporary file, then rename; the sidecar last, so a sidecar
-//! always names a complete checkpoint), keeping the last K.
+//! the position in training, the plan's fingerprint and the tensors file's checksum
+//! (`kiln::rundir::checkpoint`, which owns the index). Written atomically (temporary file, then
+//! rename; the sidecar last, so a sidecar always names a complete checkpoint), keeping the last
+//! K; read back from the newest one whose checksum still holds.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +10,9 @@ use tch::Tensor;
 
 use kiln::diagnostic::problem::RunStage;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::rundir::checkpoint::{latest as latest_sidecar, prune, tensors_name, write_sidecar};
+use kiln::rundir::checkpoint::{
+    checksum, newest_first, prune, tensors_name, write_sidecar, Damaged,
+};
 use kiln::span::Span;
 
 pub use kiln::rundir::{Fingerprint, Position, Sidecar};
@@ -31,7 +34,8 @@ fn fail(e: kiln::rundir::Error, span: Span) -> Diagnostic {
     io_failure(e.op.verb(), &e.path, e.detail, span)
 }
 
-/// Writes a checkpoint into `dir` and removes all but the newest `keep`.
+/// Writes a checkpoint into `dir` and removes all but the newest `keep`. A failed write leaves
+/// no temporary file behind and the older checkpoints as they were.
 pub fn write(
     dir: &Path,
     sidecar: &Sidecar,
@@ -43,27 +47,62 @@ pub fn write(
     let name = tensors_name(sidecar.position.step);
     let data = dir.join(&name);
     let tmp = dir.join(format!(".{name}.tmp"));
+    let written = write_tensors(&tmp, &data, tensors, span);
+    let (tensors_bytes, tensors_crc32) = match written {
+        Ok(sum) => sum,
+        Err(d) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(d);
+        }
+    };
+    std::fs::rename(&tmp, &data).map_err(|e| io_failure("rename", &tmp, e, span))?;
+    let side = Sidecar {
+        tensors_bytes,
+        tensors_crc32,
+        ..sidecar.clone()
+    };
+    let meta = write_sidecar(dir, &side).map_err(|e| fail(e, span))?;
+    prune(dir, keep);
+    Ok(meta)
+}
+
+/// Writes the tensors to `tmp` (on their way to `data`); returns the file's size and checksum.
+fn write_tensors(
+    tmp: &Path,
+    data: &Path,
+    tensors: &[(String, Tensor)],
+    span: Span,
+) -> Result<(u64, String), Diagnostic> {
     let cpu: Vec<(String, Tensor)> = tensors
         .iter()
         .map(|(n, t)| t.f_to_device(tch::Device::Cpu).map(|t| (n.clone(), t)))
         .collect::<Result<_, _>>()
-        .map_err(|e| io_failure("copy tensors for", &data, e, span))?;
-    Tensor::write_safetensors(&cpu, &tmp).map_err(|e| io_failure("write", &tmp, e, span))?;
-    std::fs::rename(&tmp, &data).map_err(|e| io_failure("rename", &tmp, e, span))?;
-    let meta = write_sidecar(dir, sidecar).map_err(|e| fail(e, span))?;
-    prune(dir, keep);
-    Ok(meta)
+        .map_err(|e| io_failure("copy tensors for", data, e, span))?;
+    Tensor::write_safetensors(&cpu, tmp).map_err(|e| io_failure("write", tmp, e, span))?;
+    checksum(tmp).map_err(|e| io_failure("read back", tmp, e, span))
 }
 
 /// A checkpoint read back: its sidecar and named tensors.
 pub type Saved = (Sidecar, Vec<(String, Tensor)>);
 
-/// The newest complete checkpoint in `dir`.
-pub fn latest(dir: &Path, span: Span) -> Result<Option<Saved>, Diagnostic> {
-    let Some((side, data)) = latest_sidecar(dir).map_err(|e| fail(e, span))? else {
-        return Ok(None);
-    };
-    let tensors =
-        Tensor::read_safetensors(&data).map_err(|e| io_failure("read", &data, e, span))?;
-    Ok(Some((side, tensors)))
+/// The newest intact checkpoint in `dir`, and the newer ones found damaged (their checksum does
+/// not hold, or they cannot be read).
+pub fn latest(dir: &Path) -> (Option<Saved>, Vec<Damaged>) {
+    let mut damaged = Vec::new();
+    for found in newest_first(dir) {
+        match found {
+            Ok((side, data)) => match Tensor::read_safetensors(&data) {
+                Ok(tensors) => return (Some((side, tensors)), damaged),
+                Err(e) => damaged.push(Damaged {
+                    sidecar: dir.join(format!(
+                        "{}.yaml",
+                        kiln::rundir::checkpoint::stem(side.position.step)
+                    )),
+                    reason: format!("`{}` cannot be read: {e}", side.tensors),
+                }),
+            },
+            Err(d) => damaged.push(d),
+        }
+    }
+    (None, damaged)
 }

@@ -131,7 +131,11 @@ impl Hook for Records {
     }
 
     fn after_eval(&mut self, cx: &mut Cx, e: &Evaluated) -> Result<Flow, Diagnostic> {
-        cx.pos.metrics_lines = cx.out.eval_record(cx.pos.epoch, cx.pos.step, &e.eval)?;
+        // Epochs are numbered from 1 in every record: an evaluation within an epoch belongs to
+        // the epoch in progress, one between epochs to the epoch just finished.
+        let epoch = cx.pos.epoch + u64::from(cx.pos.batch_in_epoch > 0);
+        cx.pos.metrics_lines = cx.out.eval_record(epoch, cx.pos.step, &e.eval)?;
+        cx.pos.last_eval_step = Some(cx.pos.step);
         if !e.last {
             cx.out.progress().eval(&e.eval);
         }

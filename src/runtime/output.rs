@@ -22,8 +22,6 @@ pub trait Output {
     fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Diagnostic>;
     /// Records an evaluation; returns the metric lines written so far.
     fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic>;
-    /// The step of the last evaluation recorded by this process.
-    fn last_eval_step(&self) -> Option<u64>;
     /// Drops records written after a checkpoint at `step` that kept `lines` metric lines.
     fn truncate_metrics(&mut self, lines: u64, step: u64) -> Result<(), Diagnostic>;
     /// Writes a checkpoint, keeping the newest `keep`.
@@ -63,10 +61,6 @@ impl Output for RunOutput<'_> {
 
     fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic> {
         self.writer.eval_record(epoch, step, e)
-    }
-
-    fn last_eval_step(&self) -> Option<u64> {
-        self.writer.last_eval_step()
     }
 
     fn truncate_metrics(&mut self, lines: u64, step: u64) -> Result<(), Diagnostic> {

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::problem::{RunStage, Taken};
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::rundir::{Eval, EvalRecord, MetricLine, Report, RunDir, StepRecord};
+use kiln::rundir::{Eval, EvalRecord, MetricLine, OpenError, Report, RunDir, StepRecord};
 use kiln::span::Span;
 
 pub use kiln::rundir::EpochRecord;
@@ -20,10 +20,40 @@ pub struct RunWriter {
 }
 
 impl RunWriter {
-    /// Creates a new run directory, or reopens one to resume.
-    pub fn open(dir: PathBuf, span: Span) -> Result<RunWriter, Diagnostic> {
-        let run = RunDir::open(dir).map_err(|e| io(&e, span))?;
+    /// Creates a new run in `dir` (which must not hold files), holding its lock; failures point
+    /// at `span`.
+    pub fn create(dir: PathBuf, span: Span) -> Result<RunWriter, Diagnostic> {
+        let run = RunDir::create(dir).map_err(|e| taken(e, span))?;
         Ok(RunWriter { run, span })
+    }
+
+    /// Reopens the run in `dir` to resume it, holding its lock. A stale lock (its holder died)
+    /// is reported as a warning, as are the temporary files of interrupted writes it removed.
+    pub fn resume(dir: PathBuf, span: Span) -> Result<(RunWriter, Vec<Diagnostic>), Diagnostic> {
+        let run = RunDir::resume(dir).map_err(|e| taken(e, span))?;
+        let mut warnings = Vec::new();
+        if let Some(holder) = run.stale() {
+            warnings.push(
+                Problem::StaleLock {
+                    span,
+                    dir: run.path().to_path_buf(),
+                    holder: holder.to_string(),
+                }
+                .diagnostic(),
+            );
+        }
+        Ok((RunWriter { run, span }, warnings))
+    }
+
+    /// Temporary files of interrupted writes removed when the run was reopened.
+    pub fn removed(&self) -> &[PathBuf] {
+        self.run.removed()
+    }
+
+    /// Records the experiment's text as the version that runs from now on; returns its file
+    /// name in the run directory.
+    pub fn record_version(&self, text: &str) -> Result<String, Diagnostic> {
+        self.run.record_version(text).map_err(|e| io(&e, self.span))
     }
 
     /// The run directory.
@@ -89,16 +119,32 @@ impl RunWriter {
         self.run.metric(&line).map_err(|e| io(&e, self.span))
     }
 
-    /// The step of the last evaluation recorded by this process.
-    pub fn last_eval_step(&self) -> Option<u64> {
-        self.run.last_eval_step()
-    }
-
     /// Drops metric lines and step records written after a checkpoint taken at `step` (a
     /// resumed run writes them again).
     pub fn truncate_metrics(&mut self, keep: u64, step: u64) -> Result<(), Diagnostic> {
         self.run.truncate(keep, step).map_err(|e| io(&e, self.span))
     }
+}
+
+/// A K0510 failure (the directory holds a run or is in use), or K0509 (it cannot be written).
+fn taken(e: OpenError, span: Span) -> Diagnostic {
+    let (dir, situation) = match e {
+        OpenError::Io(e) => return io(&e, span),
+        OpenError::Exists(dir) => (dir, Taken::Exists),
+        OpenError::InUse(dir, holder) => (
+            dir,
+            Taken::InUse {
+                holder: holder.map(|h| h.to_string()),
+            },
+        ),
+        OpenError::NotARun(dir) => (dir, Taken::NotARun),
+    };
+    Problem::RunDirTaken {
+        span,
+        dir,
+        situation,
+    }
+    .diagnostic()
 }
 
 /// A K0509 failure at `span` for a file of the run directory.

@@ -7,17 +7,19 @@ use std::path::{Path, PathBuf};
 use super::budget::Budget;
 use super::checkpoint;
 use super::data;
+use super::failure::At;
 use super::hooks::Cancel;
 use super::model::{self, tch_device};
 use super::output::RunOutput;
 use super::report::{Progress, RunWriter};
-use super::state::fingerprint;
+use super::state::{data_digest, differences, fingerprint};
 use super::train::{standard_hooks, Outcome, Trainer};
 use kiln::check::{check_path, Checked, FsLoader, Options};
-use kiln::diagnostic::problem::{Resume, Unavailable};
+use kiln::diagnostic::problem::{Resume, RunStage, Unavailable};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::{Code, Diagnostic, Problem};
 use kiln::ir::{Experiment, Precision};
+use kiln::rundir::{Fingerprint, Segment};
 use kiln::span::Sources;
 
 /// Options of `kiln run`.
@@ -69,10 +71,7 @@ pub fn main(opts: &RunOptions) -> i32 {
         tch::set_num_threads(n as i32);
     }
     let checked = check_path(&opts.file, &FsLoader, &Options::default());
-    let style = Style {
-        color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-        width: 100,
-    };
+    let style = style();
     for d in &checked.diagnostics {
         eprint(&to_text(d, &checked.sources, style));
     }
@@ -103,26 +102,46 @@ pub fn main(opts: &RunOptions) -> i32 {
         eprint("error: `--resume` and `--run-dir` take one trial; pick one with `--trial K`\n");
         return 2;
     }
-    let stamp = timestamp();
+    if let Some(dir) = &opts.resume {
+        if kiln::rundir::is_finished(dir) {
+            eprint(&complete(dir));
+            return 0;
+        }
+    }
     let sweep = checked.trials.len() > 1;
-    let dir_of = |i: usize, exp: &Experiment| match (&opts.resume, &opts.run_dir) {
-        (Some(d), _) | (None, Some(d)) => d.clone(),
-        (None, None) if sweep => opts
-            .runs_dir
-            .join(&exp.name)
-            .join(&stamp)
-            .join(format!("trial-{i:03}")),
-        (None, None) => opts.runs_dir.join(&exp.name).join(&stamp),
+    let sweep_dir = match (&opts.resume, &opts.run_dir) {
+        (None, None) if sweep => {
+            let parent = opts.runs_dir.join(&checked.trials[0].name);
+            match kiln::rundir::create_unique(&parent, &kiln::rundir::timestamp()) {
+                Ok(dir) => Some(dir),
+                Err(e) => {
+                    eprint(&format!("error: {e}\n"));
+                    return 2;
+                }
+            }
+        }
+        _ => None,
     };
-    let dirs: Vec<(usize, &Experiment, PathBuf)> = trials
+    let place = |i: usize, exp: &Experiment| match (&opts.resume, &opts.run_dir, &sweep_dir) {
+        (Some(d), _, _) => Place::Resume(d.clone()),
+        (None, Some(d), _) => Place::At(d.clone()),
+        (None, None, Some(s)) => Place::At(s.join(format!("trial-{i:03}"))),
+        (None, None, None) => Place::Unique(opts.runs_dir.join(&exp.name)),
+    };
+    let places: Vec<(usize, &Experiment, Place)> =
+        trials.iter().map(|(i, e)| (*i, *e, place(*i, e))).collect();
+    let dirs: Vec<(usize, &Experiment, PathBuf)> = places
         .iter()
-        .map(|(i, e)| (*i, *e, dir_of(*i, e)))
+        .filter_map(|(i, e, p)| match p {
+            Place::At(d) => Some((*i, *e, d.clone())),
+            _ => None,
+        })
         .collect();
     if dirs.len() > 1 && dirs.iter().all(|(_, e, _)| on_cpu(e, opts)) {
         return run_concurrently(opts, &dirs);
     }
     let mut status = 0;
-    for (i, exp, dir) in &dirs {
+    for (i, exp, place) in &places {
         if sweep && !opts.quiet {
             eprint(&format!(
                 "trial {i} of {}: {}\n",
@@ -130,8 +149,8 @@ pub fn main(opts: &RunOptions) -> i32 {
                 trial_label(exp)
             ));
         }
-        match run_trial(exp, &checked, dir, opts, &cancel) {
-            Ok(outcome) => summary(exp, &outcome, dir, opts.quiet),
+        match run_trial(exp, &checked, place, opts, &cancel) {
+            Ok((outcome, dir)) => summary(exp, &outcome, &dir, opts.quiet),
             Err(f) => {
                 eprint(&to_text(&f, &checked.sources, style));
                 status = 1;
@@ -145,6 +164,39 @@ pub fn main(opts: &RunOptions) -> i32 {
         super::summary::sweep_table(&dirs);
     }
     status
+}
+
+/// Where a trial's run directory is.
+enum Place {
+    /// A new run in exactly this directory (it must not hold files).
+    At(PathBuf),
+    /// A new run in a new directory under this one, named by the time it starts.
+    Unique(PathBuf),
+    /// The run in this directory, resumed.
+    Resume(PathBuf),
+}
+
+/// What `--resume` says of a run that finished: it is complete, and nothing is changed.
+fn complete(dir: &Path) -> String {
+    let detail = kiln::rundir::read_report(dir).map_or_else(
+        |_| String::new(),
+        |r| {
+            let o = &r.outcome;
+            let mut d = format!(" after {} steps, train loss {:.4}", o.steps, o.train_loss);
+            if let Some(v) = &o.val {
+                d += &format!(", val loss {:.4}", v.loss);
+            }
+            if o.stopped_early {
+                d += ", stopped early";
+            }
+            d
+        },
+    );
+    format!(
+        "the run in `{}` is complete{detail}; nothing to resume, nothing changed\n(`kiln report {}` shows it; start a new run to train further)\n",
+        dir.display(),
+        dir.display()
+    )
 }
 
 fn trial_label(exp: &Experiment) -> String {
@@ -298,11 +350,28 @@ fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(
 fn run_trial(
     exp: &Experiment,
     checked: &Checked,
-    dir: &Path,
+    place: &Place,
     opts: &RunOptions,
     cancel: &Cancel,
-) -> Result<Outcome, Diagnostic> {
+) -> Result<(Outcome, PathBuf), Diagnostic> {
     let over = resolve_devices(exp, opts)?;
+    // A resume takes the run's lock before the slow work, so a second process is refused at once.
+    let mut resumed = match place {
+        Place::Resume(dir) => {
+            let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
+            for w in &warnings {
+                eprint(&to_text(w, &checked.sources, style()));
+            }
+            for path in writer.removed() {
+                eprint(&format!(
+                    "note: removed `{}`, left by an interrupted write\n",
+                    path.display()
+                ));
+            }
+            Some(writer)
+        }
+        Place::At(_) | Place::Unique(_) => None,
+    };
     let notes = not_applied(exp);
     for n in &notes {
         eprint(&format!("note: {n}\n"));
@@ -327,30 +396,37 @@ fn run_trial(
         exp.data.batch,
         opts.max_steps,
     )?;
-    let mut writer = RunWriter::open(dir.to_path_buf(), exp.data.source_span)?;
-    let resume = match &opts.resume {
-        Some(_) => {
-            let found = checkpoint::latest(&writer.checkpoint_dir(), exp.optimizer.span)?;
-            let Some((side, tensors)) = found else {
-                return Err(Problem::ResumeIncompatible {
-                    span: exp.optimizer.span,
-                    situation: Resume::NoCheckpoint {
-                        dir: dir.to_path_buf(),
-                    },
-                }
-                .diagnostic());
-            };
-            compare(exp, &side.fingerprint)?;
-            Some((side, tensors))
+    let digest = data_digest(&splits).at(exp.data.source_span)?;
+    let print = fingerprint(exp, &digest);
+    let text = &checked.sources.get(kiln::span::FileId(0)).text;
+    let (mut writer, resume, history) = match resumed.take() {
+        Some(writer) => {
+            let (saved, history) = resume_point(exp, &writer, &print, text, checked)?;
+            (writer, Some(saved), history)
         }
         None => {
-            let text = checked.sources.get(kiln::span::FileId(0)).text.clone();
+            let dir = match place {
+                Place::Unique(parent) => {
+                    kiln::rundir::create_unique(parent, &kiln::rundir::timestamp())
+                        .map_err(|e| run_io(&e, exp))?
+                }
+                Place::At(dir) | Place::Resume(dir) => dir.clone(),
+            };
+            let writer = RunWriter::create(dir, exp.span)?;
             writer.write_file(kiln::rundir::EXPERIMENT, text.as_bytes())?;
             writer.write_yaml(kiln::rundir::PLAN, &kiln::plan::plan(exp))?;
-            None
+            let first = Segment {
+                from_step: 0,
+                experiment: kiln::rundir::EXPERIMENT.into(),
+                changes: Vec::new(),
+            };
+            (writer, None, vec![first])
         }
     };
     let started = std::time::Instant::now();
+    let before = resume
+        .as_ref()
+        .map_or(0.0, |(side, _)| side.position.seconds);
     let mut out = RunOutput {
         writer: &mut writer,
         progress: Progress::new(opts.quiet, budget.epochs),
@@ -364,22 +440,88 @@ fn run_trial(
         out: &mut out,
         cancel: cancel.clone(),
         hooks: standard_hooks(exp),
+        fingerprint: print,
+        history: history.clone(),
     };
     let outcome = trainer
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
-    let devices = net.devices();
-    super::summary::write_report(
-        &writer,
-        exp,
-        checked,
-        &outcome,
-        &devices,
-        started.elapsed().as_secs_f64(),
-        &notes,
-    )?;
+    let ran = super::summary::Ran {
+        devices: net.devices(),
+        wall: before + started.elapsed().as_secs_f64(),
+        notes: &notes,
+        history: &history,
+    };
+    super::summary::write_report(&writer, exp, checked, &outcome, &ran)?;
     super::plot::write_curves(writer.dir(), exp.data.source_span)?;
-    Ok(outcome)
+    Ok((outcome, writer.dir().to_path_buf()))
+}
+
+/// The checkpoint a resume starts from (the newest intact one, with a warning for each damaged
+/// newer one) and the run's history with this part added; refused when the experiment changed
+/// what the run computes. A changed experiment is kept as a new version in the run directory.
+fn resume_point(
+    exp: &Experiment,
+    writer: &RunWriter,
+    print: &Fingerprint,
+    text: &str,
+    checked: &Checked,
+) -> Result<(checkpoint::Saved, Vec<Segment>), Diagnostic> {
+    let (found, damaged) = checkpoint::latest(&writer.checkpoint_dir());
+    for d in damaged {
+        let w = Problem::CheckpointDamaged {
+            span: exp.span,
+            sidecar: d.sidecar,
+            reason: d.reason,
+            using: found.as_ref().map(|(side, _)| side.position.step),
+        }
+        .diagnostic();
+        eprint(&to_text(&w, &checked.sources, style()));
+    }
+    let Some((side, tensors)) = found else {
+        return Err(Problem::ResumeIncompatible {
+            span: exp.span,
+            situation: Resume::NoCheckpoint {
+                dir: writer.dir().to_path_buf(),
+            },
+        }
+        .diagnostic());
+    };
+    let (refused, changes) = differences(exp, &side.fingerprint, print);
+    if !refused.is_empty() {
+        return Err(Problem::ResumeIncompatible {
+            span: exp.span,
+            situation: Resume::Changed { changes: refused },
+        }
+        .diagnostic());
+    }
+    let version = writer.record_version(text)?;
+    let mut history = side.history.clone();
+    history.push(Segment {
+        from_step: side.position.step,
+        experiment: version,
+        changes,
+    });
+    Ok(((side, tensors), history))
+}
+
+/// A K0509 failure to create the run directory.
+fn run_io(e: &kiln::rundir::Error, exp: &Experiment) -> Diagnostic {
+    Problem::RunIo {
+        span: exp.span,
+        action: e.op.verb().to_string(),
+        path: Some(e.path.clone()),
+        error: e.detail.clone(),
+        stage: RunStage::Record,
+    }
+    .diagnostic()
+}
+
+fn style() -> Style {
+    Style {
+        color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        width: 100,
+    }
 }
 
 /// What this version checks and plans but does not carry out yet, said plainly so that a run is
@@ -449,48 +591,6 @@ fn source_dir(sources: &Sources, file: kiln::span::FileId) -> PathBuf {
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
 }
 
-/// Refuses to resume when the plan differs from the checkpoint's, naming what changed.
-fn compare(exp: &Experiment, old: &checkpoint::Fingerprint) -> Result<(), Diagnostic> {
-    let new = fingerprint(exp);
-    let layers = kiln::ir::layers(&exp.model.nodes);
-    if new.layers != old.layers {
-        let i = new
-            .layers
-            .iter()
-            .zip(&old.layers)
-            .position(|(a, b)| a != b)
-            .unwrap_or(new.layers.len().min(old.layers.len()));
-        let span = layers.get(i).map_or(exp.optimizer.span, |l| l.span);
-        return Err(Problem::ResumeIncompatible {
-            span,
-            situation: Resume::Layer {
-                index: i,
-                was: old.layers.get(i).map(ToString::to_string),
-                now: new.layers.get(i).map(ToString::to_string),
-            },
-        }
-        .diagnostic());
-    }
-    let situation = if new.optimizer != old.optimizer {
-        Resume::Optimizer {
-            was: old.optimizer.clone(),
-            now: new.optimizer,
-        }
-    } else if new.world_size != old.world_size {
-        Resume::WorldSize {
-            was: old.world_size,
-            now: new.world_size,
-        }
-    } else {
-        return Ok(());
-    };
-    Err(Problem::ResumeIncompatible {
-        span: exp.optimizer.span,
-        situation,
-    }
-    .diagnostic())
-}
-
 fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {
     if quiet {
         return;
@@ -514,28 +614,4 @@ fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {
         line += ", stopped early";
     }
     eprint(&format!("{line}\nrun directory: {}\n", dir.display()));
-}
-
-/// The current UTC time as `YYYYmmdd-HHMMSS`.
-pub fn timestamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }

@@ -1,21 +1,104 @@
 //! The training state a checkpoint holds: the model's tensors, the optimizer's state and the
 //! position; and when the loop writes it.
 
-use tch::Tensor;
+use tch::{TchError, Tensor};
 
 use super::budget::Budget;
 use super::checkpoint::{Fingerprint, Position, Sidecar};
+use super::data::Splits;
 use super::failure::At;
 use super::optim::Optim;
 use super::output::Output;
 use super::step::Model;
-use kiln::diagnostic::problem::Resume;
+use kiln::diagnostic::problem::{Change, Resume};
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::Experiment;
+use kiln::ir::{Compression, Experiment};
+use kiln::rundir::Segment;
 use kiln::span::Span;
 
-/// The plan's fingerprint, compared on resume.
-pub fn fingerprint(e: &Experiment) -> Fingerprint {
+/// What the run in `e` computes and how it is set up, compared on resume; `data` is the loaded
+/// data's digest ([`super::data::Splits::digest`]).
+pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
+    let t = &e.train;
+    let compression: Vec<String> = e
+        .compression
+        .iter()
+        .map(|c| match c {
+            Compression::Prune {
+                targets,
+                method,
+                amount,
+                schedule,
+                ..
+            } => format!(
+                "prune {} of {} by {} {}",
+                amount,
+                names(targets),
+                json(method),
+                json(schedule)
+            ),
+            Compression::Quantize {
+                targets,
+                scheme,
+                granularity,
+                ..
+            } => format!(
+                "quantize {} to {} {}",
+                names(targets),
+                json(scheme),
+                json(granularity)
+            ),
+        })
+        .collect();
+    let computes = [
+        (
+            "input",
+            format!("{} {:?}", e.model.input, e.model.input_dtype),
+        ),
+        (
+            "optimizer",
+            format!(
+                "{:?}, weight decay {}",
+                e.optimizer.kind, e.optimizer.weight_decay
+            ),
+        ),
+        ("loss", json(&t.loss)),
+        ("data source", format!("{:?}", e.data.source)),
+        ("data", data.to_string()),
+        ("normalize", json(&e.data.normalize)),
+        ("targets", format!("{:?}", e.data.targets)),
+        ("split", json(&e.data.split)),
+        ("seed", e.seed.to_string()),
+        (
+            "batch",
+            format!(
+                "{} (micro-batches of {}, accumulate {})",
+                e.data.batch, t.micro_batch, t.accumulate
+            ),
+        ),
+        ("shuffle", e.data.shuffle.to_string()),
+        ("precision", t.precision.to_string()),
+        ("strategy", format!("{:?}", e.parallel)),
+        ("compression", compression.join("; ")),
+        (
+            "clip",
+            format!("norm {:?}, value {:?}", t.clip_norm, t.clip_value),
+        ),
+    ];
+    let settings = [
+        ("learning rate", e.optimizer.lr.to_string()),
+        ("schedule", json(&e.schedule)),
+        ("length", json(&t.length)),
+        ("eval_every", json(&t.eval_every)),
+        ("metrics", json(&t.metrics)),
+        ("checkpoint", json(&t.checkpoint)),
+        ("early_stop", json(&t.early_stop)),
+    ];
+    let own = |v: &[(&str, String)]| {
+        v.iter()
+            .map(|(k, v)| ((*k).to_string(), v.clone()))
+            .collect()
+    };
     Fingerprint {
         layers: kiln::ir::layers(&e.model.nodes)
             .iter()
@@ -29,9 +112,138 @@ pub fn fingerprint(e: &Experiment) -> Fingerprint {
                 )
             })
             .collect(),
-        optimizer: e.optimizer.name().to_string(),
-        world_size: e.parallel.data_parallel_size(),
+        computes: own(&computes),
+        settings: own(&settings),
     }
+}
+
+/// The layers named by compression targets, as `fc1, fc2.weight`.
+fn names(targets: &[kiln::ir::Target]) -> String {
+    targets
+        .iter()
+        .map(|t| match &t.param {
+            Some(p) => format!("{}.{p}", t.layer),
+            None => t.layer.clone(),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The loaded data's digest: each split's size and the CRC-32 of its inputs' and targets' bytes,
+/// in order, so a resume notices changed data, even in a file of the same name.
+pub fn data_digest(splits: &Splits) -> Result<String, TchError> {
+    let mut parts = Vec::new();
+    for (name, set) in [
+        ("train", Some(&splits.train)),
+        ("val", splits.val.as_ref()),
+        ("test", splits.test.as_ref()),
+    ] {
+        let Some(set) = set else { continue };
+        let mut hasher = crc32fast::Hasher::new();
+        for t in [&set.inputs, &set.targets] {
+            hash_tensor(t, &mut hasher)?;
+        }
+        parts.push(format!(
+            "{name} {} samples {:08x}",
+            set.len(),
+            hasher.finalize()
+        ));
+    }
+    Ok(parts.join(", "))
+}
+
+/// Feeds a tensor's bytes to `hasher`, a slice of rows at a time (the data may be large).
+fn hash_tensor(t: &Tensor, hasher: &mut crc32fast::Hasher) -> Result<(), TchError> {
+    let rows = t.size().first().copied().unwrap_or(0);
+    let per_row = t.numel() / usize::try_from(rows.max(1)).unwrap_or(1);
+    let chunk = i64::try_from((1 << 20) / per_row.max(1))
+        .unwrap_or(1)
+        .max(1);
+    let elt = t.f_kind()?.elt_size_in_bytes();
+    let mut buf = Vec::new();
+    let mut start = 0;
+    while start < rows {
+        let len = chunk.min(rows - start);
+        let part = t.f_narrow(0, start, len)?.f_contiguous()?;
+        let numel = part.numel();
+        buf.resize(numel * elt, 0);
+        part.f_copy_data_u8(&mut buf, numel)?;
+        hasher.update(&buf);
+        start += len;
+    }
+    Ok(())
+}
+
+/// A setting as compact JSON, for fingerprints.
+fn json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|e| format!("<{e}>"))
+}
+
+/// Compares the checkpoint's fingerprint `old` with the experiment's `new`: every difference in
+/// what the run computes (a resume is refused when there is one), and the changed settings as
+/// `what: was → now` (recorded in the run's history).
+pub fn differences(
+    e: &Experiment,
+    old: &Fingerprint,
+    new: &Fingerprint,
+) -> (Vec<Change>, Vec<String>) {
+    let layers = kiln::ir::layers(&e.model.nodes);
+    let mut refused = Vec::new();
+    for i in 0..old.layers.len().max(new.layers.len()) {
+        let (was, now) = (old.layers.get(i), new.layers.get(i));
+        if was != now {
+            refused.push(Change {
+                what: format!("layer {}", i + 1),
+                was: was.cloned(),
+                now: now.cloned(),
+                span: layers.get(i).map(|l| l.span),
+            });
+        }
+    }
+    let span_of = |what: &str| match what {
+        "optimizer" => Some(e.optimizer.span),
+        "loss" => Some(e.train.loss_span),
+        "data source" | "data" | "split" | "normalize" | "targets" | "shuffle" => {
+            Some(e.data.source_span)
+        }
+        "batch" => Some(e.data.batch_span),
+        _ => None,
+    };
+    for (what, was, now) in pairs(&old.computes, &new.computes) {
+        refused.push(Change {
+            span: span_of(&what),
+            what,
+            was,
+            now,
+        });
+    }
+    let show = |v: Option<String>| v.unwrap_or_else(|| "none".into());
+    let changed = pairs(&old.settings, &new.settings)
+        .into_iter()
+        .map(|(what, was, now)| format!("{what}: {} → {}", show(was), show(now)))
+        .collect();
+    (refused, changed)
+}
+
+/// The entries of two `(what, value)` lists that differ, in order, as `(what, was, now)`.
+fn pairs(
+    old: &[(String, String)],
+    new: &[(String, String)],
+) -> Vec<(String, Option<String>, Option<String>)> {
+    let find =
+        |v: &[(String, String)], k: &str| v.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let mut keys: Vec<&String> = new.iter().map(|(k, _)| k).collect();
+    keys.extend(
+        old.iter()
+            .map(|(k, _)| k)
+            .filter(|k| find(new, k).is_none()),
+    );
+    keys.into_iter()
+        .filter_map(|k| {
+            let (was, now) = (find(old, k), find(new, k));
+            (was != now).then(|| (k.clone(), was, now))
+        })
+        .collect()
 }
 
 /// The named tensors of a checkpoint: `param/…`, `buffer/…` and `optim/<param>/<state>`.
@@ -112,17 +324,26 @@ pub struct Checkpoints {
 }
 
 impl Checkpoints {
-    /// The checkpoint policy of `exp` over `budget`.
-    pub fn new(exp: &Experiment, budget: &Budget) -> Checkpoints {
+    /// The checkpoint policy of `exp` over `budget`; its checkpoints carry the experiment's
+    /// `fingerprint` and the run's `history`.
+    pub fn new(
+        exp: &Experiment,
+        budget: &Budget,
+        fingerprint: Fingerprint,
+        history: Vec<Segment>,
+    ) -> Checkpoints {
         let ck = exp.train.checkpoint.as_ref();
         Checkpoints {
             every: ck.map(|c| budget.steps(c.every).max(1)),
             keep: ck.map_or(3, |c| c.keep),
             sidecar: Sidecar {
                 kiln: env!("CARGO_PKG_VERSION").into(),
-                fingerprint: fingerprint(exp),
+                fingerprint,
                 position: Position::default(),
                 tensors: String::new(),
+                tensors_bytes: 0,
+                tensors_crc32: String::new(),
+                history,
             },
             span: exp.optimizer.span,
         }
@@ -135,7 +356,7 @@ impl Checkpoints {
 
     /// Whether a checkpoint is due after `step`.
     pub fn due(&self, step: u64) -> bool {
-        self.every.is_some_and(|c| step % c == 0)
+        self.every.is_some_and(|c| step.is_multiple_of(c))
     }
 
     /// Writes one.

@@ -9,7 +9,7 @@ use super::train::Outcome;
 use kiln::check::Checked;
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::Experiment;
-use kiln::rundir::Report;
+use kiln::rundir::{Report, Segment};
 
 fn fnv1a(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -22,15 +22,25 @@ fn fnv1a(parts: &[&str]) -> String {
     format!("{h:016x}")
 }
 
+/// How a run went, besides its outcome: for `report.yaml`.
+pub struct Ran<'a> {
+    /// The devices the model ran on.
+    pub devices: Vec<tch::Device>,
+    /// Wall seconds over every part of the run.
+    pub wall: f64,
+    /// What this version does not apply yet.
+    pub notes: &'a [String],
+    /// The parts of the run, the first one first.
+    pub history: &'a [Segment],
+}
+
 /// Writes `report.yaml` into the run directory.
 pub fn write_report(
     writer: &RunWriter,
     exp: &Experiment,
     checked: &Checked,
     o: &Outcome,
-    devices: &[tch::Device],
-    wall: f64,
-    notes: &[String],
+    ran: &Ran,
 ) -> Result<(), Diagnostic> {
     let files: Vec<&str> = (0..checked.sources.len() as u32)
         .map(|i| checked.sources.get(kiln::span::FileId(i)).text.as_str())
@@ -43,15 +53,17 @@ pub fn write_report(
         trial: exp.trial.clone(),
         kiln: env!("CARGO_PKG_VERSION").into(),
         torch: env!("KILN_LIBTORCH_VERSION").into(),
-        devices: devices
+        devices: ran
+            .devices
             .iter()
             .map(|d| format!("{d:?}").to_lowercase())
             .collect(),
         config_hash: fnv1a(&parts),
         params: kiln::plan::plan(exp).totals.params,
         outcome: o.clone(),
-        wall_seconds: wall,
-        notes: notes.to_vec(),
+        wall_seconds: ran.wall,
+        notes: ran.notes.to_vec(),
+        resumed: ran.history.iter().skip(1).cloned().collect(),
         metrics: writer.metrics()?,
     };
     writer.write_report(&report)

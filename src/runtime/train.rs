@@ -9,7 +9,7 @@ use std::time::Instant;
 use tch::{Device, Kind};
 
 use super::budget::Budget;
-use super::checkpoint::{Position, Saved};
+use super::checkpoint::{Fingerprint, Position, Saved};
 use super::data::{Dataset, Loader, Splits};
 use super::failure::At;
 use super::hooks::{
@@ -22,6 +22,7 @@ use super::state::{restore, Checkpoints};
 use super::step::{Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
+use kiln::rundir::Segment;
 
 pub use kiln::rundir::{Eval, Outcome};
 
@@ -43,6 +44,10 @@ pub struct Trainer<'a> {
     pub cancel: Cancel,
     /// The observers, called in order.
     pub hooks: Vec<Box<dyn Hook>>,
+    /// What the experiment computes, written into every checkpoint.
+    pub fingerprint: Fingerprint,
+    /// The parts of the run so far, this one last, written into every checkpoint.
+    pub history: Vec<Segment>,
 }
 
 /// The observers of every run: records and progress, the NaN check, early stopping.
@@ -151,7 +156,8 @@ impl Trainer<'_> {
         let objective = Objective::new(exp);
         let lr = Lr::new(exp.optimizer.lr, &exp.schedule, &budget);
         let mut stepper = Stepper::new(exp, self.model);
-        let mut checkpoints = Checkpoints::new(exp, &budget);
+        let mut checkpoints =
+            Checkpoints::new(exp, &budget, self.fingerprint.clone(), self.history.clone());
         let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
             restore(self.model, &mut stepper.optim, &tensors, span)?;
@@ -159,8 +165,10 @@ impl Trainer<'_> {
             pos = side.position;
             self.out.truncate_metrics(pos.metrics_lines, pos.step)?;
         }
+        // Time, samples and data wait count over every part of the run.
         let started = Instant::now();
-        let (mut wait, mut trained) = (0.0, 0.0);
+        let (base_seconds, base_wait, base_samples) = (pos.seconds, pos.wait_seconds, pos.samples);
+        let mut wait = 0.0;
         let mut outcome = Outcome::default();
         let mut last_val: Option<Eval> = None;
         'epochs: while pos.step < budget.stop {
@@ -200,12 +208,15 @@ impl Trainer<'_> {
                 pos.epoch_loss_sum += s.loss_sum;
                 pos.epoch_correct += s.correct;
                 pos.epoch_seen += s.samples;
-                trained += s.samples;
+                pos.samples += s.samples;
+                let elapsed = started.elapsed().as_secs_f64();
+                pos.seconds = base_seconds + elapsed;
+                pos.wait_seconds = base_wait + wait + loader.wait_seconds();
                 let report = StepReport {
                     step: pos.step,
                     loss: s.loss,
                     lr: step_lr,
-                    samples_per_s: trained / started.elapsed().as_secs_f64().max(1e-9),
+                    samples_per_s: (pos.samples - base_samples) / elapsed.max(1e-9),
                 };
                 let mut cx = Cx {
                     pos: &mut pos,
@@ -244,13 +255,12 @@ impl Trainer<'_> {
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
             };
-            outcome.train_loss = record.train_loss;
+            pos.train_loss = record.train_loss;
             let mut cx = Cx {
                 pos: &mut pos,
                 out: &mut *self.out,
             };
             let mut flow = each(&mut self.hooks, &mut cx, |h, cx| h.after_epoch(cx, &record))?;
-            outcome.epochs = epoch + 1;
             if epoch_done {
                 pos.epoch += 1;
                 pos.batch_in_epoch = 0;
@@ -270,15 +280,16 @@ impl Trainer<'_> {
                 break;
             }
         }
-        let elapsed = started.elapsed().as_secs_f64();
+        pos.seconds = base_seconds + started.elapsed().as_secs_f64();
+        pos.wait_seconds = base_wait + wait;
         outcome.steps = pos.step;
-        outcome.samples_per_s = trained / elapsed.max(1e-9);
-        outcome.data_wait = (wait / elapsed.max(1e-9)).min(1.0);
+        outcome.epochs = pos.epoch + u64::from(pos.batch_in_epoch > 0);
+        outcome.train_loss = pos.train_loss;
+        outcome.samples_per_s = pos.samples / pos.seconds.max(1e-9);
+        outcome.data_wait = (pos.wait_seconds / pos.seconds.max(1e-9)).min(1.0);
         // Evaluate the final weights unless the last evaluation already saw them.
         let seen = match last_val {
-            Some(v) if !outcome.stopped_early && self.out.last_eval_step() == Some(pos.step) => {
-                Some(v)
-            }
+            Some(v) if !outcome.stopped_early && pos.last_eval_step == Some(pos.step) => Some(v),
             _ => None,
         };
         outcome.val = match seen {
