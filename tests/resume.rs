@@ -1,0 +1,288 @@
+//! Run directories and resuming, end to end with real processes and files: a run directory is
+//! never overwritten nor written by two processes, a resume that changes what the run computes is
+//! refused, damaged checkpoints are passed over, and a resumed run's records are those of an
+//! uninterrupted run.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use support::*;
+
+/// A run of `exp` in one go, into `dir`.
+fn whole(exp: &Path, dir: &Path) {
+    let o = run(&["run", s(exp), "--quiet", "--run-dir", s(dir)]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// `kiln run exp --resume dir`.
+fn resume(exp: &Path, dir: &Path) -> std::process::Output {
+    run(&["run", s(exp), "--quiet", "--resume", s(dir)])
+}
+
+#[test]
+fn a_finished_run_is_complete_and_never_overwritten() {
+    let dir = scratch("finished");
+    let exp = write(&dir, "small.exp", SMALL);
+    let d = dir.join("run");
+    let o = run(&[
+        "run",
+        s(&exp),
+        "--quiet",
+        "--max-steps",
+        "40",
+        "--run-dir",
+        s(&d),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let before = snapshot(&d);
+
+    // Resuming a finished run says so and changes nothing, even with another experiment.
+    let o = resume(&exp, &d);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("is complete after 40 steps"), "{t}");
+    let other = write(&dir, "other.exp", &SMALL.replace("seed 3", "seed 4"));
+    assert_eq!(resume(&other, &d).status.code(), Some(0));
+    assert!(snapshot(&d) == before, "a finished run changed on resume");
+
+    // A new run is never written into an existing one.
+    let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&d)]);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("K0510(run-dir-taken)"), "{t}");
+    assert!(t.contains("already holds files"), "{t}");
+    assert!(t.contains(&format!("--resume {}", d.display())), "{t}");
+    assert!(snapshot(&d) == before, "a finished run changed");
+}
+
+#[test]
+fn runs_started_at_the_same_moment_get_their_own_directories() {
+    let dir = scratch("same-second");
+    let exp = write(&dir, "small.exp", SMALL);
+    let runs = dir.join("runs");
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            kiln(&[
+                "run",
+                s(&exp),
+                "--quiet",
+                "--max-steps",
+                "5",
+                "--runs-dir",
+                s(&runs),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start")
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().expect("wait");
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let dirs: Vec<_> = std::fs::read_dir(runs.join("small"))
+        .expect("runs")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    for d in &dirs {
+        assert_eq!(report(d)["steps"].as_u64(), Some(5), "{}", d.display());
+        assert_eq!(metrics(d), metrics(&dirs[0]), "{}", d.display());
+    }
+}
+
+#[test]
+fn a_run_in_progress_is_refused_and_a_dead_writers_lock_is_reported() {
+    let dir = scratch("locked");
+    let exp = write(
+        &dir,
+        "long.exp",
+        &SMALL.replace("steps 400", "steps 100000"),
+    );
+    let d = dir.join("run");
+    let mut child = start_runtime(&exp, &d);
+    wait_for_checkpoint(&d, 40, &mut child);
+    let o = resume(&exp, &d);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("K0510(run-dir-taken)"), "{t}");
+    assert!(
+        t.contains(&format!("is being written by process {}", child.id())),
+        "{t}"
+    );
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+
+    // Its lock is stale now: reported, and the run resumes (to a shorter length, a safe change).
+    let short = write(&dir, "short.exp", &SMALL.replace("steps 400", "steps 200"));
+    let o = resume(&short, &d);
+    let t = flat(&text(&o));
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("K0513(stale-lock)"), "{t}");
+    assert!(t.contains(&format!("process {}", child.id())), "{t}");
+    assert_eq!(report(&d)["steps"].as_u64(), Some(200));
+}
+
+#[test]
+fn a_resume_that_changes_what_the_run_computes_is_refused() {
+    let dir = scratch("changes");
+    let long = SMALL.replace("steps 400", "steps 100000");
+    let exp = write(&dir, "long.exp", &long);
+    let d = dir.join("run");
+    killed_run(&exp, &d, 40);
+    let at = newest_checkpoint(&d).expect("a checkpoint");
+    let cases = [
+        ("fc1: linear(64)", "fc1: linear(128)", "layer 1"),
+        ("adamw(lr: 3e-3)", "sgd(lr: 3e-3)", "optimizer"),
+        ("count: 2000", "count: 2400", "data source"),
+        ("seed 3", "seed 4", "seed"),
+        ("batch 32", "batch 16", "batch"),
+        (
+            "loss cross_entropy",
+            "loss cross_entropy\n    precision bf16",
+            "precision",
+        ),
+    ];
+    for (from, to, what) in cases {
+        let changed = write(&dir, "changed.exp", &long.replace(from, to));
+        let o = resume(&changed, &d);
+        let t = flat(&text(&o));
+        assert_eq!(o.status.code(), Some(1), "{what}: {t}");
+        assert!(t.contains("K0507(resume-incompatible)"), "{what}: {t}");
+        assert!(
+            t.contains(&format!("{what}: was")) || t.contains(&format!("{what} differs")),
+            "{what}: {t}"
+        );
+        assert_eq!(newest_checkpoint(&d), Some(at), "{what}: the run moved on");
+    }
+
+    // A new learning rate (and length) is a safe change: accepted and recorded.
+    let lr = write(
+        &dir,
+        "lr.exp",
+        &SMALL
+            .replace("adamw(lr: 3e-3)", "adamw(lr: 1e-3)")
+            .replace("steps 400", "steps 200"),
+    );
+    let o = resume(&lr, &d);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = report(&d);
+    let resumed = &r["resumed"][0];
+    assert_eq!(resumed["from_step"].as_u64(), Some(at));
+    assert_eq!(resumed["experiment"].as_str(), Some("experiment-2.exp"));
+    let changes = format!("{:?}", resumed["changes"]);
+    assert!(
+        changes.contains("learning rate: 0.003 → 0.001"),
+        "{changes}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.join("experiment.exp")).expect("v1"),
+        long
+    );
+    assert!(std::fs::read_to_string(d.join("experiment-2.exp"))
+        .expect("v2")
+        .contains("adamw(lr: 1e-3)"));
+
+    // `kiln compare` shows it against a run that kept the first learning rate.
+    let plain = dir.join("plain");
+    let same_length = write(&dir, "same.exp", &SMALL.replace("steps 400", "steps 200"));
+    whole(&same_length, &plain);
+    let o = run(&["compare", s(&plain), s(&d)]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "B was resumed at step {at} with experiment-2.exp: learning rate: 0.003 → 0.001"
+        )),
+        "{t}"
+    );
+    assert!(t.contains("+   optimizer adamw(lr: 1e-3)"), "{t}");
+}
+
+/// Flips one byte in the middle of `path` (inside the tensors' data).
+fn flip(path: &Path) {
+    let mut bytes = std::fs::read(path).expect("read");
+    let i = bytes.len() - bytes.len() / 3;
+    bytes[i] ^= 0x55;
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn damaged_checkpoints_are_passed_over_for_the_newest_intact_one() {
+    let dir = scratch("damaged");
+    let text_of = SMALL.replace("keep: 2", "keep: 3");
+    let exp = write(&dir, "small.exp", &text_of);
+    let full = dir.join("whole");
+    whole(&exp, &full);
+    let d = dir.join("cut");
+    killed_run(&exp, &d, 100);
+    let newest = newest_checkpoint(&d).expect("checkpoint");
+    let ck = |step: u64| d.join("checkpoints").join(format!("step-{step:09}"));
+    // The newest checkpoint has a flipped byte, the one before it lost its end.
+    flip(&ck(newest).with_extension("safetensors"));
+    let second = ck(newest - 20).with_extension("safetensors");
+    let bytes = std::fs::read(&second).expect("read");
+    std::fs::write(&second, &bytes[..bytes.len() / 2]).expect("truncate");
+    let o = resume(&exp, &d);
+    let t = flat(&text(&o));
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("K0512(checkpoint-damaged)"), "{t}");
+    for damaged in [newest, newest - 20] {
+        assert!(t.contains(&format!("step-{damaged:09}.yaml")), "{t}");
+    }
+    assert!(t.contains("CRC-32"), "{t}");
+    assert!(
+        t.contains(&format!(
+            "resuming from the checkpoint of step {} instead",
+            newest - 40
+        )),
+        "{t}"
+    );
+    assert_eq!(metrics(&full), metrics(&d));
+}
+
+#[test]
+fn a_resumed_run_records_what_an_uninterrupted_run_records() {
+    let dir = scratch("records");
+    // Evaluations within epochs (an epoch is 50 steps) and a kill within an epoch.
+    let exp = write(
+        &dir,
+        "small.exp",
+        &SMALL.replace("eval_every 100 steps", "eval_every 30 steps"),
+    );
+    let full = dir.join("whole");
+    whole(&exp, &full);
+    let d = dir.join("cut");
+    killed_run(&exp, &d, 140);
+    let o = resume(&exp, &d);
+    assert!(o.status.success(), "{}", text(&o));
+    let lines = metrics(&full);
+    assert_eq!(lines, metrics(&d));
+    // One epoch numbering, from 1: an evaluation belongs to the epoch it falls in.
+    for l in &lines {
+        let (epoch, step) = (
+            l["epoch"].as_u64().expect("epoch"),
+            l["step"].as_u64().expect("step"),
+        );
+        assert_eq!(epoch, step.div_ceil(50), "{l}");
+    }
+    let steps = |d: &Path| std::fs::read_to_string(d.join("steps.jsonl")).expect("steps");
+    assert_eq!(steps(&full), steps(&d));
+    let (a, b) = (report(&full), report(&d));
+    for key in ["steps", "epochs", "train_loss", "val"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    let o = run(&["compare", s(&full), s(&d)]);
+    let t = text(&o);
+    for row in ["steps", "epochs", "train loss", "val loss", "val accuracy"] {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no {row} row: {t}"));
+        assert!(line.trim_end().ends_with("same"), "{line}\n{t}");
+    }
+    assert!(t.contains("experiment.exp: identical"), "{t}");
+}

@@ -1,0 +1,186 @@
+//! What the end-to-end tests of `kiln run` share: scratch directories, running `kiln`, reading a
+//! run directory back, and a small experiment that trains in about a second.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The repository's root.
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// `kiln` with `args`, in the repository's root, without colour.
+pub fn kiln(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    c.args(args).current_dir(root()).env("NO_COLOR", "1");
+    c
+}
+
+/// Runs `kiln` to the end.
+pub fn run(args: &[&str]) -> Output {
+    kiln(args).output().expect("kiln starts")
+}
+
+/// Standard output and error together.
+pub fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Writes `text` to `dir/name`; returns the path.
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("write");
+    path
+}
+
+/// A path as `&str`.
+pub fn s(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// `report.yaml` of a run.
+pub fn report(dir: &Path) -> serde_yaml::Value {
+    serde_yaml::from_str(&std::fs::read_to_string(dir.join("report.yaml")).expect("report.yaml"))
+        .expect("valid YAML")
+}
+
+/// Metrics without the timing fields, which differ between runs.
+pub fn metrics(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .expect("metrics.jsonl")
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            if let Some(o) = v.as_object_mut() {
+                o.remove("seconds");
+                o.remove("samples_per_s");
+            }
+            v
+        })
+        .collect()
+}
+
+/// A small experiment on synthetic data: 50 steps an epoch, a checkpoint every 20 steps.
+pub const SMALL: &str = r#"
+experiment "small" {
+  seed 3
+  data {
+    source synthetic(inputs: normal([32]), targets: randint(4), count: 2000)
+    split(train: 0.8, val: 0.2)
+    batch 32
+  }
+  model {
+    input [32]
+    fc1: linear(64)
+    relu
+    dropout(0.2)
+    fc2: linear(4)
+  }
+  device cpu
+  optimizer adamw(lr: 3e-3)
+  schedule cosine(warmup: 20 steps)
+  train {
+    steps 400
+    loss cross_entropy
+    metrics [accuracy]
+    eval_every 100 steps
+    checkpoint(every: 20 steps, keep: 2)
+  }
+}
+"#;
+
+/// The step of the newest checkpoint in `run`, when there is one.
+pub fn newest_checkpoint(run: &Path) -> Option<u64> {
+    std::fs::read_dir(run.join("checkpoints"))
+        .ok()?
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().to_string();
+            let step = name.strip_prefix("step-")?.strip_suffix(".yaml")?;
+            step.parse().ok()
+        })
+        .max()
+}
+
+/// Waits until `run` has a checkpoint at or after `step`; fails after a minute.
+pub fn wait_for_checkpoint(run: &Path, step: u64, child: &mut Child) {
+    let start = Instant::now();
+    while newest_checkpoint(run).is_none_or(|s| s < step) {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("the run ended ({status}) before step {step}");
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no checkpoint at step {step} appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Starts `kiln-runtime run exp --run-dir run` directly (so it can be killed alone).
+pub fn start_runtime(exp: &Path, run: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kiln-runtime"))
+        .args(["run", s(exp), "--quiet", "--run-dir", s(run)])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start kiln-runtime")
+}
+
+/// A run of `exp` in `run` killed with SIGKILL (no chance to clean up) once it has written the
+/// checkpoint of `step` or a later one.
+pub fn killed_run(exp: &Path, run: &Path, step: u64) {
+    let mut child = start_runtime(exp, run);
+    wait_for_checkpoint(run, step, &mut child);
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("reaped");
+    assert!(!status.success(), "the run finished before it was killed");
+}
+
+/// Every file under `dir` with its bytes, in order.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).expect("read");
+                out.push((p, bytes));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Rendered diagnostics with their wrapped lines joined again: the gutter (`│`) dropped, a line
+/// broken after a hyphen joined without a space, others with one.
+pub fn flat(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let line = line.trim_start();
+        let line = line.strip_prefix('│').unwrap_or(line).trim();
+        if !out.is_empty() && !out.ends_with('-') {
+            out.push(' ');
+        }
+        out += line;
+    }
+    out
+}
