@@ -15,6 +15,7 @@ mod runtime;
 mod shapes;
 mod situation;
 mod strategy;
+mod unreadable;
 mod wording;
 
 pub use codes::Code;
