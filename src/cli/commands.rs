@@ -1,12 +1,13 @@
 //! The subcommands.
 
+use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
 
 use super::{Format, PlanFormat, EXIT_ERRORS, EXIT_OK, EXIT_USAGE};
-use kiln::check::{check_path, Checked, FsLoader, Options};
+use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::{Code, Problem, Severity};
 use kiln::ir::Device;
@@ -75,9 +76,7 @@ pub fn plan(path: &Path, format: PlanFormat, device_memory: &[String]) -> Result
     let options = Options {
         device_memory: parse_device_memory(device_memory)?,
     };
-    if !path.is_file() {
-        return Err(format!("`{}` is not a file", path.display()));
-    }
+    // The loader refuses what is not a regular file (K0003) without opening it.
     let checked = guarded(path, &options);
     let style = Style {
         color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
@@ -156,7 +155,8 @@ fn style() -> Style {
 fn guarded(path: &Path, options: &Options) -> Checked {
     std::panic::catch_unwind(|| check_path(path, &FsLoader, options)).unwrap_or_else(|_| {
         let mut sources = Sources::default();
-        let text = std::fs::read(path)
+        let text = FsLoader
+            .read(path)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let id = sources.add(path, text);
@@ -173,31 +173,80 @@ fn guarded(path: &Path, options: &Options) -> Checked {
     })
 }
 
-/// Files named directly, and every `.exp` file under directories, in a stable order.
+/// Files named directly, and every `.exp` file under directories, in a stable order, each
+/// once however many paths reach it (two links, a file named twice).
 fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
+    let mut seen = HashSet::new();
+    let mut walked = HashSet::new();
+    let mut add = |f: PathBuf, files: &mut Vec<PathBuf>| {
+        if seen.insert(std::fs::canonicalize(&f).unwrap_or_else(|_| f.clone())) {
+            files.push(f);
+        }
+    };
     for p in paths {
-        if p.is_dir() {
-            let mut found = Vec::new();
-            walk(p, &mut found).map_err(|e| format!("cannot read `{}`: {e}", p.display()))?;
-            found.sort();
-            files.extend(found);
-        } else if p.exists() {
-            files.push(p.clone());
-        } else {
-            return Err(format!("`{}` does not exist", p.display()));
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => {
+                let mut found = Vec::new();
+                walk(p, &mut walked, &mut found)?;
+                found.sort();
+                for f in found {
+                    add(f, &mut files);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!("`{}` does not exist", p.display()));
+            }
+            // Anything else is the loader's to read or to refuse (K0003): a FIFO, a device.
+            _ => add(p.clone(), &mut files),
         }
     }
     Ok(files)
 }
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.is_dir() {
-            walk(&path, out)?;
-        } else if path.extension().is_some_and(|e| e == "exp") {
-            out.push(path);
+/// What makes a directory the same however it is reached.
+#[cfg(unix)]
+type DirId = (u64, u64);
+#[cfg(not(unix))]
+type DirId = PathBuf;
+
+#[cfg(unix)]
+fn dir_id(_: &Path, meta: &std::fs::Metadata) -> DirId {
+    use std::os::unix::fs::MetadataExt;
+    (meta.dev(), meta.ino())
+}
+
+#[cfg(not(unix))]
+fn dir_id(path: &Path, _: &std::fs::Metadata) -> DirId {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+}
+
+/// Collects the `.exp` files under `root`. Links to directories are followed, and each directory
+/// is walked once, so a link to itself, to a parent or a cycle of links ends. An entry whose
+/// target is missing (a dangling link, a cycle of links) is left to the loader when its name
+/// ends in `.exp`, which reports it, and skipped otherwise.
+fn walk(root: &Path, walked: &mut HashSet<DirId>, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    let cannot = |p: &Path, e: std::io::Error| format!("cannot read `{}`: {e}", p.display());
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let meta = std::fs::metadata(&dir).map_err(|e| cannot(&dir, e))?;
+        if !walked.insert(dir_id(&dir, &meta)) {
+            continue;
+        }
+        let mut entries = std::fs::read_dir(&dir)
+            .and_then(|d| {
+                d.map(|e| e.map(|e| e.path()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(|e| cannot(&dir, e))?;
+        // Reversed onto the stack, so that directories are walked in name order.
+        entries.sort_by(|a, b| b.cmp(a));
+        for path in entries {
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => stack.push(path),
+                _ if path.extension().is_some_and(|e| e == "exp") => out.push(path),
+                _ => {}
+            }
         }
     }
     Ok(())
