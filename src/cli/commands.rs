@@ -13,11 +13,16 @@ use kiln::diagnostic::{Code, Problem, Severity};
 use kiln::ir::Device;
 use kiln::plan;
 use kiln::span::{Sources, Span};
+use kiln::syntax::ast::Unit;
 
 /// `kiln check`.
-pub fn check(paths: &[PathBuf], format: Format, device_memory: &[String]) -> Result<i32, String> {
+pub fn check(
+    paths: &[PathBuf],
+    format: Format,
+    device_memory: &[(Device, u64)],
+) -> Result<i32, String> {
     let options = Options {
-        device_memory: parse_device_memory(device_memory)?,
+        device_memory: device_memory.to_vec(),
     };
     let files = discover(paths)?;
     let results: Vec<Checked> = files.par_iter().map(|f| guarded(f, &options)).collect();
@@ -72,9 +77,13 @@ pub fn check(paths: &[PathBuf], format: Format, device_memory: &[String]) -> Res
 }
 
 /// `kiln plan`.
-pub fn plan(path: &Path, format: PlanFormat, device_memory: &[String]) -> Result<i32, String> {
+pub fn plan(
+    path: &Path,
+    format: PlanFormat,
+    device_memory: &[(Device, u64)],
+) -> Result<i32, String> {
     let options = Options {
-        device_memory: parse_device_memory(device_memory)?,
+        device_memory: device_memory.to_vec(),
     };
     // The loader refuses what is not a regular file (K0003) without opening it.
     let checked = guarded(path, &options);
@@ -252,30 +261,30 @@ fn walk(root: &Path, walked: &mut HashSet<DirId>, out: &mut Vec<PathBuf>) -> Res
     Ok(())
 }
 
-/// Parses `cuda:0=80GiB` flags.
-fn parse_device_memory(flags: &[String]) -> Result<Vec<(Device, u64)>, String> {
-    flags
-        .iter()
-        .map(|f| {
-            let bad = || format!("`--device-memory {f}`: expected DEVICE=SIZE, as in cuda:0=80GiB");
-            let (device, size) = f.split_once('=').ok_or_else(bad)?;
-            let device = match device.trim().parse::<Device>() {
-                Ok(Device::Auto) | Err(_) => return Err(bad()),
-                Ok(d) => d,
-            };
-            let size = size.trim();
-            let split = size
-                .find(|c: char| c.is_ascii_alphabetic())
-                .ok_or_else(bad)?;
-            let (number, unit) = size.split_at(split);
-            let number: f64 = number.trim().parse().map_err(|_| bad())?;
-            let unit = kiln::syntax::ast::Unit::parse(unit.trim()).ok_or_else(bad)?;
-            match unit {
-                kiln::syntax::ast::Unit::Bytes(m) if number > 0.0 => {
-                    Ok((device, (number * m as f64) as u64))
-                }
-                _ => Err(bad()),
-            }
-        })
-        .collect()
+/// Reads one `--device-memory` value, as in `cuda:0=80GiB`: a CUDA device or `cpu`, and a size
+/// of at least one byte that fits 64 bits.
+pub fn device_memory(text: &str) -> Result<(Device, u64), String> {
+    let expected = "expected DEVICE=SIZE, as in cuda:0=80GiB";
+    let (device, size) = text.split_once('=').ok_or(expected)?;
+    let device = match device.trim().parse::<Device>() {
+        Ok(Device::Auto) => return Err("`auto` is no device: name cpu or cuda:N".into()),
+        Ok(d) => d,
+        Err(e) => return Err(e),
+    };
+    let size = size.trim();
+    let number = size.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let not_a_size =
+        || format!("`{size}` is not a size: a number of GiB, MiB, KiB, GB, MB, KB or bytes");
+    let Some(Unit::Bytes(scale)) = Unit::parse(&size[number.len()..]) else {
+        return Err(not_a_size());
+    };
+    let number: f64 = number.trim().parse().map_err(|_| not_a_size())?;
+    let bytes = number * scale as f64;
+    // 2^64: the first byte count that does not fit 64 bits; NaN fails every comparison.
+    if !(bytes >= 1.0 && bytes < 18_446_744_073_709_551_616.0) {
+        return Err(format!(
+            "`{size}` is not a memory size: it must be at least 1 byte and less than 16 EiB"
+        ));
+    }
+    Ok((device, bytes as u64))
 }

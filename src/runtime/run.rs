@@ -42,16 +42,33 @@ pub struct RunOptions {
     #[arg(long, value_name = "SAFETENSORS")]
     pub init: Option<PathBuf>,
     /// Run only this trial of a sweep (1-based).
-    #[arg(long, value_name = "K")]
+    #[arg(
+        long,
+        value_name = "K",
+        allow_negative_numbers = true,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+    )]
     pub trial: Option<usize>,
     /// Create the run in exactly this directory.
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
-    /// libtorch's intra-op threads.
-    #[arg(long, value_name = "N")]
+    /// libtorch's intra-op threads, 1 to 1024 (libtorch starts them all; more threads than
+    /// cores only slow training down).
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024),
+    )]
     pub threads: Option<usize>,
-    /// Stop after this many optimizer steps (a smoke test); the schedule keeps its length.
-    #[arg(long, value_name = "N")]
+    /// Stop after this many optimizer steps, at least 1 (a smoke test); the schedule keeps its
+    /// length.
+    #[arg(
+        long,
+        value_name = "N",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(u64).range(1..),
+    )]
     pub max_steps: Option<u64>,
 }
 
