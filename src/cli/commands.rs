@@ -183,7 +183,8 @@ fn guarded(path: &Path, options: &Options) -> Checked {
 }
 
 /// Files named directly, and every `.exp` file under directories, in a stable order, each
-/// once however many paths reach it (two links, a file named twice).
+/// once however many paths reach it (two links, a file named twice). A file found in a directory
+/// is named by a path without links where there is one.
 fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let mut seen = HashSet::new();
@@ -199,9 +200,11 @@ fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
                 let mut found = Vec::new();
                 walk(p, &mut walked, &mut found)?;
                 found.sort();
-                for f in found {
+                let start = files.len();
+                for (_, f) in found {
                     add(f, &mut files);
                 }
+                files[start..].sort();
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(format!("`{}` does not exist", p.display()));
@@ -230,14 +233,24 @@ fn dir_id(path: &Path, _: &std::fs::Metadata) -> DirId {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-/// Collects the `.exp` files under `root`. Links to directories are followed, and each directory
-/// is walked once, so a link to itself, to a parent or a cycle of links ends. An entry whose
-/// target is missing (a dangling link, a cycle of links) is left to the loader when its name
-/// ends in `.exp`, which reports it, and skipped otherwise.
-fn walk(root: &Path, walked: &mut HashSet<DirId>, out: &mut Vec<PathBuf>) -> Result<(), String> {
+/// Collects the `.exp` files under `root`, each with whether a link led to it. Links to
+/// directories are followed once the directories reached without links are walked, and each
+/// directory is walked once, so a link to itself, to a parent or a cycle of links ends. An entry
+/// whose target is missing (a dangling link, a cycle of links) is left to the loader when its
+/// name ends in `.exp`, which reports it, and skipped otherwise.
+fn walk(
+    root: &Path,
+    walked: &mut HashSet<DirId>,
+    out: &mut Vec<(bool, PathBuf)>,
+) -> Result<(), String> {
     let cannot = |p: &Path, e: std::io::Error| format!("cannot read `{}`: {e}", p.display());
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
+    let mut plain = vec![root.to_path_buf()];
+    let mut linked = Vec::new();
+    while let Some((dir, via_link)) = plain
+        .pop()
+        .map(|d| (d, false))
+        .or_else(|| linked.pop().map(|d| (d, true)))
+    {
         let meta = std::fs::metadata(&dir).map_err(|e| cannot(&dir, e))?;
         if !walked.insert(dir_id(&dir, &meta)) {
             continue;
@@ -248,12 +261,15 @@ fn walk(root: &Path, walked: &mut HashSet<DirId>, out: &mut Vec<PathBuf>) -> Res
                     .collect::<Result<Vec<_>, _>>()
             })
             .map_err(|e| cannot(&dir, e))?;
-        // Reversed onto the stack, so that directories are walked in name order.
+        // Reversed onto the stacks, so that directories are walked in name order.
         entries.sort_by(|a, b| b.cmp(a));
         for path in entries {
+            let is_link = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_symlink());
+            let via_link = via_link || is_link;
             match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => stack.push(path),
-                _ if path.extension().is_some_and(|e| e == "exp") => out.push(path),
+                Ok(m) if m.is_dir() && via_link => linked.push(path),
+                Ok(m) if m.is_dir() => plain.push(path),
+                _ if path.extension().is_some_and(|e| e == "exp") => out.push((via_link, path)),
                 _ => {}
             }
         }
