@@ -296,8 +296,8 @@ pub fn device_memory(text: &str) -> Result<(Device, u64), String> {
     };
     let number: f64 = number.trim().parse().map_err(|_| not_a_size())?;
     let bytes = number * scale as f64;
-    // 2^64: the first byte count that does not fit 64 bits; NaN fails every comparison.
-    if !(bytes >= 1.0 && bytes < 18_446_744_073_709_551_616.0) {
+    // 2^64 is the first byte count that does not fit 64 bits; NaN is in no range.
+    if !(1.0..18_446_744_073_709_551_616.0).contains(&bytes) {
         return Err(format!(
             "`{size}` is not a memory size: it must be at least 1 byte and less than 16 EiB"
         ));
