@@ -371,7 +371,15 @@ fn absurd_run_options_are_usage_errors() {
         ("--run-dir", ""),
         ("--resume", ""),
         ("--init", ""),
+        ("--init", "/dev/zero"),
+        ("--init", "experiments"),
     ] {
         refused(RUN_DEADLINE, &["run", option, value, file], option);
     }
+    // Initial weights from a FIFO would wait for a writer forever.
+    let dir = scratch("init");
+    let fifo = dir.join("weights.safetensors");
+    mkfifo(&fifo);
+    let fifo = fifo.to_str().expect("a UTF-8 path");
+    refused(RUN_DEADLINE, &["run", "--init", fifo, file], "--init");
 }

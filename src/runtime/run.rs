@@ -39,7 +39,7 @@ pub struct RunOptions {
     #[arg(long, default_value = "runs")]
     pub runs_dir: PathBuf,
     /// Initial weights: a safetensors file with PyTorch `state_dict` names (`fc1.weight`).
-    #[arg(long, value_name = "SAFETENSORS")]
+    #[arg(long, value_name = "SAFETENSORS", value_parser = parse_init)]
     pub init: Option<PathBuf>,
     /// Run only this trial of a sweep (1-based).
     #[arg(
@@ -75,6 +75,18 @@ pub struct RunOptions {
 /// Reads `--device`.
 fn parse_device(text: &str) -> Result<kiln::ir::Device, String> {
     text.parse()
+}
+
+/// Reads `--init`: a path that exists must be a regular file, since reading a FIFO would wait
+/// for a writer and a device may never end; a missing file is the run's diagnostic.
+fn parse_init(text: &str) -> Result<PathBuf, String> {
+    if text.is_empty() {
+        return Err("an empty path".into());
+    }
+    match std::fs::metadata(text) {
+        Ok(meta) if !meta.is_file() => Err("not a regular file: name a safetensors file".into()),
+        _ => Ok(PathBuf::from(text)),
+    }
 }
 
 /// Runs the command; returns the exit status.
