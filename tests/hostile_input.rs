@@ -1,6 +1,7 @@
 //! Hostile input: a FIFO, a device, an oversized file and a directory full of looping links are
 //! refused or walked at once, each file checked once; every absurd option value is a usage error.
 //! Each case runs the real `kiln` binary under a deadline and kills it when it overruns.
+#![cfg(unix)]
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -153,6 +154,7 @@ fn a_fifo_is_refused_at_once() {
         "{}",
         run.stderr
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -182,6 +184,7 @@ fn dev_zero_is_refused_not_read() {
         "{}",
         extends.stdout
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -262,6 +265,7 @@ fn a_directory_of_looping_links_checks_each_file_once() {
         "{}",
         answer.stderr
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -281,6 +285,7 @@ fn a_file_named_twice_is_checked_once() {
         "{}",
         answer.stderr
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Each absurd value is a usage error that names its option, answered at once.
@@ -382,4 +387,5 @@ fn absurd_run_options_are_usage_errors() {
     mkfifo(&fifo);
     let fifo = fifo.to_str().expect("a UTF-8 path");
     refused(RUN_DEADLINE, &["run", "--init", fifo, file], "--init");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -130,6 +130,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)]
     fn devices_and_directories_are_refused_unopened() {
         assert_eq!(
             FsLoader.read(Path::new("/dev/zero")),
