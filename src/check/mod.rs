@@ -7,6 +7,7 @@ mod compress;
 pub mod cx;
 mod data;
 mod experiment;
+mod fs;
 pub mod layers;
 mod model;
 mod settings;
@@ -14,33 +15,22 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 
-use crate::diagnostic::problem::Sweep;
+use crate::diagnostic::problem::{Sweep, Unreadable};
 use crate::diagnostic::{self, Code, Diagnostic, Problem};
 use crate::ir::{Device, Experiment};
 use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
+pub use fs::{FsLoader, MAX_SOURCE_BYTES};
+
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {
-    /// The bytes of the file at `path`.
-    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>>;
+    /// The bytes of the file at `path`, or why it cannot be read.
+    fn read(&self, path: &Path) -> Result<Vec<u8>, Unreadable>;
 
     /// One name per file, so that `extends` cycles are found however a path is written.
     fn canonical(&self, path: &Path) -> PathBuf;
-}
-
-/// Reads files from disk.
-pub struct FsLoader;
-
-impl Loader for FsLoader {
-    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-        std::fs::read(path)
-    }
-
-    fn canonical(&self, path: &Path) -> PathBuf {
-        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
-    }
 }
 
 /// Settings that come from outside the file.
@@ -236,19 +226,19 @@ impl Load<'_> {
     ) -> Option<(FileId, crate::syntax::ast::File)> {
         let bytes = match self.loader.read(path) {
             Ok(b) => b,
-            Err(e) => {
+            Err(reason) => {
                 match from {
                     Some(span) => self.report(Problem::ExtendsNotFound {
                         span,
                         path: path.to_path_buf(),
-                        error: e.to_string(),
+                        reason,
                     }),
                     None => {
                         let id = self.sources.add(path, String::new());
                         self.report(Problem::Io {
                             span: Span::new(id, 0, 0),
                             path: path.to_path_buf(),
-                            error: e.to_string(),
+                            reason,
                         });
                     }
                 }
@@ -462,11 +452,11 @@ impl MemoryLoader {
 }
 
 impl Loader for MemoryLoader {
-    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
+    fn read(&self, path: &Path) -> Result<Vec<u8>, Unreadable> {
         self.files
             .get(&normalize(path))
             .cloned()
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no such file"))
+            .ok_or_else(|| Unreadable::Io("no such file".into()))
     }
 
     fn canonical(&self, path: &Path) -> PathBuf {

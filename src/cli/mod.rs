@@ -6,7 +6,8 @@ mod report;
 
 use std::io::Write;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use kiln::ir::Device;
 
 /// Exit status: no errors.
 pub const EXIT_OK: i32 = 0;
@@ -34,8 +35,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Format::Human)]
         format: Format,
         /// A device's memory, as `cuda:0=80GiB` (overrides the file's `memory` lines).
-        #[arg(long = "device-memory", value_name = "DEVICE=SIZE")]
-        device_memory: Vec<String>,
+        #[arg(
+            long = "device-memory",
+            value_name = "DEVICE=SIZE",
+            value_parser = commands::device_memory,
+        )]
+        device_memory: Vec<(Device, u64)>,
     },
     /// Print the static plan of an experiment: shapes, parameters, FLOPs and memory per device.
     Plan {
@@ -45,8 +50,12 @@ enum Command {
         #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
         format: PlanFormat,
         /// A device's memory, as `cuda:0=80GiB` (overrides the file's `memory` lines).
-        #[arg(long = "device-memory", value_name = "DEVICE=SIZE")]
-        device_memory: Vec<String>,
+        #[arg(
+            long = "device-memory",
+            value_name = "DEVICE=SIZE",
+            value_parser = commands::device_memory,
+        )]
+        device_memory: Vec<(Device, u64)>,
     },
     /// Train an experiment on libtorch (every trial of its sweeps); `kiln run --help` for options.
     #[command(disable_help_flag = true)]
@@ -106,6 +115,10 @@ pub fn main() -> i32 {
             return if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
         }
     };
+    if let Err(e) = validate(&cli.command) {
+        let _ = e.print();
+        return EXIT_USAGE;
+    }
     let result = match cli.command {
         Command::Check {
             paths,
@@ -133,4 +146,26 @@ pub fn main() -> i32 {
             EXIT_USAGE
         }
     }
+}
+
+/// What clap cannot check value by value: a device given twice to `--device-memory`.
+fn validate(command: &Command) -> Result<(), clap::Error> {
+    let (name, device_memory) = match command {
+        Command::Check { device_memory, .. } => ("check", device_memory),
+        Command::Plan { device_memory, .. } => ("plan", device_memory),
+        _ => return Ok(()),
+    };
+    for (i, (device, _)) in device_memory.iter().enumerate() {
+        if device_memory[..i].iter().any(|(d, _)| d == device) {
+            let mut cli = Cli::command();
+            // Built, so that the usage line reads `kiln check`, not `check`.
+            cli.build();
+            let sub = cli.find_subcommand(name).cloned();
+            return Err(sub.unwrap_or(cli).error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("`--device-memory` names {device} twice; give each device once"),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -16,6 +16,7 @@ mod runtime;
 mod shapes;
 mod situation;
 mod strategy;
+mod unreadable;
 mod wording;
 
 pub use codes::Code;

@@ -12,6 +12,7 @@ pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
 };
+pub use super::unreadable::{FileKind, Unreadable};
 
 /// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,8 +42,8 @@ pub enum Problem {
         span: Span,
         /// The file.
         path: PathBuf,
-        /// The system's reason.
-        error: String,
+        /// Why.
+        reason: Unreadable,
     },
     /// K0004: brackets nest too deep.
     TooDeep {
@@ -179,8 +180,8 @@ pub enum Problem {
         span: Span,
         /// The path tried.
         path: PathBuf,
-        /// The system's reason.
-        error: String,
+        /// Why.
+        reason: Unreadable,
     },
     /// K0123: files extending each other.
     ExtendsCycle {

@@ -144,11 +144,16 @@ impl Problem {
                     .label("invalid byte here")
                     .help("save the file as UTF-8 text")
             }
-            Problem::Io { span, path, error } => {
-                new(span, format!("cannot read `{}`: {error}", path.display()))
-                    .label("unreadable")
-                    .help("check the path and its permissions")
-            }
+            Problem::Io { span, path, reason } => new(
+                span,
+                format!("cannot read `{}`: {}", path.display(), reason.reason()),
+            )
+            .label("unreadable")
+            .help(
+                reason
+                    .help()
+                    .unwrap_or("check the path and its permissions"),
+            ),
             Problem::TooDeep { span, max } => {
                 new(span, format!("brackets nest deeper than {max} levels"))
                     .label("this bracket is too deep")
@@ -184,11 +189,16 @@ impl Problem {
                     .label(format!("{names} missing in this block"))
                     .help(format!("add `{example}`"))
             }
-            Problem::ExtendsNotFound { span, path, error } => {
-                new(span, format!("cannot read `{}`: {error}", path.display()))
-                    .label("this file cannot be read")
-                    .help("paths in `extends` are relative to the file that contains them")
-            }
+            Problem::ExtendsNotFound { span, path, reason } => new(
+                span,
+                format!("cannot read `{}`: {}", path.display(), reason.reason()),
+            )
+            .label("this file cannot be read")
+            .help(
+                reason
+                    .help()
+                    .unwrap_or("paths in `extends` are relative to the file that contains them"),
+            ),
             Problem::ExtendsCycle { span, cycle } => {
                 let names: Vec<String> = cycle.iter().map(|p| p.display().to_string()).collect();
                 new(span, "these files extend each other in a cycle".into())

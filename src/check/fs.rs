@@ -1,0 +1,154 @@
+//! Reading experiment files from disk, bounded: a path that names something other than a
+//! regular file (a FIFO, a device, a socket, a directory) is refused before it is opened for
+//! reading, and a file larger than [`MAX_SOURCE_BYTES`] is refused without being read whole.
+
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use super::Loader;
+use crate::diagnostic::problem::{FileKind, Unreadable};
+
+/// The largest experiment file Kiln reads: 16 MiB. Real experiments are a few kilobytes; the
+/// limit only stops a wrong path (a log, a data file, a disk image) from filling memory.
+pub const MAX_SOURCE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Reads files from disk.
+pub struct FsLoader;
+
+impl Loader for FsLoader {
+    fn read(&self, path: &Path) -> Result<Vec<u8>, Unreadable> {
+        read_bounded(path, MAX_SOURCE_BYTES)
+    }
+
+    fn canonical(&self, path: &Path) -> PathBuf {
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    }
+}
+
+/// Reads the regular file at `path` if it holds at most `limit` bytes.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, Unreadable> {
+    let io = |e: std::io::Error| Unreadable::Io(e.to_string());
+    // The kind first, without opening: opening a FIFO waits for a writer, and a device such as
+    // `/dev/zero` never ends.
+    regular(&std::fs::metadata(path).map_err(io)?, limit)?;
+    let file = open(path).map_err(io)?;
+    // The path may name something else by now: what was opened must be a regular file too.
+    let meta = file.metadata().map_err(io)?;
+    regular(&meta, limit)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    // One byte past the limit tells a file that grew while read from one that fits.
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    let size = bytes.len() as u64;
+    if size > limit {
+        return Err(Unreadable::TooLarge { size, limit });
+    }
+    Ok(bytes)
+}
+
+/// Refuses anything but a regular file of at most `limit` bytes.
+fn regular(meta: &Metadata, limit: u64) -> Result<(), Unreadable> {
+    if !meta.is_file() {
+        return Err(Unreadable::NotRegular(kind(meta)));
+    }
+    if meta.len() > limit {
+        return Err(Unreadable::TooLarge {
+            size: meta.len(),
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Opens for reading without blocking, so that a FIFO put in place after the check cannot hang.
+#[cfg(unix)]
+fn open(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// Opens for reading.
+#[cfg(not(unix))]
+fn open(path: &Path) -> std::io::Result<File> {
+    File::open(path)
+}
+
+/// What a path that is not a regular file names.
+fn kind(meta: &Metadata) -> FileKind {
+    let t = meta.file_type();
+    if t.is_dir() {
+        return FileKind::Directory;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return FileKind::Fifo;
+        }
+        if t.is_char_device() {
+            return FileKind::CharDevice;
+        }
+        if t.is_block_device() {
+            return FileKind::BlockDevice;
+        }
+        if t.is_socket() {
+            return FileKind::Socket;
+        }
+    }
+    FileKind::Other
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("kiln-fs-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch dir");
+        dir
+    }
+
+    #[test]
+    fn a_file_at_the_limit_is_read_and_one_byte_more_is_refused() {
+        let dir = scratch("limit");
+        let path = dir.join("a.exp");
+        std::fs::write(&path, vec![b'#'; 100]).expect("write");
+        assert_eq!(read_bounded(&path, 100).expect("fits").len(), 100);
+        assert_eq!(
+            read_bounded(&path, 99),
+            Err(Unreadable::TooLarge {
+                size: 100,
+                limit: 99
+            })
+        );
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn devices_and_directories_are_refused_unopened() {
+        assert_eq!(
+            FsLoader.read(Path::new("/dev/zero")),
+            Err(Unreadable::NotRegular(FileKind::CharDevice))
+        );
+        let dir = scratch("dir");
+        assert_eq!(
+            FsLoader.read(&dir),
+            Err(Unreadable::NotRegular(FileKind::Directory))
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_the_systems_reason() {
+        let dir = scratch("missing");
+        assert!(matches!(
+            FsLoader.read(&dir.join("none.exp")),
+            Err(Unreadable::Io(_))
+        ));
+    }
+}
