@@ -89,13 +89,25 @@ const NO_GOLDEN: &[(Code, &str)] = &[
     ),
     (
         Code::ResumeIncompatible,
-        "a runtime failure, tested in tests/run.rs",
+        "a runtime failure, tested in tests/resume.rs",
     ),
     (
         Code::TorchError,
         "a runtime failure, tested in tests/run.rs",
     ),
     (Code::RunIo, "a runtime failure, tested in tests/run.rs"),
+    (
+        Code::RunDirTaken,
+        "a runtime failure, tested in tests/resume.rs",
+    ),
+    (
+        Code::CheckpointDamaged,
+        "a runtime warning, tested in tests/resume.rs",
+    ),
+    (
+        Code::StaleLock,
+        "a runtime warning, tested in tests/resume.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

@@ -271,7 +271,7 @@ fn an_incompatible_resume_is_refused() {
     assert_eq!(o.status.code(), Some(1));
     let t = text(&o);
     assert!(t.contains("K0507(resume-incompatible)"), "{t}");
-    assert!(t.contains("layer 1 was `fc1 linear [64] 2112`"), "{t}");
+    assert!(t.contains("layer 1: was `fc1 linear [64] 2112`"), "{t}");
     assert!(t.contains("[128] 4224`"), "{t}");
     assert!(
         t.contains("changed.exp:11:5]"),
@@ -289,10 +289,8 @@ fn an_incompatible_resume_is_refused() {
         "--resume",
         d.to_str().expect("utf-8"),
     ]));
-    assert!(
-        t.contains("the optimizer changed since the checkpoint: was `adamw`, is now `sgd`"),
-        "{t}"
-    );
+    assert!(t.contains("optimizer: was `AdamW"), "{t}");
+    assert!(t.contains("Sgd"), "{t}");
 }
 
 /// Runs a failing experiment; returns the output after checking the code, the spanned line and
