@@ -157,6 +157,10 @@ fn a_resume_that_changes_what_the_run_computes_is_refused() {
             "{what}: {t}"
         );
         assert_eq!(newest_checkpoint(&d), Some(at), "{what}: the run moved on");
+        if what == "layer 1" {
+            assert!(t.contains("changed.exp:11:5]"), "points at the layer: {t}");
+            assert!(t.contains("is now `fc1 linear [128] 4224`"), "{t}");
+        }
     }
 
     // A new learning rate (and length) is a safe change: accepted and recorded.

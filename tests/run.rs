@@ -241,58 +241,6 @@ fn a_killed_run_resumes_to_the_same_result() {
     assert_eq!(a["train_loss"], b["train_loss"]);
 }
 
-#[test]
-fn an_incompatible_resume_is_refused() {
-    let dir = scratch("incompatible");
-    let exp = write(&dir, "small.exp", SMALL);
-    let d = dir.join("run");
-    let o = run(&[
-        "run",
-        exp.to_str().expect("utf-8"),
-        "--quiet",
-        "--max-steps",
-        "40",
-        "--run-dir",
-        d.to_str().expect("utf-8"),
-    ]);
-    assert!(o.status.success(), "{}", text(&o));
-    let changed = write(
-        &dir,
-        "changed.exp",
-        &SMALL.replace("fc1: linear(64)", "fc1: linear(128)"),
-    );
-    let o = run(&[
-        "run",
-        changed.to_str().expect("utf-8"),
-        "--quiet",
-        "--resume",
-        d.to_str().expect("utf-8"),
-    ]);
-    assert_eq!(o.status.code(), Some(1));
-    let t = text(&o);
-    assert!(t.contains("K0507(resume-incompatible)"), "{t}");
-    assert!(t.contains("layer 1: was `fc1 linear [64] 2112`"), "{t}");
-    assert!(t.contains("[128] 4224`"), "{t}");
-    assert!(
-        t.contains("changed.exp:11:5]"),
-        "points at the changed layer: {t}"
-    );
-    let other = write(
-        &dir,
-        "other.exp",
-        &SMALL.replace("adamw(lr: 3e-3)", "sgd(lr: 0.1)"),
-    );
-    let t = text(&run(&[
-        "run",
-        other.to_str().expect("utf-8"),
-        "--quiet",
-        "--resume",
-        d.to_str().expect("utf-8"),
-    ]));
-    assert!(t.contains("optimizer: was `AdamW"), "{t}");
-    assert!(t.contains("Sgd"), "{t}");
-}
-
 /// Runs a failing experiment; returns the output after checking the code, the spanned line and
 /// the exit status.
 fn failure(dir: &Path, exp: &str, code: &str, at: &str) -> String {
