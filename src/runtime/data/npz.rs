@@ -1,4 +1,5 @@
-//! `.npz` sources: a zip reader (stored and deflated members, zip64) and the `.npy` arrays inside.
+//! `.npz` sources: a zip reader (stored and deflated members, zip64) and the `.npy` arrays inside;
+//! a deflated member is inflated no further than it and the array's header declare.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -8,8 +9,8 @@ use tch::Tensor;
 
 use super::error::DataError;
 use super::file::{missing_key, DataFile};
-use super::npy::npy_bytes;
-use super::{invalid, Raw};
+use super::npy::{npy_bytes, npy_header, npy_header_end};
+use super::{invalid, quote, Raw};
 
 /// One member of a zip archive, from its central directory.
 #[derive(Debug)]
@@ -135,12 +136,59 @@ fn zip_entries(b: &[u8]) -> Result<Vec<ZipEntry>, String> {
     Ok(out)
 }
 
+/// Inflates a deflated member holding a `.npy` array: its header first, then no more than the
+/// member declares and its header needs (one byte more is read, to refuse more data than
+/// declared).
+fn inflate(data: &[u8], entry: &ZipEntry, size: usize) -> Result<Vec<u8>, String> {
+    let name = quote(&entry.name);
+    let corrupt = || format!("its member `{name}` is corrupt or truncated");
+    let mut decoder = flate2::read::DeflateDecoder::new(data);
+    let mut out = Vec::new();
+    let mut more = |out: &mut Vec<u8>, upto: usize| -> Result<(), String> {
+        let want = upto.saturating_sub(out.len()) as u64;
+        (&mut decoder)
+            .take(want)
+            .read_to_end(out)
+            .map(drop)
+            .map_err(|_| corrupt())
+    };
+    // The `.npy` preamble, then the header it announces.
+    more(&mut out, 12.min(size))?;
+    let end = npy_header_end(&out)
+        .filter(|&end| end <= size)
+        .unwrap_or(out.len());
+    more(&mut out, end)?;
+    let header = npy_header(&out)
+        .map_err(|reason| format!("its member `{name}` is not a valid .npy array: {reason}"))?;
+    if size > header.total() {
+        return Err(format!(
+            "its member `{name}` declares {size} bytes, but the array its header describes needs {}; it was decompressed no further",
+            header.total()
+        ));
+    }
+    // Deflate expands a byte to at most 1032.
+    out.reserve(
+        size.min(data.len().saturating_mul(1032))
+            .saturating_sub(out.len()),
+    );
+    more(&mut out, size.saturating_add(1))?;
+    if out.len() != size {
+        return Err(if out.len() > size {
+            format!("its member `{name}` holds more than the {size} bytes it declares; it was decompressed no further")
+        } else {
+            corrupt()
+        });
+    }
+    Ok(out)
+}
+
 /// The uncompressed bytes of a member, checked against its CRC-32.
 fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, String> {
     const LOCAL: u32 = 0x0403_4b50;
-    let corrupt = || format!("its member `{}` is corrupt or truncated", entry.name);
+    let name = quote(&entry.name);
+    let corrupt = || format!("its member `{name}` is corrupt or truncated");
     if entry.flags & 1 != 0 {
-        return Err(format!("its member `{}` is encrypted", entry.name));
+        return Err(format!("its member `{name}` is encrypted"));
     }
     let at = offset(entry.offset).ok_or_else(corrupt)?;
     if le32(b, at) != Some(LOCAL) {
@@ -156,21 +204,10 @@ fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, Strin
     let out: Cow<'a, [u8]> = match entry.method {
         0 if data.len() == size => Cow::Borrowed(data),
         0 => return Err(corrupt()),
-        8 => {
-            let mut out = Vec::with_capacity(size.min(data.len().saturating_mul(1032)));
-            flate2::read::DeflateDecoder::new(data)
-                .take(entry.size.saturating_add(1))
-                .read_to_end(&mut out)
-                .map_err(|_| corrupt())?;
-            if out.len() != size {
-                return Err(corrupt());
-            }
-            Cow::Owned(out)
-        }
+        8 => Cow::Owned(inflate(data, entry, size)?),
         m => {
             return Err(format!(
-                "its member `{}` uses zip compression method {m}; only stored and deflated members (as `np.savez` and `np.savez_compressed` write) are supported",
-                entry.name
+                "its member `{name}` uses zip compression method {m}; only stored and deflated members (as `np.savez` and `np.savez_compressed` write) are supported"
             ))
         }
     };
@@ -178,8 +215,7 @@ fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, Strin
     crc.update(&out);
     if crc.sum() != entry.crc {
         return Err(format!(
-            "its member `{}` fails its checksum (the archive is damaged)",
-            entry.name
+            "its member `{name}` fails its checksum (the archive is damaged)"
         ));
     }
     Ok(out)
