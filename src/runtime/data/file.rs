@@ -232,3 +232,96 @@ pub(super) fn missing_key(
     )
     .path(&file.path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{all_train, data, expect_failure, Scratch};
+    use super::super::{load, DType, Source, Targets};
+    use super::*;
+    use kiln::diagnostic::Code;
+    use std::time::{Duration, Instant};
+
+    fn csv_at(path: &str) -> Source {
+        Source::Csv {
+            path: path.into(),
+            target: "label".into(),
+            header: true,
+        }
+    }
+
+    #[test]
+    fn non_regular_files_are_refused_at_once() {
+        let dir = Scratch::new();
+        let fifo = dir.path("pipe.csv");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = Instant::now();
+        // No process writes the FIFO: opening it for reading would block.
+        expect_failure(
+            load(
+                &data(csv_at("pipe.csv"), Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "it is a FIFO (a named pipe), not a regular file",
+        );
+        // `/dev/zero` would be read without end; absolute paths ignore the base.
+        expect_failure(
+            load(
+                &data(csv_at("/dev/zero"), Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "it is a device, not a regular file",
+        );
+        let images = Source::Idx {
+            images: "/dev/zero".into(),
+            labels: "/dev/zero".into(),
+        };
+        expect_failure(
+            load(
+                &data(images, Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "it is a device",
+        );
+        let tensors = Source::Safetensors {
+            path: "pipe.csv".into(),
+            inputs: "inputs".into(),
+            targets: "targets".into(),
+        };
+        expect_failure(
+            load(
+                &data(tensors, Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "FIFO",
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn cut_keeps_short_text_and_cuts_long_text() {
+        assert_eq!(cut("short", 40), "short");
+        assert_eq!(cut(&"é".repeat(40), 40), "é".repeat(40));
+        assert_eq!(
+            cut(&"é".repeat(41), 40),
+            format!("{}… (41 characters)", "é".repeat(40))
+        );
+    }
+}

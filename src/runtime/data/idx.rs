@@ -341,6 +341,14 @@ mod tests {
         dir.write("long.idx", &[full.as_slice(), &[0, 0]].concat());
         expect_failure(load_it("long.idx"), Code::DataInvalid, "2 bytes after");
 
+        // More data than the header declares, gzipped: refused after one byte more.
+        dir.write("more.gz", &gzip(&[full.as_slice(), &[0; 5000]].concat()));
+        expect_failure(
+            load_it("more.gz"),
+            Code::DataInvalid,
+            "`more.gz` declares 5 x 2 x 3 values (46 bytes with the header), but decompressed it holds more; it was decompressed no further",
+        );
+
         // Wrong magic: not IDX, labels given as images, another type.
         dir.write("text.idx", b"hello world");
         expect_failure(load_it("text.idx"), Code::DataInvalid, "0x68656c6c");

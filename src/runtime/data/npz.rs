@@ -333,6 +333,98 @@ mod tests {
         assert_eq!(ints(&s.train.targets), vec![2, 0, 1]);
     }
 
+    /// A zip archive of one deflated member `name` holding `content`, declaring `declared` bytes
+    /// uncompressed.
+    fn zip_one(name: &str, content: &[u8], declared: u32) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(content).unwrap();
+        let packed = e.finish().unwrap();
+        let mut crc = flate2::Crc::new();
+        crc.update(content);
+        let fields = |out: &mut Vec<u8>| {
+            out.extend_from_slice(&20u16.to_le_bytes()); // version needed
+            out.extend_from_slice(&0u16.to_le_bytes()); // flags
+            out.extend_from_slice(&8u16.to_le_bytes()); // deflated
+            out.extend_from_slice(&[0; 4]); // time and date
+            out.extend_from_slice(&crc.sum().to_le_bytes());
+            out.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+            out.extend_from_slice(&declared.to_le_bytes());
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(&0u16.to_le_bytes()); // extra
+        };
+        let mut b = 0x0403_4b50u32.to_le_bytes().to_vec();
+        fields(&mut b);
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&packed);
+        let central = b.len();
+        b.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        b.extend_from_slice(&20u16.to_le_bytes()); // version made by
+        fields(&mut b);
+        b.extend_from_slice(&[0; 6]); // comment, disk, internal attributes
+        b.extend_from_slice(&[0; 4]); // external attributes
+        b.extend_from_slice(&0u32.to_le_bytes()); // local header offset
+        b.extend_from_slice(name.as_bytes());
+        let size = b.len() - central;
+        b.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&(size as u32).to_le_bytes());
+        b.extend_from_slice(&(central as u32).to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn npz_members_are_inflated_no_further_than_declared() {
+        let dir = Scratch::new();
+        Tensor::arange(12, (Kind::Float, Device::Cpu))
+            .reshape([3, 4])
+            .write_npy(dir.path("x.npy"))
+            .unwrap();
+        let array = std::fs::read(dir.path("x.npy")).unwrap();
+        let run = |name: &str| {
+            let source = Source::Npz {
+                path: name.into(),
+                inputs: "inputs".into(),
+                targets: "inputs".into(),
+            };
+            load(
+                &data(source, Targets::Unknown, all_train()),
+                &[4],
+                DType::Float,
+                &dir.0,
+                1,
+            )
+        };
+        // The archive writer is right: an honest member loads.
+        let n = array.len() as u32;
+        dir.write("ok.npz", &zip_one("inputs.npy", &array, n));
+        assert_eq!(run("ok.npz").unwrap().train.inputs.size(), vec![3, 4]);
+        // A member declaring far more than its array needs is not inflated.
+        let padded = [array.as_slice(), &vec![0; 1 << 20]].concat();
+        dir.write(
+            "big.npz",
+            &zip_one("inputs.npy", &padded, padded.len() as u32),
+        );
+        expect_failure(
+            run("big.npz"),
+            Code::DataInvalid,
+            &format!(
+                "its member `inputs.npy` declares {} bytes, but the array its header describes needs {n}; it was decompressed no further",
+                padded.len()
+            ),
+        );
+        // A member holding more than it declares stops one byte beyond.
+        dir.write("more.npz", &zip_one("inputs.npy", &padded, n));
+        expect_failure(
+            run("more.npz"),
+            Code::DataInvalid,
+            &format!("holds more than the {n} bytes it declares"),
+        );
+    }
+
     #[test]
     fn npz_failures() {
         let dir = Scratch::new();
