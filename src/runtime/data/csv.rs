@@ -284,6 +284,9 @@ pub(super) fn read(
     };
     let mut raw = Raw::new(x, y, file.name(), target_name);
     raw.lines = Some(data.lines);
+    // Every cell was checked to be finite (and the features to fit 32-bit floats) as it was
+    // parsed.
+    raw.finite = true;
     Ok(raw)
 }
 

@@ -210,7 +210,10 @@ pub(super) fn read(
         DType::Int => Tensor::f_from_data_size(&img.body, &shape, Kind::Uint8).at(span)?,
     };
     let y = Tensor::f_from_data_size(&lab.body, &[shape[0]], Kind::Uint8).at(span)?;
-    Ok(Raw::new(x, y, images.name(), labels.name()))
+    let mut raw = Raw::new(x, y, images.name(), labels.name());
+    // Bytes, scaled to [0, 1] or kept: never NaN or infinite.
+    raw.finite = true;
+    Ok(raw)
 }
 
 #[cfg(test)]

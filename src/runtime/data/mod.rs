@@ -232,6 +232,10 @@ struct Raw {
     targets_from: String,
     /// The file line of each sample (CSV), for messages.
     lines: Option<Vec<usize>>,
+    /// Whether every value is known to be finite by the way the source was read (bytes scaled to
+    /// [0, 1], CSV cells checked as they are parsed), so the scan for NaN and infinities is
+    /// skipped.
+    finite: bool,
 }
 
 impl Raw {
@@ -242,6 +246,7 @@ impl Raw {
             inputs_from,
             targets_from,
             lines: None,
+            finite: false,
         }
     }
 
