@@ -8,7 +8,7 @@ use tch::Tensor;
 
 use super::error::{At, DataError};
 use super::file::DataFile;
-use super::{fmt_names, invalid, Raw};
+use super::{fmt_names, invalid, quote, Raw};
 
 /// Rows of a CSV file parsed by one rayon task.
 const CSV_ROWS_PER_TASK: usize = 2048;
@@ -161,11 +161,12 @@ fn parse_csv(
     };
     let parsed: Vec<Result<CsvChunk, DataError>> = body
         .par_chunks(CSV_ROWS_PER_TASK)
-        .map(|chunk| {
+        .enumerate()
+        .map(|(chunk_index, chunk)| {
             let mut features = Vec::with_capacity(chunk.len() * width);
             let mut targets = Vec::with_capacity(chunk.len());
             let mut cells = Vec::with_capacity(columns);
-            for &(line, text) in chunk {
+            for (row, &(line, text)) in chunk.iter().enumerate() {
                 split_cells(text, &mut cells);
                 if cells.len() != columns {
                     return Err(invalid(
@@ -178,34 +179,52 @@ fn parse_csv(
                         "every row needs one cell per column",
                     ));
                 }
+                let sample = chunk_index * CSV_ROWS_PER_TASK + row;
                 for (c, cell) in cells.iter().enumerate() {
                     let value = unquote(cell);
+                    let what = if c == column {
+                        "the target".to_string()
+                    } else {
+                        format!("feature {}", if c < column { c } else { c - 1 })
+                    };
                     let place = if header {
-                        format!("column `{}`", names[c])
+                        format!("column `{}` ({what})", quote(&names[c]))
                     } else {
-                        format!("column {c}")
+                        format!("column {c} ({what})")
                     };
-                    let number = if value.is_empty() {
-                        Err(format!("line {line} of {name} has an empty cell in {place}"))
-                    } else {
-                        match value.parse::<f64>() {
-                            Ok(v) if v.is_finite() => Ok(v),
-                            Ok(_) => Err(format!(
-                                "line {line} of {name} has `{value}` in {place}, which is not a finite number"
-                            )),
-                            Err(_) => Err(format!(
-                                "line {line} of {name} has `{value}` in {place}, which is not a number"
-                            )),
-                        }
-                    };
-                    let v = number.map_err(|message| {
+                    let bad = |has: String| {
                         invalid(
                             span,
-                            message,
+                            format!("line {line} of {name} (sample {sample}, counted from 0) has {has}"),
                             format!("bad cell on line {line}"),
-                            "every cell must be a number; fill in or remove missing values",
+                            "every cell must be a finite number that fits 32-bit floats; fill in or remove missing values",
                         )
-                    })?;
+                    };
+                    let written = || format!("`{}` in {place}", quote(&value));
+                    let v = if value.is_empty() {
+                        return Err(bad(format!("an empty cell in {place}")));
+                    } else {
+                        match value.parse::<f64>() {
+                            Ok(v) if !v.is_finite() => {
+                                return Err(bad(format!(
+                                    "{}, which is not a finite number",
+                                    written()
+                                )))
+                            }
+                            // Features become 32-bit floats (targets are checked as labels or
+                            // values).
+                            Ok(v) if c != column && (v as f32).is_infinite() => {
+                                return Err(bad(format!(
+                                    "{}, which overflows 32-bit floats (about ±3.4e38 at most)",
+                                    written()
+                                )))
+                            }
+                            Ok(v) => v,
+                            Err(_) => {
+                                return Err(bad(format!("{}, which is not a number", written())))
+                            }
+                        }
+                    };
                     if c == column {
                         targets.push(v);
                     } else {
@@ -265,6 +284,9 @@ pub(super) fn read(
     };
     let mut raw = Raw::new(x, y, file.name(), target_name);
     raw.lines = Some(data.lines);
+    // Every cell was checked to be finite (and the features to fit 32-bit floats) as it was
+    // parsed.
+    raw.finite = true;
     Ok(raw)
 }
 
@@ -337,13 +359,13 @@ mod tests {
                 Targets::Unknown,
             ),
             Code::DataInvalid,
-            "line 3 of `f.csv` has `oops` in column `y`, which is not a number",
+            "line 3 of `f.csv` (sample 1, counted from 0) has `oops` in column `y` (feature 1), which is not a number",
         );
         assert_eq!(f.primary.text, "bad cell on line 3");
         expect_failure(
             run("1,2,0\n\n3,,1\n", "2", false, Targets::Unknown),
             Code::DataInvalid,
-            "line 3 of `f.csv` has an empty cell in column 1",
+            "line 3 of `f.csv` (sample 1, counted from 0) has an empty cell in column 1 (feature 1)",
         );
         expect_failure(
             run(

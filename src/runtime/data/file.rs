@@ -1,13 +1,18 @@
-//! Data files named by a source: resolved against the `.exp` file's folder, read whole (gunzipped
-//! when they are gzip), and the failures that name them.
+//! Data files named by a source: resolved against the `.exp` file's folder, opened only when they
+//! are regular files, read no further than their size on disk (or, gzipped, than their header
+//! declares), and the failures that name them.
 
-use std::io::Read;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use flate2::read::MultiGzDecoder;
 
 use kiln::span::Span;
 
 use super::error::{DataError, DataKind};
-use super::{fmt_names, invalid};
+use super::{cut, fmt_names, invalid};
 
 /// A data file named by the source: as written, and resolved against the `.exp` file's folder.
 pub(super) struct DataFile {
@@ -68,48 +73,140 @@ impl DataFile {
         }
     }
 
-    /// The whole file.
-    pub(super) fn read(&self, span: Span) -> Result<Vec<u8>, DataError> {
-        if self.path.is_dir() {
-            return Err(self.missing("it is a directory", span));
-        }
-        std::fs::read(&self.path).map_err(|e| self.missing(&Self::reason(&e), span))
+    /// Opens the file for reading, refusing anything but a regular file (a directory, a FIFO, a
+    /// device, a socket) before it is opened, so that a FIFO without a writer cannot block and
+    /// `/dev/zero` cannot be read without end. Returns the file and its size on disk.
+    pub(super) fn open(&self, span: Span) -> Result<(File, u64), DataError> {
+        let meta =
+            std::fs::metadata(&self.path).map_err(|e| self.missing(&Self::reason(&e), span))?;
+        self.regular(&meta, span)?;
+        // Non-blocking, in case a FIFO took the file's place since: the mode is checked again on
+        // what was opened.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&self.path)
+            .map_err(|e| self.missing(&Self::reason(&e), span))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| self.missing(&Self::reason(&e), span))?;
+        self.regular(&meta, span)?;
+        Ok((file, meta.len()))
     }
 
-    /// Checks that the file can be opened, for readers that open it themselves.
+    /// K0502 unless `meta` is a regular file's.
+    fn regular(&self, meta: &std::fs::Metadata, span: Span) -> Result<(), DataError> {
+        let kind = meta.file_type();
+        let what = if kind.is_file() {
+            return Ok(());
+        } else if kind.is_dir() {
+            "it is a directory"
+        } else if kind.is_fifo() {
+            "it is a FIFO (a named pipe), not a regular file"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "it is a device, not a regular file"
+        } else if kind.is_socket() {
+            "it is a socket, not a regular file"
+        } else {
+            "it is not a regular file"
+        };
+        Err(self.missing(what, span))
+    }
+
+    /// The whole file, read no further than its size on disk when it was opened.
+    pub(super) fn read(&self, span: Span) -> Result<Vec<u8>, DataError> {
+        let (file, size) = self.open(span)?;
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(size)
+            .read_to_end(&mut bytes)
+            .map_err(|e| self.missing(&Self::reason(&e), span))?;
+        Ok(bytes)
+    }
+
+    /// Checks that the file is a regular file that can be opened, for readers that open it
+    /// themselves.
     pub(super) fn check_readable(&self, span: Span) -> Result<(), DataError> {
-        if self.path.is_dir() {
-            return Err(self.missing("it is a directory", span));
-        }
-        std::fs::File::open(&self.path)
-            .map(drop)
-            .map_err(|e| self.missing(&Self::reason(&e), span))
+        self.open(span).map(drop)
+    }
+
+    /// The file as a stream of its content, gunzipped when it starts with the gzip magic
+    /// (whatever its extension), read no further than its size on disk. The stream is read
+    /// as far as its caller asks: a caller that knows how much data to expect asks for no more
+    /// than one byte beyond it.
+    pub(super) fn stream(&self, span: Span) -> Result<Stream, DataError> {
+        let (file, size) = self.open(span)?;
+        let mut file = BufReader::new(file.take(size));
+        let gzipped = file
+            .fill_buf()
+            .map_err(|e| self.missing(&Self::reason(&e), span))?
+            .starts_with(&[0x1f, 0x8b]);
+        let reader: Box<dyn Read> = if gzipped {
+            Box::new(MultiGzDecoder::new(file))
+        } else {
+            Box::new(file)
+        };
+        Ok(Stream {
+            reader,
+            gzipped,
+            size,
+        })
+    }
+
+    /// K0503 for gzip data that cannot be decompressed.
+    pub(super) fn corrupt_gzip(&self, error: &std::io::Error, span: Span) -> DataError {
+        invalid(
+            span,
+            format!(
+                "{} is gzipped but cannot be decompressed: {}",
+                self.name(),
+                cut(&error.to_string(), 120)
+            ),
+            "corrupt gzip data",
+            "the file is probably truncated or damaged; download or copy it again",
+        )
+        .path(&self.path)
     }
 }
 
-/// Decompresses `bytes` when they start with the gzip magic (whatever the file's extension).
-pub(super) fn gunzip(bytes: Vec<u8>, file: &DataFile, span: Span) -> Result<Vec<u8>, DataError> {
-    if !bytes.starts_with(&[0x1f, 0x8b]) {
-        return Ok(bytes);
+/// The content of a data file, decompressed when it is gzipped.
+pub(super) struct Stream {
+    /// The content.
+    pub(super) reader: Box<dyn Read>,
+    /// Whether the file is gzipped.
+    pub(super) gzipped: bool,
+    /// The file's size on disk.
+    pub(super) size: u64,
+}
+
+impl Stream {
+    /// Reads up to `limit` bytes, fewer only at the end of the content. Memory is reserved for
+    /// at most `limit` bytes, and no more than gzip's best ratio allows the file to hold.
+    pub(super) fn read_up_to(
+        &mut self,
+        limit: u64,
+        file: &DataFile,
+        span: Span,
+    ) -> Result<Vec<u8>, DataError> {
+        // Deflate expands a byte to at most 1032.
+        let most = if self.gzipped {
+            self.size.saturating_mul(1032)
+        } else {
+            self.size
+        };
+        let reserve = usize::try_from(limit.min(most)).unwrap_or(0);
+        let mut out = Vec::with_capacity(reserve);
+        (&mut self.reader)
+            .take(limit)
+            .read_to_end(&mut out)
+            .map_err(|e| {
+                if self.gzipped {
+                    file.corrupt_gzip(&e, span)
+                } else {
+                    file.missing(&DataFile::reason(&e), span)
+                }
+            })?;
+        Ok(out)
     }
-    // The trailer holds the size modulo 2^32: a hint, capped by deflate's best ratio.
-    let hint = match bytes.len().checked_sub(4).and_then(|at| bytes.get(at..)) {
-        Some(t) => u32::from_le_bytes([t[0], t[1], t[2], t[3]]) as usize,
-        None => 0,
-    };
-    let mut out = Vec::with_capacity(hint.min(bytes.len().saturating_mul(1032)));
-    flate2::read::MultiGzDecoder::new(bytes.as_slice())
-        .read_to_end(&mut out)
-        .map_err(|e| {
-            invalid(
-                span,
-                format!("{} is gzipped but cannot be decompressed: {e}", file.name()),
-                "corrupt gzip data",
-                "the file is probably truncated or damaged; download or copy it again",
-            )
-            .path(&file.path)
-        })?;
-    Ok(out)
 }
 
 /// A missing array or tensor: K0503 naming the key and the keys present.
@@ -134,4 +231,97 @@ pub(super) fn missing_key(
         format!("name the {what}s with `inputs:` and `targets:`"),
     )
     .path(&file.path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{all_train, data, expect_failure, Scratch};
+    use super::super::{load, DType, Source, Targets};
+    use super::*;
+    use kiln::diagnostic::Code;
+    use std::time::{Duration, Instant};
+
+    fn csv_at(path: &str) -> Source {
+        Source::Csv {
+            path: path.into(),
+            target: "label".into(),
+            header: true,
+        }
+    }
+
+    #[test]
+    fn non_regular_files_are_refused_at_once() {
+        let dir = Scratch::new();
+        let fifo = dir.path("pipe.csv");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let started = Instant::now();
+        // No process writes the FIFO: opening it for reading would block.
+        expect_failure(
+            load(
+                &data(csv_at("pipe.csv"), Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "it is a FIFO (a named pipe), not a regular file",
+        );
+        // `/dev/zero` would be read without end; absolute paths ignore the base.
+        expect_failure(
+            load(
+                &data(csv_at("/dev/zero"), Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "it is a device, not a regular file",
+        );
+        let images = Source::Idx {
+            images: "/dev/zero".into(),
+            labels: "/dev/zero".into(),
+        };
+        expect_failure(
+            load(
+                &data(images, Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "it is a device",
+        );
+        let tensors = Source::Safetensors {
+            path: "pipe.csv".into(),
+            inputs: "inputs".into(),
+            targets: "targets".into(),
+        };
+        expect_failure(
+            load(
+                &data(tensors, Targets::Unknown, all_train()),
+                &[2],
+                DType::Float,
+                &dir.0,
+                1,
+            ),
+            Code::DataMissing,
+            "FIFO",
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+
+    #[test]
+    fn cut_keeps_short_text_and_cuts_long_text() {
+        assert_eq!(cut("short", 40), "short");
+        assert_eq!(cut(&"é".repeat(40), 40), "é".repeat(40));
+        assert_eq!(
+            cut(&"é".repeat(41), 40),
+            format!("{}… (41 characters)", "é".repeat(40))
+        );
+    }
 }

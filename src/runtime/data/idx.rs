@@ -1,4 +1,5 @@
-//! IDX sources (MNIST-style images and labels of unsigned bytes, plain or gzipped).
+//! IDX sources (MNIST-style images and labels of unsigned bytes, plain or gzipped); a gzipped
+//! file is decompressed no further than its header declares.
 
 use kiln::ir::DType;
 use kiln::span::Span;
@@ -6,18 +7,18 @@ use rayon::prelude::*;
 use tch::{Kind, Tensor};
 
 use super::error::{At, DataError};
-use super::file::{gunzip, DataFile};
+use super::file::DataFile;
 use super::{invalid, Raw};
 
 /// Bytes decoded by one rayon task.
 const BYTES_PER_TASK: usize = 1 << 16;
 
 /// A parsed IDX file of unsigned bytes.
-struct Idx<'a> {
+struct Idx {
     /// The dimensions, the sample count first.
     dims: Vec<usize>,
     /// The values.
-    body: &'a [u8],
+    body: Vec<u8>,
 }
 
 /// What an IDX file is expected to hold.
@@ -27,16 +28,13 @@ enum IdxRole {
     Labels,
 }
 
-/// Parses an IDX file of unsigned bytes (magic `00 00 08 ndims`), checking its length.
-fn parse_idx<'a>(
-    bytes: &'a [u8],
-    role: IdxRole,
-    file: &DataFile,
-    gzipped: bool,
-    span: Span,
-) -> Result<Idx<'a>, DataError> {
+/// Reads an IDX file of unsigned bytes (magic `00 00 08 ndims`), plain or gzipped: the header
+/// first, then the values it declares and one byte more, so that a file holding more than its
+/// header declares is refused without being read (or decompressed) any further.
+fn read_idx(file: &DataFile, role: IdxRole, span: Span) -> Result<Idx, DataError> {
     let name = file.name();
-    let held = if gzipped {
+    let mut stream = file.stream(span)?;
+    let held = if stream.gzipped {
         "it holds, decompressed,"
     } else {
         "it holds"
@@ -65,6 +63,7 @@ fn parse_idx<'a>(
             "the file is incomplete; download or copy it again",
         )
     };
+    let bytes = stream.read_up_to(4, file, span)?;
     if bytes.len() < 4 {
         return Err(truncated("at least a 4-byte header".into(), bytes.len()));
     }
@@ -103,12 +102,13 @@ fn parse_idx<'a>(
         )));
     }
     let header = 4 + 4 * ndims;
-    let Some(raw_dims) = bytes.get(4..header) else {
+    let raw_dims = stream.read_up_to(4 * ndims as u64, file, span)?;
+    if raw_dims.len() < 4 * ndims {
         return Err(truncated(
             format!("{ndims} dimensions ({header} header bytes)"),
-            bytes.len(),
+            4 + raw_dims.len(),
         ));
-    };
+    }
     let dims: Vec<usize> = raw_dims
         .chunks_exact(4)
         .map(|d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize)
@@ -118,10 +118,10 @@ fn parse_idx<'a>(
         .map(usize::to_string)
         .collect::<Vec<_>>()
         .join(" x ");
-    let total = dims
+    let values = dims
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .and_then(|n| n.checked_add(header))
+        .filter(|&n| n.checked_add(header).is_some())
         .ok_or_else(|| {
             invalid(
                 span,
@@ -130,27 +130,39 @@ fn parse_idx<'a>(
                 "the header is damaged; download or copy the file again",
             )
         })?;
-    if bytes.len() < total {
+    let total = values + header;
+    // The values and one byte more: a file holding more than it declares is read no further.
+    let body = stream.read_up_to(values as u64 + 1, file, span)?;
+    if body.len() < values {
         return Err(truncated(
             format!("{described} values ({total} bytes with the header)"),
-            bytes.len(),
+            header + body.len(),
         ));
     }
-    if bytes.len() > total {
-        return Err(invalid(
-            span,
-            format!(
-                "{name} holds {} bytes after the {described} values ({total} bytes with the header) it describes",
-                bytes.len() - total
-            ),
-            "malformed file",
-            "the header does not match the data; download or copy the file again",
-        ));
+    if body.len() > values {
+        return Err(if stream.gzipped {
+            invalid(
+                span,
+                format!(
+                    "{name} declares {described} values ({total} bytes with the header), but decompressed it holds more; it was decompressed no further"
+                ),
+                "more data than its header declares",
+                "the header does not match the data; download or copy the file again",
+            )
+        } else {
+            invalid(
+                span,
+                format!(
+                    "{name} holds {} bytes after the {described} values ({total} bytes with the header) it describes",
+                    stream.size.saturating_sub(total as u64)
+                ),
+                "malformed file",
+                "the header does not match the data; download or copy the file again",
+            )
+        }
+        .path(&file.path));
     }
-    Ok(Idx {
-        dims,
-        body: &bytes[header..],
-    })
+    Ok(Idx { dims, body })
 }
 
 /// Reads MNIST-style images and labels: inputs as grey levels in [0, 1], or the bytes as token
@@ -161,14 +173,8 @@ pub(super) fn read(
     dtype: DType,
     span: Span,
 ) -> Result<Raw, DataError> {
-    let image_bytes = images.read(span)?;
-    let image_gz = image_bytes.starts_with(&[0x1f, 0x8b]);
-    let image_bytes = gunzip(image_bytes, images, span)?;
-    let label_bytes = labels.read(span)?;
-    let label_gz = label_bytes.starts_with(&[0x1f, 0x8b]);
-    let label_bytes = gunzip(label_bytes, labels, span)?;
-    let img = parse_idx(&image_bytes, IdxRole::Images, images, image_gz, span)?;
-    let lab = parse_idx(&label_bytes, IdxRole::Labels, labels, label_gz, span)?;
+    let img = read_idx(images, IdxRole::Images, span)?;
+    let lab = read_idx(labels, IdxRole::Labels, span)?;
     if img.dims[0] != lab.dims[0] {
         return Err(invalid(
             span,
@@ -201,10 +207,13 @@ pub(super) fn read(
                 .at(span)?
         }
         // Token ids: the bytes themselves.
-        DType::Int => Tensor::f_from_data_size(img.body, &shape, Kind::Uint8).at(span)?,
+        DType::Int => Tensor::f_from_data_size(&img.body, &shape, Kind::Uint8).at(span)?,
     };
-    let y = Tensor::f_from_data_size(lab.body, &[shape[0]], Kind::Uint8).at(span)?;
-    Ok(Raw::new(x, y, images.name(), labels.name()))
+    let y = Tensor::f_from_data_size(&lab.body, &[shape[0]], Kind::Uint8).at(span)?;
+    let mut raw = Raw::new(x, y, images.name(), labels.name());
+    // Bytes, scaled to [0, 1] or kept: never NaN or infinite.
+    raw.finite = true;
+    Ok(raw)
 }
 
 #[cfg(test)]
@@ -334,6 +343,14 @@ mod tests {
         expect_failure(load_it("tiny.idx"), Code::DataInvalid, "truncated");
         dir.write("long.idx", &[full.as_slice(), &[0, 0]].concat());
         expect_failure(load_it("long.idx"), Code::DataInvalid, "2 bytes after");
+
+        // More data than the header declares, gzipped: refused after one byte more.
+        dir.write("more.gz", &gzip(&[full.as_slice(), &[0; 5000]].concat()));
+        expect_failure(
+            load_it("more.gz"),
+            Code::DataInvalid,
+            "`more.gz` declares 5 x 2 x 3 values (46 bytes with the header), but decompressed it holds more; it was decompressed no further",
+        );
 
         // Wrong magic: not IDX, labels given as images, another type.
         dir.write("text.idx", b"hello world");

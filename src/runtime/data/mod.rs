@@ -17,12 +17,13 @@
 //!
 //! This file holds the interface ([`load`], [`Dataset`], [`Splits`]), the checking and shaping of
 //! what a source holds against the model, and the helpers the readers share. Each source has its
-//! own file: `file` (reading and gunzipping a named file), `synthetic`, `idx`, `npy`, `npz`,
+//! own file: `file` (opening, reading and gunzipping a named file, bounded), `synthetic`, `idx`, `npy`, `npz`,
 //! `csv` and `safetensors`; `split` holds the splits and the PRNG, `loader` the [`Loader`].
 
 mod csv;
 mod error;
 mod file;
+mod finite;
 mod idx;
 mod loader;
 mod npy;
@@ -33,6 +34,7 @@ mod synthetic;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -130,7 +132,25 @@ fn fmt_shape(shape: &[i64]) -> String {
     format!("[{}]", dims.join(", "))
 }
 
-/// `` `a`, `b` `` (at most 12 names, then a count).
+/// `text`, or its first `keep` characters, `…` and its length when it is longer: file content
+/// quoted in a message is never echoed whole.
+pub(super) fn cut(text: &str, keep: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(keep) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!(
+            "{}… ({} characters)",
+            &text[..end],
+            text.chars().count()
+        )),
+    }
+}
+
+/// Cell-sized file content in a message: at most 40 characters, then `…` and the length.
+pub(super) fn quote(text: &str) -> Cow<'_, str> {
+    cut(text, 40)
+}
+
+/// `` `a`, `b` `` (at most 12 names, each cut to 40 characters, then a count).
 fn fmt_names(names: &[String]) -> String {
     if names.is_empty() {
         return "nothing".to_string();
@@ -140,7 +160,7 @@ fn fmt_names(names: &[String]) -> String {
         if i > 0 {
             out.push_str(", ");
         }
-        let _ = write!(out, "`{name}`");
+        let _ = write!(out, "`{}`", quote(name));
     }
     if names.len() > 12 {
         let _ = write!(out, " and {} more", names.len() - 12);
@@ -148,10 +168,12 @@ fn fmt_names(names: &[String]) -> String {
     out
 }
 
-/// A value as a person writes it: `3`, not `3.0`.
+/// A value as a person writes it: `3`, not `3.0`; `1e30`, not thirty-one digits.
 fn fmt_value(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e15 {
         format!("{}", v as i64)
+    } else if v.is_finite() && v != 0.0 && (v.abs() >= 1e15 || v.abs() < 1e-4) {
+        format!("{v:e}")
     } else {
         format!("{v}")
     }
@@ -210,6 +232,10 @@ struct Raw {
     targets_from: String,
     /// The file line of each sample (CSV), for messages.
     lines: Option<Vec<usize>>,
+    /// Whether every value is known to be finite by the way the source was read (bytes scaled to
+    /// [0, 1], CSV cells checked as they are parsed), so the scan for NaN and infinities is
+    /// skipped.
+    finite: bool,
 }
 
 impl Raw {
@@ -220,6 +246,7 @@ impl Raw {
             inputs_from,
             targets_from,
             lines: None,
+            finite: false,
         }
     }
 
@@ -352,6 +379,8 @@ fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset
             "the data needs at least one sample",
         ));
     }
+    // NaN and infinities, in every sample, before the split.
+    finite::check_source(&raw, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
     let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
     let targets = shape_targets(&raw, n, &data.targets, span)?;
@@ -402,7 +431,11 @@ fn shape_inputs(
     shape.extend_from_slice(input);
     let x = x.f_reshape(shape.as_slice()).at(span)?;
     match dtype {
-        DType::Float if is_float(kind) || is_integer(kind) => x.f_to_kind(Kind::Float).at(span),
+        DType::Float if is_float(kind) || is_integer(kind) => {
+            let converted = x.f_to_kind(Kind::Float).at(span)?;
+            finite::check_overflow(raw, &raw.inputs, &converted, from, span)?;
+            Ok(converted)
+        }
         DType::Int if is_integer(kind) => x.f_to_kind(Kind::Int64).at(span),
         DType::Int if is_float(kind) => {
             if let Some((i, v)) = first_fraction(&x).at(span)? {
@@ -515,18 +548,7 @@ fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Ten
             }
             let y = y.f_reshape([n]).at(span)?;
             if is_float(kind) {
-                if let Some((i, v)) = first_fraction(&y).at(span)? {
-                    return Err(invalid(
-                        span,
-                        format!(
-                            "{from} holds {} for {}, which is not a class index",
-                            fmt_value(v),
-                            raw.sample(i)
-                        ),
-                        "not a class label",
-                        "class labels are whole numbers from 0",
-                    ));
-                }
+                float_labels(raw, &y, *classes, span)?;
             }
             let y = y.f_to_kind(Kind::Int64).at(span)?;
             if let Some(k) = classes {
@@ -566,9 +588,9 @@ fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Ten
             }
             let mut s = vec![n];
             s.extend_from_slice(shape);
-            y.f_reshape(s.as_slice())
-                .and_then(|t| t.f_to_kind(Kind::Float))
-                .at(span)
+            let converted = y.f_to_kind(Kind::Float).at(span)?;
+            finite::check_overflow(raw, y, &converted, from, span)?;
+            converted.f_reshape(s.as_slice()).at(span)
         }
         Targets::Unknown if is_integer(kind) => {
             let y = if per == 1 {
@@ -578,6 +600,60 @@ fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Ten
             };
             y.f_to_kind(Kind::Int64).at(span)
         }
-        Targets::Unknown => y.f_to_kind(Kind::Float).at(span),
+        Targets::Unknown => {
+            let converted = y.f_to_kind(Kind::Float).at(span)?;
+            finite::check_overflow(raw, y, &converted, from, span)?;
+            Ok(converted)
+        }
     }
+}
+
+/// Checks class labels stored as floats (`[N]`) before they become integers: each a whole
+/// number, inside `[0, classes)` when the class count is known, and small enough to be an index
+/// otherwise. A label is named by its real value (`1e30`, `-3.5`).
+fn float_labels(raw: &Raw, y: &Tensor, classes: Option<u64>, span: Span) -> Result<(), DataError> {
+    let from = &raw.targets_from;
+    if let Some((i, v)) = first_fraction(y).at(span)? {
+        return Err(invalid(
+            span,
+            format!(
+                "{from} holds {} for {}, which is not a class index (not a whole number)",
+                fmt_value(v),
+                raw.sample(i)
+            ),
+            "not a class label",
+            "class labels are whole numbers from 0",
+        ));
+    }
+    // Beyond 2^53, floats skip whole numbers; no class count comes near.
+    let (low, high, within) = match classes {
+        Some(k) => (0.0, k as f64, format!("outside the {k} classes [0, {k})")),
+        None => (
+            -9_007_199_254_740_992.0,
+            9_007_199_254_740_992.0,
+            "too large to be a class index".to_string(),
+        ),
+    };
+    let outside = y
+        .f_lt(low)
+        .and_then(|below| below.f_logical_or(&y.f_ge(high)?))
+        .at(span)?;
+    if let Some(i) = first_true(&outside).at(span)? {
+        let label = y.f_double_value(&[i]).at(span)?;
+        let help = match classes {
+            Some(k) => format!("labels must lie in [0, {k}); check `classes:` and the file"),
+            None => "class labels are whole numbers from 0".to_string(),
+        };
+        return Err(invalid(
+            span,
+            format!(
+                "{from} holds the label {} for {}, {within}",
+                fmt_value(label),
+                raw.sample(i)
+            ),
+            "label out of range",
+            help,
+        ));
+    }
+    Ok(())
 }

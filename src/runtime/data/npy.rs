@@ -8,7 +8,7 @@ use tch::{Kind, TchError, Tensor};
 
 use super::error::{At, DataError};
 use super::file::DataFile;
-use super::{fmt_shape, invalid};
+use super::{fmt_shape, invalid, quote};
 
 /// An array parsed from `.npy` bytes, its data checked and converted to a kind torch reads in
 /// native byte order.
@@ -67,7 +67,8 @@ fn npy_dtype(descr: &str) -> Result<(Kind, usize, bool, NpyConv), String> {
                 _ => "values of an unknown type",
             };
             Err(format!(
-                "it holds {what} (`{descr}`), but only real numbers are supported"
+                "it holds {what} (`{}`), but only real numbers are supported",
+                quote(descr)
             ))
         }
     }
@@ -86,8 +87,50 @@ fn npy_field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
         .ok_or_else(|| format!("its header's `{key}` is malformed"))
 }
 
-/// Parses `.npy` bytes (format versions 1 to 3).
-fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
+/// What the header of a `.npy` array declares.
+#[derive(Debug)]
+pub(super) struct NpyHeader {
+    kind: Kind,
+    /// The item size in the file.
+    item: usize,
+    big: bool,
+    conv: NpyConv,
+    fortran: bool,
+    shape: Vec<i64>,
+    /// The number of values.
+    count: usize,
+    /// The bytes of the values.
+    need: usize,
+    /// Where the values start (the length of the preamble and the header).
+    pub(super) end: usize,
+    /// The dtype as the header writes it.
+    descr: String,
+}
+
+impl NpyHeader {
+    /// The bytes of the whole array, header included.
+    pub(super) fn total(&self) -> usize {
+        self.end.saturating_add(self.need)
+    }
+}
+
+/// Where the header of a `.npy` array ends, from its first 12 bytes (or fewer, when the file is
+/// that short).
+pub(super) fn npy_header_end(bytes: &[u8]) -> Option<usize> {
+    match bytes.get(6)? {
+        1 => bytes
+            .get(8..10)
+            .map(|b| 10 + usize::from(u16::from_le_bytes([b[0], b[1]]))),
+        2 | 3 => bytes
+            .get(8..12)
+            .map(|b| 12usize.saturating_add(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)),
+        _ => None,
+    }
+}
+
+/// Parses the preamble and header of `.npy` bytes (format versions 1 to 3); `bytes` need hold
+/// no more than the header.
+pub(super) fn npy_header(bytes: &[u8]) -> Result<NpyHeader, String> {
     const MAGIC: &[u8] = b"\x93NUMPY";
     if !bytes.starts_with(MAGIC) {
         return Err(if MAGIC.starts_with(bytes) {
@@ -96,19 +139,13 @@ fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
             "it does not start with the .npy magic string".into()
         });
     }
-    let (header_len, start): (usize, usize) = match bytes.get(6) {
-        Some(1) => match bytes.get(8..10) {
-            Some(b) => (usize::from(u16::from_le_bytes([b[0], b[1]])), 10),
-            None => return Err("it is truncated inside its header".into()),
-        },
-        Some(2 | 3) => match bytes.get(8..12) {
-            Some(b) => (u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize, 12),
-            None => return Err("it is truncated inside its header".into()),
-        },
+    let start = match bytes.get(6) {
+        Some(1) => 10,
+        Some(2 | 3) => 12,
         Some(v) => return Err(format!("its format version {v} is not supported")),
         None => return Err("it is truncated inside its header".into()),
     };
-    let end = start.saturating_add(header_len);
+    let end = npy_header_end(bytes).ok_or("it is truncated inside its header")?;
     let header = bytes
         .get(start..end)
         .ok_or("it is truncated inside its header")?;
@@ -118,13 +155,13 @@ fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
     if descr_text.starts_with('[') {
         return Err("it holds a structured array; only plain numeric arrays are supported".into());
     }
-    let quote = descr_text
+    let mark = descr_text
         .chars()
         .next()
         .filter(|&c| c == '\'' || c == '"')
         .ok_or("its header's `descr` is not a string")?;
     let descr = descr_text[1..]
-        .split(quote)
+        .split(mark)
         .next()
         .ok_or("its header's `descr` is not a string")?;
     let (kind, item, big, conv) = npy_dtype(descr)?;
@@ -149,22 +186,59 @@ fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
         .filter(|d| !d.is_empty())
         .map(|d| d.trim_end_matches('L').parse::<i64>())
         .collect::<Result<Vec<i64>, _>>()
-        .map_err(|_| format!("its header's shape ({inner}) is not a tuple of sizes"))?;
+        .map_err(|_| {
+            format!(
+                "its header's shape ({}) is not a tuple of sizes",
+                quote(inner)
+            )
+        })?;
     if shape.iter().any(|&d| d < 0) {
-        return Err(format!("its header's shape ({inner}) has a negative size"));
+        return Err(format!(
+            "its header's shape ({}) has a negative size",
+            quote(inner)
+        ));
     }
     let count = shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
-        .ok_or_else(|| format!("its shape ({inner}) is too large"))?;
+        .ok_or_else(|| format!("its shape ({}) is too large", quote(inner)))?;
     let need = count
         .checked_mul(item)
-        .ok_or_else(|| format!("its shape ({inner}) is too large"))?;
+        .ok_or_else(|| format!("its shape ({}) is too large", quote(inner)))?;
+    Ok(NpyHeader {
+        kind,
+        item,
+        big,
+        conv,
+        fortran,
+        shape,
+        count,
+        need,
+        end,
+        descr: descr.to_string(),
+    })
+}
+
+/// Parses `.npy` bytes (format versions 1 to 3).
+fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
+    let NpyHeader {
+        kind,
+        item,
+        big,
+        conv,
+        fortran,
+        shape,
+        count,
+        need,
+        end,
+        descr,
+    } = npy_header(bytes)?;
     let body = &bytes[end..];
     if body.len() < need {
         return Err(format!(
-            "it is truncated: its header describes {} values of `{descr}` ({need} bytes), but only {} bytes follow it",
+            "it is truncated: its header describes {} values of `{}` ({need} bytes), but only {} bytes follow it",
             fmt_shape(&shape),
+            quote(&descr),
             body.len()
         ));
     }

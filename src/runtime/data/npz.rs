@@ -1,4 +1,5 @@
-//! `.npz` sources: a zip reader (stored and deflated members, zip64) and the `.npy` arrays inside.
+//! `.npz` sources: a zip reader (stored and deflated members, zip64) and the `.npy` arrays inside;
+//! a deflated member is inflated no further than it and the array's header declare.
 
 use std::borrow::Cow;
 use std::io::Read;
@@ -8,8 +9,8 @@ use tch::Tensor;
 
 use super::error::DataError;
 use super::file::{missing_key, DataFile};
-use super::npy::npy_bytes;
-use super::{invalid, Raw};
+use super::npy::{npy_bytes, npy_header, npy_header_end};
+use super::{invalid, quote, Raw};
 
 /// One member of a zip archive, from its central directory.
 #[derive(Debug)]
@@ -135,12 +136,59 @@ fn zip_entries(b: &[u8]) -> Result<Vec<ZipEntry>, String> {
     Ok(out)
 }
 
+/// Inflates a deflated member holding a `.npy` array: its header first, then no more than the
+/// member declares and its header needs (one byte more is read, to refuse more data than
+/// declared).
+fn inflate(data: &[u8], entry: &ZipEntry, size: usize) -> Result<Vec<u8>, String> {
+    let name = quote(&entry.name);
+    let corrupt = || format!("its member `{name}` is corrupt or truncated");
+    let mut decoder = flate2::read::DeflateDecoder::new(data);
+    let mut out = Vec::new();
+    let mut more = |out: &mut Vec<u8>, upto: usize| -> Result<(), String> {
+        let want = upto.saturating_sub(out.len()) as u64;
+        (&mut decoder)
+            .take(want)
+            .read_to_end(out)
+            .map(drop)
+            .map_err(|_| corrupt())
+    };
+    // The `.npy` preamble, then the header it announces.
+    more(&mut out, 12.min(size))?;
+    let end = npy_header_end(&out)
+        .filter(|&end| end <= size)
+        .unwrap_or(out.len());
+    more(&mut out, end)?;
+    let header = npy_header(&out)
+        .map_err(|reason| format!("its member `{name}` is not a valid .npy array: {reason}"))?;
+    if size > header.total() {
+        return Err(format!(
+            "its member `{name}` declares {size} bytes, but the array its header describes needs {}; it was decompressed no further",
+            header.total()
+        ));
+    }
+    // Deflate expands a byte to at most 1032.
+    out.reserve(
+        size.min(data.len().saturating_mul(1032))
+            .saturating_sub(out.len()),
+    );
+    more(&mut out, size.saturating_add(1))?;
+    if out.len() != size {
+        return Err(if out.len() > size {
+            format!("its member `{name}` holds more than the {size} bytes it declares; it was decompressed no further")
+        } else {
+            corrupt()
+        });
+    }
+    Ok(out)
+}
+
 /// The uncompressed bytes of a member, checked against its CRC-32.
 fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, String> {
     const LOCAL: u32 = 0x0403_4b50;
-    let corrupt = || format!("its member `{}` is corrupt or truncated", entry.name);
+    let name = quote(&entry.name);
+    let corrupt = || format!("its member `{name}` is corrupt or truncated");
     if entry.flags & 1 != 0 {
-        return Err(format!("its member `{}` is encrypted", entry.name));
+        return Err(format!("its member `{name}` is encrypted"));
     }
     let at = offset(entry.offset).ok_or_else(corrupt)?;
     if le32(b, at) != Some(LOCAL) {
@@ -156,21 +204,10 @@ fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, Strin
     let out: Cow<'a, [u8]> = match entry.method {
         0 if data.len() == size => Cow::Borrowed(data),
         0 => return Err(corrupt()),
-        8 => {
-            let mut out = Vec::with_capacity(size.min(data.len().saturating_mul(1032)));
-            flate2::read::DeflateDecoder::new(data)
-                .take(entry.size.saturating_add(1))
-                .read_to_end(&mut out)
-                .map_err(|_| corrupt())?;
-            if out.len() != size {
-                return Err(corrupt());
-            }
-            Cow::Owned(out)
-        }
+        8 => Cow::Owned(inflate(data, entry, size)?),
         m => {
             return Err(format!(
-                "its member `{}` uses zip compression method {m}; only stored and deflated members (as `np.savez` and `np.savez_compressed` write) are supported",
-                entry.name
+                "its member `{name}` uses zip compression method {m}; only stored and deflated members (as `np.savez` and `np.savez_compressed` write) are supported"
             ))
         }
     };
@@ -178,8 +215,7 @@ fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, Strin
     crc.update(&out);
     if crc.sum() != entry.crc {
         return Err(format!(
-            "its member `{}` fails its checksum (the archive is damaged)",
-            entry.name
+            "its member `{name}` fails its checksum (the archive is damaged)"
         ));
     }
     Ok(out)
@@ -295,6 +331,98 @@ mod tests {
             (0..12).map(|v| v as f32).collect::<Vec<_>>()
         );
         assert_eq!(ints(&s.train.targets), vec![2, 0, 1]);
+    }
+
+    /// A zip archive of one deflated member `name` holding `content`, declaring `declared` bytes
+    /// uncompressed.
+    fn zip_one(name: &str, content: &[u8], declared: u32) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(content).unwrap();
+        let packed = e.finish().unwrap();
+        let mut crc = flate2::Crc::new();
+        crc.update(content);
+        let fields = |out: &mut Vec<u8>| {
+            out.extend_from_slice(&20u16.to_le_bytes()); // version needed
+            out.extend_from_slice(&0u16.to_le_bytes()); // flags
+            out.extend_from_slice(&8u16.to_le_bytes()); // deflated
+            out.extend_from_slice(&[0; 4]); // time and date
+            out.extend_from_slice(&crc.sum().to_le_bytes());
+            out.extend_from_slice(&(packed.len() as u32).to_le_bytes());
+            out.extend_from_slice(&declared.to_le_bytes());
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(&0u16.to_le_bytes()); // extra
+        };
+        let mut b = 0x0403_4b50u32.to_le_bytes().to_vec();
+        fields(&mut b);
+        b.extend_from_slice(name.as_bytes());
+        b.extend_from_slice(&packed);
+        let central = b.len();
+        b.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
+        b.extend_from_slice(&20u16.to_le_bytes()); // version made by
+        fields(&mut b);
+        b.extend_from_slice(&[0; 6]); // comment, disk, internal attributes
+        b.extend_from_slice(&[0; 4]); // external attributes
+        b.extend_from_slice(&0u32.to_le_bytes()); // local header offset
+        b.extend_from_slice(name.as_bytes());
+        let size = b.len() - central;
+        b.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
+        b.extend_from_slice(&[0; 4]);
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&1u16.to_le_bytes());
+        b.extend_from_slice(&(size as u32).to_le_bytes());
+        b.extend_from_slice(&(central as u32).to_le_bytes());
+        b.extend_from_slice(&0u16.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn npz_members_are_inflated_no_further_than_declared() {
+        let dir = Scratch::new();
+        Tensor::arange(12, (Kind::Float, Device::Cpu))
+            .reshape([3, 4])
+            .write_npy(dir.path("x.npy"))
+            .unwrap();
+        let array = std::fs::read(dir.path("x.npy")).unwrap();
+        let run = |name: &str| {
+            let source = Source::Npz {
+                path: name.into(),
+                inputs: "inputs".into(),
+                targets: "inputs".into(),
+            };
+            load(
+                &data(source, Targets::Unknown, all_train()),
+                &[4],
+                DType::Float,
+                &dir.0,
+                1,
+            )
+        };
+        // The archive writer is right: an honest member loads.
+        let n = array.len() as u32;
+        dir.write("ok.npz", &zip_one("inputs.npy", &array, n));
+        assert_eq!(run("ok.npz").unwrap().train.inputs.size(), vec![3, 4]);
+        // A member declaring far more than its array needs is not inflated.
+        let padded = [array.as_slice(), &vec![0; 1 << 20]].concat();
+        dir.write(
+            "big.npz",
+            &zip_one("inputs.npy", &padded, padded.len() as u32),
+        );
+        expect_failure(
+            run("big.npz"),
+            Code::DataInvalid,
+            &format!(
+                "its member `inputs.npy` declares {} bytes, but the array its header describes needs {n}; it was decompressed no further",
+                padded.len()
+            ),
+        );
+        // A member holding more than it declares stops one byte beyond.
+        dir.write("more.npz", &zip_one("inputs.npy", &padded, n));
+        expect_failure(
+            run("more.npz"),
+            Code::DataInvalid,
+            &format!("holds more than the {n} bytes it declares"),
+        );
     }
 
     #[test]

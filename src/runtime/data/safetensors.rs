@@ -5,7 +5,7 @@ use tch::{TchError, Tensor};
 
 use super::error::DataError;
 use super::file::{missing_key, DataFile};
-use super::{invalid, Raw};
+use super::{cut, invalid, Raw};
 
 /// Reads the tensors `inputs` and `targets` of a safetensors file (with libtorch's reader).
 pub(super) fn read(
@@ -19,7 +19,11 @@ pub(super) fn read(
         e @ TchError::Torch(_) => DataError::torch(e, span),
         other => invalid(
             span,
-            format!("{} is not a valid safetensors file: {other}", file.name()),
+            format!(
+                "{} is not a valid safetensors file: {}",
+                file.name(),
+                cut(&other.to_string(), 120)
+            ),
             "malformed file",
             "write the file with `safetensors.torch.save_file` or `safetensors.numpy.save_file`",
         ),
