@@ -385,7 +385,7 @@ fn run_trial(
 ) -> Result<(Outcome, PathBuf), Diagnostic> {
     let over = resolve_devices(exp, opts)?;
     // A resume takes the run's lock before the slow work, so a second process is refused at once.
-    let mut resumed = match place {
+    let resumed = match place {
         Place::Resume(dir) => {
             let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
             for w in &warnings {
@@ -428,7 +428,7 @@ fn run_trial(
     let digest = data_digest(&splits).at(exp.data.source_span)?;
     let print = fingerprint(exp, &digest);
     let text = &checked.sources.get(kiln::span::FileId(0)).text;
-    let (mut writer, resume, history) = match resumed.take() {
+    let (mut writer, resume, history) = match resumed {
         Some(writer) => {
             let (saved, history) = resume_point(exp, &writer, &print, text, checked)?;
             (writer, Some(saved), history)
