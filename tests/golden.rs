@@ -96,6 +96,10 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         "a runtime failure, tested in tests/run.rs",
     ),
     (Code::RunIo, "a runtime failure, tested in tests/run.rs"),
+    (
+        Code::RuntimeKilled,
+        "a runtime failure, tested in tests/signals.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

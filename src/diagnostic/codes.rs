@@ -165,11 +165,13 @@ codes! {
     /// A device ran out of memory.
     OutOfMemory = "K0505", "out-of-memory", Error, "A device ran out of memory during training.";
     /// The run was interrupted.
-    Interrupted = "K0506", "interrupted", Error, "The run was interrupted (Ctrl-C); a checkpoint was written.";
+    Interrupted = "K0506", "interrupted", Error, "The run was interrupted (Ctrl-C, SIGTERM, SIGHUP); a checkpoint was written.";
     /// A resume whose checkpoint does not fit the experiment.
     ResumeIncompatible = "K0507", "resume-incompatible", Error, "The checkpoint to resume from was made by an incompatible experiment.";
     /// libtorch reported an error.
     TorchError = "K0508", "torch-error", Error, "libtorch reported an error while running a layer or step.";
     /// The run directory or a checkpoint could not be written or read.
     RunIo = "K0509", "run-io", Error, "The run directory or a checkpoint in it could not be written or read.";
+    /// A signal killed the runtime.
+    RuntimeKilled = "K0511", "runtime-killed", Error, "A signal killed `kiln-runtime` (the out-of-memory killer, another process, a file-size limit, a crash).";
 }

@@ -236,7 +236,8 @@ impl Problem {
             | Problem::Interrupted { .. }
             | Problem::ResumeIncompatible { .. }
             | Problem::TorchError { .. }
-            | Problem::RunIo { .. }) => super::runtime::words(p),
+            | Problem::RunIo { .. }
+            | Problem::RuntimeKilled { .. }) => super::runtime::words(p),
         }
     }
 }

@@ -63,8 +63,9 @@ fn parse_device(text: &str) -> Result<kiln::ir::Device, String> {
 /// Runs the command; returns the exit status.
 pub fn main(opts: &RunOptions) -> i32 {
     let cancel = Cancel::default();
-    let on_ctrl_c = cancel.clone();
-    let _ = ctrlc::set_handler(move || on_ctrl_c.cancel());
+    let on_stop = cancel.clone();
+    let _ = kiln::supervise::on_stop_signals(move |sig| on_stop.cancel(sig));
+    kiln::supervise::ignore_file_size_signal();
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
@@ -212,7 +213,9 @@ fn run_concurrently(opts: &RunOptions, dirs: &[(usize, &Experiment, PathBuf)]) -
                 if let Some(m) = opts.max_steps {
                     cmd.args(["--max-steps", &m.to_string()]);
                 }
-                let ok = cmd.status().is_ok_and(|s| s.success());
+                let ok = kiln::supervise::spawn(&mut cmd)
+                    .and_then(kiln::supervise::Supervised::wait)
+                    .is_ok_and(|e| e.code == Some(0));
                 if !opts.quiet {
                     let result = if ok {
                         super::summary::short_result(dir)
@@ -328,6 +331,7 @@ fn run_trial(
         opts.max_steps,
     )?;
     let mut writer = RunWriter::open(dir.to_path_buf(), exp.data.source_span)?;
+    kiln::supervise::record_run_dir(dir);
     let resume = match &opts.resume {
         Some(_) => {
             let found = checkpoint::latest(&writer.checkpoint_dir(), exp.optimizer.span)?;

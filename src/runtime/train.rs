@@ -303,6 +303,7 @@ impl Trainer<'_> {
             span: self.exp.train.loss_span,
             step: pos.step,
             epoch: pos.epoch + 1,
+            signal: self.cancel.signal().map(kiln::supervise::signal_name),
             run_dir: self.out.dir().map(Path::to_path_buf),
         }
         .diagnostic()
