@@ -216,9 +216,15 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
 
 /// The help of a failed write: the file-size limit or the full disk when the system says so.
 fn io_help(error: &str) -> &'static str {
-    if error.contains("os error 27") || error.contains("File too large") {
+    if ["os error 27", "FileTooLarge", "File too large"]
+        .iter()
+        .any(|e| error.contains(e))
+    {
         "a file reached the file-size limit (`ulimit -f`): raise the limit or put the run directory (`--runs-dir`) where none applies; the last checkpoint on disk is intact"
-    } else if error.contains("os error 28") || error.contains("No space left on device") {
+    } else if ["os error 28", "StorageFull", "No space left on device"]
+        .iter()
+        .any(|e| error.contains(e))
+    {
         "the disk is full: free space or put the run directory (`--runs-dir`) on another disk; the last checkpoint on disk is intact"
     } else {
         "check that the run directory is writable and the disk has room"
