@@ -162,16 +162,18 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-/// Waits until process `pid` has ended.
-fn gone_within(pid: u32, limit: Duration) -> bool {
+/// Checks that every process of `pids` ends within `limit`; kills those left before failing.
+fn ended_within(pids: &[u32], limit: Duration, what: &str) {
     let start = Instant::now();
-    while alive(pid) {
-        if start.elapsed() > limit {
-            return false;
-        }
+    while pids.iter().any(|&p| alive(p)) && start.elapsed() < limit {
         std::thread::sleep(Duration::from_millis(20));
     }
-    true
+    let left: Vec<u32> = pids.iter().copied().filter(|&p| alive(p)).collect();
+    for &p in &left {
+        // SAFETY: `kill` only sends a signal.
+        unsafe { libc::kill(p as i32, libc::SIGKILL) };
+    }
+    assert!(left.is_empty(), "{what}: {left:?} still running");
 }
 
 /// Waits for the first checkpoint's sidecar (written last) in the run directory `dir`.
@@ -230,6 +232,23 @@ fn checkpoint_intact(dir: &Path) -> (u64, u64) {
     (step, data.len() as u64)
 }
 
+/// Waits for `kiln` to exit, at most two minutes; past that, kills it and `others` and fails.
+fn finish(child: Child, others: &[u32]) -> Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(Duration::from_secs(120)) {
+        Ok(o) => o.expect("kiln exits"),
+        Err(_) => {
+            for p in others.iter().chain([&pid]) {
+                // SAFETY: `kill` only sends a signal.
+                unsafe { libc::kill(*p as i32, libc::SIGKILL) };
+            }
+            panic!("kiln did not exit within two minutes");
+        }
+    }
+}
+
 /// Sends `sig` to process `pid`.
 fn signal(pid: u32, sig: i32) {
     // SAFETY: `kill` only sends a signal.
@@ -245,7 +264,7 @@ fn sigterm_to_kiln_checkpoints_and_resumes_to_the_same_metrics() {
     let runtime = child_of(child.id());
     first_checkpoint(&d);
     signal(child.id(), libc::SIGTERM);
-    let o = child.wait_with_output().expect("kiln exits");
+    let o = finish(child, &[runtime]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("K0506(interrupted)"), "{t}");
@@ -268,7 +287,7 @@ fn sigkill_to_the_runtime_is_reported_with_the_checkpoint_and_resumes() {
     let runtime = child_of(child.id());
     first_checkpoint(&d);
     signal(runtime, libc::SIGKILL);
-    let o = child.wait_with_output().expect("kiln exits");
+    let o = finish(child, &[runtime]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(3), "{t}");
     assert!(t.contains("K0511(runtime-killed)"), "{t}");
@@ -316,7 +335,7 @@ fn a_file_size_limit_during_a_checkpoint_write_is_named_and_the_run_resumes() {
         )
     };
     assert_eq!(r, 0, "prlimit: {}", std::io::Error::last_os_error());
-    let o = child.wait_with_output().expect("kiln exits");
+    let o = finish(child, &[runtime]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("K0509(run-io)"), "{t}");
@@ -342,9 +361,10 @@ fn killing_kiln_leaves_no_runtime_behind() {
     first_checkpoint(&d);
     child.kill().expect("SIGKILL to kiln");
     child.wait().expect("reaped");
-    assert!(
-        gone_within(runtime, Duration::from_secs(10)),
-        "kiln-runtime {runtime} outlived kiln"
+    ended_within(
+        &[runtime],
+        Duration::from_secs(10),
+        "kiln-runtime outlived kiln",
     );
     checkpoint_intact(&d);
 }
@@ -404,7 +424,7 @@ fn sigterm_to_kiln_stops_every_trial_of_a_sweep() {
     let trials = trials_of(runtime, &dir);
     assert!(!trials.is_empty());
     signal(child.id(), libc::SIGTERM);
-    let o = child.wait_with_output().expect("kiln exits");
+    let o = finish(child, &[&[runtime], &trials[..]].concat());
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert_eq!(
@@ -428,16 +448,15 @@ fn a_killed_sweep_runtime_takes_its_trials_along_and_names_each_checkpoint() {
     let runtime = child_of(child.id());
     let trials = trials_of(runtime, &dir);
     signal(runtime, libc::SIGKILL);
-    let o = child.wait_with_output().expect("kiln exits");
+    let o = finish(child, &trials);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(3), "{t}");
     assert!(t.contains("`kiln-runtime` was killed by SIGKILL"), "{t}");
-    for pid in &trials {
-        assert!(
-            gone_within(*pid, Duration::from_secs(10)),
-            "trial process {pid} outlived its runtime: {t}"
-        );
-    }
+    ended_within(
+        &trials,
+        Duration::from_secs(10),
+        "trial processes outlived their runtime",
+    );
     let t = t.replace("/ ", "/");
     for k in 1..=concurrent_trials() {
         assert!(

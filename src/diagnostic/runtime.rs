@@ -114,7 +114,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .label("training stopped here")
                 .help(match run_dir {
                     Some(dir) => format!(
-                        "a checkpoint was written; resume with `kiln run FILE --resume {}`",
+                        "resume with `kiln run FILE --resume {}`",
                         dir.display()
                     ),
                     None => "resume from the run directory of the first process".to_string(),
