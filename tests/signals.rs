@@ -465,3 +465,80 @@ fn a_killed_sweep_runtime_takes_its_trials_along_and_names_each_checkpoint() {
         );
     }
 }
+
+/// A memory cgroup limited to `bytes` (swap included) below this process's own, when this
+/// machine lets one be made (cgroup v1's memory controller or cgroup v2, as root).
+fn memory_cgroup(name: &str, bytes: u64) -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let (dir, limits): (PathBuf, &[&str]) = text.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let rel = path.trim_start_matches('/');
+        if controllers.split(',').any(|c| c == "memory") {
+            let v1: &[&str] = &["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"];
+            Some((Path::new("/sys/fs/cgroup/memory").join(rel), v1))
+        } else if controllers.is_empty() {
+            let v2: &[&str] = &["memory.max", "memory.swap.max"];
+            Some((Path::new("/sys/fs/cgroup").join(rel), v2))
+        } else {
+            None
+        }
+    })?;
+    let cgroup = dir.join(name);
+    let _ = std::fs::remove_dir(&cgroup);
+    std::fs::create_dir(&cgroup).ok()?;
+    std::fs::write(cgroup.join(limits[0]), bytes.to_string()).ok()?;
+    // Without swap, or with swap counted in the limit, the kernel kills rather than swaps.
+    let swap = if limits[1] == "memory.swap.max" {
+        0
+    } else {
+        bytes
+    };
+    let _ = std::fs::write(cgroup.join(limits[1]), swap.to_string());
+    Some(cgroup)
+}
+
+#[test]
+fn the_out_of_memory_killer_is_named_as_the_likely_cause() {
+    let limit = 500 << 20;
+    let Some(cgroup) = memory_cgroup(&format!("kiln-oom-{}", std::process::id()), limit) else {
+        eprintln!("not run: no memory cgroup can be made here (it needs root)");
+        return;
+    };
+    // About 1 GB of samples, twice the cgroup's limit.
+    let dir = scratch_with(
+        "oom",
+        &EXPERIMENT
+            .replace(
+                "normal([32]), targets: randint(4), count: 2000",
+                "normal([64]), targets: randint(4), count: 4000000",
+            )
+            .replace("input [32]", "input [64]"),
+    );
+    // A shell moves itself into the cgroup, then becomes `kiln`.
+    let child = Command::new("sh")
+        .args([
+            "-c",
+            "echo $$ > \"$1\" && exec \"$0\" run signals.exp --quiet --run-dir run",
+            env!("CARGO_BIN_EXE_kiln"),
+        ])
+        .arg(cgroup.join("cgroup.procs"))
+        .current_dir(&dir)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("sh starts");
+    let runtime = child_of(child.id());
+    let o = finish(child, &[runtime]);
+    let _ = std::fs::remove_dir(&cgroup);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{t}");
+    assert!(t.contains("`kiln-runtime` was killed by SIGKILL"), "{t}");
+    assert!(
+        t.contains("most likely the kernel's out-of-memory killer: its memory peaked at"),
+        "{t}"
+    );
+    assert!(t.contains("of 500.00 MiB"), "names the limit: {t}");
+    assert!(t.contains("it had created no run directory yet"), "{t}");
+}

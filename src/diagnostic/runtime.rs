@@ -237,7 +237,7 @@ fn death(cause: &Death) -> String {
         Death::OutOfMemory { peak, limit } => {
             let of = limit.map_or_else(String::new, |l| format!(" of {}", fmt_bytes(l)));
             format!(
-                "most likely the kernel's out-of-memory killer: its memory peaked at {}{of}; lower the batch size or free memory",
+                "most likely the kernel's out-of-memory killer: its memory peaked at {}{of}; use less (a smaller batch, model or data set) or give it more",
                 fmt_bytes(*peak)
             )
         }
