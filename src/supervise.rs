@@ -98,6 +98,8 @@ pub struct Exit {
 
 /// Starts `cmd` as a supervised child: the stop signals this process receives reach it, and the
 /// kernel sends it SIGTERM when this process dies (also when it died while the child started).
+/// The kernel watches the thread that calls `spawn`, so that thread must outlive the child (the
+/// main thread, or a pool's thread that waits for it).
 pub fn spawn(cmd: &mut Command) -> io::Result<Supervised> {
     let parent = std::process::id() as i32;
     // SAFETY: the closure only makes async-signal-safe system calls (prctl, getppid).

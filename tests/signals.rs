@@ -280,6 +280,32 @@ fn sigterm_to_kiln_checkpoints_and_resumes_to_the_same_metrics() {
 }
 
 #[test]
+fn more_signals_while_stopping_change_nothing() {
+    let dir = scratch("repeated");
+    let d = dir.join(RUN);
+    let child = start(&dir);
+    let runtime = child_of(child.id());
+    first_checkpoint(&d);
+    signal(child.id(), libc::SIGTERM);
+    for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGTERM] {
+        std::thread::sleep(Duration::from_millis(20));
+        signal(child.id(), sig);
+        if alive(runtime) {
+            // The runtime may end between the check and the signal; then nothing is sent.
+            // SAFETY: `kill` only sends a signal.
+            unsafe { libc::kill(runtime as i32, sig) };
+        }
+    }
+    let o = finish(child, &[runtime]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert_eq!(t.matches("K0506(interrupted)").count(), 1, "{t}");
+    assert!(!t.contains("K0509") && !t.contains("K0511"), "{t}");
+    checkpoint_intact(&d);
+    resumes_to_the_same_metrics(&dir);
+}
+
+#[test]
 fn sigkill_to_the_runtime_is_reported_with_the_checkpoint_and_resumes() {
     let dir = scratch("sigkill");
     let d = dir.join(RUN);
