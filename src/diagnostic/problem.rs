@@ -575,7 +575,7 @@ pub struct KilledRun {
     pub dir: PathBuf,
     /// The sweep trial (1-based) it holds, for a sweep's run.
     pub trial: Option<usize>,
-    /// Its newest checkpoint: the step and the sidecar's path.
+    /// Its newest checkpoint: the step and the tensors file.
     pub checkpoint: Option<(u64, PathBuf)>,
 }
 
