@@ -3,7 +3,8 @@
 //! The pipeline is `syntax` (text to a tree with spans) -> `check` (names, ranges, shapes,
 //! strategies; every problem as a [`diagnostic::Diagnostic`]) -> [`ir`] (the typed experiment,
 //! which every later stage reads) -> `plan` (its costs); [`rundir`] defines the files of a run
-//! directory, which `kiln-runtime` writes and `kiln report` reads. Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
+//! directory, which `kiln-runtime` writes and `kiln report` reads; [`supervise`] watches the
+//! processes that train. Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
 
 pub mod check;
 pub mod diagnostic;
@@ -11,4 +12,5 @@ pub mod ir;
 pub mod plan;
 pub mod rundir;
 pub mod span;
+pub mod supervise;
 pub mod syntax;

@@ -108,6 +108,10 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         Code::StaleLock,
         "a runtime warning, tested in tests/resume.rs",
     ),
+    (
+        Code::RuntimeKilled,
+        "a runtime failure, tested in tests/signals.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

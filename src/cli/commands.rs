@@ -126,25 +126,6 @@ pub fn plan(
     Ok(EXIT_OK)
 }
 
-/// Commands that need libtorch run in `kiln-runtime`, installed beside `kiln`.
-pub fn runtime(args: &[&str]) -> Result<i32, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate kiln: {e}"))?;
-    let runtime = exe.with_file_name("kiln-runtime");
-    if !runtime.is_file() {
-        return Err(format!(
-            "`{}` is missing: it is built with kiln (`cargo build --release`) and must sit beside it",
-            runtime.display()
-        ));
-    }
-    // Like a shell, wait out Ctrl-C: the runtime gets it too, checkpoints and exits.
-    let _ = ctrlc::set_handler(|| {});
-    let status = std::process::Command::new(&runtime)
-        .args(args)
-        .status()
-        .map_err(|e| format!("cannot start `{}`: {e}", runtime.display()))?;
-    Ok(status.code().unwrap_or(EXIT_USAGE))
-}
-
 fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""

@@ -3,6 +3,7 @@
 
 mod commands;
 mod report;
+mod runtime;
 
 use std::io::Write;
 
@@ -15,6 +16,8 @@ pub const EXIT_OK: i32 = 0;
 pub const EXIT_ERRORS: i32 = 1;
 /// Exit status: wrong usage or unreadable input.
 pub const EXIT_USAGE: i32 = 2;
+/// Exit status: a signal killed `kiln-runtime` (K0511).
+pub const EXIT_KILLED: i32 = 3;
 
 /// Declarative deep-learning experiments, checked before they run.
 #[derive(Parser)]
@@ -133,9 +136,9 @@ pub fn main() -> i32 {
         Command::Run { args } => {
             let mut all = vec!["run"];
             all.extend(args.iter().map(String::as_str));
-            commands::runtime(&all)
+            runtime::runtime(&all)
         }
-        Command::Env => commands::runtime(&["env"]),
+        Command::Env => runtime::runtime(&["env"]),
         Command::Report { run_dir, all } => report::report(&run_dir, all),
         Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
     };

@@ -165,7 +165,7 @@ codes! {
     /// A device ran out of memory.
     OutOfMemory = "K0505", "out-of-memory", Error, "A device ran out of memory during training.";
     /// The run was interrupted.
-    Interrupted = "K0506", "interrupted", Error, "The run was interrupted (Ctrl-C); a checkpoint was written.";
+    Interrupted = "K0506", "interrupted", Error, "The run was interrupted (Ctrl-C, SIGTERM, SIGHUP); a checkpoint was written.";
     /// A resume whose checkpoint does not fit the experiment.
     ResumeIncompatible = "K0507", "resume-incompatible", Error, "The checkpoint to resume from was made by an incompatible experiment.";
     /// libtorch reported an error.
@@ -174,6 +174,8 @@ codes! {
     RunIo = "K0509", "run-io", Error, "The run directory or a checkpoint in it could not be written or read.";
     /// The run directory holds another run, or another process is writing it.
     RunDirTaken = "K0510", "run-dir-taken", Error, "The run directory holds another run, or another process is writing it.";
+    /// A signal killed the runtime.
+    RuntimeKilled = "K0511", "runtime-killed", Error, "A signal killed `kiln-runtime` (the out-of-memory killer, another process, a file-size limit, a crash).";
     /// A checkpoint whose checksum does not hold.
     CheckpointDamaged = "K0512", "checkpoint-damaged", Warning, "A checkpoint is damaged; the run resumes from the newest intact one.";
     /// A lock left by a process that died.

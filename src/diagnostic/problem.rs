@@ -494,7 +494,7 @@ pub enum Problem {
         /// Where memory ran out, when the span points elsewhere (at the batch size).
         ran_out: Option<Span>,
     },
-    /// K0506: Ctrl-C.
+    /// K0506: a stop signal (SIGINT, SIGTERM, SIGHUP).
     Interrupted {
         /// The loss.
         span: Span,
@@ -502,8 +502,11 @@ pub enum Problem {
         step: u64,
         /// 1-based epoch.
         epoch: u64,
-        /// The run directory to resume from; `None` in a process that does not write it.
-        run_dir: Option<PathBuf>,
+        /// The signal's name (`SIGTERM`); `None` when stopped otherwise.
+        signal: Option<String>,
+        /// The command that resumes the run (`kiln run small.exp --resume runs/small/...`);
+        /// `None` in a process that does not write the run directory.
+        resume: Option<String>,
     },
     /// K0507.
     ResumeIncompatible {
@@ -561,6 +564,50 @@ pub enum Problem {
         /// What the run was doing.
         stage: RunStage,
     },
+    /// K0511: a signal killed `kiln-runtime`.
+    RuntimeKilled {
+        /// The experiment's loss statement, in its training block.
+        span: Span,
+        /// The signal's name (`SIGKILL`).
+        signal: String,
+        /// Why, as far as can be told.
+        cause: Death,
+        /// The experiment file, as given to `kiln run`.
+        file: PathBuf,
+        /// The run directories the runtime had opened, in order.
+        runs: Vec<KilledRun>,
+    },
+}
+
+/// Why a signal killed the runtime, as far as `kiln` can tell.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Death {
+    /// SIGKILL while memory was short: the kernel's out-of-memory killer.
+    OutOfMemory {
+        /// The runtime's peak resident memory, in bytes.
+        peak: u64,
+        /// The memory it could use (the cgroup's limit or the machine's), when known.
+        limit: Option<u64>,
+    },
+    /// SIGKILL with memory to spare: another process (`kill -9`).
+    Killed,
+    /// SIGXFSZ: a file grew past the file-size limit.
+    FileSize,
+    /// SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT: a crash.
+    Crash,
+    /// Any other signal, sent by another process.
+    Other,
+}
+
+/// A run directory of a killed runtime.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KilledRun {
+    /// The run directory, as the runtime named it.
+    pub dir: PathBuf,
+    /// The sweep trial (1-based) it holds, for a sweep's run.
+    pub trial: Option<usize>,
+    /// Its newest checkpoint: the step and the tensors file.
+    pub checkpoint: Option<(u64, PathBuf)>,
 }
 
 impl Problem {
@@ -634,6 +681,7 @@ impl Problem {
             Problem::RunDirTaken { .. } => Code::RunDirTaken,
             Problem::CheckpointDamaged { .. } => Code::CheckpointDamaged,
             Problem::StaleLock { .. } => Code::StaleLock,
+            Problem::RuntimeKilled { .. } => Code::RuntimeKilled,
         }
     }
 }

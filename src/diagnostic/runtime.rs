@@ -1,7 +1,10 @@
-//! Wording of runtime problems (K0501 to K0509).
+//! Wording of runtime problems (K0501 to K0509, K0511).
 
-use super::problem::{Problem, RunStage, Torch, Unavailable};
+use std::path::Path;
+
+use super::problem::{Death, KilledRun, Problem, RunStage, Torch, Unavailable};
 use super::Diagnostic;
+use crate::plan::fmt_bytes;
 use crate::span::Span;
 
 /// Runtime problems in words. Only those variants are passed here.
@@ -103,13 +106,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             span,
             step,
             epoch,
-            run_dir,
-        } => new(span, format!("interrupted at step {step} (epoch {epoch})"))
-            .label("training stopped here")
-            .help(match run_dir {
-                Some(dir) => format!("resume with `kiln run --resume {}`", dir.display()),
-                None => "resume from the run directory of the first process".to_string(),
-            }),
+            signal,
+            resume,
+        } => {
+            let by = signal.map_or_else(String::new, |s| format!(" by {s}"));
+            new(span, format!("interrupted{by} at step {step} (epoch {epoch})"))
+                .label("training stopped here")
+                .help(match resume {
+                    Some(command) => format!("a checkpoint was written; resume with `{command}`"),
+                    None => "resume from the run directory of the first process".to_string(),
+                })
+        }
         Problem::TorchError { span, situation } => {
             let check =
                 "this should have been caught by `kiln check`; please report it with the file";
@@ -149,10 +156,80 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 Some(path) => format!("cannot {action} `{}`: {error}", path.display()),
                 None => format!("cannot {action}: {error}"),
             };
-            new(span, message)
-                .label(label)
-                .help("check that the run directory is writable and the disk has room")
+            new(span, message).label(label).help(io_help(&error))
         }
+        Problem::RuntimeKilled {
+            span,
+            signal,
+            cause,
+            file,
+            runs,
+        } => new(span, format!("`kiln-runtime` was killed by {signal}"))
+            .label("while training this experiment")
+            .help(format!("{}; {}", death(&cause), kept(&file, &runs))),
         _ => unreachable!("only runtime problems are worded here"),
     }
+}
+
+/// The help of a failed write: the file-size limit or the full disk when the system says so.
+fn io_help(error: &str) -> &'static str {
+    if ["os error 27", "FileTooLarge", "File too large"]
+        .iter()
+        .any(|e| error.contains(e))
+    {
+        "a file reached the file-size limit (`ulimit -f`): raise the limit or put the run directory (`--runs-dir`) where none applies; the last checkpoint on disk is intact"
+    } else if ["os error 28", "StorageFull", "No space left on device"]
+        .iter()
+        .any(|e| error.contains(e))
+    {
+        "the disk is full: free space or put the run directory (`--runs-dir`) on another disk; the last checkpoint on disk is intact"
+    } else {
+        "check that the run directory is writable and the disk has room"
+    }
+}
+
+/// Why the runtime died, in words.
+fn death(cause: &Death) -> String {
+    match cause {
+        Death::OutOfMemory { peak, limit } => {
+            let of = limit.map_or_else(String::new, |l| format!(" of {}", fmt_bytes(l)));
+            format!(
+                "most likely the kernel's out-of-memory killer: its memory peaked at {}{of}; use less (a smaller batch, model or data set) or give it more",
+                fmt_bytes(*peak)
+            )
+        }
+        Death::Killed => "another process killed it (memory was not short)".into(),
+        Death::FileSize => "a file grew past the file-size limit (`ulimit -f`); raise it".into(),
+        Death::Crash => {
+            "it crashed, in libtorch or in Kiln: a bug; please report it with the experiment file"
+                .into()
+        }
+        Death::Other => "another process sent the signal".into(),
+    }
+}
+
+/// What the killed runtime leaves to resume from.
+fn kept(file: &Path, runs: &[KilledRun]) -> String {
+    if runs.is_empty() {
+        return "it had created no run directory yet: start the run again".into();
+    }
+    let each: Vec<String> = runs
+        .iter()
+        .map(|r| match &r.checkpoint {
+            Some((step, sidecar)) => {
+                let trial = r.trial.map_or_else(String::new, |k| format!(" --trial {k}"));
+                format!(
+                    "the last checkpoint, `{}` (step {step}), is kept: resume with `kiln run {}{trial} --resume {}`",
+                    sidecar.display(),
+                    file.display(),
+                    r.dir.display()
+                )
+            }
+            None => format!(
+                "`{}` holds no checkpoint: start the run again",
+                r.dir.display()
+            ),
+        })
+        .collect();
+    each.join("; ")
 }

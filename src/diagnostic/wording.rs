@@ -245,7 +245,9 @@ impl Problem {
             | Problem::OutOfMemory { .. }
             | Problem::Interrupted { .. }
             | Problem::TorchError { .. }
-            | Problem::RunIo { .. }) => super::runtime::words(p),
+            | Problem::RunIo { .. }
+            | Problem::RuntimeKilled { .. }) => super::runtime::words(p),
+
             p @ (Problem::ResumeIncompatible { .. }
             | Problem::RunDirTaken { .. }
             | Problem::CheckpointDamaged { .. }

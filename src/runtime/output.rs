@@ -2,8 +2,6 @@
 //! progress display. With data parallelism only rank 0 writes; another rank's loop gets an
 //! [`Output`] whose methods do nothing, and the loop does not change.
 
-use std::path::Path;
-
 use tch::Tensor;
 
 use super::checkpoint::{self, Sidecar};
@@ -32,8 +30,8 @@ pub trait Output {
         keep: u64,
         span: Span,
     ) -> Result<(), Diagnostic>;
-    /// The run directory, when this process writes one.
-    fn dir(&self) -> Option<&Path>;
+    /// The command that resumes the run, when this process writes its directory.
+    fn resume_command(&self) -> Option<String>;
     /// The progress display (a quiet one shows nothing).
     fn progress(&mut self) -> &mut Progress;
 }
@@ -44,6 +42,8 @@ pub struct RunOutput<'a> {
     pub writer: &'a mut RunWriter,
     /// The progress display.
     pub progress: Progress,
+    /// The command that resumes the run.
+    pub resume: String,
 }
 
 impl Output for RunOutput<'_> {
@@ -78,8 +78,8 @@ impl Output for RunOutput<'_> {
         checkpoint::write(&self.writer.checkpoint_dir(), side, tensors, keep, span).map(drop)
     }
 
-    fn dir(&self) -> Option<&Path> {
-        Some(self.writer.dir())
+    fn resume_command(&self) -> Option<String> {
+        Some(self.resume.clone())
     }
 
     fn progress(&mut self) -> &mut Progress {

@@ -94,8 +94,9 @@ fn parse_init(text: &str) -> Result<PathBuf, String> {
 /// Runs the command; returns the exit status.
 pub fn main(opts: &RunOptions) -> i32 {
     let cancel = Cancel::default();
-    let on_ctrl_c = cancel.clone();
-    let _ = ctrlc::set_handler(move || on_ctrl_c.cancel());
+    let on_stop = cancel.clone();
+    let _ = kiln::supervise::on_stop_signals(move |sig| on_stop.cancel(sig));
+    kiln::supervise::ignore_file_size_signal();
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
@@ -293,7 +294,9 @@ fn run_concurrently(opts: &RunOptions, dirs: &[(usize, &Experiment, PathBuf)]) -
                 if let Some(m) = opts.max_steps {
                     cmd.args(["--max-steps", &m.to_string()]);
                 }
-                let ok = cmd.status().is_ok_and(|s| s.success());
+                let ok = kiln::supervise::spawn(&mut cmd)
+                    .and_then(kiln::supervise::Supervised::wait)
+                    .is_ok_and(|e| e.code == Some(0));
                 if !opts.quiet {
                     let result = if ok {
                         super::summary::short_result(dir)
@@ -388,6 +391,7 @@ fn run_trial(
     let resumed = match place {
         Place::Resume(dir) => {
             let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
+            kiln::supervise::record_run_dir(dir);
             for w in &warnings {
                 eprint(&to_text(w, &checked.sources, style()));
             }
@@ -442,6 +446,7 @@ fn run_trial(
                 Place::At(dir) | Place::Resume(dir) => dir.clone(),
             };
             let writer = RunWriter::create(dir, exp.span)?;
+            kiln::supervise::record_run_dir(writer.dir());
             writer.write_file(kiln::rundir::EXPERIMENT, text.as_bytes())?;
             writer.write_yaml(kiln::rundir::PLAN, &kiln::plan::plan(exp))?;
             let first = Segment {
@@ -456,9 +461,20 @@ fn run_trial(
     let before = resume
         .as_ref()
         .map_or(0.0, |(side, _)| side.position.seconds);
+    // A sweep's trial is resumed with its number.
+    let trial = (checked.trials.len() > 1)
+        .then(|| checked.trials.iter().position(|t| std::ptr::eq(t, exp)))
+        .flatten()
+        .map_or_else(String::new, |i| format!(" --trial {}", i + 1));
+    let command = format!(
+        "kiln run {}{trial} --resume {}",
+        opts.file.display(),
+        writer.dir().display()
+    );
     let mut out = RunOutput {
         writer: &mut writer,
         progress: Progress::new(opts.quiet, budget.epochs),
+        resume: command,
     };
     let mut trainer = Trainer {
         exp,

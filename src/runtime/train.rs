@@ -3,7 +3,6 @@
 //! the NaN check and early stopping observe it as [`Hook`]s, and everything it writes goes
 //! through an [`Output`].
 
-use std::path::Path;
 use std::time::Instant;
 
 use tch::{Device, Kind};
@@ -314,7 +313,8 @@ impl Trainer<'_> {
             span: self.exp.train.loss_span,
             step: pos.step,
             epoch: pos.epoch + 1,
-            run_dir: self.out.dir().map(Path::to_path_buf),
+            signal: self.cancel.signal().map(kiln::supervise::signal_name),
+            resume: self.out.resume_command(),
         }
         .diagnostic()
     }
