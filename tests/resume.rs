@@ -116,14 +116,22 @@ fn a_run_in_progress_is_refused_and_a_dead_writers_lock_is_reported() {
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
 
-    // Its lock is stale now: reported, and the run resumes (to a shorter length, a safe change).
-    let short = write(&dir, "short.exp", &SMALL.replace("steps 400", "steps 200"));
-    let o = resume(&short, &d);
+    // Its lock is stale now: reported, and the run resumes (for 20 more steps).
+    let stop = newest_checkpoint(&d).expect("a checkpoint") + 20;
+    let o = run(&[
+        "run",
+        s(&exp),
+        "--quiet",
+        "--max-steps",
+        &stop.to_string(),
+        "--resume",
+        s(&d),
+    ]);
     let t = flat(&text(&o));
     assert!(o.status.success(), "{t}");
     assert!(t.contains("K0513(stale-lock)"), "{t}");
     assert!(t.contains(&format!("process {}", child.id())), "{t}");
-    assert_eq!(report(&d)["steps"].as_u64(), Some(200));
+    assert_eq!(report(&d)["steps"].as_u64(), Some(stop));
 }
 
 #[test]

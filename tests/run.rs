@@ -1,39 +1,13 @@
 //! `kiln run` end to end on the CPU: accuracy on the real MNIST digits, determinism, resuming a
 //! killed run, and every runtime failure as a diagnostic with its code, span and exit status.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-run-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn kiln(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    c.args(args).current_dir(root()).env("NO_COLOR", "1");
-    c
-}
-
-fn run(args: &[&str]) -> Output {
-    kiln(args).output().expect("kiln starts")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use support::*;
 
 /// The only run directory under `runs/<experiment>/`.
 fn run_dir(runs: &Path, experiment: &str) -> PathBuf {
@@ -43,33 +17,6 @@ fn run_dir(runs: &Path, experiment: &str) -> PathBuf {
         .collect();
     dirs.sort();
     dirs.pop().expect("a run directory")
-}
-
-fn report(dir: &Path) -> serde_yaml::Value {
-    serde_yaml::from_str(&std::fs::read_to_string(dir.join("report.yaml")).expect("report.yaml"))
-        .expect("valid YAML")
-}
-
-/// Metrics without the timing fields, which differ between runs.
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .expect("metrics.jsonl")
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
-            if let Some(o) = v.as_object_mut() {
-                o.remove("seconds");
-                o.remove("samples_per_s");
-            }
-            v
-        })
-        .collect()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write");
-    path
 }
 
 fn accuracy_of(file: &str, at_least: f64) {
@@ -120,35 +67,6 @@ fn mnist_cnn_reaches_the_reference_accuracy() {
     accuracy_of("experiments/mnist_cnn.exp", 0.965);
 }
 
-/// A small experiment with dropout and a validation split, checkpointing every 20 steps.
-const SMALL: &str = r#"
-experiment "small" {
-  seed 3
-  data {
-    source synthetic(inputs: normal([32]), targets: randint(4), count: 2000)
-    split(train: 0.8, val: 0.2)
-    batch 32
-  }
-  model {
-    input [32]
-    fc1: linear(64)
-    relu
-    dropout(0.2)
-    fc2: linear(4)
-  }
-  device cpu
-  optimizer adamw(lr: 3e-3)
-  schedule cosine(warmup: 20 steps)
-  train {
-    steps 400
-    loss cross_entropy
-    metrics [accuracy]
-    eval_every 100 steps
-    checkpoint(every: 20 steps, keep: 2)
-  }
-}
-"#;
-
 #[test]
 fn two_seeded_runs_have_identical_metrics() {
     let dir = scratch("determinism");
@@ -189,42 +107,8 @@ fn a_killed_run_resumes_to_the_same_result() {
     assert!(o.status.success(), "{}", text(&o));
 
     let cut = dir.join("cut");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln-runtime"))
-        .args([
-            "run",
-            exp,
-            "--quiet",
-            "--run-dir",
-            cut.to_str().expect("utf-8"),
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start");
-    // Kill it (SIGKILL: no chance to clean up) once it has written a few checkpoints, mid-epoch.
-    let start = Instant::now();
-    loop {
-        let written = std::fs::read_dir(cut.join("checkpoints")).map(|d| {
-            d.filter_map(Result::ok).any(|e| {
-                let name = e.file_name().to_string_lossy().to_string();
-                name.ends_with(".yaml") && name.as_str() >= "step-000000100.yaml"
-            })
-        });
-        if written.unwrap_or(false) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "no checkpoint appeared"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    child.kill().expect("SIGKILL");
-    let status = child.wait().expect("reaped");
-    assert!(
-        !status.success(),
-        "the run finished before it could be killed"
-    );
+    // Killed (SIGKILL: no chance to clean up) mid-epoch, once it has written a few checkpoints.
+    killed_run(Path::new(exp), &cut, 100);
     let o = run(&[
         "run",
         exp,
