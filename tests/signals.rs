@@ -3,10 +3,14 @@
 //! Each ends in a diagnostic naming the cause, leaves no process behind and keeps an intact
 //! checkpoint from which `--resume` reaches the metrics of an uninterrupted run.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use support::{checkpoint_intact, metrics};
 
 /// A small experiment whose checkpoints (about 230 kB: weights and AdamW's state) are much
 /// larger than its step records, checkpointing every 20 steps.
@@ -84,22 +88,6 @@ fn text(o: &Output) -> String {
         .filter(|w| *w != "│")
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-/// Metrics without the timing fields, which differ between runs.
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .expect("metrics.jsonl")
-        .lines()
-        .map(|l| {
-            let mut v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
-            if let Some(o) = v.as_object_mut() {
-                o.remove("seconds");
-                o.remove("samples_per_s");
-            }
-            v
-        })
-        .collect()
 }
 
 /// The metrics of one uninterrupted run of the experiment, shared by the tests.
@@ -193,43 +181,6 @@ fn first_checkpoint(dir: &Path) {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// Checks that the newest checkpoint's sidecar and tensors are complete; returns its step and
-/// the size of its tensors file.
-fn checkpoint_intact(dir: &Path) -> (u64, u64) {
-    let mut sidecars: Vec<PathBuf> = std::fs::read_dir(dir.join("checkpoints"))
-        .expect("checkpoints")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    sidecars.sort();
-    let side: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(sidecars.last().expect("a checkpoint")).expect("sidecar"),
-    )
-    .expect("YAML");
-    let data = std::fs::read(
-        dir.join("checkpoints")
-            .join(side["tensors"].as_str().expect("tensors file")),
-    )
-    .expect("tensors");
-    let len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
-    let header: serde_json::Value =
-        serde_json::from_slice(&data[8..8 + len]).expect("safetensors header");
-    let end = header
-        .as_object()
-        .expect("object")
-        .values()
-        .filter_map(|t| t["data_offsets"][1].as_u64())
-        .max()
-        .expect("tensors");
-    assert_eq!(
-        8 + len + end as usize,
-        data.len(),
-        "the tensors file is complete"
-    );
-    let step = side["position"]["step"].as_u64().expect("step");
-    (step, data.len() as u64)
 }
 
 /// Waits for `kiln` to exit, at most two minutes; past that, kills it and `others` and fails.

@@ -184,3 +184,40 @@ pub fn flat(text: &str) -> String {
     }
     out
 }
+
+/// Checks that the newest checkpoint's sidecar and tensors are complete; returns its step and
+/// the size of its tensors file.
+pub fn checkpoint_intact(dir: &Path) -> (u64, u64) {
+    let mut sidecars: Vec<PathBuf> = std::fs::read_dir(dir.join("checkpoints"))
+        .expect("checkpoints")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    sidecars.sort();
+    let side: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(sidecars.last().expect("a checkpoint")).expect("sidecar"),
+    )
+    .expect("YAML");
+    let data = std::fs::read(
+        dir.join("checkpoints")
+            .join(side["tensors"].as_str().expect("tensors file")),
+    )
+    .expect("tensors");
+    let len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Value =
+        serde_json::from_slice(&data[8..8 + len]).expect("safetensors header");
+    let end = header
+        .as_object()
+        .expect("object")
+        .values()
+        .filter_map(|t| t["data_offsets"][1].as_u64())
+        .max()
+        .expect("tensors");
+    assert_eq!(
+        8 + len + end as usize,
+        data.len(),
+        "the tensors file is complete"
+    );
+    let step = side["position"]["step"].as_u64().expect("step");
+    (step, data.len() as u64)
+}
