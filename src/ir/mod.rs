@@ -207,7 +207,8 @@ pub struct Normalize {
 }
 
 /// What the training targets are.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Targets {
     /// Class indices; the number of classes when known.
     Classes(Option<u64>),
@@ -218,7 +219,8 @@ pub enum Targets {
 }
 
 /// Where the samples come from.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Source {
     /// Generated samples, as `torch.randn(count, *shape)`.
     Synthetic {
@@ -273,7 +275,8 @@ pub enum Source {
 }
 
 /// A random generator of per-sample tensors.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Generator {
     /// Normal distribution.
     Normal {
@@ -373,7 +376,8 @@ pub struct Layer {
 }
 
 /// How the work is spread.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Parallel {
     /// One device (or the placement, without model-parallel intent).
     None,
@@ -396,6 +400,7 @@ pub enum Parallel {
         boundaries: Vec<usize>,
     },
     /// Several processes, one replica each, gradients averaged by c10d.
+    #[serde(rename = "ddp")]
     Distributed {
         /// `gloo` or `nccl`.
         backend: Backend,
@@ -552,7 +557,8 @@ pub struct Optimizer {
 }
 
 /// Optimizer algorithms.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum OptimizerKind {
     /// Stochastic gradient descent.
     Sgd {

@@ -17,7 +17,8 @@ use kiln::rundir::Segment;
 use kiln::span::Span;
 
 /// What the run in `e` computes and how it is set up, compared on resume; `data` is the loaded
-/// data's digest ([`super::data::Splits::digest`]).
+/// data's digest ([`data_digest`]). Values read like the language (`adamw(eps: 1e-8, ...)`,
+/// `3000 steps`), so a refused resume names its differences plainly.
 pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
     let t = &e.train;
     let compression: Vec<String> = e
@@ -34,8 +35,8 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
                 "prune {} of {} by {} {}",
                 amount,
                 names(targets),
-                json(method),
-                json(schedule)
+                words(method),
+                words(schedule)
             ),
             Compression::Quantize {
                 targets,
@@ -45,8 +46,8 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
             } => format!(
                 "quantize {} to {} {}",
                 names(targets),
-                json(scheme),
-                json(granularity)
+                words(scheme),
+                words(granularity)
             ),
         })
         .collect();
@@ -58,16 +59,17 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
         (
             "optimizer",
             format!(
-                "{:?}, weight decay {}",
-                e.optimizer.kind, e.optimizer.weight_decay
+                "{}, weight_decay {}",
+                words(&e.optimizer.kind),
+                e.optimizer.weight_decay
             ),
         ),
-        ("loss", json(&t.loss)),
-        ("data source", format!("{:?}", e.data.source)),
+        ("loss", words(&t.loss)),
+        ("data source", words(&e.data.source)),
         ("data", data.to_string()),
-        ("normalize", json(&e.data.normalize)),
-        ("targets", format!("{:?}", e.data.targets)),
-        ("split", json(&e.data.split)),
+        ("normalize", words(&e.data.normalize)),
+        ("targets", words(&e.data.targets)),
+        ("split", words(&e.data.split)),
         ("seed", e.seed.to_string()),
         (
             "batch",
@@ -78,21 +80,25 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
         ),
         ("shuffle", e.data.shuffle.to_string()),
         ("precision", t.precision.to_string()),
-        ("strategy", format!("{:?}", e.parallel)),
+        ("strategy", words(&e.parallel)),
         ("compression", compression.join("; ")),
         (
             "clip",
-            format!("norm {:?}, value {:?}", t.clip_norm, t.clip_value),
+            format!(
+                "clip_norm {}, clip_value {}",
+                words(&t.clip_norm),
+                words(&t.clip_value)
+            ),
         ),
     ];
     let settings = [
         ("learning rate", e.optimizer.lr.to_string()),
-        ("schedule", json(&e.schedule)),
-        ("length", json(&t.length)),
-        ("eval_every", json(&t.eval_every)),
-        ("metrics", json(&t.metrics)),
-        ("checkpoint", json(&t.checkpoint)),
-        ("early_stop", json(&t.early_stop)),
+        ("schedule", words(&e.schedule)),
+        ("length", words(&t.length)),
+        ("eval_every", words(&t.eval_every)),
+        ("metrics", words(&t.metrics)),
+        ("checkpoint", words(&t.checkpoint)),
+        ("early_stop", words(&t.early_stop)),
     ];
     let own = |v: &[(&str, String)]| {
         v.iter()
@@ -174,9 +180,44 @@ fn hash_tensor(t: &Tensor, hasher: &mut crc32fast::Hasher) -> Result<(), TchErro
     Ok(())
 }
 
-/// A setting as compact JSON, for fingerprints.
-fn json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|e| format!("<{e}>"))
+/// A setting as the language would write it: `name(key: value, ...)` for a variant with fields,
+/// `3000 steps` for a quantity, `none` for nothing.
+fn words<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_value(value).map_or_else(|e| format!("<{e}>"), |v| spoken(&v))
+}
+
+/// A JSON value as [`words`] writes it.
+fn spoken(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    let fields = |m: &serde_json::Map<String, Value>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}: {}", spoken(v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match v {
+        Value::Null => "none".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(spoken).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(m) if m.len() == 1 => {
+            let (k, inner) = m
+                .iter()
+                .next()
+                .map_or(("", &Value::Null), |(k, v)| (k.as_str(), v));
+            match inner {
+                Value::Number(n) => format!("{n} {k}"),
+                Value::Null => k.to_string(),
+                Value::Object(f) => format!("{k}({})", fields(f)),
+                other => format!("{k}({})", spoken(other)),
+            }
+        }
+        Value::Object(m) => fields(m),
+    }
 }
 
 /// Compares the checkpoint's fingerprint `old` with the experiment's `new`: every difference in
@@ -369,5 +410,25 @@ impl Checkpoints {
     ) -> Result<(), Diagnostic> {
         self.sidecar.position = pos.clone();
         out.checkpoint(&self.sidecar, &tensors(model, optim), self.keep, self.span)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::words;
+    use kiln::ir::{Duration, Schedule, Targets};
+
+    #[test]
+    fn settings_read_like_the_language() {
+        assert_eq!(words(&Duration::Steps(3000)), "3000 steps");
+        assert_eq!(words(&Targets::Classes(Some(10))), "10 classes");
+        assert_eq!(words(&None::<f64>), "none");
+        assert_eq!(words(&Schedule::Constant), "constant");
+        let cosine = Schedule::Cosine {
+            warmup: Some(Duration::Epochs(1)),
+            min_lr: 0.5,
+        };
+        assert_eq!(words(&cosine), "cosine(min_lr: 0.5, warmup: 1 epochs)");
+        assert_eq!(words(&vec![1, 2]), "[1, 2]");
     }
 }
