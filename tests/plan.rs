@@ -190,3 +190,56 @@ fn pipeline_stages_follow_blocks() {
     );
     assert_eq!(p.devices[0].capacity_bytes, Some(80 << 30));
 }
+
+#[test]
+fn what_crosses_between_devices_each_step() {
+    use kiln::plan::{AllReduce, Transfer};
+    // Model parallel: relu's [256] output on cuda:0 feeds fc2 on cuda:1; batch 128, fp32:
+    // 256 * 128 * 4 = 131,072 bytes forward (and as many of gradients back).
+    let p = plan_of("experiments/article_model_parallel.exp");
+    assert_eq!(
+        p.communication.transfers,
+        vec![Transfer {
+            after: "act".into(),
+            to_layer: "fc2".into(),
+            from: Device::Cuda(0),
+            to: Device::Cuda(1),
+            bytes_per_step: 131_072,
+        }]
+    );
+    assert_eq!(p.communication.allreduce, None);
+    assert_eq!(p.communication.pipeline_bubble, None);
+
+    // Pipeline of 2 stages, 8 micro-batches: stage 1 ends in a [1024] output, batch 256, fp32:
+    // 1024 * 256 * 4 = 1 MiB; the bubble is (2 - 1) / (8 + 2 - 1) = 1/9.
+    let p = plan_of("experiments/mnist_mlp_pipeline.exp");
+    let t = &p.communication.transfers;
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert_eq!((t[0].from, t[0].to), (Device::Cuda(0), Device::Cuda(1)));
+    assert_eq!(t[0].bytes_per_step, 1 << 20);
+    let bubble = p.communication.pipeline_bubble.expect("a bubble");
+    assert!((bubble - 1.0 / 9.0).abs() < 1e-12, "{bubble}");
+
+    // DDP over 4 processes of a 1000 -> 1000 linear layer: 1,001,000 fp32 gradients,
+    // 4,004,000 bytes; a ring moves 2 * 3/4 of them in and out of each rank: 6,006,000.
+    let p = plan_of("experiments/article_ddp_nccl.exp");
+    assert_eq!(
+        p.communication.allreduce,
+        Some(AllReduce {
+            replicas: 4,
+            bytes: 4_004_000,
+            ring_bytes_per_replica: 6_006_000,
+        })
+    );
+    assert!(p.communication.transfers.is_empty());
+    let text = kiln::plan::to_text(&p);
+    assert!(
+        text.contains("all-reduce of 3.82 MiB of gradients over 4 replicas: each sends and receives 5.73 MiB (ring)"),
+        "{text}"
+    );
+
+    // One device: nothing crosses, and the text has no communication section.
+    let p = plan_of("experiments/mnist_mlp.exp");
+    assert_eq!(p.communication, Default::default());
+    assert!(!kiln::plan::to_text(&p).contains("communication"));
+}

@@ -1,5 +1,6 @@
-//! The plan: what the typed experiment ([`crate::ir`]) costs — parameters, FLOPs and the
-//! memory each device needs under the chosen placement and strategy.
+//! The plan: what the typed experiment ([`crate::ir`]) costs — parameters, FLOPs, the memory
+//! each device needs under the chosen placement and strategy, and what crosses between devices
+//! each step (activations at a device boundary, gradients all-reduced, a pipeline's idle time).
 //!
 //! Conventions (documented in `docs/language.md`): a multiply-add counts as 2 FLOPs in linear,
 //! convolution and attention layers (biases not counted); other layers count one FLOP per
@@ -98,6 +99,46 @@ pub struct Plan {
     pub totals: Totals,
     /// Memory per device.
     pub devices: Vec<DeviceNeed>,
+    /// What crosses between devices each step.
+    pub communication: Communication,
+}
+
+/// Activations that cross from one device to another between consecutive layers.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct Transfer {
+    /// The layer whose output crosses.
+    pub after: String,
+    /// The layer that receives it.
+    pub to_layer: String,
+    /// Where it is computed.
+    pub from: Device,
+    /// Where it goes.
+    pub to: Device,
+    /// Bytes of activations sent forward per step (the whole batch); backward sends their
+    /// gradients, as many bytes, the other way.
+    pub bytes_per_step: u64,
+}
+
+/// What crosses between devices in one optimizer step.
+#[derive(Serialize, Debug, Default, PartialEq)]
+pub struct Communication {
+    /// Activations at each device boundary of the model (model and pipeline parallel).
+    pub transfers: Vec<Transfer>,
+    /// The gradients all-reduced per step across replicas (data parallel, DDP).
+    pub allreduce: Option<AllReduce>,
+    /// The fraction of a pipeline step each stage idles, (p - 1) / (m + p - 1).
+    pub pipeline_bubble: Option<f64>,
+}
+
+/// A gradient all-reduce.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct AllReduce {
+    /// Replicas (processes or devices) taking part.
+    pub replicas: u64,
+    /// Bytes of gradients reduced per step (fp32).
+    pub bytes: u64,
+    /// Bytes each replica sends, and receives, in a ring all-reduce: 2 (n - 1) / n of them.
+    pub ring_bytes_per_replica: u64,
 }
 
 /// Computes the plan of a checked experiment.
@@ -211,6 +252,7 @@ pub fn plan(e: &Experiment) -> Plan {
             out
         }
     };
+    let communication = communication(e, &all, &layer_devices, totals.gradient_bytes);
     Plan {
         experiment: e.name.clone(),
         trial: e.trial.clone(),
@@ -234,6 +276,65 @@ pub fn plan(e: &Experiment) -> Plan {
             .collect(),
         totals,
         devices,
+        communication,
+    }
+}
+
+/// What crosses between devices per step: activations (and their gradients) between consecutive
+/// layers on different devices, for the whole batch; gradients all-reduced across replicas; a
+/// pipeline's bubble.
+fn communication(
+    e: &Experiment,
+    all: &[&Layer],
+    devices: &[Device],
+    gradient_bytes: u64,
+) -> Communication {
+    let act = e.train.precision.activation_bytes();
+    let mut out = Communication::default();
+    match &e.parallel {
+        Parallel::Data { devices: d } if d.len() > 1 => {
+            out.allreduce = Some(all_reduce(d.len() as u64, gradient_bytes));
+        }
+        Parallel::Distributed { world_size, .. } if *world_size > 1 => {
+            out.allreduce = Some(all_reduce(*world_size, gradient_bytes));
+        }
+        Parallel::Data { .. } | Parallel::Distributed { .. } => {}
+        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } => {
+            for (i, pair) in all.windows(2).enumerate() {
+                let (from, to) = (devices[i], devices[i + 1]);
+                if from != to {
+                    out.transfers.push(Transfer {
+                        after: pair[0].name.clone(),
+                        to_layer: pair[1].name.clone(),
+                        from,
+                        to,
+                        bytes_per_step: values(&pair[0].output)
+                            .saturating_mul(e.data.batch)
+                            .saturating_mul(act),
+                    });
+                }
+            }
+        }
+    }
+    if let Parallel::Pipeline {
+        stages,
+        micro_batches,
+        ..
+    } = &e.parallel
+    {
+        let (p, m) = (*stages as f64, *micro_batches as f64);
+        out.pipeline_bubble = Some((p - 1.0) / (m + p - 1.0));
+    }
+    out
+}
+
+/// A ring all-reduce of `bytes` over `replicas` (at least 2).
+fn all_reduce(replicas: u64, bytes: u64) -> AllReduce {
+    let ring = (bytes as f64) * 2.0 * (replicas - 1) as f64 / replicas as f64;
+    AllReduce {
+        replicas,
+        bytes,
+        ring_bytes_per_replica: ring.round() as u64,
     }
 }
 
@@ -421,6 +522,38 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(d.gradient_bytes),
             fmt_bytes(d.optimizer_bytes),
             fmt_bytes(d.activation_bytes)
+        );
+    }
+    let c = &p.communication;
+    if c.transfers.is_empty() && c.allreduce.is_none() && c.pipeline_bubble.is_none() {
+        return out;
+    }
+    let _ = writeln!(out, "\ncommunication per step");
+    for t in &c.transfers {
+        let _ = writeln!(
+            out,
+            "  {} -> {}  {} -> {}  {} forward, as many bytes of gradients back",
+            t.after,
+            t.to_layer,
+            t.from,
+            t.to,
+            fmt_bytes(t.bytes_per_step)
+        );
+    }
+    if let Some(a) = &c.allreduce {
+        let _ = writeln!(
+            out,
+            "  all-reduce of {} of gradients over {} replicas: each sends and receives {} (ring)",
+            fmt_bytes(a.bytes),
+            a.replicas,
+            fmt_bytes(a.ring_bytes_per_replica)
+        );
+    }
+    if let Some(b) = c.pipeline_bubble {
+        let _ = writeln!(
+            out,
+            "  pipeline bubble: each stage idles {:.1}% of a step, (stages - 1) / (micro-batches + stages - 1)",
+            100.0 * b
         );
     }
     out
