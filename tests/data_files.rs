@@ -449,6 +449,13 @@ fn a_gzip_file_holding_far_more_than_its_header_declares_is_refused_in_bounded_m
         t.contains("`images.idx.gz` declares 500 x 800 x 1000 values (400000016 bytes with the header), but decompressed it holds more"),
         "{t}"
     );
+    // Printed for the record: `cargo test --release --test data_files gzip -- --nocapture`.
+    eprintln!(
+        "gzip bomb refused: peak RSS {} MiB (a small run peaks at {} MiB; bound 3 x {} MiB)",
+        e.peak >> 20,
+        base >> 20,
+        DECLARED >> 20
+    );
     assert!(
         e.peak < 3 * DECLARED,
         "peak {} MB, over three times the {} MB declared (a small run peaks at {} MB)",
