@@ -19,6 +19,7 @@ mod layer_parity;
 pub mod model;
 pub mod optim;
 pub mod output;
+pub mod parallel;
 pub mod plot;
 pub mod report;
 pub mod run;

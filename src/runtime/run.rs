@@ -479,6 +479,7 @@ fn run_trial(
     let mut trainer = Trainer {
         exp,
         model: &net,
+        backprop: super::parallel::backprop(exp, &net)?,
         splits,
         device,
         budget,

@@ -1,7 +1,7 @@
-//! One optimizer step, apart from policy and IO: forward and loss over the micro-batches,
-//! backward, the fp16 unscale, clipping and the update. The step talks to the model through
-//! [`Model`] and offers [`UpdateHook`] where a strategy works on gradients or weights; it knows
-//! nothing of evaluation, checkpoints, records or progress.
+//! One optimizer step, apart from policy and IO: the gradients of the batch ([`Backprop`]: on
+//! one device, or spread by a parallel strategy), the fp16 unscale, clipping and the update. The
+//! step talks to the model through [`Model`] and offers [`UpdateHook`] where a strategy works on
+//! gradients or weights; it knows nothing of evaluation, checkpoints, records or progress.
 
 use tch::{Kind, Reduction, Tensor};
 
@@ -50,6 +50,96 @@ pub trait UpdateHook {
     fn gradients_ready(&mut self, params: &[Tensor], span: Span) -> Result<(), Diagnostic>;
     /// The optimizer has updated the weights: where pruning re-applies its masks.
     fn after_update(&mut self, params: &[Tensor], span: Span) -> Result<(), Diagnostic>;
+}
+
+/// One batch as a strategy sees it.
+pub struct Batch<'a> {
+    /// The inputs.
+    pub x: &'a Tensor,
+    /// The targets.
+    pub y: &'a Tensor,
+    /// Micro-batches the batch is split into (gradient accumulation), at least 1.
+    pub accumulate: i64,
+    /// The factor on the loss before backward (the fp16 loss scale; 1 otherwise).
+    pub scale: f64,
+    /// Where a failure points (the optimizer statement).
+    pub span: Span,
+}
+
+/// What the forward passes of one batch computed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pass {
+    /// The loss summed over the batch's samples.
+    pub loss_sum: f64,
+    /// Correct top-1 predictions, for class targets.
+    pub correct: f64,
+    /// The first non-finite micro-batch loss; the pass stopped there, before its backward.
+    pub nonfinite: Option<f64>,
+}
+
+/// How the gradients of one batch come to be: on one device ([`Local`]), over replicas, through
+/// pipeline stages, or on this rank of a process group. A parallel strategy is one `Backprop`;
+/// the step around it (zeroing, unscaling, clipping, the update) is the same for all.
+pub trait Backprop {
+    /// Leaves in the `.grad` of `model`'s parameters (zero on entry) the gradient of the
+    /// batch's mean loss times `batch.scale`.
+    fn backprop(
+        &mut self,
+        model: &dyn Model,
+        objective: &Objective,
+        batch: &Batch,
+    ) -> Result<Pass, Diagnostic>;
+}
+
+/// The batch on the model's own devices: forward and backward of each micro-batch in turn.
+pub struct Local;
+
+impl Backprop for Local {
+    fn backprop(
+        &mut self,
+        model: &dyn Model,
+        objective: &Objective,
+        batch: &Batch,
+    ) -> Result<Pass, Diagnostic> {
+        let n = batch.x.size().first().copied().unwrap_or(1);
+        micro_batches(batch, |xm, ym, m, pass| {
+            let out = model.forward(xm, true)?;
+            let ym = ym.f_to_device(out.device()).at(batch.span)?;
+            let l = objective.loss(&out, &ym)?;
+            let value = l.f_double_value(&[]).at(batch.span)?;
+            if !value.is_finite() {
+                pass.nonfinite = Some(value);
+                return Ok(());
+            }
+            pass.loss_sum += value * m as f64;
+            if objective.classes() {
+                pass.correct += objective.correct(&out, &ym)?;
+            }
+            l.f_mul_scalar(m as f64 / n as f64 * batch.scale)
+                .at(batch.span)?
+                .f_backward()
+                .at(batch.span)
+        })
+    }
+}
+
+/// Calls `f(x, y, samples, pass)` on each micro-batch of `batch` in order, until one leaves a
+/// non-finite loss in the pass.
+pub fn micro_batches(
+    batch: &Batch,
+    mut f: impl FnMut(&Tensor, &Tensor, i64, &mut Pass) -> Result<(), Diagnostic>,
+) -> Result<Pass, Diagnostic> {
+    let xs = batch.x.f_chunk(batch.accumulate, 0).at(batch.span)?;
+    let ys = batch.y.f_chunk(batch.accumulate, 0).at(batch.span)?;
+    let mut pass = Pass::default();
+    for (xm, ym) in xs.iter().zip(&ys) {
+        let m = xm.size().first().copied().unwrap_or(1);
+        f(xm, ym, m, &mut pass)?;
+        if pass.nonfinite.is_some() {
+            break;
+        }
+    }
+    Ok(pass)
 }
 
 /// The training objective: the loss of the experiment and, for class targets, accuracy.
@@ -166,11 +256,12 @@ impl Stepper {
         }
     }
 
-    /// One optimizer step on the batch `(x, y)` at learning rate `lr`: the batch is split into
-    /// `accumulate` micro-batches whose gradients add up to the batch's mean. A non-finite
-    /// micro-batch loss stops the step before its backward pass.
+    /// One optimizer step on the batch `(x, y)` at learning rate `lr`: `backprop` computes
+    /// the gradients of the batch's mean loss over `accumulate` micro-batches; a non-finite
+    /// micro-batch loss stops the step before the update.
     pub fn step(
         &mut self,
+        backprop: &mut dyn Backprop,
         model: &dyn Model,
         objective: &Objective,
         x: &Tensor,
@@ -185,33 +276,24 @@ impl Stepper {
             }
         }
         let n = x.size().first().copied().unwrap_or(1);
-        let chunks = self.accumulate.min(n).max(1);
-        let xs = x.f_chunk(chunks, 0).at(span)?;
-        let ys = y.f_chunk(chunks, 0).at(span)?;
-        let (mut loss, mut correct) = (0.0, 0.0);
-        for (xm, ym) in xs.iter().zip(&ys) {
-            let out = model.forward(xm, true)?;
-            let ym = ym.f_to_device(out.device()).at(span)?;
-            let l = objective.loss(&out, &ym)?;
-            let m = xm.size().first().copied().unwrap_or(1);
-            let value = l.f_double_value(&[]).at(span)?;
-            if !value.is_finite() {
-                return Ok(Stepped {
-                    loss: value,
-                    loss_sum: value,
-                    samples: n as f64,
-                    correct,
-                });
-            }
-            loss += value * m as f64;
-            if objective.classes() {
-                correct += objective.correct(&out, &ym)?;
-            }
-            l.f_mul_scalar(m as f64 / n as f64 * self.scaler.scale())
-                .at(span)?
-                .f_backward()
-                .at(span)?;
+        let batch = Batch {
+            x,
+            y,
+            accumulate: self.accumulate.min(n).max(1),
+            scale: self.scaler.scale(),
+            span,
+        };
+        let pass = backprop.backprop(model, objective, &batch)?;
+        if let Some(value) = pass.nonfinite {
+            return Ok(Stepped {
+                loss: value,
+                loss_sum: value,
+                samples: n as f64,
+                correct: pass.correct,
+            });
         }
+        let loss = pass.loss_sum;
+        let correct = pass.correct;
         for h in &mut self.hooks {
             h.gradients_ready(&self.params, span)?;
         }

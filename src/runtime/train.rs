@@ -18,7 +18,7 @@ use super::optim::Lr;
 use super::output::Output;
 use super::report::EpochRecord;
 use super::state::{restore, Checkpoints};
-use super::step::{Model, Objective, Stepper};
+use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
 use kiln::rundir::Segment;
@@ -31,6 +31,8 @@ pub struct Trainer<'a> {
     pub exp: &'a Experiment,
     /// The model, as the loop sees it.
     pub model: &'a dyn Model,
+    /// How the gradients of a batch are computed: the parallel strategy.
+    pub backprop: Box<dyn Backprop>,
     /// The data.
     pub splits: Splits,
     /// Where batches go.
@@ -201,7 +203,14 @@ impl Trainer<'_> {
                 // Seeding each step makes dropout depend only on (seed, step): a resumed run
                 // draws the same masks as an uninterrupted one.
                 tch::manual_seed((exp.seed.wrapping_mul(1_000_003).wrapping_add(pos.step)) as i64);
-                let s = stepper.step(self.model, &objective, &x, &y, step_lr)?;
+                let s = stepper.step(
+                    self.backprop.as_mut(),
+                    self.model,
+                    &objective,
+                    &x,
+                    &y,
+                    step_lr,
+                )?;
                 pos.step += 1;
                 pos.batch_in_epoch += 1;
                 pos.epoch_loss_sum += s.loss_sum;

@@ -1,0 +1,19 @@
+//! Parallel strategies at run time. Each is a [`Backprop`]: how the gradients of one batch come
+//! to be (over replicas, through pipeline stages, on this rank of a process group); the step
+//! around it and the training loop are the same for every strategy.
+
+use super::model::Net;
+use super::step::{Backprop, Local};
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::{Experiment, Parallel};
+
+/// The strategy of `exp` for the lowered model `net`.
+pub fn backprop(exp: &Experiment, _net: &Net) -> Result<Box<dyn Backprop>, Diagnostic> {
+    Ok(match &exp.parallel {
+        Parallel::None
+        | Parallel::Model
+        | Parallel::Data { .. }
+        | Parallel::Pipeline { .. }
+        | Parallel::Distributed { .. } => Box::new(Local),
+    })
+}
