@@ -112,6 +112,22 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         Code::RuntimeKilled,
         "a runtime failure, tested in tests/signals.rs",
     ),
+    (
+        Code::RankFailed,
+        "a runtime failure, tested in tests/ddp.rs",
+    ),
+    (
+        Code::RendezvousFailed,
+        "a runtime failure, tested in tests/ddp.rs",
+    ),
+    (
+        Code::RanksDiffer,
+        "a runtime failure, tested in tests/ddp.rs",
+    ),
+    (
+        Code::BackendUnavailable,
+        "a runtime failure: NCCL needs CUDA devices",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

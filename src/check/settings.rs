@@ -114,7 +114,7 @@ const STRATEGIES: &[Choice<Strategy>] = &[
         Strategy::Pipeline,
         &["stages", "micro_batches", "schedule"],
     ),
-    ("ddp", Strategy::Ddp, &["backend", "world_size"]),
+    ("ddp", Strategy::Ddp, &["backend", "world_size", "timeout"]),
 ];
 
 /// Keywords of the train block.
@@ -692,6 +692,32 @@ impl ParallelIn {
     }
 }
 
+/// How long a distributed run waits for its other ranks unless `timeout` says otherwise.
+pub const DDP_TIMEOUT_S: u64 = 60;
+
+/// Reads a time as a whole number of seconds: `20s`, `2 min`, or a bare number of seconds.
+fn seconds(cx: &mut Cx, value: &Value) -> Option<u64> {
+    if let ValueKind::Number {
+        value: x,
+        integer: true,
+        unit: None | Some(Unit::Seconds(_)),
+    } = &value.kind
+    {
+        let scale = match &value.kind {
+            ValueKind::Number {
+                unit: Some(Unit::Seconds(m)),
+                ..
+            } => *m,
+            _ => 1,
+        };
+        if *x >= 1.0 && *x * scale as f64 <= u32::MAX as f64 {
+            return Some(*x as u64 * scale);
+        }
+    }
+    cx.wrong_type(value, Expected::Seconds);
+    None
+}
+
 /// Checks `parallel STRATEGY(args)`.
 pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<ParallelIn> {
     let Called {
@@ -820,14 +846,19 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 return None;
             };
             out.dp_span = Some(ws.span);
-            let world_size = cx.uint_min(ws, "the world size", 1)?;
+            let world_size = cx.uint_min(ws, "the world size", 1);
+            let timeout_s = b
+                .get("timeout")
+                .map_or(Some(DDP_TIMEOUT_S), |v| seconds(cx, v));
             Parallel::Distributed {
                 backend: if backend? == "nccl" {
                     Backend::Nccl
                 } else {
                     Backend::Gloo
                 },
-                world_size,
+                world_size: world_size?,
+                timeout_s: timeout_s?,
+                span: stmt.span,
             }
         }
     };

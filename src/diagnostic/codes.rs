@@ -180,4 +180,12 @@ codes! {
     CheckpointDamaged = "K0512", "checkpoint-damaged", Warning, "A checkpoint is damaged; the run resumes from the newest intact one.";
     /// A lock left by a process that died.
     StaleLock = "K0513", "stale-lock", Warning, "The run directory's lock was left by a process that died while writing the run.";
+    /// Another rank of a distributed run stopped, or a collective failed.
+    RankFailed = "K0514", "rank-failed", Error, "A rank of a distributed run stopped or could not be reached, so every rank stops.";
+    /// The ranks of a distributed run did not all meet.
+    RendezvousFailed = "K0515", "rendezvous-failed", Error, "The ranks of a distributed run did not all meet within the timeout.";
+    /// The ranks of a distributed run run different experiments.
+    RanksDiffer = "K0516", "ranks-differ", Error, "The ranks of a distributed run were started with different experiments or world sizes.";
+    /// The distributed backend cannot run here.
+    BackendUnavailable = "K0517", "backend-unavailable", Error, "The distributed backend cannot run on this machine.";
 }

@@ -8,6 +8,7 @@
 
 mod arguments;
 mod codes;
+mod distributed;
 pub mod problem;
 mod ranges;
 pub mod render;

@@ -577,6 +577,52 @@ pub enum Problem {
         /// The run directories the runtime had opened, in order.
         runs: Vec<KilledRun>,
     },
+    /// K0514: another rank stopped mid-run, or a collective failed.
+    RankFailed {
+        /// The `parallel` statement.
+        span: Span,
+        /// The rank that saw the failure (`None` for the launcher of local ranks).
+        rank: Option<usize>,
+        /// The rank that stopped, when it can be told.
+        stopped: Option<usize>,
+        /// How it ended or what failed (`killed by SIGKILL`, c10d's message).
+        detail: String,
+    },
+    /// K0515: the ranks did not all meet within the timeout.
+    RendezvousFailed {
+        /// The `parallel` statement.
+        span: Span,
+        /// The rank that waited.
+        rank: usize,
+        /// The ranks that never arrived (empty when the store itself could not be reached).
+        missing: Vec<usize>,
+        /// The store's address, `host:port`.
+        address: String,
+        /// The timeout in seconds.
+        timeout_s: u64,
+        /// c10d's message, when the store failed.
+        detail: Option<String>,
+    },
+    /// K0516: two ranks run different experiments, or disagree on the world size.
+    RanksDiffer {
+        /// The `parallel` statement.
+        span: Span,
+        /// This rank.
+        rank: usize,
+        /// The rank that differs.
+        other: usize,
+        /// Each difference, `what: this rank's → the other's`.
+        differences: Vec<String>,
+    },
+    /// K0517: the backend cannot run here.
+    BackendUnavailable {
+        /// The `parallel` statement.
+        span: Span,
+        /// `gloo` or `nccl`.
+        backend: String,
+        /// Why.
+        detail: String,
+    },
 }
 
 /// Why a signal killed the runtime, as far as `kiln` can tell.
@@ -682,6 +728,10 @@ impl Problem {
             Problem::CheckpointDamaged { .. } => Code::CheckpointDamaged,
             Problem::StaleLock { .. } => Code::StaleLock,
             Problem::RuntimeKilled { .. } => Code::RuntimeKilled,
+            Problem::RankFailed { .. } => Code::RankFailed,
+            Problem::RendezvousFailed { .. } => Code::RendezvousFailed,
+            Problem::RanksDiffer { .. } => Code::RanksDiffer,
+            Problem::BackendUnavailable { .. } => Code::BackendUnavailable,
         }
     }
 }

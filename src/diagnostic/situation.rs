@@ -86,6 +86,8 @@ pub enum Expected {
     Steps,
     /// A byte size.
     Bytes,
+    /// A positive whole number of seconds (`20s`, `2 min`).
+    Seconds,
     /// A data source call.
     Source,
     /// A data generator call.

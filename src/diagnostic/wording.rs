@@ -252,6 +252,11 @@ impl Problem {
             | Problem::RunDirTaken { .. }
             | Problem::CheckpointDamaged { .. }
             | Problem::StaleLock { .. }) => super::runs::words(p),
+
+            p @ (Problem::RankFailed { .. }
+            | Problem::RendezvousFailed { .. }
+            | Problem::RanksDiffer { .. }
+            | Problem::BackendUnavailable { .. }) => super::distributed::words(p),
         }
     }
 }
@@ -307,6 +312,10 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
             "the schedule in steps, as in `start: 100 steps`",
         ),
         Expected::Bytes => ("a size such as `80 GiB`", "a size such as `80 GiB`"),
+        Expected::Seconds => (
+            "a positive whole number of seconds",
+            "a time such as `60s` or `2 min`",
+        ),
         Expected::Source => (
             "a data source",
             "a source: synthetic, idx, npy, npz, csv or safetensors",

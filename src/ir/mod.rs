@@ -406,6 +406,13 @@ pub enum Parallel {
         backend: Backend,
         /// Number of processes.
         world_size: u64,
+        /// Seconds a rendezvous or a collective may wait for the other ranks (`timeout`, 60 by
+        /// default). Not part of what the run computes, so a resume may change it.
+        #[serde(skip)]
+        timeout_s: u64,
+        /// The `parallel` statement, where the runtime's distributed failures point.
+        #[serde(skip)]
+        span: Span,
     },
 }
 

@@ -398,6 +398,7 @@ fn describe_parallel(p: &Parallel) -> String {
         Parallel::Distributed {
             backend,
             world_size,
+            ..
         } => {
             format!(
                 "distributed data parallel, {world_size} processes, {}",

@@ -74,6 +74,8 @@ pub enum Unit {
     Samples,
     /// A byte size, with its multiplier (`GiB` is 2^30).
     Bytes(u64),
+    /// A time, with its multiplier in seconds (`min` is 60).
+    Seconds(u64),
 }
 
 impl Unit {
@@ -90,6 +92,8 @@ impl Unit {
             "MB" => Unit::Bytes(1_000_000),
             "KB" => Unit::Bytes(1_000),
             "bytes" => Unit::Bytes(1),
+            "seconds" | "s" => Unit::Seconds(1),
+            "min" => Unit::Seconds(60),
             _ => return None,
         })
     }
