@@ -8,7 +8,7 @@
 use std::io::{self, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{ChildStderr, ChildStdout, Command};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -83,6 +83,8 @@ pub fn signal_name(sig: i32) -> String {
 #[derive(Debug)]
 pub struct Supervised {
     pid: i32,
+    stdout: Option<ChildStdout>,
+    stderr: Option<ChildStderr>,
 }
 
 /// How a supervised child ended.
@@ -125,15 +127,30 @@ pub fn spawn(cmd: &mut Command) -> io::Result<Supervised> {
             format!("stopping: {} was received", signal_name(sig)),
         ));
     }
-    let pid = cmd.spawn()?.id() as i32;
+    let mut child = cmd.spawn()?;
+    let pid = child.id() as i32;
     running.push(pid);
-    Ok(Supervised { pid })
+    Ok(Supervised {
+        pid,
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+    })
 }
 
 impl Supervised {
     /// The child's process id.
     pub fn pid(&self) -> u32 {
         self.pid as u32
+    }
+
+    /// The child's standard output, when it was piped (once).
+    pub fn take_stdout(&mut self) -> Option<ChildStdout> {
+        self.stdout.take()
+    }
+
+    /// The child's standard error, when it was piped (once).
+    pub fn take_stderr(&mut self) -> Option<ChildStderr> {
+        self.stderr.take()
     }
 
     /// Waits for the child to end and reaps it.
@@ -172,6 +189,15 @@ impl Supervised {
             signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
             peak_rss: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
         })
+    }
+}
+
+/// Sends `sig` to every supervised child still running (one not yet reaped: a child leaves the
+/// list before it is reaped, under the same lock, so its pid cannot have been reused).
+pub fn signal_children(sig: i32) {
+    for &pid in children().iter() {
+        // SAFETY: `kill` has no memory effects; the pid is a child not yet reaped.
+        unsafe { libc::kill(pid, sig) };
     }
 }
 

@@ -56,10 +56,16 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             differences,
         } => new(
             span,
-            format!(
-                "rank {rank} and rank {other} run different experiments: {}",
-                differences.join("; ")
-            ),
+            match other {
+                Some(other) => format!(
+                    "rank {rank} and rank {other} run different experiments: {}",
+                    differences.join("; ")
+                ),
+                None => format!(
+                    "rank {rank} was started otherwise than the experiment says: {}",
+                    differences.join("; ")
+                ),
+            },
         )
         .label("every rank must run the same experiment")
         .help("start every rank from the same experiment file, data and world size"),

@@ -609,8 +609,8 @@ pub enum Problem {
         span: Span,
         /// This rank.
         rank: usize,
-        /// The rank that differs.
-        other: usize,
+        /// The rank that differs from it (`None`: this rank differs from how it was started).
+        other: Option<usize>,
         /// Each difference, `what: this rank's → the other's`.
         differences: Vec<String>,
     },

@@ -12,8 +12,10 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod data;
+pub mod dist;
 pub mod failure;
 pub mod hooks;
+pub mod launch;
 #[cfg(test)]
 mod layer_parity;
 pub mod model;

@@ -1,6 +1,6 @@
 //! What a run writes, behind one trait: the run directory's records and checkpoints and the
 //! progress display. With data parallelism only rank 0 writes; another rank's loop gets an
-//! [`Output`] whose methods do nothing, and the loop does not change.
+//! [`Output`] whose methods do nothing ([`Silent`]), and the loop does not change.
 
 use tch::Tensor;
 
@@ -80,6 +80,53 @@ impl Output for RunOutput<'_> {
 
     fn resume_command(&self) -> Option<String> {
         Some(self.resume.clone())
+    }
+
+    fn progress(&mut self) -> &mut Progress {
+        &mut self.progress
+    }
+}
+
+/// The output of a rank other than 0 in a distributed run: rank 0 writes the run directory and
+/// shows progress, so this one writes nothing and shows nothing.
+pub struct Silent {
+    /// A quiet progress display.
+    pub progress: Progress,
+}
+
+impl Output for Silent {
+    fn step_record(&mut self, _step: u64, _loss: f64, _lr: f64) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    fn flush_steps(&mut self) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    fn train_record(&mut self, _r: &EpochRecord) -> Result<u64, Diagnostic> {
+        Ok(0)
+    }
+
+    fn eval_record(&mut self, _epoch: u64, _step: u64, _e: &Eval) -> Result<u64, Diagnostic> {
+        Ok(0)
+    }
+
+    fn truncate_metrics(&mut self, _lines: u64, _step: u64) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    fn checkpoint(
+        &mut self,
+        _side: &Sidecar,
+        _tensors: &[(String, Tensor)],
+        _keep: u64,
+        _span: Span,
+    ) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    fn resume_command(&self) -> Option<String> {
+        None
     }
 
     fn progress(&mut self) -> &mut Progress {

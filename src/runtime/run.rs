@@ -7,10 +7,13 @@ use std::path::{Path, PathBuf};
 use super::budget::Budget;
 use super::checkpoint;
 use super::data;
+use super::dist::preflight::Announce;
+use super::dist::rank::{free_port, Rank};
 use super::failure::At;
 use super::hooks::Cancel;
 use super::model::{self, tch_device};
-use super::output::RunOutput;
+use super::output::{RunOutput, Silent};
+use super::parallel::ddp;
 use super::report::{Progress, RunWriter};
 use super::state::{data_digest, differences, fingerprint};
 use super::train::{standard_hooks, Outcome, Trainer};
@@ -132,8 +135,45 @@ pub fn main(opts: &RunOptions) -> i32 {
         eprint("error: `--resume` and `--run-dir` take one trial; pick one with `--trial K`\n");
         return 2;
     }
+    // A distributed experiment runs as one rank of a process group: started by a launcher
+    // (torchrun, SLURM), or as this command's own ranks on this machine.
+    let distributed = trials.iter().find_map(|(_, e)| match &e.parallel {
+        kiln::ir::Parallel::Distributed {
+            world_size, span, ..
+        } => Some((*world_size as usize, *span)),
+        _ => None,
+    });
+    let mut rank = None;
+    if let Some((world, span)) = distributed {
+        if trials.len() > 1 {
+            eprint(
+                "error: a distributed sweep runs one trial at a time; pick one with `--trial K`\n",
+            );
+            return 2;
+        }
+        match Rank::from_env() {
+            Err(detail) => {
+                eprint(&format!("error: {detail}\n"));
+                return 2;
+            }
+            Ok(Some(r)) => rank = Some(r),
+            Ok(None) if world > 1 => {
+                return super::launch::main(opts, world, span, &checked.sources, style, &cancel);
+            }
+            Ok(None) => match free_port() {
+                Ok(port) => rank = Some(Rank::alone(port)),
+                Err(e) => {
+                    eprint(&format!(
+                        "error: no free port on 127.0.0.1 for the store: {e}\n"
+                    ));
+                    return 2;
+                }
+            },
+        }
+    }
+    let writes = rank.as_ref().is_none_or(|r| r.rank == 0);
     if let Some(dir) = &opts.resume {
-        if kiln::rundir::is_finished(dir) {
+        if writes && kiln::rundir::is_finished(dir) {
             eprint(&complete(dir));
             return 0;
         }
@@ -179,8 +219,8 @@ pub fn main(opts: &RunOptions) -> i32 {
                 trial_label(exp)
             ));
         }
-        match run_trial(exp, &checked, place, opts, &cancel) {
-            Ok((outcome, dir)) => summary(exp, &outcome, &dir, opts.quiet),
+        match run_trial(exp, &checked, place, opts, &cancel, rank.as_ref()) {
+            Ok((outcome, dir)) => summary(exp, &outcome, &dir, opts.quiet || !writes),
             Err(f) => {
                 eprint(&to_text(&f, &checked.sources, style));
                 status = 1;
@@ -379,17 +419,24 @@ fn check_device(d: tch::Device, span: kiln::span::Span, named: &str) -> Result<(
     Ok(())
 }
 
+/// Trains one trial; `rank` is this process's place in a distributed run, whose rank 0 alone
+/// writes the run directory.
 fn run_trial(
     exp: &Experiment,
     checked: &Checked,
     place: &Place,
     opts: &RunOptions,
     cancel: &Cancel,
+    rank: Option<&Rank>,
 ) -> Result<(Outcome, PathBuf), Diagnostic> {
-    let over = resolve_devices(exp, opts)?;
+    let mut over = resolve_devices(exp, opts)?;
+    if let Some(r) = rank {
+        over = ddp::check_rank(exp, r, opts.device.is_some())?.or(over);
+    }
+    let writes = rank.is_none_or(|r| r.rank == 0);
     // A resume takes the run's lock before the slow work, so a second process is refused at once.
     let resumed = match place {
-        Place::Resume(dir) => {
+        Place::Resume(dir) if writes => {
             let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
             kiln::supervise::record_run_dir(dir);
             for w in &warnings {
@@ -403,10 +450,10 @@ fn run_trial(
             }
             Some(writer)
         }
-        Place::At(_) | Place::Unique(_) => None,
+        Place::At(_) | Place::Unique(_) | Place::Resume(_) => None,
     };
     let notes = not_applied(exp);
-    for n in &notes {
+    for n in notes.iter().filter(|_| writes) {
         eprint(&format!("note: {n}\n"));
     }
     tch::manual_seed(exp.seed as i64);
@@ -435,7 +482,15 @@ fn run_trial(
     let (mut writer, resume, history) = match resumed {
         Some(writer) => {
             let (saved, history) = resume_point(exp, &writer, &print, text, checked)?;
-            (writer, Some(saved), history)
+            (Some(writer), Some(saved), history)
+        }
+        // Another rank resumes from the checkpoint rank 0 resumes from, reading it only.
+        None if !writes => {
+            let saved = match place {
+                Place::Resume(dir) => Some(rank_resume_point(exp, dir, &print)?),
+                Place::At(_) | Place::Unique(_) => None,
+            };
+            (None, saved, Vec::new())
         }
         None => {
             let dir = match place {
@@ -454,7 +509,7 @@ fn run_trial(
                 experiment: kiln::rundir::EXPERIMENT.into(),
                 changes: Vec::new(),
             };
-            (writer, None, vec![first])
+            (Some(writer), None, vec![first])
         }
     };
     let started = std::time::Instant::now();
@@ -466,25 +521,64 @@ fn run_trial(
         .then(|| checked.trials.iter().position(|t| std::ptr::eq(t, exp)))
         .flatten()
         .map_or_else(String::new, |i| format!(" --trial {}", i + 1));
-    let command = format!(
-        "kiln run {}{trial} --resume {}",
-        opts.file.display(),
-        writer.dir().display()
-    );
-    let mut out = RunOutput {
-        writer: &mut writer,
-        progress: Progress::new(opts.quiet, budget.epochs),
-        resume: command,
+    let (backprop, stop): (Box<dyn super::step::Backprop>, Cancel) = match rank {
+        Some(r) => {
+            let announce = Announce {
+                file: opts.file.display().to_string(),
+                world: r.world,
+                fingerprint: print.clone(),
+                shapes: net
+                    .params
+                    .iter()
+                    .map(|p| (p.name.clone(), p.tensor.size()))
+                    .collect(),
+                resume_step: resume.as_ref().map(|(side, _)| side.position.step),
+                host: Announce::hostname(),
+                pid: std::process::id(),
+            };
+            let (strategy, stop) = ddp::Ddp::start(ddp::Start {
+                exp,
+                rank: r.clone(),
+                announce,
+                model: &net,
+                signals: cancel.clone(),
+            })?;
+            (Box::new(strategy), stop)
+        }
+        None => (super::parallel::backprop(exp, &net)?, cancel.clone()),
+    };
+    let mut run_out;
+    let mut silent;
+    let out: &mut dyn super::output::Output = match writer.as_mut() {
+        Some(w) => {
+            let command = format!(
+                "kiln run {}{trial} --resume {}",
+                opts.file.display(),
+                w.dir().display()
+            );
+            run_out = RunOutput {
+                writer: w,
+                progress: Progress::new(opts.quiet, budget.epochs),
+                resume: command,
+            };
+            &mut run_out
+        }
+        None => {
+            silent = Silent {
+                progress: Progress::new(true, None),
+            };
+            &mut silent
+        }
     };
     let mut trainer = Trainer {
         exp,
         model: &net,
-        backprop: super::parallel::backprop(exp, &net)?,
+        backprop,
         splits,
         device,
         budget,
-        out: &mut out,
-        cancel: cancel.clone(),
+        out,
+        cancel: stop,
         hooks: standard_hooks(exp),
         fingerprint: print,
         history: history.clone(),
@@ -492,6 +586,10 @@ fn run_trial(
     let outcome = trainer
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
+    drop(trainer);
+    let Some(writer) = writer else {
+        return Ok((outcome, PathBuf::new()));
+    };
     let ran = super::summary::Ran {
         devices: net.devices(),
         wall: before + started.elapsed().as_secs_f64(),
@@ -551,6 +649,34 @@ fn resume_point(
     Ok(((side, tensors), history))
 }
 
+/// The checkpoint another rank than 0 resumes from: the newest intact one in `dir`, read only
+/// (rank 0 reports damaged ones and holds the lock); refused as rank 0 refuses it.
+fn rank_resume_point(
+    exp: &Experiment,
+    dir: &Path,
+    print: &Fingerprint,
+) -> Result<checkpoint::Saved, Diagnostic> {
+    let (found, _) = checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
+    let Some((side, tensors)) = found else {
+        return Err(Problem::ResumeIncompatible {
+            span: exp.span,
+            situation: Resume::NoCheckpoint {
+                dir: dir.to_path_buf(),
+            },
+        }
+        .diagnostic());
+    };
+    let (refused, _) = differences(exp, &side.fingerprint, print);
+    if !refused.is_empty() {
+        return Err(Problem::ResumeIncompatible {
+            span: exp.span,
+            situation: Resume::Changed { changes: refused },
+        }
+        .diagnostic());
+    }
+    Ok((side, tensors))
+}
+
 /// A K0509 failure to create the run directory.
 fn run_io(e: &kiln::rundir::Error, exp: &Experiment) -> Diagnostic {
     Problem::RunIo {
@@ -580,13 +706,10 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
             "`parallel data` over {} devices is not applied yet: the model trains on one device with the same global batch (the same gradients, without the speed-up)",
             devices.len()
         )),
-        Parallel::Distributed { world_size, .. } => notes.push(format!(
-            "`parallel ddp` over {world_size} processes is not applied yet: one process trains with the same global batch"
-        )),
         Parallel::Pipeline { .. } => notes.push(
             "`parallel pipeline` runs as model parallel by placement: micro-batches are not scheduled yet".to_string(),
         ),
-        Parallel::None | Parallel::Model => {}
+        Parallel::None | Parallel::Model | Parallel::Distributed { .. } => {}
     }
     if !exp.compression.is_empty() {
         notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());

@@ -2,12 +2,15 @@
 //! to be (over replicas, through pipeline stages, on this rank of a process group); the step
 //! around it and the training loop are the same for every strategy.
 
+pub mod ddp;
+
 use super::model::Net;
 use super::step::{Backprop, Local};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Parallel};
 
-/// The strategy of `exp` for the lowered model `net`.
+/// The strategy of `exp` for the lowered model `net`. A distributed run's strategy needs the
+/// process's rank and meets the other ranks first: `run.rs` starts it with [`ddp::Ddp::start`].
 pub fn backprop(exp: &Experiment, _net: &Net) -> Result<Box<dyn Backprop>, Diagnostic> {
     Ok(match &exp.parallel {
         Parallel::None

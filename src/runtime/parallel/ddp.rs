@@ -1,0 +1,329 @@
+//! Distributed data parallel over processes on PyTorch's c10d: each rank holds a replica of the
+//! model, computes the gradients of its shard of every global batch, and c10d's `Reducer`
+//! averages them over the ranks in buckets while backward still runs.
+//!
+//! The arithmetic: every rank reads the same global batch of `n` samples (the same seeded order)
+//! and takes rows `[r·n/W, (r+1)·n/W)`. Its loss on a micro-batch of `m` rows is scaled by
+//! `m / n · W`, so the rank's gradient is `W/n · Σ` over its rows; the Reducer divides the sum
+//! over ranks by `W`, which leaves `1/n · Σ` over the whole batch: the gradient of the global
+//! batch's mean loss, as one process on the full batch computes it. Gradient accumulation runs
+//! the first micro-batches without synchronising (DDP's `no_sync`), the last one with.
+//!
+//! Before the last backward the ranks agree on the step in one small all-reduce: the batch's
+//! loss and correct count, whether any rank saw a non-finite loss (then no rank reduces or
+//! updates, and every rank fails with K0504), and whether any rank was asked to stop (then every
+//! rank stops after this step). Buffers (batch-norm statistics) are broadcast from rank 0 after
+//! each step's forward passes, as PyTorch's DDP does before each forward by default: a batch is
+//! normalised with its rank's own statistics, the running statistics are rank 0's.
+
+use std::time::{Duration, Instant};
+
+use tch::Tensor;
+
+use super::super::dist::c10d::{Backend, Group, ReduceOp, Reducer, Store};
+use super::super::dist::preflight::{compare, rendezvous, Announce};
+use super::super::dist::rank::Rank;
+use super::super::failure::At;
+use super::super::hooks::Cancel;
+use super::super::step::{Backprop, Batch, Model, Objective, Pass};
+use kiln::diagnostic::{Diagnostic, Problem};
+use kiln::ir::{Experiment, Parallel};
+use kiln::span::Span;
+
+/// The Reducer's bucket size, as PyTorch's `bucket_cap_mb` default.
+const BUCKET_BYTES: usize = 25 << 20;
+
+/// This rank of a distributed data-parallel run.
+pub struct Ddp {
+    /// Field order is drop order: the Reducer before its group, the group before the store.
+    reducer: Reducer,
+    group: Group,
+    _store: Store,
+    me: Rank,
+    peers: Vec<Announce>,
+    params: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+    /// Whether the weights were broadcast from rank 0 (at the first step, after any restore).
+    synced: bool,
+    /// Set by this process's stop signals.
+    signals: Cancel,
+    /// The loop's token: set only when the ranks agree to stop, so all stop at the same step.
+    stop: Cancel,
+    span: Span,
+}
+
+/// What a rank brings to the start of a distributed run.
+pub struct Start<'a> {
+    /// The experiment.
+    pub exp: &'a Experiment,
+    /// Where this process stands.
+    pub rank: Rank,
+    /// What it announces to the others.
+    pub announce: Announce,
+    /// The model's parameters and buffers.
+    pub model: &'a dyn Model,
+    /// The token this process's stop signals set.
+    pub signals: Cancel,
+}
+
+/// The timeout and the `parallel` statement of a distributed experiment.
+pub fn settings(exp: &Experiment) -> (Duration, Span) {
+    match &exp.parallel {
+        Parallel::Distributed {
+            timeout_s, span, ..
+        } => (Duration::from_secs(*timeout_s), *span),
+        _ => (Duration::from_secs(60), exp.span),
+    }
+}
+
+impl Ddp {
+    /// Meets the other ranks (K0515 when one never arrives, K0516 when one runs something
+    /// else), creates the process group and the Reducer. Returns the strategy and the token the
+    /// loop must watch for stopping.
+    pub fn start(s: Start) -> Result<(Ddp, Cancel), Diagnostic> {
+        let (timeout, span) = settings(s.exp);
+        let started = Instant::now();
+        let me = s.rank;
+        let backend = backend(s.exp, &me, span)?;
+        let unreachable = |detail: String| {
+            Problem::RendezvousFailed {
+                span,
+                rank: me.rank,
+                missing: vec![],
+                address: me.address(),
+                timeout_s: timeout.as_secs(),
+                detail: Some(first_line(&detail)),
+            }
+            .diagnostic()
+        };
+        let store = Store::connect(&me.addr, me.port, me.serves_store(), me.world, timeout)
+            .map_err(|e| unreachable(e.0))?;
+        let peers = rendezvous(&store, &me, &s.announce, started + timeout, timeout, span)?;
+        compare(s.exp, &peers, span)?;
+        let group = Group::new(&store, me.rank, me.world, backend, timeout)
+            .map_err(|e| unreachable(e.0))?;
+        let params: Vec<Tensor> = s
+            .model
+            .params()
+            .into_iter()
+            .map(|(_, t)| t.shallow_clone())
+            .collect();
+        let buffers = s
+            .model
+            .buffers()
+            .into_iter()
+            .map(|(_, t)| t.shallow_clone())
+            .collect();
+        let reducer = Reducer::new(&group, &params, BUCKET_BYTES).map_err(|e| unreachable(e.0))?;
+        let stop = Cancel::default();
+        Ok((
+            Ddp {
+                reducer,
+                group,
+                _store: store,
+                me,
+                peers,
+                params,
+                buffers,
+                synced: false,
+                signals: s.signals,
+                stop: stop.clone(),
+                span,
+            },
+            stop,
+        ))
+    }
+
+    /// A failed collective as K0514, naming the rank that stopped when it can be told (a rank on
+    /// this machine whose process is gone).
+    fn lost(&self, detail: &str) -> Diagnostic {
+        // A peer killed a moment ago may not be reaped yet: give it a little time to go.
+        let mut stopped = None;
+        for _ in 0..10 {
+            stopped = self
+                .peers
+                .iter()
+                .enumerate()
+                .find(|(r, a)| *r != self.me.rank && a.gone())
+                .map(|(r, _)| r);
+            if stopped.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Problem::RankFailed {
+            span: self.span,
+            rank: Some(self.me.rank),
+            stopped,
+            detail: first_line(detail),
+        }
+        .diagnostic()
+    }
+
+    /// Broadcasts the tensors from rank 0 into every rank's.
+    fn broadcast(&self, tensors: &[Tensor]) -> Result<(), Diagnostic> {
+        tch::no_grad(|| {
+            for t in tensors {
+                self.group.broadcast(t, 0).map_err(|e| self.lost(&e.0))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The ranks' sums of `values` (one small all-reduce).
+    fn sum(&self, values: &[f64]) -> Result<Vec<f64>, Diagnostic> {
+        let t = Tensor::f_from_slice(values).at(self.span)?;
+        self.group
+            .all_reduce(&t, ReduceOp::Sum)
+            .map_err(|e| self.lost(&e.0))?;
+        Vec::<f64>::try_from(&t).at(self.span)
+    }
+}
+
+impl Backprop for Ddp {
+    fn backprop(
+        &mut self,
+        model: &dyn Model,
+        objective: &Objective,
+        batch: &Batch,
+    ) -> Result<Pass, Diagnostic> {
+        let span = batch.span;
+        if !self.synced {
+            self.broadcast(&self.params)?;
+            self.broadcast(&self.buffers)?;
+            self.synced = true;
+        }
+        let (r, w) = (self.me.rank as i64, self.me.world as i64);
+        let n = batch.x.size().first().copied().unwrap_or(1);
+        let (lo, hi) = (r * n / w, (r + 1) * n / w);
+        // A batch smaller than the world leaves some ranks without rows: such a rank runs one row
+        // with weight 0, so that it still takes part in the reduction.
+        let (start, len, weight) = if hi > lo {
+            (lo, hi - lo, 1.0)
+        } else {
+            (0, 1, 0.0)
+        };
+        let x = batch.x.f_narrow(0, start, len).at(span)?;
+        let y = batch.y.f_narrow(0, start, len).at(span)?;
+        let xs = x.f_chunk(batch.accumulate, 0).at(span)?;
+        let ys = y.f_chunk(batch.accumulate, 0).at(span)?;
+        let mut pass = Pass::default();
+        let mut last = None;
+        for (i, (xm, ym)) in xs.iter().zip(&ys).enumerate() {
+            self.reducer
+                .prepare_forward()
+                .map_err(|e| self.lost(&e.0))?;
+            let m = xm.size().first().copied().unwrap_or(1);
+            let out = model.forward(xm, true)?;
+            let ym = ym.f_to_device(out.device()).at(span)?;
+            let l = objective.loss(&out, &ym)?;
+            let value = l.f_double_value(&[]).at(span)?;
+            if !value.is_finite() {
+                pass.nonfinite = Some(value);
+                break;
+            }
+            pass.loss_sum += value * m as f64 * weight;
+            if objective.classes() {
+                pass.correct += objective.correct(&out, &ym)? * weight;
+            }
+            let scaled = l
+                .f_mul_scalar(m as f64 / n as f64 * w as f64 * batch.scale * weight)
+                .at(span)?;
+            if i + 1 < xs.len() {
+                scaled.f_backward().at(span)?;
+            } else {
+                last = Some(scaled);
+            }
+        }
+        let agreed = self.sum(&[
+            pass.loss_sum,
+            pass.correct,
+            f64::from(u8::from(pass.nonfinite.is_some())),
+            f64::from(u8::from(self.signals.is_cancelled())),
+        ])?;
+        pass.loss_sum = agreed[0];
+        pass.correct = agreed[1];
+        if agreed[2] > 0.0 {
+            pass.nonfinite = Some(pass.nonfinite.unwrap_or(f64::NAN));
+            return Ok(pass);
+        }
+        if agreed[3] > 0.0 {
+            self.stop
+                .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
+        }
+        if let Some(l) = last {
+            self.reducer
+                .prepare_backward()
+                .map_err(|e| self.lost(&e.0))?;
+            l.f_backward().map_err(|e| self.lost(&e.to_string()))?;
+        }
+        if !self.buffers.is_empty() {
+            self.broadcast(&self.buffers)?;
+        }
+        Ok(pass)
+    }
+}
+
+/// Checks, before anything is built, that this rank was started as the experiment says (its
+/// world size, K0516) and that its backend can run here (K0517); returns the device NCCL puts
+/// this rank's model on, `cuda:LOCAL_RANK`, unless `--device` chose one.
+pub fn check_rank(
+    exp: &Experiment,
+    me: &Rank,
+    device_given: bool,
+) -> Result<Option<tch::Device>, Diagnostic> {
+    let (_, span) = settings(exp);
+    let world = exp.parallel.data_parallel_size();
+    if world != me.world as u64 {
+        return Err(Problem::RanksDiffer {
+            span,
+            rank: me.rank,
+            other: None,
+            differences: vec![format!(
+                "the experiment's world size is {world}, and {} ranks were started",
+                me.world
+            )],
+        }
+        .diagnostic());
+    }
+    Ok(match backend(exp, me, span)? {
+        Backend::Nccl { device } if !device_given => Some(tch::Device::Cuda(device)),
+        _ => None,
+    })
+}
+
+/// The backend of `exp` for this rank: NCCL on `cuda:LOCAL_RANK`, which must exist (K0517).
+fn backend(exp: &Experiment, me: &Rank, span: Span) -> Result<Backend, Diagnostic> {
+    let Parallel::Distributed { backend, .. } = &exp.parallel else {
+        return Ok(Backend::Gloo);
+    };
+    match backend {
+        kiln::ir::Backend::Gloo => Ok(Backend::Gloo),
+        kiln::ir::Backend::Nccl => {
+            let count = if tch::Cuda::is_available() {
+                usize::try_from(tch::Cuda::device_count()).unwrap_or(0)
+            } else {
+                0
+            };
+            if me.local_rank >= count {
+                return Err(Problem::BackendUnavailable {
+                    span,
+                    backend: "nccl".into(),
+                    detail: format!(
+                        "local rank {} needs cuda:{}, and this machine has {count} CUDA device(s)",
+                        me.local_rank, me.local_rank
+                    ),
+                }
+                .diagnostic());
+            }
+            Ok(Backend::Nccl {
+                device: me.local_rank,
+            })
+        }
+    }
+}
+
+/// The first line of a c10d message (the rest is often a C++ stack trace).
+fn first_line(text: &str) -> String {
+    text.lines().next().unwrap_or(text).trim().to_string()
+}
