@@ -1,0 +1,404 @@
+//! Distributed data parallel over processes (Gloo on loopback): after 20 steps the parameters of
+//! 2 and 3 ranks, started by `kiln run` and by torchrun (or its variables set by hand), match a
+//! single process on the full batch; a rank killed mid-run, a rank that never arrives and a rank
+//! started from another experiment end every rank with a diagnostic naming it, within the
+//! timeout, and leave no process behind.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use support::{newest_checkpoint, root, s, scratch, text, write};
+
+/// A small experiment with the strategy `parallel`: 400 training samples in batches of 24 (the
+/// epoch's last batch holds 16, which 3 ranks split 5, 5, 6), each batch in two micro-batches.
+fn experiment(parallel: &str, lr: &str, steps: u64) -> String {
+    format!(
+        r#"
+experiment "ddp" {{
+  seed 5
+  data {{
+    source synthetic(inputs: normal([8]), targets: randint(3), count: 500)
+    split(train: 0.8, val: 0.2)
+    batch 24
+  }}
+  model {{
+    input [8]
+    fc1: linear(16)
+    tanh
+    fc2: linear(3)
+  }}
+  device cpu
+  {parallel}
+  optimizer sgd(lr: {lr}, momentum: 0.9)
+  train {{
+    steps {steps}
+    accumulate 2
+    loss cross_entropy
+    metrics [accuracy]
+    eval_every 10 steps
+    checkpoint(every: 10 steps, keep: 1)
+  }}
+}}
+"#
+    )
+}
+
+/// `kiln-runtime` with `args`, in the repository's root, without colour.
+fn runtime(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln-runtime"));
+    c.args(args)
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .env("OMP_NUM_THREADS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_USE_AGENT_STORE",
+        "SLURM_PROCID",
+        "SLURM_NTASKS",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+/// One rank started by hand, as torchrun starts it.
+fn rank(exp: &Path, run: &Path, r: usize, world: usize, port: u16) -> Child {
+    let mut c = runtime(&["run", s(exp), "--quiet", "--threads", "1", "--run-dir", s(run)]);
+    c.env("RANK", r.to_string())
+        .env("WORLD_SIZE", world.to_string())
+        .env("LOCAL_RANK", r.to_string())
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", port.to_string());
+    c.spawn().expect("start a rank")
+}
+
+/// A port free now on the loopback address.
+fn port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// The parameters of the newest checkpoint of `run`, by name, as f32 values.
+fn params(run: &Path) -> BTreeMap<String, Vec<f32>> {
+    let dir = run.join("checkpoints");
+    let mut sidecars: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("checkpoints")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    sidecars.sort();
+    let side: serde_yaml::Value = serde_yaml::from_str(
+        &std::fs::read_to_string(sidecars.last().expect("a checkpoint")).expect("sidecar"),
+    )
+    .expect("YAML");
+    let data = std::fs::read(dir.join(side["tensors"].as_str().expect("tensors file")))
+        .expect("tensors");
+    let len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Value =
+        serde_json::from_slice(&data[8..8 + len]).expect("safetensors header");
+    let mut out = BTreeMap::new();
+    for (name, t) in header.as_object().expect("object") {
+        if !name.starts_with("param/") {
+            continue;
+        }
+        assert_eq!(t["dtype"], "F32", "{name} is fp32");
+        let (a, b) = (
+            t["data_offsets"][0].as_u64().expect("start") as usize,
+            t["data_offsets"][1].as_u64().expect("end") as usize,
+        );
+        let values = data[8 + len + a..8 + len + b]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        out.insert(name.clone(), values);
+    }
+    assert!(!out.is_empty(), "the checkpoint holds parameters");
+    out
+}
+
+/// The largest difference between two runs' parameters.
+fn max_difference(a: &Path, b: &Path) -> f32 {
+    let (pa, pb) = (params(a), params(b));
+    assert_eq!(
+        pa.keys().collect::<Vec<_>>(),
+        pb.keys().collect::<Vec<_>>()
+    );
+    pa.iter()
+        .flat_map(|(k, va)| va.iter().zip(&pb[k]).map(|(x, y)| (x - y).abs()))
+        .fold(0.0, f32::max)
+}
+
+/// Waits for `child`, failing after `limit`; returns its output and how long it took.
+fn finish(child: Child, limit: Duration) -> (Output, Duration) {
+    let started = Instant::now();
+    let id = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output().expect("wait"));
+    while !waiter.is_finished() {
+        if started.elapsed() > limit {
+            // SAFETY: the pid is our own child, not yet reaped (the waiter has not returned).
+            unsafe { libc::kill(id as i32, libc::SIGKILL) };
+            panic!("the process did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (waiter.join().expect("waiter"), started.elapsed())
+}
+
+/// The processes whose command line mentions `needle` (a unique scratch path).
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+/// Asserts that no process of the test at `dir` is left.
+fn none_left(dir: &Path) {
+    // A process that just exited may not be reaped yet; give it a moment.
+    let started = Instant::now();
+    loop {
+        let left = processes_with(s(dir));
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "processes left behind: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `kiln-runtime run exp` to the end in `run` (the launcher when the experiment is
+/// distributed), asserting that it succeeds.
+fn run_to_end(exp: &Path, run: &Path) {
+    let child = runtime(&["run", s(exp), "--quiet", "--run-dir", s(run)])
+        .spawn()
+        .expect("start");
+    let (out, _) = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "the run failed:\n{}", text(&out));
+}
+
+#[test]
+fn ddp_matches_one_process_on_the_full_batch() {
+    let dir = scratch("ddp-equivalence");
+    let single = write(&dir, "single.exp", &experiment("", "0.1", 20));
+    let two = write(
+        &dir,
+        "two.exp",
+        &experiment("parallel ddp(backend: gloo, world_size: 2)", "0.1", 20),
+    );
+    let three = write(
+        &dir,
+        "three.exp",
+        &experiment("parallel ddp(backend: gloo, world_size: 3)", "0.1", 20),
+    );
+    run_to_end(&single, &dir.join("single"));
+    // `kiln run` starts the ranks itself.
+    run_to_end(&two, &dir.join("two-kiln"));
+    run_to_end(&three, &dir.join("three-kiln"));
+    // torchrun's variables, set by hand: rank 0 serves the store.
+    let p = port();
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| rank(&two, &dir.join("two-vars"), r, 2, p))
+        .collect();
+    for (r, child) in ranks.into_iter().enumerate() {
+        let (out, _) = finish(child, Duration::from_secs(120));
+        assert!(out.status.success(), "rank {r} failed:\n{}", text(&out));
+    }
+    // torchrun itself: its agent serves the store, every rank is a client.
+    let torchrun = root().join(".venv/bin/torchrun");
+    let out = Command::new(&torchrun)
+        .args(["--standalone", "--nproc-per-node", "3", "--no-python"])
+        .arg(env!("CARGO_BIN_EXE_kiln-runtime"))
+        .args(["run", s(&three), "--quiet", "--run-dir"])
+        .arg(dir.join("three-torchrun"))
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("torchrun starts");
+    assert!(out.status.success(), "torchrun failed:\n{}", text(&out));
+    for run in ["two-kiln", "three-kiln", "two-vars", "three-torchrun"] {
+        assert_eq!(newest_checkpoint(&dir.join(run)), Some(20), "{run}");
+        let d = max_difference(&dir.join("single"), &dir.join(run));
+        assert!(d < 1e-5, "{run}: the parameters differ by {d}");
+    }
+    // The reported losses are those of the global batch.
+    let loss = |run: &str| {
+        let r = support::report(&dir.join(run));
+        r["outcome"]["train_loss"].as_f64().expect("train loss")
+    };
+    assert!((loss("single") - loss("three-kiln")).abs() < 1e-5);
+    none_left(&dir);
+}
+
+#[test]
+fn a_killed_rank_stops_every_rank() {
+    let dir = scratch("ddp-killed");
+    let exp = write(
+        &dir,
+        "long.exp",
+        &experiment(
+            "parallel ddp(backend: gloo, world_size: 3, timeout: 10s)",
+            "0.01",
+            1_000_000,
+        ),
+    );
+    let run = dir.join("run");
+    let launcher = runtime(&["run", s(&exp), "--run-dir", s(&run)])
+        .spawn()
+        .expect("start");
+    let launcher_pid = launcher.id();
+    // Training is under way once rank 0 wrote a checkpoint.
+    let started = Instant::now();
+    while newest_checkpoint(&run).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let victim = processes_with(s(&exp))
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == b"RANK=2"))
+                && *pid != launcher_pid
+        })
+        .expect("rank 2's process");
+    // SAFETY: a process this test started (through the launcher), still running.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let (out, took) = finish(launcher, Duration::from_secs(30));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert!(all.contains("K0514"), "{all}");
+    assert!(
+        all.contains("rank 2 stopped (killed by SIGKILL"),
+        "the launcher names the rank:\n{all}"
+    );
+    // The ranks that survived say so too, each naming the rank that stopped.
+    assert!(
+        all.contains("rank 0: rank 2 stopped") && all.contains("[rank 1]"),
+        "{all}"
+    );
+    none_left(&dir);
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_named_within_the_timeout() {
+    let dir = scratch("ddp-missing");
+    let exp = write(
+        &dir,
+        "three.exp",
+        &experiment(
+            "parallel ddp(backend: gloo, world_size: 3, timeout: 3s)",
+            "0.1",
+            20,
+        ),
+    );
+    let p = port();
+    let ranks: Vec<Child> = (0..2).map(|r| rank(&exp, &dir.join("run"), r, 3, p)).collect();
+    for (r, child) in ranks.into_iter().enumerate() {
+        let (out, took) = finish(child, Duration::from_secs(30));
+        let all = text(&out);
+        assert!(!out.status.success(), "{all}");
+        assert!(took < Duration::from_secs(12), "rank {r} took {took:?}");
+        assert!(all.contains("K0515"), "{all}");
+        assert!(
+            all.contains(&format!("rank 2 never arrived at 127.0.0.1:{p} within 3s")),
+            "{all}"
+        );
+    }
+    none_left(&dir);
+}
+
+#[test]
+fn a_rank_with_another_experiment_is_named_before_training() {
+    let dir = scratch("ddp-differ");
+    let parallel = "parallel ddp(backend: gloo, world_size: 3, timeout: 20s)";
+    let a = write(&dir, "a.exp", &experiment(parallel, "0.1", 20));
+    let b = write(&dir, "b.exp", &experiment(parallel, "0.2", 20));
+    let p = port();
+    let ranks: Vec<Child> = (0..3)
+        .map(|r| rank(if r == 2 { &b } else { &a }, &dir.join("run"), r, 3, p))
+        .collect();
+    for child in ranks {
+        let (out, took) = finish(child, Duration::from_secs(30));
+        let all = text(&out);
+        assert!(!out.status.success(), "{all}");
+        assert!(took < Duration::from_secs(20), "took {took:?}");
+        assert!(all.contains("K0516"), "{all}");
+        assert!(
+            all.contains("rank 0 and rank 2 run different experiments")
+                && all.contains("learning rate: 0.1 → 0.2"),
+            "{all}"
+        );
+    }
+    // No rank trained: rank 0 wrote no checkpoint.
+    assert_eq!(newest_checkpoint(&dir.join("run")), None);
+    none_left(&dir);
+}
+
+#[test]
+fn resume_at_the_same_world_size_continues_and_another_is_refused() {
+    let dir = scratch("ddp-resume");
+    let two = write(
+        &dir,
+        "two.exp",
+        &experiment("parallel ddp(backend: gloo, world_size: 2)", "0.1", 20),
+    );
+    let three = write(
+        &dir,
+        "three.exp",
+        &experiment("parallel ddp(backend: gloo, world_size: 3)", "0.1", 20),
+    );
+    run_to_end(&two, &dir.join("whole"));
+    let run = dir.join("run");
+    let child = runtime(&[
+        "run",
+        s(&two),
+        "--quiet",
+        "--max-steps",
+        "10",
+        "--run-dir",
+        s(&run),
+    ])
+    .spawn()
+    .expect("start");
+    let (out, _) = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(newest_checkpoint(&run), Some(10));
+    let child = runtime(&["run", s(&three), "--quiet", "--resume", s(&run)])
+        .spawn()
+        .expect("start");
+    let (out, _) = finish(child, Duration::from_secs(60));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains("K0507") && all.contains("world_size: 2") && all.contains("world_size: 3"),
+        "{all}"
+    );
+    let child = runtime(&["run", s(&two), "--quiet", "--resume", s(&run)])
+        .spawn()
+        .expect("start");
+    let (out, _) = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(newest_checkpoint(&run), Some(20));
+    let d = max_difference(&dir.join("whole"), &run);
+    assert!(d < 1e-6, "the resumed run differs by {d}");
+    none_left(&dir);
+}
