@@ -12,6 +12,7 @@
 pub mod budget;
 pub mod checkpoint;
 pub mod data;
+pub mod dist;
 pub mod failure;
 pub mod hooks;
 #[cfg(test)]
