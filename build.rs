@@ -1,4 +1,5 @@
-//! Links libtorch so that CUDA is found at run time when the machine has it.
+//! Links libtorch so that CUDA is found at run time when the machine has it, and compiles the
+//! c10d shim (`shim/c10d.cpp`, PyTorch's distributed engine for `parallel ddp`).
 //!
 //! torch-sys links `torch_cuda` "as needed"; no Rust code references a symbol in it, so the
 //! linker would drop it and CUDA would silently report as unavailable. We force it into
@@ -8,6 +9,7 @@
 fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
+        shim(std::path::Path::new(&lib));
         println!("cargo:rustc-link-arg-bin=kiln-runtime=-Wl,-rpath,{lib}");
         // The examples (`examples/tch_bench.rs`, the hand-written baseline of bench/run.sh) find
         // libtorch the same way.
@@ -32,4 +34,59 @@ fn main() {
             println!("cargo:rustc-link-arg-examples=-Wl,--as-needed");
         }
     }
+}
+
+/// Compiles the c10d shim against libtorch's headers and Gloo's (from Debian's `libgloo-dev`,
+/// unpacked into `.gloo/` by `scripts/setup.sh`; the wheel ships none). The shim only calls
+/// functions libtorch exports and instantiates no Gloo type, so the packaged headers need not
+/// match libtorch's Gloo revision exactly; `tests/c10d.rs` guards that. With a CUDA libtorch and
+/// NCCL's headers (from the wheel's `nvidia-nccl` and two header packages setup installs into
+/// `.cuda-headers/`), the shim also builds ProcessGroupNCCL.
+fn shim(lib: &std::path::Path) {
+    use std::path::PathBuf;
+    println!("cargo:rerun-if-changed=shim/c10d.cpp");
+    println!("cargo:rerun-if-env-changed=KILN_GLOO_INCLUDE");
+    let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let gloo = std::env::var_os("KILN_GLOO_INCLUDE")
+        .map_or_else(|| root.join(".gloo/usr/include"), PathBuf::from);
+    if !gloo.join("gloo/config.h").exists() {
+        panic!(
+            "Gloo's headers are missing from {}: run `bash scripts/setup.sh` (it unpacks Debian's libgloo-dev there)",
+            gloo.display()
+        );
+    }
+    let torch = lib.join("..");
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .std("c++17")
+        .opt_level(2)
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .define("USE_C10D_GLOO", None)
+        .include(torch.join("include"))
+        .include(torch.join("include/torch/csrc/api/include"))
+        .include(&gloo)
+        .flag_if_supported("-Wno-unused-parameter")
+        .flag_if_supported("-Wno-interference-size")
+        .file("shim/c10d.cpp");
+    let site = torch.join("..");
+    let headers = root.join(".cuda-headers/nvidia/cu13/include");
+    let nccl = [
+        site.join("nvidia/nccl/include"),
+        site.join("nvidia/cu13/include"),
+        headers.clone(),
+    ];
+    let cuda = lib.join("libtorch_cuda.so").exists()
+        && nccl[0].join("nccl.h").exists()
+        && headers.join("crt/host_config.h").exists();
+    if cuda {
+        build
+            .define("USE_C10D_NCCL", None)
+            .define("KILN_NCCL", None);
+        for dir in &nccl {
+            build.include(dir);
+        }
+        println!("cargo:rustc-link-lib=dylib=c10_cuda");
+    }
+    build.compile("kiln_c10d");
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything Kiln needs to build and test, idempotently:
 # a project-local virtualenv with the pinned PyTorch wheel (which carries libtorch),
-# the `.libtorch` link that `.cargo/config.toml` points torch-sys at, and the Rust toolchain check.
+# the `.libtorch` link that `.cargo/config.toml` points torch-sys at, Gloo's headers for the c10d
+# shim (`.gloo/`, from Debian's libgloo-dev), CUDA's headers for NCCL (`.cuda-headers/`), and the
+# Rust toolchain check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -38,4 +40,28 @@ torch_dir=$("$VENV/bin/python" -c 'import torch, os; print(os.path.dirname(torch
 if [ "$(readlink .libtorch 2>/dev/null || true)" != "$torch_dir" ]; then
   ln -sfn "$torch_dir" .libtorch
   log "linked .libtorch -> $torch_dir"
+fi
+
+# The c10d shim (shim/c10d.cpp) includes Gloo's headers, which the wheel does not ship. Debian's
+# libgloo-dev has them; it is unpacked into .gloo/ (no install, no root needed).
+GLOO_DEB=libgloo-dev
+if [ ! -f .gloo/usr/include/gloo/config.h ]; then
+  log "unpacking Debian's $GLOO_DEB headers into .gloo/"
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download "$GLOO_DEB" >/dev/null 2>&1); then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq >/dev/null
+    fi
+    (cd "$tmp" && apt-get download "$GLOO_DEB" >/dev/null)
+  fi
+  dpkg-deb -x "$tmp"/"$GLOO_DEB"_*.deb .gloo
+  rm -rf "$tmp"
+fi
+
+# NCCL for `parallel ddp(backend: nccl)`: the CUDA wheel carries nccl.h; compiling c10d's NCCL
+# header also needs two CUDA header packages that torch does not depend on (headers only, 3 MB).
+if [ -e "$torch_dir/lib/libtorch_cuda.so" ] && [ ! -f .cuda-headers/nvidia/cu13/include/crt/host_config.h ]; then
+  log "installing CUDA's crt and cccl headers into .cuda-headers/ (for NCCL)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --target .cuda-headers \
+    "nvidia-cuda-crt==13.0.88.*" "nvidia-cuda-cccl==13.0.85.*"
 fi

@@ -61,5 +61,11 @@ fn env() -> i32 {
         let _ = writeln!(out, "devices    {}", tch::Cuda::device_count());
         let _ = writeln!(out, "cudnn      {}", tch::Cuda::cudnn_is_available());
     }
+    let backends = if runtime::dist::c10d::has_nccl() {
+        "gloo, nccl"
+    } else {
+        "gloo"
+    };
+    let _ = writeln!(out, "c10d       {backends}");
     0
 }

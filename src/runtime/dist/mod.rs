@@ -1,5 +1,6 @@
-//! Distributed runs: where this process stands ([`rank`]) and the start-up check that every
-//! rank arrived and runs the same experiment ([`preflight`]).
+//! Multi-process training on PyTorch's own distributed engine, c10d: the binding to it
+//! ([`c10d`]) and what Kiln builds on it: where this process stands ([`rank`]) and the start-up
+//! check that every rank arrived and runs the same experiment ([`preflight`]).
 
 pub mod c10d;
 pub mod preflight;

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use tch::Tensor;
 
-use super::super::dist::c10d::{Backend, Group, ReduceOp, Reducer, Store};
+use super::super::dist::c10d::{Backend, Bind, Group, ReduceOp, Reducer, Store};
 use super::super::dist::preflight::{compare, rendezvous, Announce};
 use super::super::dist::rank::Rank;
 use super::super::failure::At;
@@ -100,7 +100,7 @@ impl Ddp {
             .map_err(|e| unreachable(e.0))?;
         let peers = rendezvous(&store, &me, &s.announce, started + timeout, timeout, span)?;
         compare(s.exp, &peers, span)?;
-        let group = Group::new(&store, me.rank, me.world, backend, timeout)
+        let group = Group::new(&store, me.rank, me.world, backend, &bind(&me), timeout)
             .map_err(|e| unreachable(e.0))?;
         let params: Vec<Tensor> = s
             .model
@@ -320,6 +320,19 @@ fn backend(exp: &Experiment, me: &Rank, span: Span) -> Result<Backend, Diagnosti
                 device: me.local_rank,
             })
         }
+    }
+}
+
+/// Where Gloo listens: `GLOO_SOCKET_IFNAME` when set; the loopback address when the store is on
+/// it (every rank on this machine); otherwise the address this machine's name resolves to.
+fn bind(me: &Rank) -> Bind {
+    let interface = std::env::var("GLOO_SOCKET_IFNAME")
+        .ok()
+        .filter(|i| !i.is_empty());
+    let local = matches!(me.addr.as_str(), "127.0.0.1" | "localhost" | "::1");
+    Bind {
+        host: (interface.is_none() && local).then(|| "127.0.0.1".to_string()),
+        interface,
     }
 }
 

@@ -1,0 +1,242 @@
+// The only code in Kiln that touches PyTorch's distributed engine (c10d): a C interface over
+// TCPStore, ProcessGroup (Gloo, and NCCL when built with it) and the Reducer, called from
+// `src/runtime/dist/c10d.rs`.
+//
+// Every function catches every exception (Gloo's are not c10::Error) and returns 0 on success
+// or -1 with the message in `kiln_c10d_last_error()`; constructors return null on failure.
+// Tensors cross as tch's handles, which are `at::Tensor*`.
+//
+// The shim instantiates no Gloo type: it only holds pointers and calls functions that libtorch
+// exports, which is what makes Debian's Gloo headers safe to compile against (see build.rs and
+// the link guard in tests/c10d.rs).
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#ifdef KILN_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+thread_local std::string last_error;
+
+// Runs `f`, turning any exception into -1 and a message.
+template <typename F>
+int guarded(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const c10::Error& e) {
+    last_error = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "an unknown C++ exception";
+  }
+  return -1;
+}
+
+struct Store {
+  c10::intrusive_ptr<c10d::Store> store;
+};
+
+struct Group {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+};
+
+struct Reducer {
+  std::shared_ptr<c10d::Reducer> reducer;
+};
+
+at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
+
+c10d::ReduceOp reduce_op(int op) {
+  switch (op) {
+    case 1:
+      return c10d::ReduceOp::MAX;
+    case 2:
+      return c10d::ReduceOp::MIN;
+    default:
+      return c10d::ReduceOp::SUM;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* kiln_c10d_last_error() { return last_error.c_str(); }
+
+int kiln_c10d_has_nccl() {
+#ifdef KILN_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+void* kiln_store_new(const char* host, uint16_t port, int is_server, int64_t world,
+                     int64_t timeout_ms) {
+  Store* out = nullptr;
+  guarded([&] {
+    c10d::TCPStoreOptions opts;
+    opts.port = port;
+    opts.isServer = is_server != 0;
+    // The server never blocks waiting for workers: arrival is checked key by key, so a rank
+    // that never comes is named.
+    opts.numWorkers = is_server ? std::optional<std::size_t>(world) : std::nullopt;
+    opts.waitWorkers = false;
+    opts.timeout = std::chrono::milliseconds(timeout_ms);
+    auto store = c10::make_intrusive<c10d::TCPStore>(std::string(host), opts);
+    out = new Store{store};
+  });
+  return out;
+}
+
+int kiln_store_set(void* s, const char* key, const uint8_t* value, size_t len) {
+  return guarded([&] {
+    static_cast<Store*>(s)->store->set(key, std::vector<uint8_t>(value, value + len));
+  });
+}
+
+int kiln_store_get(void* s, const char* key, uint8_t** value, size_t* len) {
+  return guarded([&] {
+    auto v = static_cast<Store*>(s)->store->get(key);
+    *len = v.size();
+    *value = static_cast<uint8_t*>(std::malloc(v.size() + 1));
+    if (*value == nullptr) throw std::bad_alloc();
+    std::memcpy(*value, v.data(), v.size());
+  });
+}
+
+void kiln_c10d_free_bytes(uint8_t* p) { std::free(p); }
+
+int kiln_store_check(void* s, const char* const* keys, size_t n, int* all) {
+  return guarded([&] {
+    std::vector<std::string> k(keys, keys + n);
+    *all = static_cast<Store*>(s)->store->check(k) ? 1 : 0;
+  });
+}
+
+void kiln_store_free(void* s) { guarded([&] { delete static_cast<Store*>(s); }); }
+
+// A process group of `world` ranks over a prefix of `s`. `backend`: 0 Gloo, 1 NCCL on CUDA
+// device `device`. Gloo binds to `iface` when given (GLOO_SOCKET_IFNAME), else to `host` when
+// given (the loopback address of a single-machine run), else to whatever this machine's
+// hostname resolves to.
+void* kiln_group_new(void* s, int rank, int world, int backend, int device, const char* iface,
+                     const char* host, int64_t timeout_ms) {
+  Group* out = nullptr;
+  guarded([&] {
+    auto timeout = std::chrono::milliseconds(timeout_ms);
+    auto store = c10::make_intrusive<c10d::PrefixStore>("default_pg",
+                                                         static_cast<Store*>(s)->store);
+    auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
+    if (backend == 1) {
+#ifdef KILN_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world, opts);
+      pg->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      (void)device;
+#else
+      (void)device;
+      throw std::runtime_error("this build of Kiln has no NCCL (libtorch without CUDA)");
+#endif
+    } else {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+      if (iface != nullptr && *iface != 0) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(iface));
+      } else if (host != nullptr && *host != 0) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(host));
+      } else {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
+      pg->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      pg->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    }
+    out = new Group{pg};
+  });
+  return out;
+}
+
+int kiln_group_allreduce(void* g, void* t, int op) {
+  return guarded([&] {
+    std::vector<at::Tensor> ts{tensor(t)};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = reduce_op(op);
+    static_cast<Group*>(g)->pg->allreduce(ts, opts)->wait();
+  });
+}
+
+int kiln_group_broadcast(void* g, void* t, int root) {
+  return guarded([&] {
+    std::vector<at::Tensor> ts{tensor(t)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    static_cast<Group*>(g)->pg->broadcast(ts, opts)->wait();
+  });
+}
+
+int kiln_group_barrier(void* g) {
+  return guarded([&] { static_cast<Group*>(g)->pg->barrier()->wait(); });
+}
+
+void kiln_group_free(void* g) { guarded([&] { delete static_cast<Group*>(g); }); }
+
+// PyTorch's Reducer over `params`, bucketed as DistributedDataParallel does (a 1 MiB first
+// bucket, then `cap_bytes`, in reverse order of the parameters). Checks first that every rank
+// has parameters of the same number, shapes and types.
+void* kiln_reducer_new(void* g, void* const* params, size_t n, int64_t cap_bytes) {
+  Reducer* out = nullptr;
+  guarded([&] {
+    auto pg = static_cast<Group*>(g)->pg;
+    std::vector<at::Tensor> ps;
+    for (size_t i = 0; i < n; i++) ps.push_back(tensor(params[i]));
+    c10d::verify_params_across_processes(pg, ps, std::nullopt);
+    const int64_t first = c10d::kDefaultFirstBucketBytes;
+    std::vector<bool> sparse(ps.size(), false);
+    auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(
+        ps, {static_cast<size_t>(first), static_cast<size_t>(cap_bytes)}, sparse);
+    (void)limits;
+    std::reverse(buckets.begin(), buckets.end());
+    auto r = std::make_shared<c10d::Reducer>(ps, buckets, pg, sparse, cap_bytes,
+                                             /*find_unused_parameters=*/false,
+                                             /*gradient_as_bucket_view=*/false,
+                                             std::unordered_map<size_t, std::string>{}, first,
+                                             /*skip_all_reduce_unused_params=*/false,
+                                             /*use_python_reducer=*/false,
+                                             /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+    out = new Reducer{r};
+  });
+  return out;
+}
+
+int kiln_reducer_prepare_forward(void* r) {
+  return guarded([&] {
+    auto& red = static_cast<Reducer*>(r)->reducer;
+    red->rebuild_buckets();
+    red->prepare_for_forward();
+  });
+}
+
+int kiln_reducer_prepare_backward(void* r) {
+  return guarded([&] { static_cast<Reducer*>(r)->reducer->prepare_for_backward({}); });
+}
+
+void kiln_reducer_free(void* r) { guarded([&] { delete static_cast<Reducer*>(r); }); }
+
+}  // extern "C"
