@@ -73,7 +73,15 @@ fn runtime(args: &[&str]) -> Command {
 
 /// One rank started by hand, as torchrun starts it.
 fn rank(exp: &Path, run: &Path, r: usize, world: usize, port: u16) -> Child {
-    let mut c = runtime(&["run", s(exp), "--quiet", "--threads", "1", "--run-dir", s(run)]);
+    let mut c = runtime(&[
+        "run",
+        s(exp),
+        "--quiet",
+        "--threads",
+        "1",
+        "--run-dir",
+        s(run),
+    ]);
     c.env("RANK", r.to_string())
         .env("WORLD_SIZE", world.to_string())
         .env("LOCAL_RANK", r.to_string())
@@ -103,8 +111,8 @@ fn params(run: &Path) -> BTreeMap<String, Vec<f32>> {
         &std::fs::read_to_string(sidecars.last().expect("a checkpoint")).expect("sidecar"),
     )
     .expect("YAML");
-    let data = std::fs::read(dir.join(side["tensors"].as_str().expect("tensors file")))
-        .expect("tensors");
+    let data =
+        std::fs::read(dir.join(side["tensors"].as_str().expect("tensors file"))).expect("tensors");
     let len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
     let header: serde_json::Value =
         serde_json::from_slice(&data[8..8 + len]).expect("safetensors header");
@@ -131,10 +139,7 @@ fn params(run: &Path) -> BTreeMap<String, Vec<f32>> {
 /// The largest difference between two runs' parameters.
 fn max_difference(a: &Path, b: &Path) -> f32 {
     let (pa, pb) = (params(a), params(b));
-    assert_eq!(
-        pa.keys().collect::<Vec<_>>(),
-        pb.keys().collect::<Vec<_>>()
-    );
+    assert_eq!(pa.keys().collect::<Vec<_>>(), pb.keys().collect::<Vec<_>>());
     pa.iter()
         .flat_map(|(k, va)| va.iter().zip(&pb[k]).map(|(x, y)| (x - y).abs()))
         .fold(0.0, f32::max)
@@ -242,7 +247,7 @@ fn ddp_matches_one_process_on_the_full_batch() {
     // The reported losses are those of the global batch.
     let loss = |run: &str| {
         let r = support::report(&dir.join(run));
-        r["outcome"]["train_loss"].as_f64().expect("train loss")
+        r["train_loss"].as_f64().expect("train loss")
     };
     assert!((loss("single") - loss("three-kiln")).abs() < 1e-5);
     none_left(&dir);
@@ -311,7 +316,9 @@ fn a_rank_that_never_arrives_is_named_within_the_timeout() {
         ),
     );
     let p = port();
-    let ranks: Vec<Child> = (0..2).map(|r| rank(&exp, &dir.join("run"), r, 3, p)).collect();
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| rank(&exp, &dir.join("run"), r, 3, p))
+        .collect();
     for (r, child) in ranks.into_iter().enumerate() {
         let (out, took) = finish(child, Duration::from_secs(30));
         let all = text(&out);
@@ -359,29 +366,33 @@ fn resume_at_the_same_world_size_continues_and_another_is_refused() {
     let two = write(
         &dir,
         "two.exp",
-        &experiment("parallel ddp(backend: gloo, world_size: 2)", "0.1", 20),
+        &experiment("parallel ddp(backend: gloo, world_size: 2)", "0.01", 300),
     );
     let three = write(
         &dir,
         "three.exp",
-        &experiment("parallel ddp(backend: gloo, world_size: 3)", "0.1", 20),
+        &experiment("parallel ddp(backend: gloo, world_size: 3)", "0.01", 300),
     );
     run_to_end(&two, &dir.join("whole"));
+    // A stop signal reaches the launcher, which passes it on: every rank stops after the same
+    // step, and rank 0 writes a checkpoint there.
     let run = dir.join("run");
-    let child = runtime(&[
-        "run",
-        s(&two),
-        "--quiet",
-        "--max-steps",
-        "10",
-        "--run-dir",
-        s(&run),
-    ])
-    .spawn()
-    .expect("start");
-    let (out, _) = finish(child, Duration::from_secs(120));
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(newest_checkpoint(&run), Some(10));
+    let launcher = runtime(&["run", s(&two), "--quiet", "--run-dir", s(&run)])
+        .spawn()
+        .expect("start");
+    let started = Instant::now();
+    while newest_checkpoint(&run).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: our own child, still running.
+    unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
+    let (out, _) = finish(launcher, Duration::from_secs(60));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(all.contains("K0506"), "{all}");
+    let stopped = newest_checkpoint(&run).expect("a checkpoint");
+    assert!(stopped < 300, "the run was not interrupted: {all}");
     let child = runtime(&["run", s(&three), "--quiet", "--resume", s(&run)])
         .spawn()
         .expect("start");
@@ -397,7 +408,7 @@ fn resume_at_the_same_world_size_continues_and_another_is_refused() {
         .expect("start");
     let (out, _) = finish(child, Duration::from_secs(120));
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(newest_checkpoint(&run), Some(20));
+    assert_eq!(newest_checkpoint(&run), Some(300));
     let d = max_difference(&dir.join("whole"), &run);
     assert!(d < 1e-6, "the resumed run differs by {d}");
     none_left(&dir);

@@ -171,10 +171,11 @@ pub fn main(opts: &RunOptions) -> i32 {
             },
         }
     }
-    let writes = rank.as_ref().is_none_or(|r| r.rank == 0);
     if let Some(dir) = &opts.resume {
-        if writes && kiln::rundir::is_finished(dir) {
-            eprint(&complete(dir));
+        if kiln::rundir::is_finished(dir) {
+            if rank.as_ref().is_none_or(|r| r.rank == 0) {
+                eprint(&complete(dir));
+            }
             return 0;
         }
     }
@@ -210,6 +211,7 @@ pub fn main(opts: &RunOptions) -> i32 {
     if dirs.len() > 1 && dirs.iter().all(|(_, e, _)| on_cpu(e, opts)) {
         return run_concurrently(opts, &dirs);
     }
+    let writes = rank.as_ref().is_none_or(|r| r.rank == 0);
     let mut status = 0;
     for (i, exp, place) in &places {
         if sweep && !opts.quiet {

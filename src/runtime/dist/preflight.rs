@@ -112,6 +112,23 @@ pub fn rendezvous(
             .map_err(|e| failed(vec![], Some(format!("`{k}` holds no announcement: {e}"))))?;
         all.push(a);
     }
+    // The store lives in rank 0's process (unless torchrun's agent serves it): rank 0 waits
+    // until every rank has read the announcements, so that a rank 0 failing at the comparison
+    // cannot take the store away from a rank still reading.
+    store
+        .set(&format!("kiln/{}/read/{}", me.restart, me.rank), b"1")
+        .map_err(|e| failed(vec![], Some(e.0)))?;
+    if me.serves_store() {
+        let read: Vec<String> = (0..me.world)
+            .map(|r| format!("kiln/{}/read/{r}", me.restart))
+            .collect();
+        let read: Vec<&str> = read.iter().map(String::as_str).collect();
+        while !store.check(&read).map_err(|e| failed(vec![], Some(e.0)))?
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     Ok(all)
 }
 
