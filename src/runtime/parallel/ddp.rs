@@ -336,7 +336,35 @@ fn bind(me: &Rank) -> Bind {
     }
 }
 
-/// The first line of a c10d message (the rest is often a C++ stack trace).
+/// The first line of a c10d message (the rest is often a C++ stack trace), without tch's prefix
+/// and the source location Gloo puts first (`[.../pair.cc:538] Read error ...`).
 fn first_line(text: &str) -> String {
-    text.lines().next().unwrap_or(text).trim().to_string()
+    let line = text.lines().next().unwrap_or(text).trim();
+    let line = line.strip_prefix("Internal torch error: ").unwrap_or(line);
+    match line
+        .strip_prefix('[')
+        .and_then(|rest| rest.split_once("] "))
+    {
+        Some((place, rest)) if place.contains(".cc:") || place.contains(".cpp:") => {
+            rest.to_string()
+        }
+        _ => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_line;
+
+    #[test]
+    fn c10d_messages_keep_their_first_line_without_the_source_location() {
+        assert_eq!(
+            first_line("Internal torch error: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:538] Read error [127.0.0.1]:15798: Connection reset by peer\nframe #0"),
+            "Read error [127.0.0.1]:15798: Connection reset by peer"
+        );
+        assert_eq!(
+            first_line("Timed out after 3 seconds"),
+            "Timed out after 3 seconds"
+        );
+    }
 }
