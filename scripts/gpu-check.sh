@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Checks Kiln on a CUDA machine (see ../shared/GPU.md). NOT YET RUN: no session has had a GPU
-# machine since this script was written; the first one that does should run it and record the
-# figures in BENCHMARKS.md.
+# Checks Kiln on a CUDA machine (see ../shared/GPU.md); its figures are in BENCHMARKS.md
+# ("On a GPU").
 #
 # Built here (`cargo build --release`), then run there from the repository root with
 #   target/release/kiln and target/release/kiln-runtime carried over.
@@ -30,7 +29,7 @@ fi
 for exp in experiments/mnist_mlp.exp experiments/mnist_cnn.exp; do
   say "train on cuda:0" "kiln run $exp --device cuda:0 --quiet --runs-dir $OUT/runs"
   /usr/bin/time -f "wall %e s" timeout 180 target/release/kiln run "$exp" --device cuda:0 --quiet --runs-dir "$OUT/runs"
-  grep -A3 '^val:' "$OUT"/runs/*/*/report.yaml | tail -4
+  grep -A3 '^val:' "$(ls -td "$OUT"/runs/*/*/ | head -1)report.yaml"
 done
 
 say "bf16 MLP 8192x8192, batch 8192: kiln" "kiln run bench/gpu/mlp_bf16.exp (nvidia-smi sampling utilisation)"
