@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Checks Kiln on a CUDA machine (see ../shared/GPU.md). NOT YET RUN: no session has had a GPU
-# machine since this script was written; the first one that does should run it and record the
-# figures in BENCHMARKS.md.
+# Checks Kiln on a CUDA machine (see ../shared/GPU.md); its figures are in BENCHMARKS.md
+# ("On a GPU").
 #
 # Built here (`cargo build --release`), then run there from the repository root with
 #   target/release/kiln and target/release/kiln-runtime carried over.
@@ -19,16 +18,24 @@ ldd target/release/kiln-runtime | grep -E 'torch|cuda'
 say "CUDA detection" "target/release/kiln env"
 target/release/kiln env
 
+# The c10d binding's unit tests (built here with `cargo test --release --bin kiln-runtime
+# --no-run`, copied to target/release/c10d-tests): on CUDA the NCCL test all-reduces CUDA
+# tensors and drives PyTorch's Reducer at world size 1.
+if [ -x target/release/c10d-tests ]; then
+  say "c10d on CUDA: NCCL and the Reducer" "target/release/c10d-tests c10d --test-threads 1"
+  timeout 120 target/release/c10d-tests c10d --test-threads 1 2>&1 | grep -E '^test |result'
+fi
+
 for exp in experiments/mnist_mlp.exp experiments/mnist_cnn.exp; do
   say "train on cuda:0" "kiln run $exp --device cuda:0 --quiet --runs-dir $OUT/runs"
-  /usr/bin/time -f "wall %e s" target/release/kiln run "$exp" --device cuda:0 --quiet --runs-dir "$OUT/runs"
-  grep -A3 '^val:' "$OUT"/runs/*/*/report.yaml | tail -4
+  /usr/bin/time -f "wall %e s" timeout 180 target/release/kiln run "$exp" --device cuda:0 --quiet --runs-dir "$OUT/runs"
+  grep -A3 '^val:' "$(ls -td "$OUT"/runs/*/*/ | head -1)report.yaml"
 done
 
 say "bf16 MLP 8192x8192, batch 8192: kiln" "kiln run bench/gpu/mlp_bf16.exp (nvidia-smi sampling utilisation)"
 nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$OUT/util.csv" &
 SMI=$!
-target/release/kiln run bench/gpu/mlp_bf16.exp --quiet --runs-dir "$OUT/runs"
+timeout 240 target/release/kiln run bench/gpu/mlp_bf16.exp --quiet --runs-dir "$OUT/runs"
 kill $SMI 2>/dev/null
 REPORT=$(ls -d "$OUT"/runs/gpu-mlp-bf16/*/ | tail -1)/report.yaml
 "$PY" - "$REPORT" "$OUT/util.csv" <<'PYEOF'
@@ -44,6 +51,6 @@ print(f"kiln steps/s {sps / batch:.2f}  TFLOP/s {tflops:.1f}  MFU {100 * tflops 
 print(f"GPU busy (samples > 0%): mean {sum(busy) / max(len(busy), 1):.1f}% over {len(busy)} samples")
 PYEOF
 say "bf16 MLP: PyTorch eager on the same GPU" "$PY bench/gpu/torch_mlp_bf16.py"
-"$PY" bench/gpu/torch_mlp_bf16.py
+timeout 120 "$PY" bench/gpu/torch_mlp_bf16.py
 say "plan estimate" "kiln plan bench/gpu/mlp_bf16.exp | tail -3"
 target/release/kiln plan bench/gpu/mlp_bf16.exp | tail -3

@@ -55,7 +55,8 @@ if [ ! -f .gloo/usr/include/gloo/config.h ]; then
     (cd "$tmp" && apt-get download "$GLOO_DEB" >/dev/null)
   fi
   dpkg-deb -x "$tmp"/"$GLOO_DEB"_*.deb .gloo
-  rm -rf "$tmp"
+  # Only the headers are used; the package's libgloo.so is a dangling link, never linked.
+  rm -rf "$tmp" .gloo/usr/lib
 fi
 
 # NCCL for `parallel ddp(backend: nccl)`: the CUDA wheel carries nccl.h; compiling c10d's NCCL

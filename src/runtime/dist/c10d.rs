@@ -420,16 +420,33 @@ mod tests {
         assert!(!e.0.is_empty());
     }
 
-    /// NCCL needs CUDA: without it, asking for an NCCL group or using one is an error.
+    /// With CUDA, an NCCL group of one rank all-reduces CUDA tensors and drives a Reducer;
+    /// without it, asking for an NCCL group or using one is an error, not a crash.
     #[test]
-    fn nccl_without_cuda_is_an_error_not_a_crash() {
-        if tch::Cuda::is_available() {
-            return;
-        }
+    fn nccl_runs_on_cuda_and_is_an_error_without_it() {
         let port = free_port();
         let store = Store::connect("127.0.0.1", port, true, 1, T).unwrap();
         let nccl = Backend::Nccl { device: 0 };
-        let failed = match Group::new(&store, 0, 1, nccl, &Bind::default(), T) {
+        let group = Group::new(&store, 0, 1, nccl, &Bind::default(), T);
+        if tch::Cuda::is_available() {
+            let g = group.unwrap();
+            let t = Tensor::from_slice(&[1.5f32, 2.0]).to_device(Device::Cuda(0));
+            g.all_reduce(&t, ReduceOp::Sum).unwrap();
+            assert_eq!(
+                Vec::<f32>::try_from(&t.to_device(Device::Cpu)).unwrap(),
+                [1.5, 2.0]
+            );
+            let w = Tensor::ones([3], (Kind::Float, Device::Cuda(0))).set_requires_grad(true);
+            let mut r = Reducer::new(&g, std::slice::from_ref(&w), 25 << 20).unwrap();
+            r.prepare_forward().unwrap();
+            let loss = (&w * 2.0).sum(Kind::Float);
+            r.prepare_backward().unwrap();
+            loss.f_backward().unwrap();
+            let grad = Vec::<f32>::try_from(&w.grad().to_device(Device::Cpu)).unwrap();
+            assert_eq!(grad, [2.0, 2.0, 2.0]);
+            return;
+        }
+        let failed = match group {
             Err(e) => e,
             Ok(g) => g
                 .all_reduce(&Tensor::from_slice(&[1.0f32]), ReduceOp::Sum)
