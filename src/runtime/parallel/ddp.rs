@@ -50,6 +50,24 @@ pub struct Ddp {
     /// The loop's token: set only when the ranks agree to stop, so all stop at the same step.
     stop: Cancel,
     span: Span,
+    /// Timings for `bench/ddp.sh`, when `KILN_DDP_PROFILE` is set.
+    profile: Option<Profile>,
+}
+
+/// Where the time of the gradient reduction goes: backward passes with and without the
+/// Reducer's all-reduce (the synchronised last micro-batch and the others, from the third step
+/// on, once the buckets are settled), and one all-reduce of every gradient alone. Rank 0 prints
+/// it when the run ends.
+#[derive(Debug, Default)]
+struct Profile {
+    /// Seconds of one all-reduce of all the gradients at once, not overlapped with anything.
+    alone: f64,
+    /// Synchronised backward passes: seconds and count.
+    synced: (f64, u64),
+    /// Backward passes without communication: seconds and count.
+    local: (f64, u64),
+    /// Steps taken.
+    steps: u64,
 }
 
 /// What a rank brings to the start of a distributed run.
@@ -115,6 +133,13 @@ impl Ddp {
             .map(|(_, t)| t.shallow_clone())
             .collect();
         let reducer = Reducer::new(&group, &params, BUCKET_BYTES).map_err(|e| unreachable(e.0))?;
+        let profile = match std::env::var_os("KILN_DDP_PROFILE") {
+            Some(_) => Some(Profile {
+                alone: reduce_alone(&group, &params).map_err(|e| unreachable(e.0))?,
+                ..Profile::default()
+            }),
+            None => None,
+        };
         let stop = Cancel::default();
         Ok((
             Ddp {
@@ -129,6 +154,7 @@ impl Ddp {
                 signals: s.signals,
                 stop: stop.clone(),
                 span,
+                profile,
             },
             stop,
         ))
@@ -158,6 +184,17 @@ impl Ddp {
             detail: first_line(detail),
         }
         .diagnostic()
+    }
+
+    /// Counts a backward pass that started at `t` in the profile, when there is one.
+    fn timed(&mut self, t: Instant, synced: bool) {
+        if let Some(p) = &mut self.profile {
+            if p.steps >= 2 {
+                let slot = if synced { &mut p.synced } else { &mut p.local };
+                slot.0 += t.elapsed().as_secs_f64();
+                slot.1 += 1;
+            }
+        }
     }
 
     /// Broadcasts the tensors from rank 0 into every rank's.
@@ -230,7 +267,9 @@ impl Backprop for Ddp {
                 .f_mul_scalar(m as f64 / n as f64 * w as f64 * batch.scale * weight)
                 .at(span)?;
             if i + 1 < xs.len() {
+                let t = Instant::now();
                 scaled.f_backward().at(span)?;
+                self.timed(t, false);
             } else {
                 last = Some(scaled);
             }
@@ -255,7 +294,12 @@ impl Backprop for Ddp {
             self.reducer
                 .prepare_backward()
                 .map_err(|e| self.lost(&e.0))?;
+            let t = Instant::now();
             l.f_backward().map_err(|e| self.lost(&e.to_string()))?;
+            self.timed(t, true);
+        }
+        if let Some(p) = &mut self.profile {
+            p.steps += 1;
         }
         if !self.buffers.is_empty() {
             self.broadcast(&self.buffers)?;
@@ -290,6 +334,42 @@ pub fn check_rank(
         Backend::Nccl { device } if !device_given => Some(tch::Device::Cuda(device)),
         _ => None,
     })
+}
+
+/// Seconds of one all-reduce of as many values as the gradients hold, not overlapped with
+/// anything (the median of 9, after one to warm up).
+fn reduce_alone(
+    group: &Group,
+    params: &[Tensor],
+) -> Result<f64, super::super::dist::c10d::CommError> {
+    let numel: usize = params.iter().map(Tensor::numel).sum();
+    let flat = Tensor::zeros([numel as i64], (tch::Kind::Float, tch::Device::Cpu));
+    group.all_reduce(&flat, ReduceOp::Sum)?;
+    let mut times = Vec::new();
+    for _ in 0..9 {
+        let t = Instant::now();
+        group.all_reduce(&flat, ReduceOp::Sum)?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+impl Drop for Ddp {
+    fn drop(&mut self) {
+        let Some(p) = &self.profile else { return };
+        if self.me.rank != 0 || p.synced.1 == 0 || p.local.1 == 0 {
+            return;
+        }
+        let ms = |(s, n): (f64, u64)| 1e3 * s / n as f64;
+        let (synced, local, alone) = (ms(p.synced), ms(p.local), 1e3 * p.alone);
+        let exposed = (synced - local).max(0.0);
+        eprintln!(
+            "ddp profile: world {}, all-reduce of the gradients alone {alone:.3} ms; backward {synced:.3} ms with the reduction, {local:.3} ms without; exposed {exposed:.3} ms, hidden {:.0}%",
+            self.me.world,
+            100.0 * (1.0 - exposed / alone.max(1e-9)).clamp(0.0, 1.0)
+        );
+    }
 }
 
 /// The backend of `exp` for this rank: NCCL on `cuda:LOCAL_RANK`, which must exist (K0517).
