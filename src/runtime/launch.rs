@@ -4,8 +4,10 @@
 //! `MASTER_PORT`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), splitting the cores
 //! between them. Rank 0 writes to this process's terminal (its progress bar, its summary); the
 //! lines of the other ranks are prefixed with `[rank K]`. When a rank fails, the others get a
-//! few seconds to report what they saw, then any still running are killed; the launcher names
-//! the rank that failed first and exits non-zero. No rank outlives the launcher.
+//! few seconds to report what they saw, then any still running are killed; the launcher exits
+//! non-zero, naming the rank that failed first when a signal ended it or ranks had to be killed
+//! (when every rank ended on its own, their diagnostics say it all). No rank outlives the
+//! launcher.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
@@ -100,6 +102,9 @@ pub fn main(
         (started < world).then(|| (started, "could not start".into()));
     let mut deadline = first.as_ref().map(|_| Instant::now() + GRACE);
     let mut left = started;
+    // Whether a rank ended abnormally (a signal, or killed here after the grace period): then
+    // the ranks' own diagnostics do not tell the whole story, and the launcher says which.
+    let mut abnormal = started < world;
     while left > 0 {
         let next = match deadline {
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
@@ -112,7 +117,10 @@ pub fn main(
                     Ok(Exit { code: Some(0), .. }) => continue,
                     Ok(Exit {
                         signal: Some(s), ..
-                    }) => format!("killed by {}", signal_name(s)),
+                    }) => {
+                        abnormal = true;
+                        format!("killed by {}", signal_name(s))
+                    }
                     Ok(Exit { code, .. }) => format!("exit status {}", code.unwrap_or(-1)),
                     Err(e) => format!("cannot be waited for: {e}"),
                 };
@@ -122,6 +130,7 @@ pub fn main(
                 }
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
+                abnormal = true;
                 signal_children(libc::SIGKILL);
                 deadline = None;
             }
@@ -134,7 +143,7 @@ pub fn main(
     let Some((rank, how)) = first else {
         return 0;
     };
-    if !cancel.is_cancelled() {
+    if abnormal && !cancel.is_cancelled() {
         let d = Problem::RankFailed {
             span,
             rank: None,
