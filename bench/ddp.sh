@@ -71,6 +71,7 @@ for src in ${MODELS:-bench/linear.exp experiments/mnist_cnn.exp}; do
   echo "no strategy        $n samples/s"
   echo "ddp world size 1   $o samples/s ($(python3 -c "import sys; n, o = map(float, sys.argv[1:]); print(f'{100 * (n - o) / n:.1f}')" "$n" "$o")% below no strategy)"
   echo "ddp world size 2   $t samples/s"
-  KILN_DDP_PROFILE=1 speed "$prof" | head -1
+  profile=$(KILN_DDP_PROFILE=1 speed "$prof")
+  echo "${profile%%$'\n'*}"
   rm -f "$none" "$one" "$two" "$prof"
 done

@@ -307,3 +307,32 @@ fn placement_conflicts_and_unknown_targets() {
         ]
     );
 }
+
+#[test]
+fn a_ddp_timeout_is_a_whole_number_of_seconds() {
+    let timeout = |t: &str| {
+        let c = check(&experiment(
+            "batch 64",
+            MLP,
+            &format!("parallel ddp(world_size: 2, timeout: {t})"),
+        ));
+        let seconds = c.trials.first().map(|e| match &e.parallel {
+            kiln::ir::Parallel::Distributed { timeout_s, .. } => *timeout_s,
+            other => panic!("not ddp: {other:?}"),
+        });
+        (seconds, found(&c))
+    };
+    assert_eq!(timeout("20s"), (Some(20), vec![]));
+    assert_eq!(timeout("2 min"), (Some(120), vec![]));
+    assert_eq!(timeout("45"), (Some(45), vec![]));
+    assert_eq!(timeout("0s"), (None, vec![("K0119", "0s".to_string())]));
+    assert_eq!(
+        timeout("5 steps"),
+        (None, vec![("K0119", "5 steps".to_string())])
+    );
+    let default = check(&experiment("batch 64", MLP, "parallel ddp(world_size: 2)"));
+    assert!(matches!(
+        default.trials[0].parallel,
+        kiln::ir::Parallel::Distributed { timeout_s: 60, .. }
+    ));
+}

@@ -207,13 +207,17 @@ impl Ddp {
         })
     }
 
-    /// The ranks' sums of `values` (one small all-reduce).
+    /// The ranks' sums of `values` (one small all-reduce, on the parameters' device: NCCL
+    /// reduces CUDA tensors only).
     fn sum(&self, values: &[f64]) -> Result<Vec<f64>, Diagnostic> {
-        let t = Tensor::f_from_slice(values).at(self.span)?;
+        let device = self.params.first().map_or(tch::Device::Cpu, Tensor::device);
+        let t = Tensor::f_from_slice(values)
+            .and_then(|t| t.f_to_device(device))
+            .at(self.span)?;
         self.group
             .all_reduce(&t, ReduceOp::Sum)
             .map_err(|e| self.lost(&e.0))?;
-        Vec::<f64>::try_from(&t).at(self.span)
+        Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu).at(self.span)?).at(self.span)
     }
 }
 
@@ -343,7 +347,8 @@ fn reduce_alone(
     params: &[Tensor],
 ) -> Result<f64, super::super::dist::c10d::CommError> {
     let numel: usize = params.iter().map(Tensor::numel).sum();
-    let flat = Tensor::zeros([numel as i64], (tch::Kind::Float, tch::Device::Cpu));
+    let device = params.first().map_or(tch::Device::Cpu, Tensor::device);
+    let flat = Tensor::zeros([numel as i64], (tch::Kind::Float, device));
     group.all_reduce(&flat, ReduceOp::Sum)?;
     let mut times = Vec::new();
     for _ in 0..9 {
