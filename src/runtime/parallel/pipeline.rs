@@ -345,3 +345,7 @@ fn loss(
         .at(span)
         .map(Some)
 }
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;
