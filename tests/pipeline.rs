@@ -108,13 +108,29 @@ fn same(name: &str, a: &BTreeMap<String, Vec<f32>>, b: &BTreeMap<String, Vec<f32
 #[test]
 fn pipelines_train_the_parameters_one_device_trains() {
     let dir = scratch("pipeline");
-    let one = trained(&dir, "one", &experiment("", ""), &[]);
-    for (stages, schedule) in [(2, "gpipe"), (2, "1f1b"), (3, "gpipe"), (3, "1f1b")] {
-        let name = format!("{stages}-{schedule}");
-        let strategy =
-            format!("parallel pipeline(stages: {stages}, micro_batches: 4, schedule: {schedule})");
-        let got = trained(&dir, &name, &experiment(&strategy, ""), &[]);
-        same(&name, &one, &got);
+    let cases = [(2, "gpipe"), (2, "1f1b"), (3, "gpipe"), (3, "1f1b")];
+    // The runs are separate processes: they run side by side.
+    let (one, runs) = std::thread::scope(|s| {
+        let dir = &dir;
+        let runs: Vec<_> = cases
+            .iter()
+            .map(|(stages, schedule)| {
+                s.spawn(move || {
+                    let name = format!("{stages}-{schedule}");
+                    let strategy = format!(
+                        "parallel pipeline(stages: {stages}, micro_batches: 4, schedule: {schedule})"
+                    );
+                    let got = trained(dir, &name, &experiment(&strategy, ""), &[]);
+                    (name, got)
+                })
+            })
+            .collect();
+        let one = trained(dir, "one", &experiment("", ""), &[]);
+        let runs: Vec<_> = runs.into_iter().map(|h| h.join().expect("a run")).collect();
+        (one, runs)
+    });
+    for (name, got) in &runs {
+        same(name, &one, got);
     }
 }
 
