@@ -116,7 +116,9 @@ pub struct Plan {
     pub totals: Totals,
     /// Memory per device.
     pub devices: Vec<DeviceNeed>,
-    /// Memory per pipeline stage (empty unless the strategy is a pipeline).
+    /// Memory per pipeline stage (empty, and left out of YAML, unless the strategy is a
+    /// pipeline).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageNeed>,
     /// What crosses between devices each step.
     pub communication: Communication,
