@@ -132,7 +132,9 @@ impl Pipeline {
         let (p, m) = (self.stages.len(), xs.len());
         let devices: Vec<Device> = self.stages.iter().map(Net::input_device).collect();
         let mut links = links(p, &devices);
-        links[0].xs = xs;
+        if let Some(first) = links.first_mut() {
+            first.xs = xs;
+        }
         let end = End {
             objective,
             ys,
