@@ -321,7 +321,11 @@ fn eprint(text: &str) {
 }
 
 /// Resolves where the model runs, checking that the devices exist here.
-fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Diagnostic> {
+fn resolve_devices(
+    exp: &Experiment,
+    nodes: &[kiln::ir::Node],
+    opts: &RunOptions,
+) -> Result<Option<tch::Device>, Diagnostic> {
     if let Some(d) = opts.device {
         let d = tch_device(d);
         check_device(d, exp.device_span, "--device")?;
@@ -330,7 +334,7 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
         }
         return Ok(Some(d));
     }
-    let layers = kiln::ir::layers(&exp.model.nodes);
+    let layers = kiln::ir::layers(nodes);
     for l in &layers {
         let span = if l.device == exp.device {
             exp.device_span
@@ -386,7 +390,8 @@ fn run_trial(
     opts: &RunOptions,
     cancel: &Cancel,
 ) -> Result<(Outcome, PathBuf), Diagnostic> {
-    let over = resolve_devices(exp, opts)?;
+    let nodes = super::parallel::placed(exp);
+    let over = resolve_devices(exp, &nodes, opts)?;
     // A resume takes the run's lock before the slow work, so a second process is refused at once.
     let resumed = match place {
         Place::Resume(dir) => {
@@ -410,7 +415,7 @@ fn run_trial(
         eprint(&format!("note: {n}\n"));
     }
     tch::manual_seed(exp.seed as i64);
-    let net = model::build(&exp.model.nodes, exp.train.precision, over)?;
+    let net = model::build(&nodes, exp.train.precision, over)?;
     if let Some(path) = &opts.init {
         net.load(path, exp.optimizer.span)?;
     }
@@ -583,10 +588,7 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
         Parallel::Distributed { world_size, .. } => notes.push(format!(
             "`parallel ddp` over {world_size} processes is not applied yet: one process trains with the same global batch"
         )),
-        Parallel::Pipeline { .. } => notes.push(
-            "`parallel pipeline` runs as model parallel by placement: micro-batches are not scheduled yet".to_string(),
-        ),
-        Parallel::None | Parallel::Model => {}
+        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } => {}
     }
     if !exp.compression.is_empty() {
         notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());

@@ -2,18 +2,31 @@
 //! to be (over replicas, through pipeline stages, on this rank of a process group); the step
 //! around it and the training loop are the same for every strategy.
 
+pub mod pipeline;
+
 use super::model::Net;
 use super::step::{Backprop, Local};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Parallel};
 
+pub use pipeline::placed;
+
 /// The strategy of `exp` for the lowered model `net`.
-pub fn backprop(exp: &Experiment, _net: &Net) -> Result<Box<dyn Backprop>, Diagnostic> {
+pub fn backprop(exp: &Experiment, net: &Net) -> Result<Box<dyn Backprop>, Diagnostic> {
     Ok(match &exp.parallel {
-        Parallel::None
-        | Parallel::Model
-        | Parallel::Data { .. }
-        | Parallel::Pipeline { .. }
-        | Parallel::Distributed { .. } => Box::new(Local),
+        Parallel::Pipeline {
+            micro_batches,
+            schedule,
+            boundaries,
+            ..
+        } => Box::new(pipeline::Pipeline::new(
+            net,
+            boundaries,
+            *micro_batches,
+            *schedule,
+        )),
+        Parallel::None | Parallel::Model | Parallel::Data { .. } | Parallel::Distributed { .. } => {
+            Box::new(Local)
+        }
     })
 }
