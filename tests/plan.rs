@@ -243,3 +243,122 @@ fn what_crosses_between_devices_each_step() {
     assert_eq!(p.communication, Default::default());
     assert!(!kiln::plan::to_text(&p).contains("communication"));
 }
+
+#[test]
+fn pipeline_memory_per_stage() {
+    // mnist_mlp_pipeline: 1F1B over 2 stages, 8 micro-batches of 256 / 8 = 32 samples, fp32,
+    // Adam (8 bytes of state per parameter). Stage 0 keeps min(2 - 0, 8) = 2 micro-batches, stage
+    // 1 keeps 1. Stage 0 stores the input 784 and fc1, relu, dropout: 784 + 3 * 1024 = 3,856
+    // values a sample; stage 1 the activation it received (1,024) and fc2, relu, fc3:
+    // 1,024 + 1,024 + 1,024 + 10 = 3,082.
+    let p = plan_of("experiments/mnist_mlp_pipeline.exp");
+    let names: Vec<(&str, &str)> = p
+        .stages
+        .iter()
+        .map(|s| (s.first.as_str(), s.last.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [("stage1.fc1", "stage1.2"), ("stage2.fc2", "stage2.fc3")]
+    );
+    let s: Vec<(u64, Device, u64, u64, u64, u64)> = p
+        .stages
+        .iter()
+        .map(|s| {
+            let m = &s.memory;
+            (
+                s.in_flight,
+                m.device,
+                m.params,
+                m.optimizer_bytes,
+                m.activation_bytes,
+                m.total_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        s,
+        vec![
+            (
+                2,
+                Device::Cuda(0),
+                803_840,
+                8 * 803_840,
+                3_856 * 32 * 2 * 4,
+                16 * 803_840 + 3_856 * 32 * 2 * 4
+            ),
+            (
+                1,
+                Device::Cuda(1),
+                1_059_850,
+                8 * 1_059_850,
+                3_082 * 32 * 4,
+                16 * 1_059_850 + 3_082 * 32 * 4
+            ),
+        ]
+    );
+    let text = kiln::plan::to_text(&p);
+    assert!(
+        text.contains("stage 1 (stage2.fc2 .. stage2.fc3) on cuda:1: 16.55 MiB"),
+        "{text}"
+    );
+
+    // Three stages balanced by FLOPs (fc1 1,024 | relu 32, fc2 512 | fc3 64 per sample), batch
+    // 32 in 4 micro-batches of 8, plain SGD (no state). Per sample, stage 0 keeps the input and
+    // fc1 (16 + 32), stage 1 what it received, relu and fc2 (32 + 32 + 8), stage 2 what it
+    // received and fc3 (8 + 4). GPipe keeps all 4 micro-batches on every stage; 1F1B 3, 2, 1.
+    let exp = |schedule: &str| {
+        format!(
+            r#"experiment "three" {{
+  data {{
+    source synthetic(inputs: normal([16]), targets: randint(4), count: 320)
+    batch 32
+  }}
+  model {{
+    input [16]
+    fc1: linear(32)
+    relu
+    fc2: linear(8)
+    fc3: linear(4)
+  }}
+  device cuda
+  parallel pipeline(stages: 3, micro_batches: 4, schedule: {schedule})
+  optimizer sgd(lr: 0.1)
+  train {{
+    steps 10
+    loss cross_entropy
+  }}
+}}
+"#
+        )
+    };
+    for (schedule, flight) in [("gpipe", [4, 4, 4]), ("1f1b", [3, 2, 1])] {
+        let checked = kiln::check::check_text("three.exp", exp(schedule));
+        assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+        let p = plan(&checked.trials[0]);
+        let got: Vec<(Device, u64, u64, u64)> = p
+            .stages
+            .iter()
+            .map(|s| {
+                let m = &s.memory;
+                (m.device, s.in_flight, m.activation_bytes, m.total_bytes)
+            })
+            .collect();
+        // Weights and gradients: 4 + 4 bytes per parameter; stage 0 holds 16 * 32 + 32 = 544
+        // parameters, stage 1 32 * 8 + 8 = 264, stage 2 8 * 4 + 4 = 36.
+        let acts = [
+            48 * 8 * flight[0] * 4,
+            72 * 8 * flight[1] * 4,
+            12 * 8 * flight[2] * 4,
+        ];
+        assert_eq!(
+            got,
+            vec![
+                (Device::Cuda(0), flight[0], acts[0], 8 * 544 + acts[0]),
+                (Device::Cuda(1), flight[1], acts[1], 8 * 264 + acts[1]),
+                (Device::Cuda(2), flight[2], acts[2], 8 * 36 + acts[2]),
+            ],
+            "{schedule}"
+        );
+    }
+}

@@ -206,6 +206,9 @@ pub fn check_experiment(
         &mut train,
     );
     let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements, &mut compression);
+    if batch_ok {
+        pipeline_batch_norm(cx, &parallel, &nodes, train.micro_batch);
+    }
     let output = model.output.clone();
     let size_ok = check_size(
         cx,
@@ -768,6 +771,28 @@ fn check_strategy(
         }
     }
     ok
+}
+
+/// Warns of batch norm in a pipeline, whose statistics come from one micro-batch at a time
+/// (`micro` samples per step, cut into the pipeline's micro-batches).
+fn pipeline_batch_norm(cx: &mut Cx, p: &ParallelIn, nodes: &[Node], micro: u64) {
+    let Parallel::Pipeline { micro_batches, .. } = p.parallel else {
+        return;
+    };
+    let norm = layers(nodes).into_iter().find(|l| {
+        matches!(
+            l.kind,
+            crate::ir::LayerKind::BatchNorm1d { .. } | crate::ir::LayerKind::BatchNorm2d { .. }
+        )
+    });
+    if let Some(l) = norm {
+        cx.report(Problem::PipelineBatchNorm {
+            span: l.span,
+            layer: l.name.clone(),
+            parallel: p.span,
+            samples: micro / micro_batches.max(1),
+        });
+    }
 }
 
 fn finish_pipeline(parallel: Parallel, nodes: &[Node]) -> Parallel {

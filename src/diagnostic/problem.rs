@@ -435,6 +435,17 @@ pub enum Problem {
         /// The `parallel` statement.
         parallel: Span,
     },
+    /// K0410: batch norm in a pipelined model.
+    PipelineBatchNorm {
+        /// The first batch-norm layer.
+        span: Span,
+        /// Its name.
+        layer: String,
+        /// The `parallel` statement.
+        parallel: Span,
+        /// Samples per micro-batch.
+        samples: u64,
+    },
     /// K0501.
     DeviceUnavailable {
         /// The device setting.
@@ -715,6 +726,7 @@ impl Problem {
             Problem::DoubleSoftmax { .. } => Code::DoubleSoftmax,
             Problem::IgnoredSetting { .. } => Code::IgnoredSetting,
             Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
+            Problem::PipelineBatchNorm { .. } => Code::PipelineBatchNorm,
             Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,

@@ -1,4 +1,4 @@
-//! Wording of strategy, sweep and warning problems (K0201 to K0211, K0401 to K0407).
+//! Wording of strategy, sweep and warning problems (K0201 to K0211, K0401 to K0407, K0410).
 
 use super::problem::{Ignored, Inconsistent, Problem, Sweep};
 use super::{Code, Diagnostic};
@@ -244,6 +244,21 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .label("ignored")
         .with(parallel, "every replica holds the whole model")
         .help("remove the placement, or use `parallel model` or `pipeline`"),
+        Problem::PipelineBatchNorm {
+            span,
+            layer,
+            parallel,
+            samples,
+        } => new(
+            span,
+            format!("batch norm `{layer}` in a pipeline normalises each micro-batch on its own"),
+        )
+        .label(format!(
+            "statistics over {samples} sample{} at a time, not the batch",
+            s(samples)
+        ))
+        .with(parallel, "the batch is cut into micro-batches here")
+        .help("use `layernorm` or `groupnorm`, or fewer, larger micro-batches"),
         _ => unreachable!("only strategy and warning problems are worded here"),
     }
 }

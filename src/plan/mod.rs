@@ -74,6 +74,23 @@ pub struct DeviceNeed {
     pub capacity_bytes: Option<u64>,
 }
 
+/// What one pipeline stage holds on its device.
+#[derive(Serialize, Debug)]
+pub struct StageNeed {
+    /// The stage's index, from 0.
+    pub stage: u64,
+    /// Its first layer.
+    pub first: String,
+    /// Its last layer.
+    pub last: String,
+    /// Micro-batches whose activations it keeps at once: all of them under GPipe, at most
+    /// `stages - stage` under 1F1B.
+    pub in_flight: u64,
+    /// Its weights, gradients, optimizer state and activations.
+    #[serde(flatten)]
+    pub memory: DeviceNeed,
+}
+
 /// The static plan of one trial.
 #[derive(Serialize, Debug)]
 pub struct Plan {
@@ -99,6 +116,10 @@ pub struct Plan {
     pub totals: Totals,
     /// Memory per device.
     pub devices: Vec<DeviceNeed>,
+    /// Memory per pipeline stage (empty, and left out of YAML, unless the strategy is a
+    /// pipeline).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<StageNeed>,
     /// What crosses between devices each step.
     pub communication: Communication,
 }
@@ -188,6 +209,7 @@ pub fn plan(e: &Experiment) -> Plan {
     let full_acts = per_sample_acts.saturating_mul(micro).saturating_mul(act);
     // Where each layer runs: its placement, or its pipeline stage's device.
     let mut layer_devices: Vec<Device> = all.iter().map(|l| l.device).collect();
+    let mut stage_needs: Vec<StageNeed> = Vec::new();
     let devices = match &e.parallel {
         Parallel::Data { devices } => devices
             .iter()
@@ -203,12 +225,12 @@ pub fn plan(e: &Experiment) -> Plan {
             boundaries,
         } => {
             let samples = micro / micro_batches;
-            let in_flight = match schedule {
-                PipelineSchedule::GPipe => *micro_batches,
-                PipelineSchedule::OneFOneB => (*stages).min(*micro_batches),
-            };
             let mut out: Vec<DeviceNeed> = Vec::new();
             for (k, start) in boundaries.iter().enumerate() {
+                let in_flight = match schedule {
+                    PipelineSchedule::GPipe => *micro_batches,
+                    PipelineSchedule::OneFOneB => (*stages - k as u64).min(*micro_batches),
+                };
                 let end = boundaries
                     .get(k + 1)
                     .copied()
@@ -220,15 +242,26 @@ pub fn plan(e: &Experiment) -> Plan {
                     *d = device;
                 }
                 let p = sum(stage.iter().map(|l| l.params));
-                let mut a = sum(stage.iter().map(|l| values(&l.output)));
-                if k == 0 {
-                    a = a.saturating_add(input_numel);
-                }
+                // A stage keeps its input (the batch, or the activation it received) and the
+                // output of each of its layers.
+                let received = match first.checked_sub(1).and_then(|i| all.get(i)) {
+                    Some(before) => values(&before.output),
+                    None => input_numel,
+                };
+                let a = sum(stage.iter().map(|l| values(&l.output))).saturating_add(received);
                 let bytes = a
                     .saturating_mul(samples)
                     .saturating_mul(in_flight)
                     .saturating_mul(act);
+                let n = need(device, 1, p, bytes);
                 add_need(&mut out, need(device, 1, p, bytes));
+                stage_needs.push(StageNeed {
+                    stage: k as u64,
+                    first: stage.first().map_or_else(String::new, |l| l.name.clone()),
+                    last: stage.last().map_or_else(String::new, |l| l.name.clone()),
+                    in_flight,
+                    memory: n,
+                });
             }
             out
         }
@@ -276,6 +309,7 @@ pub fn plan(e: &Experiment) -> Plan {
             .collect(),
         totals,
         devices,
+        stages: stage_needs,
         communication,
     }
 }
@@ -523,6 +557,27 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(d.gradient_bytes),
             fmt_bytes(d.optimizer_bytes),
             fmt_bytes(d.activation_bytes)
+        );
+    }
+    if !p.stages.is_empty() {
+        let _ = writeln!(out, "\nmemory per pipeline stage");
+    }
+    for s in &p.stages {
+        let d = &s.memory;
+        let _ = writeln!(
+            out,
+            "  stage {} ({} .. {}) on {}: {}  = weights {} + gradients {} + optimizer {} + activations {} ({} micro-batch{} in flight)",
+            s.stage,
+            s.first,
+            s.last,
+            d.device,
+            fmt_bytes(d.total_bytes),
+            fmt_bytes(d.weight_bytes),
+            fmt_bytes(d.gradient_bytes),
+            fmt_bytes(d.optimizer_bytes),
+            fmt_bytes(d.activation_bytes),
+            s.in_flight,
+            if s.in_flight == 1 { "" } else { "es" }
         );
     }
     let c = &p.communication;

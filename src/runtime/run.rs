@@ -363,7 +363,11 @@ fn eprint(text: &str) {
 }
 
 /// Resolves where the model runs, checking that the devices exist here.
-fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::Device>, Diagnostic> {
+fn resolve_devices(
+    exp: &Experiment,
+    nodes: &[kiln::ir::Node],
+    opts: &RunOptions,
+) -> Result<Option<tch::Device>, Diagnostic> {
     if let Some(d) = opts.device {
         let d = tch_device(d);
         check_device(d, exp.device_span, "--device")?;
@@ -372,7 +376,7 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
         }
         return Ok(Some(d));
     }
-    let layers = kiln::ir::layers(&exp.model.nodes);
+    let layers = kiln::ir::layers(nodes);
     for l in &layers {
         let span = if l.device == exp.device {
             exp.device_span
@@ -431,7 +435,8 @@ fn run_trial(
     cancel: &Cancel,
     rank: Option<&Rank>,
 ) -> Result<(Outcome, PathBuf), Diagnostic> {
-    let mut over = resolve_devices(exp, opts)?;
+    let nodes = super::parallel::placed(exp);
+    let mut over = resolve_devices(exp, &nodes, opts)?;
     if let Some(r) = rank {
         over = ddp::check_rank(exp, r, opts.device.is_some())?.or(over);
     }
@@ -459,7 +464,7 @@ fn run_trial(
         eprint(&format!("note: {n}\n"));
     }
     tch::manual_seed(exp.seed as i64);
-    let net = model::build(&exp.model.nodes, exp.train.precision, over)?;
+    let net = model::build(&nodes, exp.train.precision, over)?;
     if let Some(path) = &opts.init {
         net.load(path, exp.optimizer.span)?;
     }
@@ -708,10 +713,7 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
             "`parallel data` over {} devices is not applied yet: the model trains on one device with the same global batch (the same gradients, without the speed-up)",
             devices.len()
         )),
-        Parallel::Pipeline { .. } => notes.push(
-            "`parallel pipeline` runs as model parallel by placement: micro-batches are not scheduled yet".to_string(),
-        ),
-        Parallel::None | Parallel::Model | Parallel::Distributed { .. } => {}
+        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } | Parallel::Distributed { .. } => {}
     }
     if !exp.compression.is_empty() {
         notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());

@@ -44,6 +44,8 @@ pub struct Buffer {
 /// The lowered model.
 pub struct Net {
     nodes: Vec<Lowered>,
+    /// Where each top-level node of the checked model starts in `nodes` (blocks are flattened).
+    top: Vec<usize>,
     /// Every parameter, in definition order.
     pub params: Vec<Param>,
     /// Every buffer.
@@ -51,12 +53,14 @@ pub struct Net {
     precision: Precision,
 }
 
+#[derive(Clone)]
 enum Lowered {
     Layer(Box<LayerRun>),
     Residual(Vec<Lowered>, Span),
 }
 
 /// One lowered layer: its kind and where its tensors are.
+#[derive(Clone)]
 struct LayerRun {
     kind: LayerKind,
     /// The layer's qualified name, for diagnostics.
@@ -88,12 +92,17 @@ pub fn build(
 ) -> Result<Net, Diagnostic> {
     let mut net = Net {
         nodes: Vec::new(),
+        top: Vec::new(),
         params: Vec::new(),
         buffers: Vec::new(),
         precision,
     };
-    let lowered = tch::no_grad(|| lower(&mut net, nodes, device_override))?;
-    net.nodes = lowered;
+    for node in nodes {
+        let lowered =
+            tch::no_grad(|| lower(&mut net, std::slice::from_ref(node), device_override))?;
+        net.top.push(net.nodes.len());
+        net.nodes.extend(lowered);
+    }
     Ok(net)
 }
 
@@ -328,6 +337,57 @@ impl Net {
         }
         walk(&self.nodes, &mut out);
         out
+    }
+
+    /// A view of the top-level nodes `top` of the checked model (a pipeline stage): their layers,
+    /// whose parameters and buffers are shallow clones of this model's, so they share storage and
+    /// gradients with it.
+    pub fn stage(&self, top: std::ops::Range<usize>) -> Net {
+        let at = |i: usize| self.top.get(i).copied().unwrap_or(self.nodes.len());
+        let (start, end) = (at(top.start), at(top.end).max(at(top.start)));
+        let mut stage = Net {
+            nodes: Vec::new(),
+            top: (top.start..top.end.min(self.top.len()))
+                .map(|i| self.top[i] - start)
+                .collect(),
+            params: Vec::new(),
+            buffers: Vec::new(),
+            precision: self.precision,
+        };
+        stage.nodes = self.nodes[start..end]
+            .iter()
+            .map(|n| self.share(n, &mut stage))
+            .collect();
+        stage
+    }
+
+    /// `node` for the stage `into`: its tensors shared into `into` and its indices renumbered.
+    fn share(&self, node: &Lowered, into: &mut Net) -> Lowered {
+        match node {
+            Lowered::Layer(l) => {
+                let mut l = l.clone();
+                for (_, i) in &mut l.params {
+                    let p = &self.params[*i];
+                    *i = into.params.len();
+                    into.params.push(Param {
+                        name: p.name.clone(),
+                        tensor: p.tensor.shallow_clone(),
+                    });
+                }
+                for (_, i) in &mut l.buffers {
+                    let b = &self.buffers[*i];
+                    *i = into.buffers.len();
+                    into.buffers.push(Buffer {
+                        name: b.name.clone(),
+                        tensor: b.tensor.shallow_clone(),
+                    });
+                }
+                Lowered::Layer(l)
+            }
+            Lowered::Residual(inner, span) => {
+                Lowered::Residual(inner.iter().map(|n| self.share(n, into)).collect(), *span)
+            }
+        }
     }
 
     /// The device that receives the input batch.

@@ -1,0 +1,353 @@
+//! Pipeline parallel: the model cut into consecutive stages, each run by its own thread on its own
+//! device, each batch cut into micro-batches that flow through the stages.
+//!
+//! A stage is a view of its layers of the model (`Net::stage`): its parameters are shallow clones
+//! of the model's, so the gradients every stage accumulates are the model's own and the
+//! optimizer's single update covers them all. Stage `k` receives the activations of stage `k-1`
+//! over a channel (detached, as leaves that require gradients), runs its layers, keeps its output
+//! for the backward pass and sends a detached copy on, moved to the next stage's device; the last
+//! stage computes the loss. A backward pass receives the gradient of the stage's output, runs it
+//! through the stage and sends the gradient of the stage's input back. The schedule ([`order`])
+//! says in which order each stage runs its forwards and backwards: GPipe all forwards then all
+//! backwards, 1F1B a warm-up of `p-1-k` forwards on stage `k`, then one forward and one backward
+//! in turn, then the remaining backwards. The stages run concurrently; a stage that fails or meets
+//! a non-finite loss ends, and the others end when its channels close.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::mpsc::{channel, Receiver, Sender};
+
+use tch::{Device, Tensor};
+
+use crate::runtime::failure::{torch_failure, At};
+use crate::runtime::model::{tch_device, Net};
+use crate::runtime::step::{micro_batches, Backprop, Batch, Model, Objective, Pass};
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::{Experiment, Node, Parallel, PipelineSchedule};
+use kiln::span::Span;
+
+/// One unit of a stage's work on a micro-batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// The forward pass of micro-batch `j`.
+    Forward(usize),
+    /// The backward pass of micro-batch `j`.
+    Backward(usize),
+}
+
+/// The order in which stage `k` of `p` runs the forward and backward passes of `m` micro-batches.
+/// Every stage meets the micro-batches in the same order in each direction, so the channels
+/// between stages deliver them in the order they are awaited.
+pub fn order(schedule: PipelineSchedule, k: usize, p: usize, m: usize) -> Vec<Op> {
+    match schedule {
+        PipelineSchedule::GPipe => (0..m)
+            .map(Op::Forward)
+            .chain((0..m).map(Op::Backward))
+            .collect(),
+        PipelineSchedule::OneFOneB => {
+            let warm = (p - 1 - k).min(m);
+            let mut ops: Vec<Op> = (0..warm).map(Op::Forward).collect();
+            for i in 0..m - warm {
+                ops.push(Op::Forward(warm + i));
+                ops.push(Op::Backward(i));
+            }
+            ops.extend((m - warm..m).map(Op::Backward));
+            ops
+        }
+    }
+}
+
+/// The model's nodes with every layer of a pipeline's stage on the stage's device, as the plan
+/// places them: the placement of the stage's first layer when it differs from the experiment's
+/// device, else the CPU for a CPU experiment, else `cuda:k` for stage `k`. Other strategies keep
+/// the nodes as written.
+pub fn placed(exp: &Experiment) -> Cow<'_, [Node]> {
+    let Parallel::Pipeline { boundaries, .. } = &exp.parallel else {
+        return Cow::Borrowed(&exp.model.nodes);
+    };
+    let mut nodes = exp.model.nodes.clone();
+    let ends = boundaries.iter().skip(1).copied().chain([nodes.len()]);
+    for (k, (start, end)) in boundaries.iter().copied().zip(ends).enumerate() {
+        let stage = &mut nodes[start.min(end)..end];
+        let first = kiln::ir::layers(stage).first().map(|l| l.device);
+        let device = match first {
+            Some(d) if d != exp.device => d,
+            _ if tch_device(exp.device) == Device::Cpu => kiln::ir::Device::Cpu,
+            _ => kiln::ir::Device::Cuda(k as u32),
+        };
+        place(stage, device);
+    }
+    Cow::Owned(nodes)
+}
+
+fn place(nodes: &mut [Node], device: kiln::ir::Device) {
+    for n in nodes {
+        match n {
+            Node::Layer(l) => l.device = device,
+            Node::Block { nodes, .. } | Node::Residual { nodes, .. } => place(nodes, device),
+        }
+    }
+}
+
+/// The stages of a pipeline and its schedule.
+pub struct Pipeline {
+    stages: Vec<Net>,
+    micro_batches: i64,
+    schedule: PipelineSchedule,
+}
+
+impl Pipeline {
+    /// The pipeline over `net` cut before each top-level node in `boundaries`.
+    pub fn new(
+        net: &Net,
+        boundaries: &[usize],
+        micro_batches: u64,
+        schedule: PipelineSchedule,
+    ) -> Pipeline {
+        let ends = boundaries.iter().skip(1).copied().chain([usize::MAX]);
+        Pipeline {
+            stages: boundaries
+                .iter()
+                .zip(ends)
+                .map(|(start, end)| net.stage(*start..end))
+                .collect(),
+            micro_batches: micro_batches.max(1) as i64,
+            schedule,
+        }
+    }
+
+    /// Runs `(x, y)` through the stages as micro-batches, each stage in its own thread, leaving
+    /// the gradient of `loss x samples / n x scale` in the model's parameters. `observe` sees
+    /// every operation as a stage starts it.
+    pub fn pass(
+        &mut self,
+        objective: &Objective,
+        (x, y): (&Tensor, &Tensor),
+        (n, scale): (f64, f64),
+        span: Span,
+        observe: &(dyn Fn(usize, Op) + Sync),
+    ) -> Result<Pass, Diagnostic> {
+        let xs = x.f_chunk(self.micro_batches, 0).at(span)?;
+        let ys = y.f_chunk(self.micro_batches, 0).at(span)?;
+        let (p, m) = (self.stages.len(), xs.len());
+        let devices: Vec<Device> = self.stages.iter().map(Net::input_device).collect();
+        let mut links = links(p, &devices);
+        if let Some(first) = links.first_mut() {
+            first.xs = xs;
+        }
+        let end = End {
+            objective,
+            ys,
+            n,
+            scale,
+        };
+        let mut end = Some(end);
+        let schedule = self.schedule;
+        std::thread::scope(|s| {
+            let mut handles = Vec::new();
+            for (k, (stage, io)) in self.stages.iter_mut().zip(links).enumerate() {
+                let end = if k + 1 == p { end.take() } else { None };
+                let ops = order(schedule, k, p, m);
+                let work = move || run_stage(stage, k, &ops, io, end, span, observe);
+                let handle = std::thread::Builder::new()
+                    .name(format!("pipeline stage {k}"))
+                    .spawn_scoped(s, work)
+                    .map_err(|e| {
+                        torch_failure(&format!("cannot start pipeline stage {k}: {e}"), span)
+                            .diagnostic()
+                    })?;
+                handles.push(handle);
+            }
+            let mut pass = Pass::default();
+            let mut failure = None;
+            for h in handles {
+                match h.join() {
+                    Ok(Ok(got)) => {
+                        pass.loss_sum += got.loss_sum;
+                        pass.correct += got.correct;
+                        pass.nonfinite = pass.nonfinite.or(got.nonfinite);
+                    }
+                    Ok(Err(d)) => failure = failure.or(Some(d)),
+                    Err(panic) => std::panic::resume_unwind(panic),
+                }
+            }
+            failure.map_or(Ok(pass), Err)
+        })
+    }
+}
+
+impl Backprop for Pipeline {
+    fn backprop(
+        &mut self,
+        _model: &dyn Model,
+        objective: &Objective,
+        batch: &Batch,
+    ) -> Result<Pass, Diagnostic> {
+        let n = batch.x.size().first().copied().unwrap_or(1) as f64;
+        micro_batches(batch, |xm, ym, _, pass| {
+            let got = self.pass(
+                objective,
+                (xm, ym),
+                (n, batch.scale),
+                batch.span,
+                &|_, _| {},
+            )?;
+            pass.loss_sum += got.loss_sum;
+            pass.correct += got.correct;
+            pass.nonfinite = got.nonfinite;
+            Ok(())
+        })
+    }
+}
+
+/// A stage's ends of the channels, and stage 0's micro-batches.
+struct Io {
+    xs: Vec<Tensor>,
+    acts_in: Option<Receiver<Tensor>>,
+    acts_out: Option<(Sender<Tensor>, Device)>,
+    grads_in: Option<Receiver<Option<Tensor>>>,
+    grads_out: Option<Sender<Option<Tensor>>>,
+}
+
+/// What the last stage needs to compute the loss.
+struct End<'a> {
+    objective: &'a Objective,
+    ys: Vec<Tensor>,
+    n: f64,
+    scale: f64,
+}
+
+/// The channels between `p` stages whose inputs live on `devices`.
+fn links(p: usize, devices: &[Device]) -> Vec<Io> {
+    let mut io: Vec<Io> = (0..p)
+        .map(|_| Io {
+            xs: Vec::new(),
+            acts_in: None,
+            acts_out: None,
+            grads_in: None,
+            grads_out: None,
+        })
+        .collect();
+    for k in 1..p {
+        let (tx, rx) = channel();
+        io[k - 1].acts_out = Some((tx, devices[k]));
+        io[k].acts_in = Some(rx);
+        let (tx, rx) = channel();
+        io[k].grads_out = Some(tx);
+        io[k - 1].grads_in = Some(rx);
+    }
+    io
+}
+
+/// Runs stage `k`'s operations in order. A closed channel means another stage ended (a failure
+/// or a non-finite loss): this stage ends too, and the pass reports why.
+fn run_stage(
+    stage: &Net,
+    k: usize,
+    ops: &[Op],
+    io: Io,
+    end: Option<End>,
+    span: Span,
+    observe: &(dyn Fn(usize, Op) + Sync),
+) -> Result<Pass, Diagnostic> {
+    // Per micro-batch in flight: the stage's input and its output (the scaled loss on the last).
+    let mut held: HashMap<usize, (Tensor, Tensor)> = HashMap::new();
+    let mut pass = Pass::default();
+    for op in ops {
+        observe(k, *op);
+        match *op {
+            Op::Forward(j) => {
+                let input = match &io.acts_in {
+                    None => match io.xs.get(j) {
+                        Some(x) => x.shallow_clone(),
+                        None => return Ok(pass),
+                    },
+                    Some(rx) => match rx.recv() {
+                        Ok(t) if t.is_floating_point() => t.f_set_requires_grad(true).at(span)?,
+                        Ok(t) => t,
+                        Err(_) => return Ok(pass),
+                    },
+                };
+                let out = stage.forward(&input, true)?;
+                let kept = match (&end, &io.acts_out) {
+                    (Some(end), _) => {
+                        let Some(loss) = loss(end, j, &out, &mut pass, span)? else {
+                            return Ok(pass);
+                        };
+                        loss
+                    }
+                    (None, Some((tx, device))) => {
+                        let sent = out.f_detach().at(span)?.f_to_device(*device).at(span)?;
+                        if tx.send(sent).is_err() {
+                            return Ok(pass);
+                        }
+                        out
+                    }
+                    (None, None) => out,
+                };
+                held.insert(j, (input, kept));
+            }
+            Op::Backward(j) => {
+                let Some((input, out)) = held.remove(&j) else {
+                    return Ok(pass);
+                };
+                if end.is_some() {
+                    out.f_backward().at(span)?;
+                } else if let Some(rx) = &io.grads_in {
+                    let Ok(grad) = rx.recv() else {
+                        return Ok(pass);
+                    };
+                    if let Some(g) = grad.filter(|_| out.requires_grad()) {
+                        let g = g.f_to_device(out.device()).at(span)?;
+                        out.f_mul(&g)
+                            .at(span)?
+                            .f_sum(None)
+                            .at(span)?
+                            .f_backward()
+                            .at(span)?;
+                    }
+                }
+                if let Some(tx) = &io.grads_out {
+                    let g = input.grad();
+                    if tx.send(g.defined().then_some(g)).is_err() {
+                        return Ok(pass);
+                    }
+                }
+            }
+        }
+    }
+    Ok(pass)
+}
+
+/// The loss of micro-batch `j` on the last stage, scaled for backward (`samples / n x scale`),
+/// counted into `pass`; `None` when it is not finite (recorded in `pass`).
+fn loss(
+    end: &End,
+    j: usize,
+    out: &Tensor,
+    pass: &mut Pass,
+    span: Span,
+) -> Result<Option<Tensor>, Diagnostic> {
+    let Some(y) = end.ys.get(j) else {
+        return Ok(None);
+    };
+    let y = y.f_to_device(out.device()).at(span)?;
+    let l = end.objective.loss(out, &y)?;
+    let value = l.f_double_value(&[]).at(span)?;
+    if !value.is_finite() {
+        pass.nonfinite = Some(value);
+        return Ok(None);
+    }
+    let samples = y.size().first().copied().unwrap_or(1) as f64;
+    pass.loss_sum += value * samples;
+    if end.objective.classes() {
+        pass.correct += end.objective.correct(out, &y)?;
+    }
+    l.f_mul_scalar(samples / end.n * end.scale)
+        .at(span)
+        .map(Some)
+}
+
+#[cfg(test)]
+#[path = "pipeline_tests.rs"]
+mod tests;
