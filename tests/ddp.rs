@@ -397,10 +397,11 @@ fn resume_at_the_same_world_size_continues_and_another_is_refused() {
         .spawn()
         .expect("start");
     let (out, _) = finish(child, Duration::from_secs(60));
-    let all = text(&out);
+    let all = support::flat(&text(&out));
     assert!(!out.status.success(), "{all}");
     assert!(
-        all.contains("K0507") && all.contains("world_size: 2") && all.contains("world_size: 3"),
+        all.contains("K0507")
+            && all.contains("strategy: was `ddp(backend: gloo, world_size: 2)`, is now `ddp(backend: gloo, world_size: 3)`"),
         "{all}"
     );
     let child = runtime(&["run", s(&two), "--quiet", "--resume", s(&run)])
