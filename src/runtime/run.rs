@@ -437,10 +437,16 @@ fn run_trial(
 ) -> Result<(Outcome, PathBuf), Diagnostic> {
     let nodes = super::parallel::placed(exp);
     let mut over = resolve_devices(exp, &nodes, opts)?;
-    if let Some(r) = rank {
-        over = ddp::check_rank(exp, r, opts.device.is_some())?.or(over);
-    }
     let writes = rank.is_none_or(|r| r.rank == 0);
+    let mut backend = ddp::Backend::Gloo;
+    if let Some(r) = rank {
+        let (chosen, device) = ddp::check_rank(exp, r, over)?;
+        if writes && nccl(exp) && chosen == ddp::Backend::Gloo {
+            eprint("note: `--device cpu`: NCCL needs CUDA devices, so the ranks reduce with Gloo\n");
+        }
+        backend = chosen;
+        over = device.or(over);
+    }
     // A resume takes the run's lock before the slow work, so a second process is refused at once.
     let resumed = match place {
         Place::Resume(dir) if writes => {
@@ -549,6 +555,7 @@ fn run_trial(
                 announce,
                 model: &net,
                 signals: cancel.clone(),
+                backend,
             })?;
             (Box::new(strategy), stop)
         }
@@ -682,6 +689,17 @@ fn rank_resume_point(
         .diagnostic());
     }
     Ok((side, tensors))
+}
+
+/// Whether `exp` asks for the NCCL backend.
+fn nccl(exp: &Experiment) -> bool {
+    matches!(
+        exp.parallel,
+        kiln::ir::Parallel::Distributed {
+            backend: kiln::ir::Backend::Nccl,
+            ..
+        }
+    )
 }
 
 /// A K0509 failure to create the run directory.

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 
 use tch::Tensor;
 
-use super::super::dist::c10d::{Backend, Bind, Group, ReduceOp, Reducer, Store};
+pub use super::super::dist::c10d::Backend;
+use super::super::dist::c10d::{Bind, Group, ReduceOp, Reducer, Store};
 use super::super::dist::preflight::{compare, rendezvous, Announce};
 use super::super::dist::rank::Rank;
 use super::super::failure::At;
@@ -82,6 +83,8 @@ pub struct Start<'a> {
     pub model: &'a dyn Model,
     /// The token this process's stop signals set.
     pub signals: Cancel,
+    /// The backend, as [`check_rank`] chose it.
+    pub backend: Backend,
 }
 
 /// The timeout and the `parallel` statement of a distributed experiment.
@@ -102,7 +105,7 @@ impl Ddp {
         let (timeout, span) = settings(s.exp);
         let started = Instant::now();
         let me = s.rank;
-        let backend = backend(s.exp, &me, span)?;
+        let backend = s.backend;
         let unreachable = |detail: String| {
             Problem::RendezvousFailed {
                 span,
@@ -313,13 +316,14 @@ impl Backprop for Ddp {
 }
 
 /// Checks, before anything is built, that this rank was started as the experiment says (its
-/// world size, K0516) and that its backend can run here (K0517); returns the device NCCL puts
-/// this rank's model on, `cuda:LOCAL_RANK`, unless `--device` chose one.
+/// world size, K0516) and that its backend can run here (K0517). `over` is the device
+/// `--device` puts every layer on. Returns the backend and, under NCCL without `--device`, the
+/// device of this rank's model, `cuda:LOCAL_RANK`. NCCL with `--device cpu` falls back to Gloo.
 pub fn check_rank(
     exp: &Experiment,
     me: &Rank,
-    device_given: bool,
-) -> Result<Option<tch::Device>, Diagnostic> {
+    over: Option<tch::Device>,
+) -> Result<(Backend, Option<tch::Device>), Diagnostic> {
     let (_, span) = settings(exp);
     let world = exp.parallel.data_parallel_size();
     if world != me.world as u64 {
@@ -334,10 +338,36 @@ pub fn check_rank(
         }
         .diagnostic());
     }
-    Ok(match backend(exp, me, span)? {
-        Backend::Nccl { device } if !device_given => Some(tch::Device::Cuda(device)),
-        _ => None,
-    })
+    let Parallel::Distributed { backend, .. } = &exp.parallel else {
+        return Ok((Backend::Gloo, None));
+    };
+    let device = match (backend, over) {
+        (kiln::ir::Backend::Gloo, _) | (_, Some(tch::Device::Cpu)) => {
+            return Ok((Backend::Gloo, None))
+        }
+        (kiln::ir::Backend::Nccl, Some(tch::Device::Cuda(i))) => i,
+        (kiln::ir::Backend::Nccl, _) => me.local_rank,
+    };
+    let count = if tch::Cuda::is_available() {
+        usize::try_from(tch::Cuda::device_count()).unwrap_or(0)
+    } else {
+        0
+    };
+    if device >= count {
+        return Err(Problem::BackendUnavailable {
+            span,
+            backend: "nccl".into(),
+            detail: format!(
+                "local rank {} needs cuda:{device}, and this machine has {count} CUDA device(s)",
+                me.local_rank
+            ),
+        }
+        .diagnostic());
+    }
+    Ok((
+        Backend::Nccl { device },
+        over.is_none().then_some(tch::Device::Cuda(device)),
+    ))
 }
 
 /// Seconds of one all-reduce of as many values as the gradients hold, not overlapped with
@@ -374,37 +404,6 @@ impl Drop for Ddp {
             self.me.world,
             100.0 * (1.0 - exposed / alone.max(1e-9)).clamp(0.0, 1.0)
         );
-    }
-}
-
-/// The backend of `exp` for this rank: NCCL on `cuda:LOCAL_RANK`, which must exist (K0517).
-fn backend(exp: &Experiment, me: &Rank, span: Span) -> Result<Backend, Diagnostic> {
-    let Parallel::Distributed { backend, .. } = &exp.parallel else {
-        return Ok(Backend::Gloo);
-    };
-    match backend {
-        kiln::ir::Backend::Gloo => Ok(Backend::Gloo),
-        kiln::ir::Backend::Nccl => {
-            let count = if tch::Cuda::is_available() {
-                usize::try_from(tch::Cuda::device_count()).unwrap_or(0)
-            } else {
-                0
-            };
-            if me.local_rank >= count {
-                return Err(Problem::BackendUnavailable {
-                    span,
-                    backend: "nccl".into(),
-                    detail: format!(
-                        "local rank {} needs cuda:{}, and this machine has {count} CUDA device(s)",
-                        me.local_rank, me.local_rank
-                    ),
-                }
-                .diagnostic());
-            }
-            Ok(Backend::Nccl {
-                device: me.local_rank,
-            })
-        }
     }
 }
 
