@@ -74,6 +74,11 @@ pub fn main(
             .env("LOCAL_RANK", r.to_string())
             .env("LOCAL_WORLD_SIZE", world.to_string())
             .env_remove("TORCHELASTIC_USE_AGENT_STORE");
+        // c10d logs a lost connection as a warning with a C++ stack trace; the ranks report it
+        // as a diagnostic, so only c10d's errors are shown, unless the user chose otherwise.
+        if std::env::var_os("TORCH_CPP_LOG_LEVEL").is_none() {
+            cmd.env("TORCH_CPP_LOG_LEVEL", "ERROR");
+        }
         if r > 0 {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }

@@ -442,7 +442,9 @@ fn run_trial(
     if let Some(r) = rank {
         let (chosen, device) = ddp::check_rank(exp, r, over)?;
         if writes && nccl(exp) && chosen == ddp::Backend::Gloo {
-            eprint("note: `--device cpu`: NCCL needs CUDA devices, so the ranks reduce with Gloo\n");
+            eprint(
+                "note: `--device cpu`: NCCL needs CUDA devices, so the ranks reduce with Gloo\n",
+            );
         }
         backend = chosen;
         over = device.or(over);

@@ -90,17 +90,23 @@ pub fn rendezvous(
         .map_err(|e| failed(vec![], Some(e.0)))?;
     let keys: Vec<String> = (0..me.world).map(|r| key(me, r)).collect();
     let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+    // The ranks not seen yet, kept from one look to the next: when rank 0 gives up waiting, it
+    // takes the store with it, and a rank still waiting names the ranks missing at its last look.
+    let mut missing: Vec<usize> = (0..me.world).filter(|&r| r != me.rank).collect();
     loop {
-        if store.check(&names).map_err(|e| failed(vec![], Some(e.0)))? {
+        let mut still = Vec::new();
+        for &r in &missing {
+            match store.check(&[names[r]]) {
+                Ok(true) => {}
+                Ok(false) => still.push(r),
+                Err(e) => return Err(failed(missing, Some(e.0))),
+            }
+        }
+        missing = still;
+        if missing.is_empty() {
             break;
         }
         if Instant::now() >= deadline {
-            let mut missing = Vec::new();
-            for (r, k) in names.iter().enumerate() {
-                if !store.check(&[k]).map_err(|e| failed(vec![], Some(e.0)))? {
-                    missing.push(r);
-                }
-            }
             return Err(failed(missing, None));
         }
         std::thread::sleep(Duration::from_millis(20));
