@@ -1,8 +1,9 @@
 //! Distributed data parallel over processes (Gloo on loopback): after 20 steps the parameters of
 //! 2 and 3 ranks, started by `kiln run` and by torchrun (or its variables set by hand), match a
-//! single process on the full batch; a rank killed mid-run, a rank that never arrives and a rank
-//! started from another experiment end every rank with a diagnostic naming it, within the
-//! timeout, and leave no process behind.
+//! single process on the full batch; a non-finite loss on one rank stops every rank at that step;
+//! a rank killed mid-run, a rank that never arrives and a rank started from another experiment
+//! end every rank with a diagnostic naming it, within the timeout, and leave no process behind;
+//! a resume continues at the same world size and is refused at another.
 
 mod support;
 
@@ -357,6 +358,60 @@ fn a_rank_with_another_experiment_is_named_before_training() {
     }
     // No rank trained: rank 0 wrote no checkpoint.
     assert_eq!(newest_checkpoint(&dir.join("run")), None);
+    none_left(&dir);
+}
+
+#[test]
+fn a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step() {
+    let dir = scratch("ddp-nan");
+    // Row 40 is so large that its squared error overflows: it falls in the second batch, in
+    // rank 1's half of it; rank 0's half is finite.
+    let mut rows = vec!["a,b,c,d,label".to_string()];
+    for i in 0..48 {
+        let x = if i == 40 {
+            1e30
+        } else {
+            f64::from(i % 7) / 7.0
+        };
+        rows.push(format!("{x},{x},{x},{x},{}", f64::from(i % 5) / 5.0));
+    }
+    write(&dir, "data.csv", &(rows.join("\n") + "\n"));
+    let exp = write(
+        &dir,
+        "nan.exp",
+        r#"experiment "nan" {
+  seed 5
+  data {
+    source csv("data.csv")
+    batch 24
+    shuffle false
+  }
+  model {
+    input [4]
+    fc: linear(1)
+  }
+  device cpu
+  parallel ddp(backend: gloo, world_size: 2, timeout: 20s)
+  optimizer sgd(lr: 0.1)
+  train {
+    steps 4
+    loss mse
+  }
+}
+"#,
+    );
+    let child = runtime(&["run", s(&exp), "--quiet", "--run-dir", s(&dir.join("run"))])
+        .spawn()
+        .expect("start");
+    let (out, took) = finish(child, Duration::from_secs(60));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(
+        all.contains("[rank 1]   × the loss became infinite at step 2")
+            && all.contains("\n  × the loss became infinite at step 2"),
+        "both ranks stop at step 2:\n{all}"
+    );
     none_left(&dir);
 }
 

@@ -281,19 +281,28 @@ impl Backprop for Ddp {
                 last = Some(scaled);
             }
         }
+        let flag = |b: bool| f64::from(u8::from(b));
         let agreed = self.sum(&[
             pass.loss_sum,
             pass.correct,
-            f64::from(u8::from(pass.nonfinite.is_some())),
-            f64::from(u8::from(self.signals.is_cancelled())),
+            flag(pass.nonfinite.is_some_and(f64::is_nan)),
+            flag(pass.nonfinite.is_some_and(f64::is_infinite)),
+            flag(self.signals.is_cancelled()),
         ])?;
         pass.loss_sum = agreed[0];
         pass.correct = agreed[1];
-        if agreed[2] > 0.0 {
-            pass.nonfinite = Some(pass.nonfinite.unwrap_or(f64::NAN));
+        // A non-finite loss on any rank ends the step on every rank, before the reduction; a
+        // rank whose own loss was finite reports the other's kind (NaN before infinity).
+        if agreed[2] > 0.0 || agreed[3] > 0.0 {
+            let seen = if agreed[2] > 0.0 {
+                f64::NAN
+            } else {
+                f64::INFINITY
+            };
+            pass.nonfinite = Some(pass.nonfinite.unwrap_or(seen));
             return Ok(pass);
         }
-        if agreed[3] > 0.0 {
+        if agreed[4] > 0.0 {
             self.stop
                 .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
         }
