@@ -251,6 +251,20 @@ fn ddp_matches_one_process_on_the_full_batch() {
         r["train_loss"].as_f64().expect("train loss")
     };
     assert!((loss("single") - loss("three-kiln")).abs() < 1e-5);
+    // Each rank evaluates its share of the validation split; the sums add up to one process's.
+    let val = |run: &str| {
+        let r = support::report(&dir.join(run));
+        let v = &r["val"];
+        (
+            v["loss"].as_f64().expect("val loss"),
+            v["accuracy"].as_f64().expect("val accuracy"),
+        )
+    };
+    let ((l1, a1), (l3, a3)) = (val("single"), val("three-kiln"));
+    assert!(
+        (l1 - l3).abs() < 1e-5 && a1 == a3,
+        "{l1} {a1} against {l3} {a3}"
+    );
     none_left(&dir);
 }
 

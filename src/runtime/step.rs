@@ -89,6 +89,17 @@ pub trait Backprop {
         objective: &Objective,
         batch: &Batch,
     ) -> Result<Pass, Diagnostic>;
+
+    /// This process's share of an evaluation, `(index, count)`: the `index`-th of `count` equal
+    /// runs of a split's samples; the whole split, `(0, 1)`, unless processes share it.
+    fn share(&self) -> (usize, usize) {
+        (0, 1)
+    }
+
+    /// Sums `values` in place over the processes that share evaluations (nothing to do alone).
+    fn reduce(&self, _values: &mut [f64]) -> Result<(), Diagnostic> {
+        Ok(())
+    }
 }
 
 /// The batch on the model's own devices: forward and backward of each micro-batch in turn.

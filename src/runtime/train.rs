@@ -66,9 +66,18 @@ pub fn standard_hooks(exp: &Experiment) -> Vec<Box<dyn Hook>> {
 }
 
 impl Trainer<'_> {
-    /// Evaluates a dataset without gradients, in eval mode.
+    /// Evaluates a dataset without gradients, in eval mode. Processes that share evaluations
+    /// (the ranks of a distributed run) each evaluate their share and sum the results.
     pub fn evaluate(&self, objective: &Objective, data: &Dataset) -> Result<Eval, Diagnostic> {
         let span = self.exp.train.loss_span;
+        let (index, count) = self.backprop.share();
+        let (index, count) = (index as i64, count.max(1) as i64);
+        let n = data.len();
+        let (lo, hi) = (index * n / count, (index + 1) * n / count);
+        let part = Dataset {
+            inputs: data.inputs.f_narrow(0, lo, hi - lo).at(span)?,
+            targets: data.targets.f_narrow(0, lo, hi - lo).at(span)?,
+        };
         let top_k = self.exp.train.metrics.iter().find_map(|m| {
             if let Metric::TopK(k) = m {
                 Some(*k)
@@ -80,7 +89,7 @@ impl Trainer<'_> {
         tch::no_grad(|| {
             let (mut loss, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0);
             let loader = Loader::new(
-                data,
+                &part,
                 self.exp.data.batch as i64,
                 false,
                 0,
@@ -113,6 +122,9 @@ impl Trainer<'_> {
                 }
                 seen += n;
             }
+            let mut sums = [loss, correct, in_top, seen];
+            self.backprop.reduce(&mut sums)?;
+            let [loss, correct, in_top, seen] = sums;
             let seen = seen.max(1.0);
             Ok(Eval {
                 loss: loss / seen,

@@ -14,7 +14,8 @@
 //! updates, and every rank fails with K0504), and whether any rank was asked to stop (then every
 //! rank stops after this step). Buffers (batch-norm statistics) are broadcast from rank 0 after
 //! each step's forward passes, as PyTorch's DDP does before each forward by default: a batch is
-//! normalised with its rank's own statistics, the running statistics are rank 0's.
+//! normalised with its rank's own statistics, the running statistics are rank 0's. Evaluation is
+//! shared as well: each rank evaluates its run of a split, and the sums are added up.
 
 use std::time::{Duration, Instant};
 
@@ -321,6 +322,19 @@ impl Backprop for Ddp {
             self.broadcast(&self.buffers)?;
         }
         Ok(pass)
+    }
+
+    /// Each rank evaluates its run of a split's samples.
+    fn share(&self) -> (usize, usize) {
+        (self.me.rank, self.me.world)
+    }
+
+    /// The ranks' evaluation sums add up (every rank then sees the same metrics and makes the
+    /// same early-stopping decision).
+    fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
+        let sums = self.sum(values)?;
+        values.copy_from_slice(&sums);
+        Ok(())
     }
 }
 
