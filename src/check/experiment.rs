@@ -719,7 +719,7 @@ fn check_strategy(
         }
         _ => {}
     }
-    if let Parallel::Data { devices: dp } = &p.parallel {
+    if let Parallel::Data { devices: dp, .. } = &p.parallel {
         if dp.len() == 1 {
             cx.report(Problem::DataParallelOneDevice { span: p.span });
         }

@@ -330,6 +330,18 @@ fn resolve_devices(exp: &Experiment, opts: &RunOptions) -> Result<Option<tch::De
         }
         return Ok(Some(d));
     }
+    // Data parallel: the model lives on the replicas' devices, whatever the placement.
+    if let kiln::ir::Parallel::Data { devices, span } = &exp.parallel {
+        for d in devices {
+            check_device(tch_device(*d), *span, &d.to_string())?;
+        }
+        if exp.train.precision == Precision::Fp16
+            && devices.iter().any(|d| tch_device(*d) == tch::Device::Cpu)
+        {
+            return Err(fp16_on_cpu(exp));
+        }
+        return Ok(None);
+    }
     let layers = kiln::ir::layers(&exp.model.nodes);
     for l in &layers {
         let span = if l.device == exp.device {
@@ -410,7 +422,11 @@ fn run_trial(
         eprint(&format!("note: {n}\n"));
     }
     tch::manual_seed(exp.seed as i64);
-    let net = model::build(&exp.model.nodes, exp.train.precision, over)?;
+    let net = model::build(
+        &exp.model.nodes,
+        exp.train.precision,
+        super::parallel::model_device(exp, over),
+    )?;
     if let Some(path) = &opts.init {
         net.load(path, exp.optimizer.span)?;
     }
@@ -479,7 +495,7 @@ fn run_trial(
     let mut trainer = Trainer {
         exp,
         model: &net,
-        backprop: super::parallel::backprop(exp, &net)?,
+        backprop: super::parallel::backprop(exp, &net, over)?,
         splits,
         device,
         budget,
@@ -576,17 +592,13 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
     use kiln::ir::Parallel;
     let mut notes = Vec::new();
     match &exp.parallel {
-        Parallel::Data { devices } => notes.push(format!(
-            "`parallel data` over {} devices is not applied yet: the model trains on one device with the same global batch (the same gradients, without the speed-up)",
-            devices.len()
-        )),
         Parallel::Distributed { world_size, .. } => notes.push(format!(
             "`parallel ddp` over {world_size} processes is not applied yet: one process trains with the same global batch"
         )),
         Parallel::Pipeline { .. } => notes.push(
             "`parallel pipeline` runs as model parallel by placement: micro-batches are not scheduled yet".to_string(),
         ),
-        Parallel::None | Parallel::Model => {}
+        Parallel::None | Parallel::Model | Parallel::Data { .. } => {}
     }
     if !exp.compression.is_empty() {
         notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());

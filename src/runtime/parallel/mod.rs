@@ -2,17 +2,35 @@
 //! to be (over replicas, through pipeline stages, on this rank of a process group); the step
 //! around it and the training loop are the same for every strategy.
 
+mod data;
+
 use super::model::Net;
 use super::step::{Backprop, Local};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Parallel};
 
-/// The strategy of `exp` for the lowered model `net`.
-pub fn backprop(exp: &Experiment, _net: &Net) -> Result<Box<dyn Backprop>, Diagnostic> {
+/// Where the model the loop trains is built: under data parallel, on the first replica's
+/// device; otherwise `over` (`--device`), or the placement when it is `None`.
+pub fn model_device(exp: &Experiment, over: Option<tch::Device>) -> Option<tch::Device> {
+    match &exp.parallel {
+        Parallel::Data { devices, .. } => data::devices(devices, over).first().copied(),
+        _ => over,
+    }
+}
+
+/// The strategy of `exp` for the lowered model `net`; `over` is `--device`, which puts every
+/// data-parallel replica on that device.
+pub fn backprop(
+    exp: &Experiment,
+    _net: &Net,
+    over: Option<tch::Device>,
+) -> Result<Box<dyn Backprop>, Diagnostic> {
     Ok(match &exp.parallel {
+        Parallel::Data { devices, .. } => {
+            Box::new(data::DataParallel::new(exp, &data::devices(devices, over))?)
+        }
         Parallel::None
         | Parallel::Model
-        | Parallel::Data { .. }
         | Parallel::Pipeline { .. }
         | Parallel::Distributed { .. } => Box::new(Local),
     })
