@@ -8,6 +8,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use kiln::ir::{Device, Parallel};
 use support::*;
 
 /// A tiny classifier without dropout or batch norm; `STRATEGY`, `OPTIMIZER`, `COUNT` and
@@ -149,4 +150,98 @@ fn replicas_match_one_device_with_momentum_and_accumulation() {
 #[test]
 fn replicas_match_one_device_with_adam() {
     equivalent("adam", "adam(lr: 1e-2)", 480, 1);
+}
+
+/// The checked strategy of the experiment with `strategy`, `device` and `accumulate`, or the
+/// codes of its diagnostics.
+fn checked(strategy: &str, device: &str, accumulate: u32) -> Result<Parallel, Vec<String>> {
+    let text = EXPERIMENT
+        .replace("STRATEGY", strategy)
+        .replace("device cpu", &format!("device {device}"))
+        .replace("OPTIMIZER", "sgd(lr: 0.1)")
+        .replace("COUNT", "480")
+        .replace("ACCUMULATE", &accumulate.to_string());
+    let c = kiln::check::check_text("dp.exp", text);
+    if c.has_errors() || !c.diagnostics.is_empty() {
+        return Err(c
+            .diagnostics
+            .iter()
+            .map(|d| format!("{}: {}", d.code.code(), d.message))
+            .collect());
+    }
+    Ok(c.trials[0].parallel.clone())
+}
+
+fn devices(p: &Parallel) -> Vec<Device> {
+    match p {
+        Parallel::Data { devices, .. } => devices.clone(),
+        other => panic!("not data parallel: {other:?}"),
+    }
+}
+
+#[test]
+fn devices_may_repeat_and_replicas_go_on_the_experiments_device() {
+    let p = checked("parallel data(devices: [cpu, cpu])", "cpu", 1).expect("clean");
+    assert_eq!(devices(&p), vec![Device::Cpu; 2]);
+    assert_eq!(p.data_parallel_size(), 2);
+    let p = checked(
+        "parallel data(devices: [cuda:0, cuda:2, cuda:0])",
+        "cuda",
+        1,
+    )
+    .expect("clean");
+    assert_eq!(
+        devices(&p),
+        vec![Device::Cuda(0), Device::Cuda(2), Device::Cuda(0)]
+    );
+    let p = checked("parallel data(replicas: 4)", "cpu", 1).expect("clean");
+    assert_eq!(devices(&p), vec![Device::Cpu; 4]);
+    let p = checked("parallel data(replicas: 2)", "cuda:1", 1).expect("clean");
+    assert_eq!(devices(&p), vec![Device::Cuda(1); 2]);
+}
+
+#[test]
+fn replicas_count_in_the_batch_arithmetic() {
+    // Batch 24 = micro-batch x 2 accumulation steps x replicas: 4 replicas leave 3 samples
+    // each, 8 replicas (listed or counted) do not divide it.
+    assert!(checked("parallel data(replicas: 4)", "cpu", 2).is_ok());
+    for strategy in [
+        "parallel data(replicas: 8)",
+        "parallel data(devices: [cpu, cpu, cpu, cpu, cpu, cpu, cpu, cpu])",
+    ] {
+        let e = checked(strategy, "cpu", 2).expect_err("indivisible");
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("K0205"), "{e:?}");
+        assert!(e[0].contains("2 accumulation steps x 8 replicas"), "{e:?}");
+    }
+    // Devices and a count together are refused, even when they agree.
+    let e = checked("parallel data(devices: [cpu, cpu], replicas: 2)", "cpu", 1)
+        .expect_err("both given");
+    assert!(e[0].starts_with("K0210"), "{e:?}");
+}
+
+#[test]
+fn kiln_plan_adds_up_replicas_on_one_device() {
+    // Four CPU replicas of 12*16 + 16 + 16*3 + 3 = 259 parameters: 4 x 1,036 bytes of weights
+    // and as many of gradients; plain SGD keeps no state; batch 24 in slices of 6:
+    // (12 + 16 + 16 + 3) * 6 * 4 = 1,128 bytes of activations per replica, 4,512 in all;
+    // 12,800 bytes in all.
+    let dir = scratch("dp-plan");
+    let source = EXPERIMENT
+        .replace("STRATEGY", "parallel data(replicas: 4)")
+        .replace("OPTIMIZER", "sgd(lr: 0.1)")
+        .replace("COUNT", "480")
+        .replace("ACCUMULATE", "1");
+    let exp = write(&dir, "dp.exp", &source);
+    let o = run(&["plan", s(&exp)]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("data over 4 replicas [cpu, cpu, cpu, cpu]"),
+        "{t}"
+    );
+    assert!(
+        t.contains("cpu      12.50 KiB  = weights 4.05 KiB + gradients 4.05 KiB + optimizer 0 B + activations 4.41 KiB"),
+        "{t}"
+    );
 }
