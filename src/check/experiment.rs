@@ -723,6 +723,7 @@ fn check_strategy(
         if dp.len() == 1 {
             cx.report(Problem::DataParallelOneDevice { span: p.span });
         }
+        shared_generator(cx, p, dp, &all);
     }
     if let Parallel::Distributed {
         backend: crate::ir::Backend::Nccl,
@@ -768,6 +769,31 @@ fn check_strategy(
         }
     }
     ok
+}
+
+/// K0408: dropout on data-parallel replicas that share a device, whose masks then come from
+/// one generator in thread order.
+fn shared_generator(cx: &mut Cx, p: &ParallelIn, replicas: &[Device], all: &[&crate::ir::Layer]) {
+    use crate::ir::LayerKind;
+    let shared = replicas.iter().find_map(|d| {
+        let n = replicas.iter().filter(|e| *e == d).count() as u64;
+        (n > 1).then_some((*d, n))
+    });
+    let dropout = all.iter().find(|l| match l.kind {
+        LayerKind::Dropout { p } => p > 0.0,
+        LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
+            dropout > 0.0
+        }
+        _ => false,
+    });
+    if let (Some((device, n)), Some(layer)) = (shared, dropout) {
+        cx.report(Problem::DropoutSharedGenerator {
+            span: layer.span,
+            parallel: p.dp_span.unwrap_or(p.span),
+            device,
+            replicas: n,
+        });
+    }
 }
 
 fn finish_pipeline(parallel: Parallel, nodes: &[Node]) -> Parallel {

@@ -435,6 +435,17 @@ pub enum Problem {
         /// The `parallel` statement.
         parallel: Span,
     },
+    /// K0408: dropout on data-parallel replicas that share a device.
+    DropoutSharedGenerator {
+        /// The first dropout layer.
+        span: Span,
+        /// The `parallel` statement.
+        parallel: Span,
+        /// The shared device.
+        device: Device,
+        /// How many replicas share it.
+        replicas: u64,
+    },
     /// K0501.
     DeviceUnavailable {
         /// The device setting.
@@ -669,6 +680,7 @@ impl Problem {
             Problem::DoubleSoftmax { .. } => Code::DoubleSoftmax,
             Problem::IgnoredSetting { .. } => Code::IgnoredSetting,
             Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
+            Problem::DropoutSharedGenerator { .. } => Code::DropoutSharedGenerator,
             Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,

@@ -244,6 +244,18 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .label("ignored")
         .with(parallel, "every replica holds the whole model")
         .help("remove the placement, or use `parallel model` or `pipeline`"),
+        Problem::DropoutSharedGenerator {
+            span,
+            parallel,
+            device,
+            replicas,
+        } => new(
+            span,
+            format!("dropout on {replicas} replicas that share `{device}` is not reproducible"),
+        )
+        .label("its masks come from one generator, in whatever order the replicas' threads run")
+        .with(parallel, "replicas share a device here")
+        .help("give each replica its own device, or accept that runs with the same seed differ"),
         _ => unreachable!("only strategy and warning problems are worded here"),
     }
 }

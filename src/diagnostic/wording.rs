@@ -237,7 +237,8 @@ impl Problem {
             | Problem::ModelParallelOneDevice { .. }
             | Problem::DoubleSoftmax { .. }
             | Problem::IgnoredSetting { .. }
-            | Problem::PlacementIgnored { .. }) => super::strategy::words(p),
+            | Problem::PlacementIgnored { .. }
+            | Problem::DropoutSharedGenerator { .. }) => super::strategy::words(p),
             p @ (Problem::DeviceUnavailable { .. }
             | Problem::DataMissing { .. }
             | Problem::DataInvalid { .. }
