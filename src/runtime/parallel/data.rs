@@ -2,13 +2,19 @@
 //! slice of every micro-batch, forward and backward on all replicas at once (a thread per
 //! replica), the replicas' gradients summed onto the model the loop trains, one optimizer step.
 //!
-//! Replica 0 is the model the loop trains (on the first listed device): it holds the optimizer's
-//! state and is what evaluation and checkpoints see, so it costs no extra memory. Before every
-//! step the other replicas copy its weights and buffers, so they agree with it after
-//! initialisation, `--init`, a resume and every update. Each replica's loss is weighted by its
-//! slice's share of the batch, so the summed gradient is that of the batch's mean loss.
-//! Batch-norm layers normalise each slice with its own statistics; the running statistics kept
-//! are replica 0's (those of its slices), as `nn.DataParallel` keeps the primary module's.
+//! Replica 0 is the model the loop trains (on the first listed device), run on the loop's own
+//! thread: it holds the optimizer's state and is what evaluation and checkpoints see, so it costs
+//! no extra memory. Every other replica lives for the whole run on a thread of its own, which
+//! owns it (a thread that lived for one step only would take libtorch's intra-op thread pool,
+//! which belongs to the thread that uses it, down with it). Before every step those replicas
+//! copy replica 0's weights and buffers, so they agree with it after initialisation, `--init`, a
+//! resume and every update. Each replica's loss is weighted by its slice's share of the batch, so
+//! the summed gradient is that of the batch's mean loss. Batch-norm layers normalise each slice
+//! with its own statistics; the running statistics kept are replica 0's (those of its slices), as
+//! `nn.DataParallel` keeps the primary module's.
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::thread::JoinHandle;
 
 use tch::{Device, Tensor};
 
@@ -29,50 +35,95 @@ pub fn devices(listed: &[kiln::ir::Device], over: Option<Device>) -> Vec<Device>
 
 /// Replicas of the model on their devices, the gradients of each batch summed onto replica 0.
 pub struct DataParallel {
-    /// Replicas 1 to N-1, each built on its device; replica 0 is the model the loop trains.
-    replicas: Vec<Net>,
+    /// Replicas 1 to N-1, each on its own thread; replica 0 is the model the loop trains.
+    workers: Vec<Worker>,
+}
+
+/// What a replica's thread is asked to do.
+enum Job {
+    /// Copy these weights and buffers (replica 0's, in the model's order) and zero the
+    /// gradients.
+    Sync(Vec<Tensor>, Vec<Tensor>),
+    /// Forward and backward of a slice, its loss multiplied by the factor.
+    Slice(Tensor, Tensor, f64),
+}
+
+/// A replica on its own thread.
+struct Worker {
+    jobs: Option<Sender<(Job, Span)>>,
+    done: Receiver<Result<Pass, Diagnostic>>,
+    /// The replica's parameters (shallow clones), whose gradients are read once it has answered.
+    params: Vec<Tensor>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl DataParallel {
     /// Builds a replica of `exp`'s model on each of `devices` after the first (the first is
-    /// the model's own device).
+    /// the model's own device), each on a thread of its own.
     pub fn new(exp: &Experiment, devices: &[Device]) -> Result<DataParallel, Diagnostic> {
-        let replicas = devices
-            .iter()
-            .skip(1)
-            .map(|d| model::build(&exp.model.nodes, exp.train.precision, Some(*d)))
-            .collect::<Result<_, _>>()?;
-        Ok(DataParallel { replicas })
+        let mut workers = Vec::new();
+        for d in devices.iter().skip(1) {
+            let net = model::build(&exp.model.nodes, exp.train.precision, Some(*d))?;
+            let params = net
+                .params
+                .iter()
+                .map(|p| p.tensor.shallow_clone())
+                .collect();
+            let objective = Objective::new(exp);
+            let (jobs, inbox) = channel();
+            let (outbox, done) = channel();
+            let thread = std::thread::spawn(move || {
+                if let Device::Cuda(i) = net.input_device() {
+                    // Makes the device's context current on this thread, as cuBLAS expects.
+                    tch::Cuda::synchronize(i as i64);
+                }
+                serve(&net, &objective, &inbox, &outbox)
+            });
+            workers.push(Worker {
+                jobs: Some(jobs),
+                done,
+                params,
+                thread: Some(thread),
+            });
+        }
+        Ok(DataParallel { workers })
     }
 
-    /// Copies the weights and buffers of `primary` into every replica and zeroes their
-    /// gradients.
-    fn sync(&mut self, primary: &dyn Model, span: Span) -> Result<(), Diagnostic> {
-        let params = primary.params();
-        let buffers = primary.buffers();
-        tch::no_grad(|| {
-            for r in &self.replicas {
-                for (dst, (_, src)) in r.params.iter().zip(&params) {
-                    dst.tensor.shallow_clone().f_copy_(src).at(span)?;
-                    let mut g = dst.tensor.grad();
-                    if g.defined() {
-                        g.f_zero_().done_at(span)?;
-                    }
-                }
-                for (dst, (_, src)) in r.buffers.iter().zip(&buffers) {
-                    dst.tensor.shallow_clone().f_copy_(src).at(span)?;
-                }
+    /// Hands every worker a job and waits for all of them after `here` (replica 0's share)
+    /// ran on this thread; the results come in replica order, replica 0's first.
+    fn all(
+        &self,
+        jobs: impl Iterator<Item = Job>,
+        span: Span,
+        here: impl FnOnce() -> Result<Pass, Diagnostic>,
+    ) -> Result<Vec<Pass>, Diagnostic> {
+        let gone = || torch_failure("a data-parallel replica's thread ended", span).diagnostic();
+        for (w, job) in self.workers.iter().zip(jobs) {
+            let sent = w.jobs.as_ref().map(|j| j.send((job, span)));
+            if !matches!(sent, Some(Ok(()))) {
+                return Err(gone());
             }
-            Ok(())
-        })
+        }
+        let first = here();
+        let mut out = Vec::with_capacity(self.workers.len() + 1);
+        let rest: Vec<_> = self
+            .workers
+            .iter()
+            .map(|w| w.done.recv().map_err(|_| gone()).and_then(|r| r))
+            .collect();
+        out.push(first?);
+        for r in rest {
+            out.push(r?);
+        }
+        Ok(out)
     }
 
     /// Adds every replica's gradients to those of `primary`.
     fn reduce(&self, primary: &dyn Model, span: Span) -> Result<(), Diagnostic> {
         for (j, (_, p)) in primary.params().into_iter().enumerate() {
             let mut total = p.grad();
-            for r in &self.replicas {
-                let g = r.params[j].tensor.grad();
+            for w in &self.workers {
+                let g = w.params[j].grad();
                 if !g.defined() {
                     continue;
                 }
@@ -96,6 +147,18 @@ impl DataParallel {
     }
 }
 
+impl Drop for DataParallel {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            // Closing the channel ends the thread's loop.
+            w.jobs = None;
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
 impl Backprop for DataParallel {
     fn backprop(
         &mut self,
@@ -104,10 +167,16 @@ impl Backprop for DataParallel {
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
         let span = batch.span;
-        self.sync(model, span)?;
+        let handles = |v: Vec<(&str, &Tensor)>| -> Vec<Tensor> {
+            v.into_iter().map(|(_, t)| t.shallow_clone()).collect()
+        };
+        let sync = (0..self.workers.len())
+            .map(|_| Job::Sync(handles(model.params()), handles(model.buffers())));
+        self.all(sync, span, || Ok(Pass::default()))?;
         let n = batch.x.size().first().copied().unwrap_or(1);
-        let (parts, scale) = (1 + self.replicas.len() as i64, batch.scale);
-        let replicas = &mut self.replicas;
+        let parts = 1 + self.workers.len() as i64;
+        let factor =
+            |x: &Tensor| x.size().first().copied().unwrap_or(0) as f64 / n as f64 * batch.scale;
         let pass = micro_batches(batch, |xm, ym, _, pass| {
             let xs = xm.f_tensor_split(parts, 0).at(span)?;
             let ys = ym.f_tensor_split(parts, 0).at(span)?;
@@ -115,31 +184,12 @@ impl Backprop for DataParallel {
             let Some((x0, y0)) = slices.next() else {
                 return Ok(());
             };
-            let weight = |x: &Tensor| x.size().first().copied().unwrap_or(0) as f64 / n as f64;
-            let results = std::thread::scope(|s| {
-                let handles: Vec<_> = replicas
-                    .iter_mut()
-                    .zip(slices)
-                    .map(|(net, (x, y))| {
-                        s.spawn(move || {
-                            let device = net.input_device();
-                            let x = x.f_to_device(device).at(span)?;
-                            let w = weight(&x);
-                            slice(&*net, objective, &x, &y, w * scale, span)
-                        })
-                    })
-                    .collect();
-                let first = slice(model, objective, &x0, &y0, weight(&x0) * scale, span);
-                std::iter::once(first)
-                    .chain(handles.into_iter().map(|h| {
-                        h.join().unwrap_or_else(|_| {
-                            Err(torch_failure("a replica's thread panicked", span).diagnostic())
-                        })
-                    }))
-                    .collect::<Vec<_>>()
+            let jobs = slices.map(|(x, y)| {
+                let f = factor(&x);
+                Job::Slice(x, y, f)
             });
-            for r in results {
-                let r = r?;
+            let f0 = factor(&x0);
+            for r in self.all(jobs, span, || slice(model, objective, &x0, &y0, f0, span))? {
                 pass.loss_sum += r.loss_sum;
                 pass.correct += r.correct;
                 if pass.nonfinite.is_none() {
@@ -153,6 +203,46 @@ impl Backprop for DataParallel {
         }
         Ok(pass)
     }
+}
+
+/// A replica's thread: runs each job on `net` and answers it, until the jobs' channel closes.
+fn serve(
+    net: &Net,
+    objective: &Objective,
+    inbox: &Receiver<(Job, Span)>,
+    outbox: &Sender<Result<Pass, Diagnostic>>,
+) {
+    while let Ok((job, span)) = inbox.recv() {
+        let answer = match job {
+            Job::Sync(params, buffers) => {
+                sync(net, &params, &buffers, span).map(|()| Pass::default())
+            }
+            Job::Slice(x, y, factor) => x
+                .f_to_device(net.input_device())
+                .at(span)
+                .and_then(|x| slice(net, objective, &x, &y, factor, span)),
+        };
+        if outbox.send(answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// Copies replica 0's weights and buffers into `net` and zeroes its gradients.
+fn sync(net: &Net, params: &[Tensor], buffers: &[Tensor], span: Span) -> Result<(), Diagnostic> {
+    tch::no_grad(|| {
+        for (dst, src) in net.params.iter().zip(params) {
+            dst.tensor.shallow_clone().f_copy_(src).at(span)?;
+            let mut g = dst.tensor.grad();
+            if g.defined() {
+                g.f_zero_().done_at(span)?;
+            }
+        }
+        for (dst, src) in net.buffers.iter().zip(buffers) {
+            dst.tensor.shallow_clone().f_copy_(src).at(span)?;
+        }
+        Ok(())
+    })
 }
 
 /// Forward, loss and backward of one replica's slice `(x, y)`, the loss multiplied by `factor`
