@@ -37,6 +37,8 @@ pub fn devices(listed: &[kiln::ir::Device], over: Option<Device>) -> Vec<Device>
 pub struct DataParallel {
     /// Replicas 1 to N-1, each on its own thread; replica 0 is the model the loop trains.
     workers: Vec<Worker>,
+    /// libtorch's intra-op thread count before the CPU replicas split it, restored at the end.
+    threads: Option<i32>,
 }
 
 /// What a replica's thread is asked to do.
@@ -60,7 +62,15 @@ struct Worker {
 impl DataParallel {
     /// Builds a replica of `exp`'s model on each of `devices` after the first (the first is
     /// the model's own device), each on a thread of its own.
+    /// Replicas on the CPU split libtorch's intra-op threads between them (each thread's
+    /// OpenMP team would otherwise take every core, and the teams would fight over them).
     pub fn new(exp: &Experiment, devices: &[Device]) -> Result<DataParallel, Diagnostic> {
+        let on_cpu = devices.iter().filter(|d| **d == Device::Cpu).count() as i32;
+        let total = tch::get_num_threads();
+        let share = (on_cpu > 1).then(|| (total / on_cpu).max(1));
+        if let Some(k) = share {
+            tch::set_num_threads(k);
+        }
         let mut workers = Vec::new();
         for d in devices.iter().skip(1) {
             let net = model::build(&exp.model.nodes, exp.train.precision, Some(*d))?;
@@ -73,11 +83,20 @@ impl DataParallel {
             let (jobs, inbox) = channel();
             let (outbox, done) = channel();
             let thread = std::thread::spawn(move || {
-                if let Device::Cuda(i) = net.input_device() {
+                match net.input_device() {
                     // Makes the device's context current on this thread, as cuBLAS expects.
-                    tch::Cuda::synchronize(i as i64);
+                    Device::Cuda(i) => tch::Cuda::synchronize(i as i64),
+                    // This thread's OpenMP team: its share of the intra-op threads.
+                    Device::Cpu => {
+                        if let Some(k) = share {
+                            tch::set_num_threads(k);
+                        }
+                    }
+                    _ => {}
                 }
-                serve(&net, &objective, &inbox, &outbox)
+                if outbox.send(Ok(Pass::default())).is_ok() {
+                    serve(&net, &objective, &inbox, &outbox);
+                }
             });
             workers.push(Worker {
                 jobs: Some(jobs),
@@ -86,7 +105,14 @@ impl DataParallel {
                 thread: Some(thread),
             });
         }
-        Ok(DataParallel { workers })
+        let strategy = DataParallel {
+            workers,
+            threads: share.map(|_| total),
+        };
+        // Each thread says it is ready, so none changes libtorch's settings once training runs.
+        let span = exp.optimizer.span;
+        strategy.all(std::iter::empty(), span, || Ok(Pass::default()))?;
+        Ok(strategy)
     }
 
     /// Hands every worker a job and waits for all of them after `here` (replica 0's share)
@@ -155,6 +181,9 @@ impl Drop for DataParallel {
             if let Some(t) = w.thread.take() {
                 let _ = t.join();
             }
+        }
+        if let Some(total) = self.threads {
+            tch::set_num_threads(total);
         }
     }
 }
