@@ -245,3 +245,29 @@ fn kiln_plan_adds_up_replicas_on_one_device() {
         "{t}"
     );
 }
+
+#[test]
+fn device_flag_puts_every_replica_on_one_device() {
+    // The source article's four GPUs become four CPU replicas with `--device cpu`.
+    let dir = scratch("dp-device-flag");
+    let run_dir = dir.join("run");
+    let o = run(&[
+        "run",
+        "experiments/article_data_parallel.exp",
+        "--device",
+        "cpu",
+        "--max-steps",
+        "3",
+        "--run-dir",
+        s(&run_dir),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(!t.contains("not applied"), "{t}");
+    let r = report(&run_dir);
+    assert_eq!(r["steps"].as_u64(), Some(3), "{t}");
+    assert_eq!(
+        r["devices"],
+        serde_yaml::from_str::<serde_yaml::Value>("[cpu]").expect("YAML")
+    );
+}

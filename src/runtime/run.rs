@@ -509,7 +509,7 @@ fn run_trial(
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
     let ran = super::summary::Ran {
-        devices: net.devices(),
+        devices: super::parallel::devices(exp, &net, over),
         wall: before + started.elapsed().as_secs_f64(),
         notes: &notes,
         history: &history,

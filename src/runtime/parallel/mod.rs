@@ -18,6 +18,22 @@ pub fn model_device(exp: &Experiment, over: Option<tch::Device>) -> Option<tch::
     }
 }
 
+/// The devices the model runs on, in order of first use: under data parallel, the replicas'.
+pub fn devices(exp: &Experiment, net: &Net, over: Option<tch::Device>) -> Vec<tch::Device> {
+    match &exp.parallel {
+        Parallel::Data { devices, .. } => {
+            let mut out = Vec::new();
+            for d in data::devices(devices, over) {
+                if !out.contains(&d) {
+                    out.push(d);
+                }
+            }
+            out
+        }
+        _ => net.devices(),
+    }
+}
+
 /// The strategy of `exp` for the lowered model `net`; `over` is `--device`, which puts every
 /// data-parallel replica on that device.
 pub fn backprop(
