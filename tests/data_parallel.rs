@@ -271,3 +271,41 @@ fn device_flag_puts_every_replica_on_one_device() {
         serde_yaml::from_str::<serde_yaml::Value>("[cpu]").expect("YAML")
     );
 }
+
+#[test]
+fn a_non_finite_loss_on_the_replicas_stops_at_the_same_step_as_one_device() {
+    // Plain SGD on a regression with a learning rate far too large diverges geometrically; one
+    // device reaches an infinite loss at step 12 (tests/run.rs), and so do two replicas.
+    let dir = scratch("dp-nan");
+    let exp = write(
+        &dir,
+        "nan.exp",
+        r#"experiment "nan" {
+  data {
+    source synthetic(inputs: normal([16]), targets: normal([4]), count: 512)
+    batch 32
+    shuffle false
+  }
+  model {
+    input [16]
+    fc: linear(4)
+  }
+  device cpu
+  parallel data(replicas: 2)
+  optimizer sgd(lr: 100)
+  train {
+    steps 20
+    loss mse
+    checkpoint(every: 1 steps)
+  }
+}
+"#,
+    );
+    let run_dir = dir.join("run");
+    let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&run_dir)]);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("K0504(non-finite-loss)"), "{t}");
+    assert!(t.contains("the loss became infinite at step 12"), "{t}");
+    assert_eq!(checkpoint_intact(&run_dir).0, 11);
+}
