@@ -62,6 +62,7 @@ struct Worker {
 impl DataParallel {
     /// Builds a replica of `exp`'s model on each of `devices` after the first (the first is
     /// the model's own device), each on a thread of its own.
+    ///
     /// Replicas on the CPU split libtorch's intra-op threads between them (each thread's
     /// OpenMP team would otherwise take every core, and the teams would fight over them).
     pub fn new(exp: &Experiment, devices: &[Device]) -> Result<DataParallel, Diagnostic> {
@@ -71,7 +72,12 @@ impl DataParallel {
         if let Some(k) = share {
             tch::set_num_threads(k);
         }
-        let mut workers = Vec::new();
+        // Built first, so that a replica that fails to build restores the thread count and
+        // ends the threads already started.
+        let mut strategy = DataParallel {
+            workers: Vec::new(),
+            threads: share.map(|_| total),
+        };
         for d in devices.iter().skip(1) {
             let net = model::build(&exp.model.nodes, exp.train.precision, Some(*d))?;
             let params = net
@@ -98,17 +104,13 @@ impl DataParallel {
                     serve(&net, &objective, &inbox, &outbox);
                 }
             });
-            workers.push(Worker {
+            strategy.workers.push(Worker {
                 jobs: Some(jobs),
                 done,
                 params,
                 thread: Some(thread),
             });
         }
-        let strategy = DataParallel {
-            workers,
-            threads: share.map(|_| total),
-        };
         // Each thread says it is ready, so none changes libtorch's settings once training runs.
         let span = exp.optimizer.span;
         strategy.all(std::iter::empty(), span, || Ok(Pass::default()))?;
@@ -144,28 +146,22 @@ impl DataParallel {
         Ok(out)
     }
 
-    /// Adds every replica's gradients to those of `primary`.
+    /// Adds every replica's gradients to those of `primary`. Replica 0 always has the largest
+    /// slice, so a parameter without a gradient there (one the model does not use) has none on
+    /// any replica.
     fn reduce(&self, primary: &dyn Model, span: Span) -> Result<(), Diagnostic> {
         for (j, (_, p)) in primary.params().into_iter().enumerate() {
             let mut total = p.grad();
+            if !total.defined() {
+                continue;
+            }
             for w in &self.workers {
-                let g = w.params[j].grad();
-                if !g.defined() {
+                let Some(g) = w.params.get(j).map(Tensor::grad) else {
                     continue;
-                }
-                let g = g.f_to_device(p.device()).at(span)?;
-                if total.defined() {
+                };
+                if g.defined() {
+                    let g = g.f_to_device(p.device()).at(span)?;
                     let _ = total.f_add_(&g).at(span)?;
-                } else {
-                    // A parameter without a gradient on replica 0 gets this one through
-                    // autograd: the gradient of sum(p * g) with respect to p is g.
-                    p.f_mul(&g)
-                        .at(span)?
-                        .f_sum(p.kind())
-                        .at(span)?
-                        .f_backward()
-                        .at(span)?;
-                    total = p.grad();
                 }
             }
         }
