@@ -309,3 +309,63 @@ fn a_non_finite_loss_on_the_replicas_stops_at_the_same_step_as_one_device() {
     assert!(t.contains("the loss became infinite at step 12"), "{t}");
     assert_eq!(checkpoint_intact(&run_dir).0, 11);
 }
+
+#[test]
+fn batch_norm_keeps_replica_zeros_running_statistics() {
+    // One step over two replicas, batch 8: replica 0 normalises the first 4 samples, and the
+    // running statistics kept are those. A one-device run with batch 4 sees the same 4 samples
+    // (the epoch's order does not depend on the batch) with the same initial weights.
+    let dir = scratch("dp-batchnorm");
+    let source = |batch: u32, strategy: &str| {
+        format!(
+            r#"experiment "bn" {{
+  seed 11
+  data {{
+    source synthetic(inputs: normal([6]), targets: randint(3), count: 64)
+    batch {batch}
+  }}
+  model {{
+    input [6]
+    fc1: linear(5)
+    bn: batchnorm1d
+    fc2: linear(3)
+  }}
+  device cpu
+  {strategy}
+  optimizer sgd(lr: 0.1)
+  train {{
+    steps 1
+    loss cross_entropy
+    checkpoint(every: 1 steps, keep: 1)
+  }}
+}}
+"#
+        )
+    };
+    let mut stats = Vec::new();
+    for (name, batch, strategy) in [
+        ("two", 8, "parallel data(replicas: 2)"),
+        ("half", 4, "parallel none"),
+        ("whole", 8, "parallel none"),
+    ] {
+        let exp = write(&dir, &format!("{name}.exp"), &source(batch, strategy));
+        let run_dir = dir.join(name);
+        let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&run_dir)]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let t = tensors(&run_dir);
+        let mean = t
+            .iter()
+            .find(|(k, _)| k.ends_with("bn.running_mean"))
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("{name}: no running mean in {:?}", t.keys()));
+        stats.push(mean);
+    }
+    let differ = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    assert!(differ(&stats[0], &stats[1]) < 1e-6, "{stats:?}");
+    assert!(differ(&stats[0], &stats[2]) > 1e-4, "{stats:?}");
+}

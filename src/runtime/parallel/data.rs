@@ -68,7 +68,11 @@ impl DataParallel {
     pub fn new(exp: &Experiment, devices: &[Device]) -> Result<DataParallel, Diagnostic> {
         let on_cpu = devices.iter().filter(|d| **d == Device::Cpu).count() as i32;
         let total = tch::get_num_threads();
-        let share = (on_cpu > 1).then(|| (total / on_cpu).max(1));
+        // Only while replica 0 is on the CPU: then no loader thread runs libtorch's CPU
+        // operations beside the replicas' (a thread whose OpenMP team is larger than the count
+        // libtorch was told would overrun its per-thread buffers).
+        let share =
+            (on_cpu > 1 && devices.first() == Some(&Device::Cpu)).then(|| (total / on_cpu).max(1));
         if let Some(k) = share {
             tch::set_num_threads(k);
         }
@@ -89,16 +93,14 @@ impl DataParallel {
             let (jobs, inbox) = channel();
             let (outbox, done) = channel();
             let thread = std::thread::spawn(move || {
-                match net.input_device() {
-                    // Makes the device's context current on this thread, as cuBLAS expects.
-                    Device::Cuda(i) => tch::Cuda::synchronize(i as i64),
-                    // This thread's OpenMP team: its share of the intra-op threads.
-                    Device::Cpu => {
-                        if let Some(k) = share {
-                            tch::set_num_threads(k);
-                        }
-                    }
-                    _ => {}
+                // Makes the device's context current on this thread, as cuBLAS expects.
+                if let Device::Cuda(i) = net.input_device() {
+                    tch::Cuda::synchronize(i as i64);
+                }
+                // This thread's OpenMP team: its share of the intra-op threads (on every
+                // replica's thread, so that no team is larger than the count libtorch knows).
+                if let Some(k) = share {
+                    tch::set_num_threads(k);
                 }
                 if outbox.send(Ok(Pass::default())).is_ok() {
                     serve(&net, &objective, &inbox, &outbox);
