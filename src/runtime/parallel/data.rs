@@ -41,13 +41,14 @@ pub struct DataParallel {
     threads: Option<i32>,
 }
 
-/// What a replica's thread is asked to do.
-enum Job {
-    /// Copy these weights and buffers (replica 0's, in the model's order) and zero the
-    /// gradients.
-    Sync(Vec<Tensor>, Vec<Tensor>),
-    /// Forward and backward of a slice, its loss multiplied by the factor.
-    Slice(Tensor, Tensor, f64),
+/// What a replica's thread is asked to do: forward and backward of the slice `(x, y)`, its loss
+/// multiplied by `factor`; on a step's first micro-batch, after copying replica 0's weights (in
+/// the model's order) and zeroing the gradients.
+struct Job {
+    weights: Option<Vec<Tensor>>,
+    x: Tensor,
+    y: Tensor,
+    factor: f64,
 }
 
 /// A replica on its own thread.
@@ -56,6 +57,8 @@ struct Worker {
     done: Receiver<Result<Pass, Diagnostic>>,
     /// The replica's parameters (shallow clones), whose gradients are read once it has answered.
     params: Vec<Tensor>,
+    /// The replica's buffers (shallow clones), written while it waits for a job.
+    buffers: Vec<Tensor>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -89,6 +92,11 @@ impl DataParallel {
                 .iter()
                 .map(|p| p.tensor.shallow_clone())
                 .collect();
+            let buffers = net
+                .buffers
+                .iter()
+                .map(|b| b.tensor.shallow_clone())
+                .collect();
             let objective = Objective::new(exp);
             let (jobs, inbox) = channel();
             let (outbox, done) = channel();
@@ -110,36 +118,39 @@ impl DataParallel {
                 jobs: Some(jobs),
                 done,
                 params,
+                buffers,
                 thread: Some(thread),
             });
         }
         // Each thread says it is ready, so none changes libtorch's settings once training runs.
-        let span = exp.optimizer.span;
-        strategy.all(std::iter::empty(), span, || Ok(Pass::default()))?;
+        let gone = gone(exp.optimizer.span);
+        for w in &strategy.workers {
+            w.done.recv().map_err(|_| gone.clone())??;
+        }
         Ok(strategy)
     }
 
-    /// Hands every worker a job and waits for all of them after `here` (replica 0's share)
-    /// ran on this thread; the results come in replica order, replica 0's first.
+    /// Hands each worker its job and waits for those that got one after `here` (replica 0's
+    /// share) ran on this thread; the results come in replica order, replica 0's first.
     fn all(
         &self,
         jobs: impl Iterator<Item = Job>,
         span: Span,
         here: impl FnOnce() -> Result<Pass, Diagnostic>,
     ) -> Result<Vec<Pass>, Diagnostic> {
-        let gone = || torch_failure("a data-parallel replica's thread ended", span).diagnostic();
+        let mut given = 0;
         for (w, job) in self.workers.iter().zip(jobs) {
             let sent = w.jobs.as_ref().map(|j| j.send((job, span)));
             if !matches!(sent, Some(Ok(()))) {
-                return Err(gone());
+                return Err(gone(span));
             }
+            given += 1;
         }
         let first = here();
-        let mut out = Vec::with_capacity(self.workers.len() + 1);
-        let rest: Vec<_> = self
-            .workers
+        let mut out = Vec::with_capacity(given + 1);
+        let rest: Vec<_> = self.workers[..given]
             .iter()
-            .map(|w| w.done.recv().map_err(|_| gone()).and_then(|r| r))
+            .map(|w| w.done.recv().map_err(|_| gone(span)).and_then(|r| r))
             .collect();
         out.push(first?);
         for r in rest {
@@ -197,9 +208,18 @@ impl Backprop for DataParallel {
         let handles = |v: Vec<(&str, &Tensor)>| -> Vec<Tensor> {
             v.into_iter().map(|(_, t)| t.shallow_clone()).collect()
         };
-        let sync = (0..self.workers.len())
-            .map(|_| Job::Sync(handles(model.params()), handles(model.buffers())));
-        self.all(sync, span, || Ok(Pass::default()))?;
+        // Buffers are copied here, while the replicas wait: replica 0's forward pass updates
+        // its batch-norm statistics in place while the replicas copy its weights.
+        let buffers = model.buffers();
+        tch::no_grad(|| {
+            for w in &self.workers {
+                for (dst, (_, src)) in w.buffers.iter().zip(&buffers) {
+                    dst.shallow_clone().f_copy_(src).at(span)?;
+                }
+            }
+            Ok::<(), Diagnostic>(())
+        })?;
+        let mut first = true;
         let n = batch.x.size().first().copied().unwrap_or(1);
         let parts = 1 + self.workers.len() as i64;
         let factor =
@@ -211,9 +231,12 @@ impl Backprop for DataParallel {
             let Some((x0, y0)) = slices.next() else {
                 return Ok(());
             };
-            let jobs = slices.map(|(x, y)| {
-                let f = factor(&x);
-                Job::Slice(x, y, f)
+            let sync = std::mem::take(&mut first);
+            let jobs = slices.map(|(x, y)| Job {
+                weights: sync.then(|| handles(model.params())),
+                factor: factor(&x),
+                x,
+                y,
             });
             let f0 = factor(&x0);
             for r in self.all(jobs, span, || slice(model, objective, &x0, &y0, f0, span))? {
@@ -232,6 +255,11 @@ impl Backprop for DataParallel {
     }
 }
 
+/// The failure of a replica's thread that ended (it panicked).
+fn gone(span: Span) -> Diagnostic {
+    torch_failure("a data-parallel replica's thread ended", span).diagnostic()
+}
+
 /// A replica's thread: runs each job on `net` and answers it, until the jobs' channel closes.
 fn serve(
     net: &Net,
@@ -240,33 +268,28 @@ fn serve(
     outbox: &Sender<Result<Pass, Diagnostic>>,
 ) {
     while let Ok((job, span)) = inbox.recv() {
-        let answer = match job {
-            Job::Sync(params, buffers) => {
-                sync(net, &params, &buffers, span).map(|()| Pass::default())
-            }
-            Job::Slice(x, y, factor) => x
-                .f_to_device(net.input_device())
-                .at(span)
-                .and_then(|x| slice(net, objective, &x, &y, factor, span)),
+        let synced = match &job.weights {
+            Some(weights) => sync(net, weights, span),
+            None => Ok(()),
         };
+        let answer = synced
+            .and_then(|()| job.x.f_to_device(net.input_device()).at(span))
+            .and_then(|x| slice(net, objective, &x, &job.y, job.factor, span));
         if outbox.send(answer).is_err() {
             return;
         }
     }
 }
 
-/// Copies replica 0's weights and buffers into `net` and zeroes its gradients.
-fn sync(net: &Net, params: &[Tensor], buffers: &[Tensor], span: Span) -> Result<(), Diagnostic> {
+/// Copies replica 0's weights into `net` and zeroes its gradients.
+fn sync(net: &Net, weights: &[Tensor], span: Span) -> Result<(), Diagnostic> {
     tch::no_grad(|| {
-        for (dst, src) in net.params.iter().zip(params) {
+        for (dst, src) in net.params.iter().zip(weights) {
             dst.tensor.shallow_clone().f_copy_(src).at(span)?;
             let mut g = dst.tensor.grad();
             if g.defined() {
                 g.f_zero_().done_at(span)?;
             }
-        }
-        for (dst, src) in net.buffers.iter().zip(buffers) {
-            dst.tensor.shallow_clone().f_copy_(src).at(span)?;
         }
         Ok(())
     })
