@@ -6,8 +6,9 @@
 //! thread: it holds the optimizer's state and is what evaluation and checkpoints see, so it costs
 //! no extra memory. Every other replica lives for the whole run on a thread of its own, which
 //! owns it (a thread that lived for one step only would take libtorch's intra-op thread pool,
-//! which belongs to the thread that uses it, down with it). Before every step those replicas
-//! copy replica 0's weights and buffers, so they agree with it after initialisation, `--init`, a
+//! which belongs to the thread that uses it, down with it). At every step those replicas copy
+//! replica 0's weights (on their own threads, before their first slice) and buffers (from the
+//! loop's thread, while they wait), so they agree with it after initialisation, `--init`, a
 //! resume and every update. Each replica's loss is weighted by its slice's share of the batch, so
 //! the summed gradient is that of the batch's mean loss. Batch-norm layers normalise each slice
 //! with its own statistics; the running statistics kept are replica 0's (those of its slices), as
