@@ -334,6 +334,18 @@ fn resolve_devices(
         }
         return Ok(Some(d));
     }
+    // Data parallel: the model lives on the replicas' devices, whatever the placement.
+    if let kiln::ir::Parallel::Data { devices, span } = &exp.parallel {
+        for d in devices {
+            check_device(tch_device(*d), *span, &d.to_string())?;
+        }
+        if exp.train.precision == Precision::Fp16
+            && devices.iter().any(|d| tch_device(*d) == tch::Device::Cpu)
+        {
+            return Err(fp16_on_cpu(exp));
+        }
+        return Ok(None);
+    }
     let layers = kiln::ir::layers(nodes);
     for l in &layers {
         let span = if l.device == exp.device {
@@ -415,7 +427,11 @@ fn run_trial(
         eprint(&format!("note: {n}\n"));
     }
     tch::manual_seed(exp.seed as i64);
-    let net = model::build(&nodes, exp.train.precision, over)?;
+    let net = model::build(
+        &nodes,
+        exp.train.precision,
+        super::parallel::model_device(exp, over),
+    )?;
     if let Some(path) = &opts.init {
         net.load(path, exp.optimizer.span)?;
     }
@@ -484,7 +500,7 @@ fn run_trial(
     let mut trainer = Trainer {
         exp,
         model: &net,
-        backprop: super::parallel::backprop(exp, &net)?,
+        backprop: super::parallel::backprop(exp, &net, over)?,
         splits,
         device,
         budget,
@@ -498,7 +514,7 @@ fn run_trial(
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
     let ran = super::summary::Ran {
-        devices: net.devices(),
+        devices: super::parallel::devices(exp, &net, over),
         wall: before + started.elapsed().as_secs_f64(),
         notes: &notes,
         history: &history,
@@ -581,14 +597,10 @@ fn not_applied(exp: &Experiment) -> Vec<String> {
     use kiln::ir::Parallel;
     let mut notes = Vec::new();
     match &exp.parallel {
-        Parallel::Data { devices } => notes.push(format!(
-            "`parallel data` over {} devices is not applied yet: the model trains on one device with the same global batch (the same gradients, without the speed-up)",
-            devices.len()
-        )),
         Parallel::Distributed { world_size, .. } => notes.push(format!(
             "`parallel ddp` over {world_size} processes is not applied yet: one process trains with the same global batch"
         )),
-        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } => {}
+        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } | Parallel::Data { .. } => {}
     }
     if !exp.compression.is_empty() {
         notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());
