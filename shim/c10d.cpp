@@ -195,7 +195,12 @@ int kiln_group_barrier(void* g) {
   return guarded([&] { static_cast<Group*>(g)->pg->barrier()->wait(); });
 }
 
-void kiln_group_free(void* g) { guarded([&] { delete static_cast<Group*>(g); }); }
+// Shuts the group's backends down (what `destroy_process_group` does; NCCL warns of leaked
+// resources otherwise), then frees it.
+void kiln_group_free(void* g) {
+  guarded([&] { static_cast<Group*>(g)->pg->shutdown(); });
+  guarded([&] { delete static_cast<Group*>(g); });
+}
 
 // PyTorch's Reducer over `params`, bucketed as DistributedDataParallel does (a 1 MiB first
 // bucket, then `cap_bytes`, in reverse order of the parameters). Checks first that every rank

@@ -59,6 +59,19 @@ fn every_example_passes_check_and_plan() {
     }
 }
 
+/// The benchmarks' experiments (CPU and GPU) stay valid as the language changes; the GPU ones are
+/// only run on a GPU machine, so checking them here is what keeps them runnable.
+#[test]
+fn every_benchmark_experiment_passes_check() {
+    let out = kiln(&["check", "bench"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "kiln check bench:\n{stdout}");
+    assert!(stdout.is_empty(), "no diagnostics expected, got:\n{stdout}");
+    assert!(stderr.contains(" 0 errors, 0 warnings"), "{stderr}");
+    assert!(!stderr.contains("checked 0 files"), "{stderr}");
+}
+
 #[test]
 fn plan_of_the_flagship() {
     let out = kiln(&["plan", "experiments/mnist_mlp.exp"]);

@@ -157,9 +157,9 @@ fn data_parallel_replicates_the_model_and_splits_the_batch() {
     assert_eq!(p.micro_batch, 256 / 4);
     assert_eq!(p.devices.len(), 4);
     for d in &p.devices {
+        // Plain SGD keeps no state, so every replica needs the same.
         assert_eq!(d.params, 7_850);
         assert_eq!(d.activation_bytes, (784 + 10) * 64 * 4);
-        // Plain SGD keeps no state.
         assert_eq!(d.optimizer_bytes, 0);
     }
 }
@@ -361,4 +361,63 @@ fn pipeline_memory_per_stage() {
             "{schedule}"
         );
     }
+}
+
+#[test]
+fn replicas_on_one_device_add_up() {
+    // Three replicas of a 12 -> 16 -> 3 model with Adam: 12*16 + 16 + 16*3 + 3 = 259
+    // parameters, 1,036 bytes of weights and as many of gradients on every replica; Adam's
+    // two moments (2,072 bytes) only on replica 0, which trains. Batch 24 over 3 replicas:
+    // slices of 8, activations (12 + 16 + 16 + 3) * 8 * 4 = 1,504 bytes per replica.
+    let text = r#"
+experiment "dp" {
+  data {
+    source synthetic(inputs: normal([12]), targets: randint(3), count: 96)
+    batch 24
+  }
+  model {
+    input [12]
+    fc1: linear(16)
+    tanh
+    fc2: linear(3)
+  }
+  device cuda
+  parallel data(devices: [cuda:0, cuda:0, cuda:2])
+  optimizer adam(lr: 1e-3)
+  train {
+    epochs 1
+    loss cross_entropy
+  }
+}
+"#;
+    let checked = kiln::check::check_text("dp.exp", text);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    let p = plan(&checked.trials[0]);
+    assert_eq!(p.micro_batch, 8);
+    let d: Vec<(Device, u64, u64, u64, u64, u64)> = p
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.device,
+                d.weight_bytes,
+                d.gradient_bytes,
+                d.optimizer_bytes,
+                d.activation_bytes,
+                d.total_bytes,
+            )
+        })
+        .collect();
+    assert_eq!(
+        d,
+        vec![
+            (Device::Cuda(0), 2_072, 2_072, 2_072, 3_008, 9_224),
+            (Device::Cuda(2), 1_036, 1_036, 0, 1_504, 3_576),
+        ]
+    );
+    let text = kiln::plan::to_text(&p);
+    assert!(
+        text.contains("data over 3 replicas [cuda:0, cuda:0, cuda:2]"),
+        "{text}"
+    );
 }

@@ -722,10 +722,11 @@ fn check_strategy(
         }
         _ => {}
     }
-    if let Parallel::Data { devices: dp } = &p.parallel {
+    if let Parallel::Data { devices: dp, .. } = &p.parallel {
         if dp.len() == 1 {
             cx.report(Problem::DataParallelOneDevice { span: p.span });
         }
+        shared_generator(cx, p, dp, &all);
     }
     if let Parallel::Distributed {
         backend: crate::ir::Backend::Nccl,
@@ -791,6 +792,31 @@ fn pipeline_batch_norm(cx: &mut Cx, p: &ParallelIn, nodes: &[Node], micro: u64) 
             layer: l.name.clone(),
             parallel: p.span,
             samples: micro / micro_batches.max(1),
+        });
+    }
+}
+
+/// K0408: dropout on data-parallel replicas that share a device, whose masks then come from
+/// one generator in thread order.
+fn shared_generator(cx: &mut Cx, p: &ParallelIn, replicas: &[Device], all: &[&crate::ir::Layer]) {
+    use crate::ir::LayerKind;
+    let shared = replicas.iter().find_map(|d| {
+        let n = replicas.iter().filter(|e| *e == d).count() as u64;
+        (n > 1).then_some((*d, n))
+    });
+    let dropout = all.iter().find(|l| match l.kind {
+        LayerKind::Dropout { p } => p > 0.0,
+        LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
+            dropout > 0.0
+        }
+        _ => false,
+    });
+    if let (Some((device, n)), Some(layer)) = (shared, dropout) {
+        cx.report(Problem::DropoutSharedGenerator {
+            span: layer.span,
+            parallel: p.dp_span.unwrap_or(p.span),
+            device,
+            replicas: n,
         });
     }
 }

@@ -754,18 +754,9 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                         cx.wrong_type(d, Expected::DeviceList);
                         return None;
                     };
+                    // A device listed twice holds two replicas (`[cuda:0, cuda:0]`).
                     let devices: Vec<Device> =
                         items.iter().map(|i| cx.device(i)).collect::<Option<_>>()?;
-                    for (i, d) in devices.iter().enumerate() {
-                        if let Some(j) = devices[..i].iter().position(|e| e == d) {
-                            cx.report(Problem::DuplicateSetting {
-                                span: items[i].span,
-                                first: items[j].span,
-                                name: d.to_string(),
-                            });
-                            return None;
-                        }
-                    }
                     if devices.is_empty() {
                         cx.report(Problem::OutOfRange {
                             span: d.span,
@@ -788,17 +779,18 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                         });
                         return None;
                     }
-                    match default {
-                        Device::Cpu => vec![Device::Cpu; n as usize],
-                        _ => (0..n as u32).map(Device::Cuda).collect(),
-                    }
+                    // Every replica on the experiment's device.
+                    vec![default; n as usize]
                 }
                 (None, None) => {
                     cx.missing("data", "devices", b.span);
                     return None;
                 }
             };
-            Parallel::Data { devices }
+            Parallel::Data {
+                devices,
+                span: out.dp_span.unwrap_or(stmt.span),
+            }
         }
         Strategy::Pipeline => {
             let stages = b

@@ -153,6 +153,8 @@ codes! {
     IgnoredSetting = "K0406", "ignored-setting", Warning, "A setting has no effect with the other settings chosen.";
     /// A placement on one device while the experiment runs data parallel.
     PlacementIgnored = "K0407", "placement-ignored", Warning, "Per-layer placement is ignored under data parallel strategies.";
+    /// Dropout on data-parallel replicas that share a device's random generator.
+    DropoutSharedGenerator = "K0408", "dropout-shared-generator", Warning, "Data-parallel replicas on one device draw dropout masks from its one generator in thread order: runs are not reproducible.";
     /// Batch norm in a pipeline normalises each micro-batch on its own.
     PipelineBatchNorm = "K0410", "pipeline-batch-norm", Warning, "Batch norm in a pipeline computes its statistics per micro-batch, not over the batch.";
 

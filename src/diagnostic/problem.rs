@@ -446,6 +446,17 @@ pub enum Problem {
         /// Samples per micro-batch.
         samples: u64,
     },
+    /// K0408: dropout on data-parallel replicas that share a device.
+    DropoutSharedGenerator {
+        /// The first dropout layer.
+        span: Span,
+        /// The `parallel` statement.
+        parallel: Span,
+        /// The shared device.
+        device: Device,
+        /// How many replicas share it.
+        replicas: u64,
+    },
     /// K0501.
     DeviceUnavailable {
         /// The device setting.
@@ -727,6 +738,7 @@ impl Problem {
             Problem::IgnoredSetting { .. } => Code::IgnoredSetting,
             Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
             Problem::PipelineBatchNorm { .. } => Code::PipelineBatchNorm,
+            Problem::DropoutSharedGenerator { .. } => Code::DropoutSharedGenerator,
             Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,

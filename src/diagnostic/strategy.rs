@@ -259,6 +259,18 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         ))
         .with(parallel, "the batch is cut into micro-batches here")
         .help("use `layernorm` or `groupnorm`, or fewer, larger micro-batches"),
+        Problem::DropoutSharedGenerator {
+            span,
+            parallel,
+            device,
+            replicas,
+        } => new(
+            span,
+            format!("dropout on {replicas} replicas that share `{device}` is not reproducible"),
+        )
+        .label("its masks come from one generator, in whatever order the replicas' threads run")
+        .with(parallel, "replicas share a device here")
+        .help("give each replica its own device, or accept that runs with the same seed differ"),
         _ => unreachable!("only strategy and warning problems are worded here"),
     }
 }

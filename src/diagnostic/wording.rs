@@ -238,6 +238,7 @@ impl Problem {
             | Problem::DoubleSoftmax { .. }
             | Problem::IgnoredSetting { .. }
             | Problem::PlacementIgnored { .. }
+            | Problem::DropoutSharedGenerator { .. }
             | Problem::PipelineBatchNorm { .. }) => super::strategy::words(p),
             p @ (Problem::DeviceUnavailable { .. }
             | Problem::DataMissing { .. }

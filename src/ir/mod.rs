@@ -381,10 +381,14 @@ pub struct Layer {
 pub enum Parallel {
     /// One device (or the placement, without model-parallel intent).
     None,
-    /// One replica per device, the batch split between them.
+    /// One replica per listed device (a device listed twice holds two), the batch split
+    /// between them.
     Data {
-        /// The replicas' devices.
+        /// The replicas' devices, replica 0 (which holds the optimizer) first.
         devices: Vec<Device>,
+        /// The devices list or replica count, where a missing device points.
+        #[serde(skip)]
+        span: Span,
     },
     /// Layers on the devices they are placed on.
     Model,
@@ -420,7 +424,7 @@ impl Parallel {
     /// How many replicas split the batch.
     pub fn data_parallel_size(&self) -> u64 {
         match self {
-            Parallel::Data { devices } => devices.len() as u64,
+            Parallel::Data { devices, .. } => devices.len() as u64,
             Parallel::Distributed { world_size, .. } => *world_size,
             _ => 1,
         }

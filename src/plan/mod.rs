@@ -211,10 +211,20 @@ pub fn plan(e: &Experiment) -> Plan {
     let mut layer_devices: Vec<Device> = all.iter().map(|l| l.device).collect();
     let mut stage_needs: Vec<StageNeed> = Vec::new();
     let devices = match &e.parallel {
-        Parallel::Data { devices } => devices
-            .iter()
-            .map(|d| need(*d, 1, params, full_acts))
-            .collect(),
+        Parallel::Data { devices, .. } => {
+            // Every replica holds the weights, their gradients and its slice's activations;
+            // only replica 0 holds the optimizer's state. Replicas on one device add up.
+            let mut out: Vec<DeviceNeed> = Vec::new();
+            for (i, d) in devices.iter().enumerate() {
+                let mut n = need(*d, 1, params, full_acts);
+                if i > 0 {
+                    n.total_bytes -= n.optimizer_bytes;
+                    n.optimizer_bytes = 0;
+                }
+                add_need(&mut out, n);
+            }
+            out
+        }
         Parallel::Distributed { world_size, .. } => {
             vec![need(e.device, *world_size, params, full_acts)]
         }
@@ -326,7 +336,7 @@ fn communication(
     let act = e.train.precision.activation_bytes();
     let mut out = Communication::default();
     match &e.parallel {
-        Parallel::Data { devices: d } if d.len() > 1 => {
+        Parallel::Data { devices: d, .. } if d.len() > 1 => {
             out.allreduce = Some(all_reduce(d.len() as u64, gradient_bytes));
         }
         Parallel::Distributed { world_size, .. } if *world_size > 1 => {
@@ -410,7 +420,7 @@ fn describe_parallel(p: &Parallel) -> String {
     match p {
         Parallel::None => "none".into(),
         Parallel::Model => "model (by placement)".into(),
-        Parallel::Data { devices } => {
+        Parallel::Data { devices, .. } => {
             let d: Vec<String> = devices.iter().map(Device::to_string).collect();
             format!("data over {} replicas [{}]", devices.len(), d.join(", "))
         }

@@ -376,6 +376,18 @@ fn resolve_devices(
         }
         return Ok(Some(d));
     }
+    // Data parallel: the model lives on the replicas' devices, whatever the placement.
+    if let kiln::ir::Parallel::Data { devices, span } = &exp.parallel {
+        for d in devices {
+            check_device(tch_device(*d), *span, &d.to_string())?;
+        }
+        if exp.train.precision == Precision::Fp16
+            && devices.iter().any(|d| tch_device(*d) == tch::Device::Cpu)
+        {
+            return Err(fp16_on_cpu(exp));
+        }
+        return Ok(None);
+    }
     let layers = kiln::ir::layers(nodes);
     for l in &layers {
         let span = if l.device == exp.device {
@@ -472,7 +484,11 @@ fn run_trial(
         eprint(&format!("note: {n}\n"));
     }
     tch::manual_seed(exp.seed as i64);
-    let net = model::build(&nodes, exp.train.precision, over)?;
+    let net = model::build(
+        &nodes,
+        exp.train.precision,
+        super::parallel::model_device(exp, over),
+    )?;
     if let Some(path) = &opts.init {
         net.load(path, exp.optimizer.span)?;
     }
@@ -561,7 +577,7 @@ fn run_trial(
             })?;
             (Box::new(strategy), stop)
         }
-        None => (super::parallel::backprop(exp, &net)?, cancel.clone()),
+        None => (super::parallel::backprop(exp, &net, over)?, cancel.clone()),
     };
     let mut run_out;
     let mut silent;
@@ -607,7 +623,7 @@ fn run_trial(
         return Ok((outcome, PathBuf::new()));
     };
     let ran = super::summary::Ran {
-        devices: net.devices(),
+        devices: super::parallel::devices(exp, &net, over),
         wall: before + started.elapsed().as_secs_f64(),
         notes: &notes,
         history: &history,
@@ -726,15 +742,7 @@ fn style() -> Style {
 /// What this version checks and plans but does not carry out yet, said plainly so that a run is
 /// never mistaken for one that did.
 fn not_applied(exp: &Experiment) -> Vec<String> {
-    use kiln::ir::Parallel;
     let mut notes = Vec::new();
-    match &exp.parallel {
-        Parallel::Data { devices } => notes.push(format!(
-            "`parallel data` over {} devices is not applied yet: the model trains on one device with the same global batch (the same gradients, without the speed-up)",
-            devices.len()
-        )),
-        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } | Parallel::Distributed { .. } => {}
-    }
     if !exp.compression.is_empty() {
         notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());
     }

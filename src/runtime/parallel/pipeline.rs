@@ -250,6 +250,10 @@ fn run_stage(
     span: Span,
     observe: &(dyn Fn(usize, Op) + Sync),
 ) -> Result<Pass, Diagnostic> {
+    // Makes the stage's device context current on this thread, as cuBLAS expects.
+    if let tch::Device::Cuda(i) = stage.input_device() {
+        tch::Cuda::synchronize(i as i64);
+    }
     // Per micro-batch in flight: the stage's input and its output (the scaled loss on the last).
     let mut held: HashMap<usize, (Tensor, Tensor)> = HashMap::new();
     let mut pass = Pass::default();
