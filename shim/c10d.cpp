@@ -61,17 +61,6 @@ struct Reducer {
 
 at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
 
-c10d::ReduceOp reduce_op(int op) {
-  switch (op) {
-    case 1:
-      return c10d::ReduceOp::MAX;
-    case 2:
-      return c10d::ReduceOp::MIN;
-    default:
-      return c10d::ReduceOp::SUM;
-  }
-}
-
 }  // namespace
 
 extern "C" {
@@ -173,12 +162,10 @@ void* kiln_group_new(void* s, int rank, int world, int backend, int device, cons
   return out;
 }
 
-int kiln_group_allreduce(void* g, void* t, int op) {
+int kiln_group_allreduce(void* g, void* t) {
   return guarded([&] {
     std::vector<at::Tensor> ts{tensor(t)};
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = reduce_op(op);
-    static_cast<Group*>(g)->pg->allreduce(ts, opts)->wait();
+    static_cast<Group*>(g)->pg->allreduce(ts)->wait();
   });
 }
 
@@ -189,10 +176,6 @@ int kiln_group_broadcast(void* g, void* t, int root) {
     opts.rootRank = root;
     static_cast<Group*>(g)->pg->broadcast(ts, opts)->wait();
   });
-}
-
-int kiln_group_barrier(void* g) {
-  return guarded([&] { static_cast<Group*>(g)->pg->barrier()->wait(); });
 }
 
 // Shuts the group's backends down (what `destroy_process_group` does; NCCL warns of leaked

@@ -2,7 +2,6 @@
 //! a process group (Gloo, or NCCL on CUDA) and PyTorch's Reducer, which all-reduces gradients
 //! in buckets while backward still runs. Every C++ failure comes back as a [`CommError`]
 //! carrying c10d's message; nothing here panics or aborts.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::Duration;
@@ -46,9 +45,8 @@ mod ffi {
             host: *const c_char,
             timeout_ms: i64,
         ) -> *mut c_void;
-        pub fn kiln_group_allreduce(g: *mut c_void, t: *mut c_void, op: c_int) -> c_int;
+        pub fn kiln_group_allreduce(g: *mut c_void, t: *mut c_void) -> c_int;
         pub fn kiln_group_broadcast(g: *mut c_void, t: *mut c_void, root: c_int) -> c_int;
-        pub fn kiln_group_barrier(g: *mut c_void) -> c_int;
         pub fn kiln_group_free(g: *mut c_void);
         pub fn kiln_reducer_new(
             g: *mut c_void,
@@ -100,17 +98,6 @@ fn millis(d: Duration) -> i64 {
 pub fn has_nccl() -> bool {
     // SAFETY: a pure query.
     unsafe { ffi::kiln_c10d_has_nccl() != 0 }
-}
-
-/// A reduction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReduceOp {
-    /// Elementwise sum.
-    Sum,
-    /// Elementwise maximum.
-    Max,
-    /// Elementwise minimum.
-    Min,
 }
 
 /// The collective backend of a process group.
@@ -252,15 +239,10 @@ impl Group {
         }
     }
 
-    /// Reduces `t` in place over every rank.
-    pub fn all_reduce(&self, t: &Tensor, op: ReduceOp) -> Result<(), CommError> {
-        let op = match op {
-            ReduceOp::Sum => 0,
-            ReduceOp::Max => 1,
-            ReduceOp::Min => 2,
-        };
+    /// Sums `t` in place over every rank.
+    pub fn all_reduce_sum(&self, t: &Tensor) -> Result<(), CommError> {
         // SAFETY: the group is live; tch's handle is an `at::Tensor*`, written in place.
-        status(unsafe { ffi::kiln_group_allreduce(self.0, t.as_ptr() as *mut c_void, op) })
+        status(unsafe { ffi::kiln_group_allreduce(self.0, t.as_ptr() as *mut c_void) })
     }
 
     /// Copies `root`'s `t` into every rank's `t`.
@@ -269,12 +251,6 @@ impl Group {
         status(unsafe {
             ffi::kiln_group_broadcast(self.0, t.as_ptr() as *mut c_void, root as c_int)
         })
-    }
-
-    /// Waits until every rank reaches the barrier.
-    pub fn barrier(&self) -> Result<(), CommError> {
-        // SAFETY: the group is live.
-        status(unsafe { ffi::kiln_group_barrier(self.0) })
     }
 }
 
@@ -372,28 +348,19 @@ mod tests {
     }
 
     #[test]
-    fn collectives_reduce_broadcast_and_meet() {
+    fn collectives_sum_and_broadcast() {
         let out = ranks(3, |rank, g| {
             let t = Tensor::from_slice(&[rank as f32 + 1.0, 10.0 * rank as f32]);
-            g.all_reduce(&t, ReduceOp::Sum).unwrap();
-            let m = Tensor::from_slice(&[rank as f32, -(rank as f32)]);
-            g.all_reduce(&m, ReduceOp::Max).unwrap();
-            let n = Tensor::from_slice(&[rank as f32]);
-            g.all_reduce(&n, ReduceOp::Min).unwrap();
+            g.all_reduce_sum(&t).unwrap();
             let b = Tensor::from_slice(&[rank as f32 * 7.0]);
             g.broadcast(&b, 2).unwrap();
-            g.barrier().unwrap();
             (
                 Vec::<f32>::try_from(&t).unwrap(),
-                Vec::<f32>::try_from(&m).unwrap(),
-                f32::try_from(&n).unwrap(),
                 f32::try_from(&b).unwrap(),
             )
         });
-        for (sum, max, min, b) in out {
+        for (sum, b) in out {
             assert_eq!(sum, vec![6.0, 30.0]);
-            assert_eq!(max, vec![2.0, 0.0]);
-            assert_eq!(min, 0.0);
             assert_eq!(b, 14.0);
         }
     }
@@ -431,7 +398,7 @@ mod tests {
         if tch::Cuda::is_available() {
             let g = group.unwrap();
             let t = Tensor::from_slice(&[1.5f32, 2.0]).to_device(Device::Cuda(0));
-            g.all_reduce(&t, ReduceOp::Sum).unwrap();
+            g.all_reduce_sum(&t).unwrap();
             assert_eq!(
                 Vec::<f32>::try_from(&t.to_device(Device::Cpu)).unwrap(),
                 [1.5, 2.0]
@@ -449,7 +416,7 @@ mod tests {
         let failed = match group {
             Err(e) => e,
             Ok(g) => g
-                .all_reduce(&Tensor::from_slice(&[1.0f32]), ReduceOp::Sum)
+                .all_reduce_sum(&Tensor::from_slice(&[1.0f32]))
                 .expect_err("an NCCL all-reduce without CUDA fails"),
         };
         assert!(!failed.0.is_empty());

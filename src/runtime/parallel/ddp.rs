@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use tch::Tensor;
 
 pub use super::super::dist::c10d::Backend;
-use super::super::dist::c10d::{Bind, Group, ReduceOp, Reducer, Store};
+use super::super::dist::c10d::{Bind, Group, Reducer, Store};
 use super::super::dist::preflight::{compare, rendezvous, Announce};
 use super::super::dist::rank::Rank;
 use super::super::failure::At;
@@ -218,9 +218,7 @@ impl Ddp {
         let t = Tensor::f_from_slice(values)
             .and_then(|t| t.f_to_device(device))
             .at(self.span)?;
-        self.group
-            .all_reduce(&t, ReduceOp::Sum)
-            .map_err(|e| self.lost(&e.0))?;
+        self.group.all_reduce_sum(&t).map_err(|e| self.lost(&e.0))?;
         Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu).at(self.span)?).at(self.span)
     }
 }
@@ -402,11 +400,11 @@ fn reduce_alone(
     let numel: usize = params.iter().map(Tensor::numel).sum();
     let device = params.first().map_or(tch::Device::Cpu, Tensor::device);
     let flat = Tensor::zeros([numel as i64], (tch::Kind::Float, device));
-    group.all_reduce(&flat, ReduceOp::Sum)?;
+    group.all_reduce_sum(&flat)?;
     let mut times = Vec::new();
     for _ in 0..9 {
         let t = Instant::now();
-        group.all_reduce(&flat, ReduceOp::Sum)?;
+        group.all_reduce_sum(&flat)?;
         times.push(t.elapsed().as_secs_f64());
     }
     times.sort_by(f64::total_cmp);
