@@ -13,7 +13,10 @@
 # all-reduce of every gradient alone (median of 9), and the mean backward time of the
 # micro-batches that reduce (the Reducer's bucketed all-reduce, overlapped with backward) and
 # of those that do not (no-sync); the difference is the exposed reduction time, and
-# 1 - exposed / alone the fraction hidden behind backward. Two ranks share this machine's cores
+# 1 - exposed / alone the fraction hidden behind backward. It also prints PyTorch's own measure
+# from the Reducer's timestamps (DDP's logger, as `DistributedDataParallel._get_ddp_logging_data`
+# reports it): backward compute time, communication time (first bucket's all-reduce to the last
+# one's end) and the part of it overlapped with compute. Two ranks share this machine's cores
 # (each gets cores/2 intra-op threads), so they compute more slowly than one process does.
 # Needs the release build (cargo build --release) and python3.
 set -euo pipefail
@@ -48,7 +51,7 @@ speed() {
   local exp=$1 dir
   dir="$work/run-$RANDOM$RANDOM"
   "$bin" run "$exp" --quiet --run-dir "$dir" >"$work/log" 2>&1 || { cat "$work/log"; exit 1; }
-  grep -h 'ddp profile' "$work/log" || true
+  grep -h 'ddp profile\|ddp overlap' "$work/log" || true
   python3 -c "import sys,yaml;print(round(yaml.safe_load(open(sys.argv[1]))['samples_per_s']))" "$dir/report.yaml" 2>/dev/null \
     || grep -o 'samples_per_s: [0-9.]*' "$dir/report.yaml" | awk '{printf "%d\n", $2}'
 }
@@ -71,7 +74,6 @@ for src in ${MODELS:-bench/linear.exp experiments/mnist_cnn.exp}; do
   echo "no strategy        $n samples/s"
   echo "ddp world size 1   $o samples/s ($(python3 -c "import sys; n, o = map(float, sys.argv[1:]); print(f'{100 * (n - o) / n:.1f}')" "$n" "$o")% below no strategy)"
   echo "ddp world size 2   $t samples/s"
-  profile=$(KILN_DDP_PROFILE=1 speed "$prof")
-  echo "${profile%%$'\n'*}"
+  KILN_DDP_PROFILE=1 speed "$prof" | grep 'ddp '
   rm -f "$none" "$one" "$two" "$prof"
 done

@@ -15,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
 #include <torch/csrc/distributed/c10d/reducer.hpp>
 #ifdef KILN_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -55,8 +56,10 @@ struct Group {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
 };
 
+// Member order is destruction order reversed: the logger goes before its reducer.
 struct Reducer {
   std::shared_ptr<c10d::Reducer> reducer;
+  std::shared_ptr<c10d::Logger> logger;
 };
 
 at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
@@ -187,8 +190,9 @@ void kiln_group_free(void* g) {
 
 // PyTorch's Reducer over `params`, bucketed as DistributedDataParallel does (a 1 MiB first
 // bucket, then `cap_bytes`, in reverse order of the parameters). Checks first that every rank
-// has parameters of the same number, shapes and types.
-void* kiln_reducer_new(void* g, void* const* params, size_t n, int64_t cap_bytes) {
+// has parameters of the same number, shapes and types. With `stats`, DDP's own logger times
+// every iteration's backward computation and communication (see `kiln_reducer_stats`).
+void* kiln_reducer_new(void* g, void* const* params, size_t n, int64_t cap_bytes, int stats) {
   Reducer* out = nullptr;
   guarded([&] {
     auto pg = static_cast<Group*>(g)->pg;
@@ -208,16 +212,38 @@ void* kiln_reducer_new(void* g, void* const* params, size_t n, int64_t cap_bytes
                                              /*skip_all_reduce_unused_params=*/false,
                                              /*use_python_reducer=*/false,
                                              /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
-    out = new Reducer{r};
+    std::shared_ptr<c10d::Logger> logger;
+    if (stats) {
+      logger = std::make_shared<c10d::Logger>(r);
+      r->set_logger(logger);
+      r->set_ddp_runtime_logging_sample_rate(1);
+    }
+    out = new Reducer{r, logger};
   });
   return out;
 }
 
 int kiln_reducer_prepare_forward(void* r) {
   return guarded([&] {
-    auto& red = static_cast<Reducer*>(r)->reducer;
-    red->rebuild_buckets();
-    red->prepare_for_forward();
+    auto* red = static_cast<Reducer*>(r);
+    red->reducer->rebuild_buckets();
+    // As DistributedDataParallel's forward: the previous iteration's timings are taken first.
+    if (red->logger) red->logger->set_runtime_stats_and_log();
+    red->reducer->prepare_for_forward();
+  });
+}
+
+// DDP's averages over the timed iterations, in nanoseconds: backward computation, the
+// gradients' communication, and the part of the communication that ran while backward was
+// still computing. Fails when the reducer was made without `stats`.
+int kiln_reducer_stats(void* r, int64_t* out) {
+  return guarded([&] {
+    auto* red = static_cast<Reducer*>(r);
+    if (!red->logger) throw std::runtime_error("the reducer keeps no timings");
+    auto data = red->logger->get_ddp_logging_data();
+    out[0] = data.ints_map["avg_backward_compute_time"];
+    out[1] = data.ints_map["avg_backward_comm_time"];
+    out[2] = data.ints_map["avg_backward_compute_comm_overlap_time"];
   });
 }
 

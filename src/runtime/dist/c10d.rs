@@ -53,7 +53,9 @@ mod ffi {
             params: *const *mut c_void,
             n: usize,
             cap_bytes: i64,
+            stats: c_int,
         ) -> *mut c_void;
+        pub fn kiln_reducer_stats(r: *mut c_void, out: *mut i64) -> c_int;
         pub fn kiln_reducer_prepare_forward(r: *mut c_void) -> c_int;
         pub fn kiln_reducer_prepare_backward(r: *mut c_void) -> c_int;
         pub fn kiln_reducer_free(r: *mut c_void);
@@ -270,17 +272,25 @@ unsafe impl Send for Reducer {}
 
 impl Reducer {
     /// A reducer over `params` (every rank's must agree in number, shape and type; checked here
-    /// with a collective), in buckets of `bucket_cap_bytes` after a first one of 1 MiB.
+    /// with a collective), in buckets of `bucket_cap_bytes` after a first one of 1 MiB. With
+    /// `stats`, PyTorch's DDP logger times every iteration ([`Reducer::stats`]).
     pub fn new(
         group: &Group,
         params: &[Tensor],
         bucket_cap_bytes: usize,
+        stats: bool,
     ) -> Result<Reducer, CommError> {
         let ptrs: Vec<*mut c_void> = params.iter().map(|p| p.as_ptr() as *mut c_void).collect();
         // SAFETY: the group and tensors are live during the call; the reducer keeps its own
         // references to the tensors.
         let p = unsafe {
-            ffi::kiln_reducer_new(group.0, ptrs.as_ptr(), ptrs.len(), bucket_cap_bytes as i64)
+            ffi::kiln_reducer_new(
+                group.0,
+                ptrs.as_ptr(),
+                ptrs.len(),
+                bucket_cap_bytes as i64,
+                c_int::from(stats),
+            )
         };
         if p.is_null() {
             Err(last_error())
@@ -301,6 +311,33 @@ impl Reducer {
     pub fn prepare_backward(&mut self) -> Result<(), CommError> {
         // SAFETY: the reducer is live.
         status(unsafe { ffi::kiln_reducer_prepare_backward(self.0) })
+    }
+}
+
+/// PyTorch's DDP timings of the backward passes, averaged over the iterations timed so far.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Overlap {
+    /// Seconds of backward computation.
+    pub compute: f64,
+    /// Seconds from the first bucket's all-reduce to the last one's end.
+    pub comm: f64,
+    /// Seconds of that communication that ran while backward was still computing.
+    pub overlapped: f64,
+}
+
+impl Reducer {
+    /// DDP's own measure of how the gradients' communication overlapped backward; an error for
+    /// a reducer made without `stats`.
+    pub fn stats(&self) -> Result<Overlap, CommError> {
+        let mut out = [0i64; 3];
+        // SAFETY: the reducer is live; the shim writes three values.
+        status(unsafe { ffi::kiln_reducer_stats(self.0, out.as_mut_ptr()) })?;
+        let s = |ns: i64| ns as f64 * 1e-9;
+        Ok(Overlap {
+            compute: s(out[0]),
+            comm: s(out[1]),
+            overlapped: s(out[2]),
+        })
     }
 }
 
@@ -404,7 +441,7 @@ mod tests {
                 [1.5, 2.0]
             );
             let w = Tensor::ones([3], (Kind::Float, Device::Cuda(0))).set_requires_grad(true);
-            let mut r = Reducer::new(&g, std::slice::from_ref(&w), 25 << 20).unwrap();
+            let mut r = Reducer::new(&g, std::slice::from_ref(&w), 25 << 20, false).unwrap();
             r.prepare_forward().unwrap();
             let loss = (&w * 2.0).sum(Kind::Float);
             r.prepare_backward().unwrap();
@@ -444,7 +481,7 @@ mod tests {
                 .set_requires_grad(true);
             let x = Tensor::from_slice(&x).reshape([8, 3]);
             let y = Tensor::from_slice(&y).reshape([8, 4]);
-            let mut r = Reducer::new(g, std::slice::from_ref(&w), 25 << 20).unwrap();
+            let mut r = Reducer::new(g, std::slice::from_ref(&w), 25 << 20, false).unwrap();
             let (xs, ys) = (
                 x.narrow(0, 4 * rank as i64, 4),
                 y.narrow(0, 4 * rank as i64, 4),
@@ -458,6 +495,38 @@ mod tests {
         for g in grads {
             let diff = (&g - &expected).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "gradient differs by {diff}");
+        }
+    }
+
+    /// With timings on, DDP's logger reports the backward computation and the communication of
+    /// every iteration; without, asking is an error.
+    #[test]
+    fn the_reducer_times_communication_when_asked() {
+        let out = ranks(2, |rank, g| {
+            let w = Tensor::ones([256, 256], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+            let v = Tensor::ones([256], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+            let params = [w.shallow_clone(), v.shallow_clone()];
+            let mut timed = Reducer::new(g, &params, 1 << 10, true).unwrap();
+            let x = Tensor::full([8, 256], rank as f64 + 1.0, (Kind::Float, Device::Cpu));
+            for _ in 0..4 {
+                timed.prepare_forward().unwrap();
+                let loss = (x.matmul(&w) + &v).tanh().sum(Kind::Float);
+                timed.prepare_backward().unwrap();
+                loss.f_backward().unwrap();
+            }
+            timed.prepare_forward().unwrap();
+            let stats = timed.stats().unwrap();
+            drop(timed);
+            let untimed = Reducer::new(g, &params, 1 << 10, false).unwrap();
+            (stats, untimed.stats().is_err())
+        });
+        for (s, refused) in out {
+            assert!(s.compute > 0.0 && s.comm > 0.0, "{s:?}");
+            assert!(
+                s.overlapped >= 0.0 && s.overlapped <= s.comm + 1e-6,
+                "{s:?}"
+            );
+            assert!(refused);
         }
     }
 }

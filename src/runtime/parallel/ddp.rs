@@ -136,7 +136,9 @@ impl Ddp {
             .into_iter()
             .map(|(_, t)| t.shallow_clone())
             .collect();
-        let reducer = Reducer::new(&group, &params, BUCKET_BYTES).map_err(|e| unreachable(e.0))?;
+        let profiled = std::env::var_os("KILN_DDP_PROFILE").is_some();
+        let reducer =
+            Reducer::new(&group, &params, BUCKET_BYTES, profiled).map_err(|e| unreachable(e.0))?;
         let profile = match std::env::var_os("KILN_DDP_PROFILE") {
             Some(_) => Some(Profile {
                 alone: reduce_alone(&group, &params).map_err(|e| unreachable(e.0))?,
@@ -425,6 +427,17 @@ impl Drop for Ddp {
             self.me.world,
             100.0 * (1.0 - exposed / alone.max(1e-9)).clamp(0.0, 1.0)
         );
+        // PyTorch's own measure, from the Reducer's timestamps: how much of the span from the
+        // first bucket's all-reduce to the last one's end fell before backward finished.
+        if let Ok(o) = self.reducer.stats() {
+            eprintln!(
+                "ddp overlap (PyTorch's DDP timers): backward compute {:.3} ms, communication {:.3} ms, overlapped with compute {:.3} ms, hidden {:.0}%",
+                1e3 * o.compute,
+                1e3 * o.comm,
+                1e3 * o.overlapped,
+                100.0 * (o.overlapped / o.comm.max(1e-12)).clamp(0.0, 1.0)
+            );
+        }
     }
 }
 
