@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Distributed data parallel on this machine (Gloo on loopback): for the 1000->1000 linear model
-# (bench/linear.exp) and the MNIST CNN (experiments/mnist_cnn.exp), training samples/s with no
+# (bench/linear.exp), the MNIST CNN (experiments/mnist_cnn.exp) and an MLP large enough for several
+# gradient buckets (bench/ddp_mlp.exp), training samples/s with no
 # strategy, with `parallel ddp` at world size 1 and at world size 2, and where the time of the
 # gradient reduction goes at world size 2.
 #
@@ -58,7 +59,7 @@ speed() {
 
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-for src in ${MODELS:-bench/linear.exp experiments/mnist_cnn.exp}; do
+for src in ${MODELS:-bench/linear.exp experiments/mnist_cnn.exp bench/ddp_mlp.exp}; do
   none=$(variant "$src" none none 1)
   one=$(variant "$src" one "ddp(backend: gloo, world_size: 1)" 1)
   two=$(variant "$src" two "ddp(backend: gloo, world_size: 2)" 1)
