@@ -38,30 +38,9 @@ experiment "dp" {
 }
 "#;
 
-/// The `f32` tensors of the newest checkpoint of `run`, by name (the safetensors layout: an
-/// 8-byte little-endian header length, a JSON header, then the data).
+/// The `f32` tensors of the newest checkpoint of `run`, by name.
 fn tensors(run: &Path) -> BTreeMap<String, Vec<f32>> {
-    let step = newest_checkpoint(run).expect("a checkpoint");
-    let path = run
-        .join("checkpoints")
-        .join(format!("step-{step:09}.safetensors"));
-    let bytes = std::fs::read(&path).expect("checkpoint tensors");
-    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
-    let data = &bytes[8 + n..];
-    let mut out = BTreeMap::new();
-    for (name, t) in header.as_object().expect("a map") {
-        if t["dtype"] != "F32" {
-            continue;
-        }
-        let at = |i: usize| t["data_offsets"][i].as_u64().expect("offset") as usize;
-        let values = data[at(0)..at(1)]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        out.insert(name.clone(), values);
-    }
-    out
+    checkpoint_tensors(run).0
 }
 
 /// Runs the experiment with `strategy` and returns its final checkpoint's tensors.

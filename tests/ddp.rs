@@ -8,11 +8,11 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{newest_checkpoint, root, s, scratch, text, write};
+use support::{checkpoint_tensors, newest_checkpoint, root, s, scratch, text, write};
 
 /// A small experiment with the strategy `parallel`: 400 training samples in batches of 24 (the
 /// epoch's last batch holds 16, which 3 ranks split 5, 5, 6), each batch in two micro-batches.
@@ -101,38 +101,13 @@ fn port() -> u16 {
 
 /// The parameters of the newest checkpoint of `run`, by name, as f32 values.
 fn params(run: &Path) -> BTreeMap<String, Vec<f32>> {
-    let dir = run.join("checkpoints");
-    let mut sidecars: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("checkpoints")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+    let (tensors, others) = checkpoint_tensors(run);
+    let wide: Vec<&String> = others.iter().filter(|n| n.starts_with("param/")).collect();
+    assert!(wide.is_empty(), "{wide:?} are not fp32");
+    let out: BTreeMap<String, Vec<f32>> = tensors
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("param/"))
         .collect();
-    sidecars.sort();
-    let side: serde_yaml::Value = serde_yaml::from_str(
-        &std::fs::read_to_string(sidecars.last().expect("a checkpoint")).expect("sidecar"),
-    )
-    .expect("YAML");
-    let data =
-        std::fs::read(dir.join(side["tensors"].as_str().expect("tensors file"))).expect("tensors");
-    let len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
-    let header: serde_json::Value =
-        serde_json::from_slice(&data[8..8 + len]).expect("safetensors header");
-    let mut out = BTreeMap::new();
-    for (name, t) in header.as_object().expect("object") {
-        if !name.starts_with("param/") {
-            continue;
-        }
-        assert_eq!(t["dtype"], "F32", "{name} is fp32");
-        let (a, b) = (
-            t["data_offsets"][0].as_u64().expect("start") as usize,
-            t["data_offsets"][1].as_u64().expect("end") as usize,
-        );
-        let values = data[8 + len + a..8 + len + b]
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        out.insert(name.clone(), values);
-    }
     assert!(!out.is_empty(), "the checkpoint holds parameters");
     out
 }

@@ -48,31 +48,13 @@ fn trained(dir: &Path, name: &str, exp: &str, args: &[&str]) -> BTreeMap<String,
     all.extend(args);
     let o = run(&all);
     assert!(o.status.success(), "{name}: {}", text(&o));
-    let file = run_dir
-        .join("checkpoints")
-        .join("step-000000020.safetensors");
-    let data = std::fs::read(&file).expect("the final checkpoint");
-    let len = u64::from_le_bytes(data[..8].try_into().expect("8 bytes")) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&data[8..8 + len]).expect("header");
-    let body = &data[8 + len..];
-    header
-        .as_object()
-        .expect("object")
-        .iter()
-        .filter(|(k, _)| *k != "__metadata__")
-        .map(|(k, t)| {
-            assert_eq!(t["dtype"], "F32", "{k}");
-            let (a, b) = (
-                t["data_offsets"][0].as_u64().expect("start") as usize,
-                t["data_offsets"][1].as_u64().expect("end") as usize,
-            );
-            let values = body[a..b]
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-                .collect();
-            (k.clone(), values)
-        })
-        .collect()
+    let (tensors, others) = safetensors_f32(
+        &run_dir
+            .join("checkpoints")
+            .join("step-000000020.safetensors"),
+    );
+    assert!(others.is_empty(), "every tensor is F32, not {others:?}");
+    tensors
 }
 
 /// The experiment with a strategy and an accumulation setting (empty for none).

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -220,4 +221,39 @@ pub fn checkpoint_intact(dir: &Path) -> (u64, u64) {
     );
     let step = side["position"]["step"].as_u64().expect("step");
     (step, data.len() as u64)
+}
+
+/// The tensors of a safetensors file (an 8-byte little-endian header length, a JSON header,
+/// then the data): the fp32 ones by name, as values, and the names of any others.
+pub fn safetensors_f32(path: &Path) -> (BTreeMap<String, Vec<f32>>, Vec<String>) {
+    let bytes = std::fs::read(path).expect("safetensors file");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let data = &bytes[8 + n..];
+    let (mut f32s, mut others) = (BTreeMap::new(), Vec::new());
+    for (name, t) in header.as_object().expect("a map") {
+        if name == "__metadata__" {
+            continue;
+        }
+        if t["dtype"] != "F32" {
+            others.push(name.clone());
+            continue;
+        }
+        let at = |i: usize| t["data_offsets"][i].as_u64().expect("offset") as usize;
+        let values = data[at(0)..at(1)]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect();
+        f32s.insert(name.clone(), values);
+    }
+    (f32s, others)
+}
+
+/// The tensors of the newest checkpoint of `run`, as [`safetensors_f32`] reads them.
+pub fn checkpoint_tensors(run: &Path) -> (BTreeMap<String, Vec<f32>>, Vec<String>) {
+    let step = newest_checkpoint(run).expect("a checkpoint");
+    safetensors_f32(
+        &run.join("checkpoints")
+            .join(format!("step-{step:09}.safetensors")),
+    )
 }
