@@ -9,7 +9,9 @@ use super::model::ModelOut;
 use super::settings::{callee, Called, Choice};
 use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange, Unknown};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
+use crate::ir::{
+    Compression, Duration, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target,
+};
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
 /// The pruning methods.
@@ -40,12 +42,21 @@ const PRUNE_METHODS: &[Choice<Method>] = &[
 ];
 
 /// Quantization schemes and their parameters.
-const QUANT_SCHEMES: &[Choice<QuantScheme>] = &[
-    ("int8", QuantScheme::Int8, &["granularity"]),
-    ("int4", QuantScheme::Int4, &["group_size"]),
-    ("fp8", QuantScheme::Fp8, &["granularity"]),
-    ("qat", QuantScheme::Qat, &["granularity"]),
+const QUANT_SCHEMES: &[Choice<Scheme>] = &[
+    ("int8", Scheme::Int8, &["granularity"]),
+    ("int4", Scheme::Int4, &["group_size"]),
+    ("fp8", Scheme::Fp8, &["granularity"]),
+    ("qat", Scheme::Qat, &["granularity"]),
 ];
+
+/// The quantization schemes.
+#[derive(Clone, Copy, PartialEq)]
+enum Scheme {
+    Int8,
+    Int4,
+    Fp8,
+    Qat,
+}
 
 /// Keywords of the compress block.
 pub const KEYWORDS: &[&str] = &["prune", "quantize"];
@@ -178,7 +189,9 @@ fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compres
         }
     };
     let schedule = match b.get("schedule") {
-        None => Some(PruneSchedule::OneShot),
+        None => Some(PruneSchedule::After {
+            finetune: Duration::Steps(0),
+        }),
         Some(sv) => prune_schedule(cx, sv),
     };
     let method = match method {
@@ -216,7 +229,9 @@ fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compres
 
 fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
     match &v.kind {
-        ValueKind::Path(p) if p == "oneshot" => Some(PruneSchedule::OneShot),
+        ValueKind::Path(p) if p == "oneshot" => Some(PruneSchedule::After {
+            finetune: Duration::Steps(0),
+        }),
         ValueKind::Call(name, args) if name.name == "gradual" => {
             let b = cx.bind("gradual", Some(args), name.span, &["start", "end", "every"]);
             let steps = |cx: &mut Cx, p: &str| -> Option<u64> {
@@ -246,7 +261,12 @@ fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
                 });
                 return None;
             }
-            Some(PruneSchedule::Gradual { start, end, every })
+            Some(PruneSchedule::Gradual {
+                start,
+                end,
+                every,
+                initial: 0.0,
+            })
         }
         ValueKind::Path(p) => {
             cx.report(Problem::UnknownChoice {
@@ -300,12 +320,13 @@ fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Comp
         QUANT_SCHEMES,
     )?;
     let b = cx.bind(kind, args, v.span, params);
-    let granularity = if scheme == QuantScheme::Int4 {
+    let scheme = if scheme == Scheme::Int4 {
         b.get("group_size")
             .map_or(Some(128), |v| cx.uint_min(v, "the group size", 1))
-            .map(Granularity::PerGroup)
+            .map(|group_size| QuantScheme::Int4 { group_size })
     } else {
-        b.get("granularity")
+        let granularity = b
+            .get("granularity")
             .map_or(Some("per_channel"), |v| {
                 cx.choice(v, "granularity", &["per_tensor", "per_channel"])
             })
@@ -315,12 +336,20 @@ fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Comp
                 } else {
                     Granularity::PerChannel
                 }
-            })
+            });
+        granularity.map(|granularity| match scheme {
+            Scheme::Fp8 => QuantScheme::Fp8 { granularity },
+            Scheme::Qat => QuantScheme::Qat { granularity },
+            _ => QuantScheme::Int8 {
+                granularity,
+                symmetric: true,
+                dynamic: false,
+            },
+        })
     };
     Some(Compression::Quantize {
         targets: targets?,
-        scheme,
-        granularity: granularity?,
+        scheme: scheme?,
         span: s.span,
     })
 }

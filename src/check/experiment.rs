@@ -748,7 +748,7 @@ fn check_strategy(
         {
             for t in targets.iter() {
                 for l in all.iter().filter(|l| within(&l.name, &t.layer)) {
-                    if *scheme == QuantScheme::Fp8 && l.device == Device::Cpu {
+                    if matches!(scheme, QuantScheme::Fp8 { .. }) && l.device == Device::Cpu {
                         cx.report(Problem::Fp8OnCpu {
                             span: t.span,
                             layer: l.name.clone(),
@@ -756,7 +756,7 @@ fn check_strategy(
                         });
                         ok = false;
                     }
-                    if *scheme == QuantScheme::Int4
+                    if matches!(scheme, QuantScheme::Int4 { .. })
                         && !matches!(l.kind, crate::ir::LayerKind::Linear { .. })
                         && l.params > 0
                     {

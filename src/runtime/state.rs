@@ -39,16 +39,8 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
                 words(schedule)
             ),
             Compression::Quantize {
-                targets,
-                scheme,
-                granularity,
-                ..
-            } => format!(
-                "quantize {} to {} {}",
-                names(targets),
-                words(scheme),
-                words(granularity)
-            ),
+                targets, scheme, ..
+            } => format!("quantize {} to {}", names(targets), words(scheme)),
         })
         .collect();
     let computes = [
