@@ -11,6 +11,7 @@
 
 pub mod budget;
 pub mod checkpoint;
+pub mod compress;
 pub mod data;
 pub mod dist;
 pub mod failure;

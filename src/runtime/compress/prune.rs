@@ -1,0 +1,1 @@
+//! Pruning masks, as `torch.nn.utils.prune` computes them.

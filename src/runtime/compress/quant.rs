@@ -1,0 +1,1 @@
+//! Quantized weights and the linears that use them.

@@ -1,0 +1,1 @@
+//! Structured pruning made physical: pruned units removed from their layers and consumers.
