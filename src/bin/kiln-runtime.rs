@@ -22,6 +22,11 @@ enum Command {
     Run(runtime::run::RunOptions),
     /// Print the libtorch version and the devices it sees.
     Env,
+    /// Evaluate a run's model (compressed, when the experiment compresses) on a split.
+    Eval(runtime::artifact::EvalOptions),
+    /// Write a run's model (compressed, when the experiment compresses) as safetensors with a
+    /// manifest.
+    Export(runtime::artifact::ExportOptions),
 }
 
 fn main() {
@@ -41,6 +46,8 @@ fn main() {
     let code = match cli.command {
         Command::Run(options) => runtime::run::main(&options),
         Command::Env => env(),
+        Command::Eval(options) => runtime::artifact::eval_main(&options),
+        Command::Export(options) => runtime::artifact::export_main(&options),
     };
     std::process::exit(code);
 }

@@ -69,6 +69,22 @@ enum Command {
     },
     /// Print the libtorch version and the devices it sees.
     Env,
+    /// Evaluate a run's model (compressed, when the experiment compresses) on a split;
+    /// `kiln eval --help` for options.
+    #[command(disable_help_flag = true)]
+    Eval {
+        /// The run directory and options, passed to `kiln-runtime eval`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Write a run's model (compressed, when the experiment compresses) as safetensors with a
+    /// manifest; `kiln export --help` for options.
+    #[command(disable_help_flag = true)]
+    Export {
+        /// The run directory and options, passed to `kiln-runtime export`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Summarise a finished run from its directory (a sweep's directory: its trials, ranked).
     Report {
         /// The run directory, as `runs/<experiment>/<timestamp>`.
@@ -139,6 +155,16 @@ pub fn main() -> i32 {
             runtime::runtime(&all)
         }
         Command::Env => runtime::runtime(&["env"]),
+        Command::Eval { args } => {
+            let mut all = vec!["eval"];
+            all.extend(args.iter().map(String::as_str));
+            runtime::runtime(&all)
+        }
+        Command::Export { args } => {
+            let mut all = vec!["export"];
+            all.extend(args.iter().map(String::as_str));
+            runtime::runtime(&all)
+        }
         Command::Report { run_dir, all } => report::report(&run_dir, all),
         Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
     };

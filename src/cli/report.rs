@@ -434,9 +434,62 @@ fn summary(run: &Run, all: bool) -> String {
     let resumes = resumed(r);
     pairs.extend(resumes.iter().map(|line| ("resumed", line.clone())));
     let mut out = key_values(&pairs);
+    if let Some(c) = &r.compression {
+        out += "\n";
+        out += &compression(c);
+    }
     if !run.epochs.is_empty() {
         out += "\n";
         out += &epoch_table(&run.epochs, all);
+    }
+    out
+}
+
+/// The compression section: each layer's sparsity and bytes, the totals, the metrics and the
+/// latency before and after, saying plainly where the compressed model is slower.
+fn compression(c: &kiln::rundir::Compressed) -> String {
+    let bytes = kiln::plan::fmt_bytes;
+    let mut out = String::from("compression\n");
+    out += &format!(
+        "  {:<20} {:<28} {:>9} {:>12} {:>12}\n",
+        "layer", "method", "sparsity", "bytes before", "bytes after"
+    );
+    for l in &c.layers {
+        out += &format!(
+            "  {:<20} {:<28} {:>8.1}% {:>12} {:>12}\n",
+            l.name,
+            l.method,
+            100.0 * l.sparsity,
+            bytes(l.bytes_before),
+            bytes(l.bytes_after)
+        );
+    }
+    out += &format!(
+        "  weights: {} -> {} ({:.2}x smaller)\n",
+        bytes(c.bytes_before),
+        bytes(c.bytes_after),
+        c.bytes_before as f64 / c.bytes_after.max(1) as f64
+    );
+    for (split, ba) in [("validation", &c.val), ("test", &c.test)] {
+        if let Some(ba) = ba {
+            out += &format!(
+                "  {split}: {} -> {}\n",
+                eval_line(&ba.before),
+                eval_line(&ba.after)
+            );
+        }
+    }
+    for l in &c.latency {
+        let speed = l.speedup();
+        let verdict = if speed >= 1.0 {
+            format!("{speed:.2}x faster")
+        } else {
+            format!("{:.2}x slower", 1.0 / speed.max(1e-12))
+        };
+        out += &format!(
+            "  latency at batch {}: {:.3} ms -> {:.3} ms ({verdict})\n",
+            l.batch, l.before_ms, l.after_ms
+        );
     }
     out
 }

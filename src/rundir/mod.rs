@@ -28,11 +28,13 @@ mod tests;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
+
 pub use checkpoint::{Fingerprint, Position, Segment, Sidecar};
 pub use lock::{Holder, Lock, LockError, LOCK};
 pub use metrics::{EpochRecord, EvalRecord, MetricLine, StepRecord};
 pub use rank::{rank, rank_key};
-pub use report::{Eval, Outcome, Report};
+pub use report::{BeforeAfter, Compressed, CompressedLayer, Eval, Latency, Outcome, Report};
 
 /// The experiment file as run.
 pub const EXPERIMENT: &str = "experiment.exp";
@@ -44,6 +46,8 @@ pub const METRICS: &str = "metrics.jsonl";
 pub const STEPS: &str = "steps.jsonl";
 /// The report of a finished run.
 pub const REPORT: &str = "report.yaml";
+/// Where the run's experiment file is (`Source`).
+pub const SOURCE: &str = "source.yaml";
 /// The directory of checkpoints.
 pub const CHECKPOINTS: &str = "checkpoints";
 
@@ -464,6 +468,20 @@ fn head(path: &Path, n: u64) -> Result<(String, u64), Error> {
         count += 1;
     }
     Ok((out, count))
+}
+
+/// Where the experiment of a run came from: `kiln eval` and `kiln export` check it again.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Source {
+    /// The experiment file, as an absolute path.
+    pub file: PathBuf,
+    /// The sweep trial (1-based), for a sweep's run.
+    pub trial: Option<usize>,
+}
+
+/// The `source.yaml` of the run in `dir`.
+pub fn read_source(dir: &Path) -> Result<Source, Error> {
+    read_yaml(&dir.join(SOURCE))
 }
 
 /// The `report.yaml` of the run in `dir`.

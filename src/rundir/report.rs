@@ -36,6 +36,78 @@ pub struct Report {
     pub resumed: Vec<Segment>,
     /// Per-epoch metrics (the lines of `metrics.jsonl`).
     pub metrics: Vec<MetricLine>,
+    /// What compression did, when the experiment compresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compressed>,
+}
+
+/// The compressed model against the uncompressed one: the uncompressed model is the trained
+/// one in fp32 before the compression applied after training (pruning after training,
+/// quantization, the shrinking of structured pruning); masks applied during training are in
+/// both.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct Compressed {
+    /// Each compressed layer.
+    pub layers: Vec<CompressedLayer>,
+    /// Bytes of every weight and bias of the model, uncompressed.
+    pub bytes_before: u64,
+    /// Bytes of every weight and bias of the compressed model, as exported.
+    pub bytes_after: u64,
+    /// Validation metrics before and after.
+    pub val: Option<BeforeAfter<Eval>>,
+    /// Test metrics before and after.
+    pub test: Option<BeforeAfter<Eval>>,
+    /// Inference latency of the whole model at each batch size measured.
+    pub latency: Vec<Latency>,
+}
+
+/// One value before and after compression.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+pub struct BeforeAfter<T> {
+    /// Uncompressed.
+    pub before: T,
+    /// Compressed.
+    pub after: T,
+}
+
+/// One compressed layer.
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct CompressedLayer {
+    /// The layer's qualified name.
+    pub name: String,
+    /// What was done to it, as the language says it (`int8 per_channel`, `pruned 50%`).
+    pub method: String,
+    /// Fraction of its weight entries that are zero or removed.
+    pub sparsity: f64,
+    /// Its weight shape before.
+    pub shape_before: Vec<i64>,
+    /// Its weight shape after (smaller when structured pruning removed units).
+    pub shape_after: Vec<i64>,
+    /// Bytes of its weights and bias before.
+    pub bytes_before: u64,
+    /// Bytes after.
+    pub bytes_after: u64,
+}
+
+/// Forward latency of the model in evaluation mode.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(default)]
+pub struct Latency {
+    /// Samples per forward.
+    pub batch: u64,
+    /// Median milliseconds per forward, uncompressed.
+    pub before_ms: f64,
+    /// Median milliseconds per forward, compressed.
+    pub after_ms: f64,
+}
+
+impl Latency {
+    /// How many times faster the compressed model is (below 1: slower).
+    pub fn speedup(&self) -> f64 {
+        self.before_ms / self.after_ms.max(1e-12)
+    }
 }
 
 impl Report {

@@ -78,6 +78,37 @@ fn report() -> Report {
             experiment: "experiment-2.exp".into(),
             changes: vec!["learning rate: 0.1 → 0.05".into()],
         }],
+        compression: Some(Compressed {
+            layers: vec![CompressedLayer {
+                name: "fc1".into(),
+                method: "int8 per_channel".into(),
+                sparsity: 0.5,
+                shape_before: vec![256, 784],
+                shape_after: vec![256, 784],
+                bytes_before: 803_840,
+                bytes_after: 202_752,
+            }],
+            bytes_before: 814_120,
+            bytes_after: 212_000,
+            val: Some(BeforeAfter {
+                before: Eval {
+                    loss: 0.2,
+                    accuracy: Some(0.95),
+                    top_k: None,
+                },
+                after: Eval {
+                    loss: 0.21,
+                    accuracy: Some(0.948),
+                    top_k: None,
+                },
+            }),
+            test: None,
+            latency: vec![Latency {
+                batch: 1,
+                before_ms: 0.05,
+                after_ms: 0.03,
+            }],
+        }),
         metrics: vec![
             MetricLine::Train(epoch(1, 0.5)),
             MetricLine::Val(eval(0, Some((5, 0.99)))),

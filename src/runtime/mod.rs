@@ -9,6 +9,7 @@
 //! and a boxed error would only add an allocation to it: the lint is off for the runtime.
 #![allow(clippy::result_large_err)]
 
+pub mod artifact;
 pub mod budget;
 pub mod checkpoint;
 pub mod compress;

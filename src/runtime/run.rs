@@ -5,6 +5,10 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use super::budget::Budget;
+use super::compress::compare::compare;
+use super::compress::pruner::Pruner;
+use super::compress::qat;
+use super::compress::timeline::Timeline;
 use super::checkpoint;
 use super::data;
 use super::dist::preflight::Announce;
@@ -479,12 +483,11 @@ fn run_trial(
         }
         Place::At(_) | Place::Unique(_) | Place::Resume(_) => None,
     };
-    let notes = not_applied(exp);
-    for n in notes.iter().filter(|_| writes) {
-        eprint(&format!("note: {n}\n"));
-    }
+    // Every part of the language is applied; the report's notes stay for what a future
+    // version may not apply.
+    let notes: Vec<String> = Vec::new();
     tch::manual_seed(exp.seed as i64);
-    let net = model::build(
+    let mut net = model::build(
         &nodes,
         exp.train.precision,
         super::parallel::model_device(exp, over),
@@ -501,12 +504,24 @@ fn run_trial(
         &base,
         exp.seed,
     )?;
-    let budget = Budget::new(
+    let mut budget = Budget::new(
         &exp.train,
         splits.train.len().max(0) as u64,
         exp.data.batch,
         opts.max_steps,
     )?;
+    let timeline = Timeline::new(exp, &budget);
+    budget.stop = opts.max_steps.map_or(timeline.end, |m| m.min(timeline.end));
+    qat::install(exp, &mut net)?;
+    let pruner = if exp
+        .compression
+        .iter()
+        .any(|c| matches!(c, kiln::ir::Compression::Prune { .. }))
+    {
+        Some(Pruner::new(exp, &mut net, timeline)?)
+    } else {
+        None
+    };
     let digest = data_digest(&splits).at(exp.data.source_span)?;
     let print = fingerprint(exp, &digest);
     let text = &checked.sources.get(kiln::span::FileId(0)).text;
@@ -535,6 +550,12 @@ fn run_trial(
             kiln::supervise::record_run_dir(writer.dir());
             writer.write_file(kiln::rundir::EXPERIMENT, text.as_bytes())?;
             writer.write_yaml(kiln::rundir::PLAN, &kiln::plan::plan(exp))?;
+            let file = std::fs::canonicalize(&opts.file).unwrap_or_else(|_| opts.file.clone());
+            let trial = (checked.trials.len() > 1)
+                .then(|| checked.trials.iter().position(|t| std::ptr::eq(t, exp)))
+                .flatten()
+                .map(|i| i + 1);
+            writer.write_yaml(kiln::rundir::SOURCE, &kiln::rundir::Source { file, trial })?;
             let first = Segment {
                 from_step: 0,
                 experiment: kiln::rundir::EXPERIMENT.into(),
@@ -614,10 +635,20 @@ fn run_trial(
         hooks: standard_hooks(exp),
         fingerprint: print,
         history: history.clone(),
+        pruner,
+        timeline,
+        uncompressed: None,
     };
-    let outcome = trainer
+    let mut outcome = trainer
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
+    let compressed = if exp.compression.is_empty() {
+        None
+    } else {
+        let over = super::parallel::model_device(exp, over);
+        let (_, report) = compare(&trainer, &nodes, &net, over, &mut outcome, writes)?;
+        Some(report)
+    };
     drop(trainer);
     let Some(writer) = writer else {
         return Ok((outcome, PathBuf::new()));
@@ -627,6 +658,7 @@ fn run_trial(
         wall: before + started.elapsed().as_secs_f64(),
         notes: &notes,
         history: &history,
+        compressed,
     };
     super::summary::write_report(&writer, exp, checked, &outcome, &ran)?;
     super::plot::write_curves(writer.dir(), exp.data.source_span)?;
@@ -737,16 +769,6 @@ fn style() -> Style {
         color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
         width: 100,
     }
-}
-
-/// What this version checks and plans but does not carry out yet, said plainly so that a run is
-/// never mistaken for one that did.
-fn not_applied(exp: &Experiment) -> Vec<String> {
-    let mut notes = Vec::new();
-    if !exp.compression.is_empty() {
-        notes.push("`compress` (pruning, quantization) is checked and planned but not applied yet: the model trains uncompressed".to_string());
-    }
-    notes
 }
 
 /// Points an out-of-memory failure at the batch size, with the plan's estimate, keeping where

@@ -9,7 +9,7 @@ use super::train::Outcome;
 use kiln::check::Checked;
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::Experiment;
-use kiln::rundir::{Report, Segment};
+use kiln::rundir::{Compressed, Report, Segment};
 
 fn fnv1a(parts: &[&str]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -32,6 +32,8 @@ pub struct Ran<'a> {
     pub notes: &'a [String],
     /// The parts of the run, the first one first.
     pub history: &'a [Segment],
+    /// What compression did.
+    pub compressed: Option<Compressed>,
 }
 
 /// Writes `report.yaml` into the run directory.
@@ -65,6 +67,7 @@ pub fn write_report(
         notes: ran.notes.to_vec(),
         resumed: ran.history.iter().skip(1).cloned().collect(),
         metrics: writer.metrics()?,
+        compression: ran.compressed.clone(),
     };
     writer.write_report(&report)
 }

@@ -8,13 +8,15 @@ use std::time::Instant;
 use tch::{Device, Kind};
 
 use super::budget::Budget;
+use super::compress::pruner::Pruner;
+use super::compress::timeline::Timeline;
 use super::checkpoint::{Fingerprint, Position, Saved};
 use super::data::{Dataset, Loader, Splits};
 use super::failure::At;
 use super::hooks::{
     each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
 };
-use super::optim::Lr;
+use super::optim::{Lr, Optim};
 use super::output::Output;
 use super::report::EpochRecord;
 use super::state::{restore, Checkpoints};
@@ -49,6 +51,13 @@ pub struct Trainer<'a> {
     pub fingerprint: Fingerprint,
     /// The parts of the run so far, this one last, written into every checkpoint.
     pub history: Vec<Segment>,
+    /// Pruning during the run, when the experiment prunes.
+    pub pruner: Option<Pruner>,
+    /// The run's steps with compression's fine-tuning or rounds.
+    pub timeline: Timeline,
+    /// The uncompressed model's evaluations (validation, test), taken just before pruning
+    /// after training; `None` until then.
+    pub uncompressed: Option<(Option<Eval>, Option<Eval>)>,
 }
 
 /// The observers of every run: records and progress, the NaN check, early stopping.
@@ -65,73 +74,94 @@ pub fn standard_hooks(exp: &Experiment) -> Vec<Box<dyn Hook>> {
     hooks
 }
 
+/// Evaluates `model` on a dataset without gradients, in eval mode, with the batch size of
+/// `exp`. Processes that share evaluations (the ranks of a distributed run, as `backprop` says)
+/// each evaluate their share and sum the results.
+pub fn evaluate(
+exp: &Experiment,
+model: &dyn Model,
+backprop: &dyn Backprop,
+device: Device,
+objective: &Objective,
+data: &Dataset,
+) -> Result<Eval, Diagnostic> {
+    let span = exp.train.loss_span;
+    let (index, count) = backprop.share();
+    let (index, count) = (index as i64, count.max(1) as i64);
+    let n = data.len();
+    let (lo, hi) = (index * n / count, (index + 1) * n / count);
+    let part = Dataset {
+        inputs: data.inputs.f_narrow(0, lo, hi - lo).at(span)?,
+        targets: data.targets.f_narrow(0, lo, hi - lo).at(span)?,
+    };
+    let top_k = exp.train.metrics.iter().find_map(|m| {
+        if let Metric::TopK(k) = m {
+            Some(*k)
+        } else {
+            None
+        }
+    });
+    let classes = objective.classes();
+    tch::no_grad(|| {
+        let (mut loss, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0);
+        let loader = Loader::new(
+            &part,
+            exp.data.batch as i64,
+            false,
+            0,
+            0,
+            0,
+            device,
+        )?
+        .at(exp.data.batch_span);
+        for batch in loader {
+            let (x, y) = batch?;
+            let out = model.forward(&x, false)?;
+            let y = y.f_to_device(out.device()).at(span)?;
+            let n = x.size().first().copied().unwrap_or(0) as f64;
+            loss += objective.loss(&out, &y)?.f_double_value(&[]).at(span)? * n;
+            if classes {
+                correct += objective.correct(&out, &y)?;
+                if let Some(k) = top_k {
+                    let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
+                    let hit = idx
+                        .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
+                        .at(span)?
+                        .f_any_dim(-1, false)
+                        .at(span)?;
+                    in_top += hit
+                        .f_sum(Kind::Float)
+                        .at(span)?
+                        .f_double_value(&[])
+                        .at(span)?;
+                }
+            }
+            seen += n;
+        }
+        let mut sums = [loss, correct, in_top, seen];
+        backprop.reduce(&mut sums)?;
+        let [loss, correct, in_top, seen] = sums;
+        let seen = seen.max(1.0);
+        Ok(Eval {
+            loss: loss / seen,
+            accuracy: classes.then_some(correct / seen),
+            top_k: top_k.filter(|_| classes).map(|k| (k, in_top / seen)),
+        })
+    })
+}
+
 impl Trainer<'_> {
     /// Evaluates a dataset without gradients, in eval mode. Processes that share evaluations
     /// (the ranks of a distributed run) each evaluate their share and sum the results.
     pub fn evaluate(&self, objective: &Objective, data: &Dataset) -> Result<Eval, Diagnostic> {
-        let span = self.exp.train.loss_span;
-        let (index, count) = self.backprop.share();
-        let (index, count) = (index as i64, count.max(1) as i64);
-        let n = data.len();
-        let (lo, hi) = (index * n / count, (index + 1) * n / count);
-        let part = Dataset {
-            inputs: data.inputs.f_narrow(0, lo, hi - lo).at(span)?,
-            targets: data.targets.f_narrow(0, lo, hi - lo).at(span)?,
-        };
-        let top_k = self.exp.train.metrics.iter().find_map(|m| {
-            if let Metric::TopK(k) = m {
-                Some(*k)
-            } else {
-                None
-            }
-        });
-        let classes = objective.classes();
-        tch::no_grad(|| {
-            let (mut loss, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0);
-            let loader = Loader::new(
-                &part,
-                self.exp.data.batch as i64,
-                false,
-                0,
-                0,
-                0,
-                self.device,
-            )?
-            .at(self.exp.data.batch_span);
-            for batch in loader {
-                let (x, y) = batch?;
-                let out = self.model.forward(&x, false)?;
-                let y = y.f_to_device(out.device()).at(span)?;
-                let n = x.size().first().copied().unwrap_or(0) as f64;
-                loss += objective.loss(&out, &y)?.f_double_value(&[]).at(span)? * n;
-                if classes {
-                    correct += objective.correct(&out, &y)?;
-                    if let Some(k) = top_k {
-                        let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
-                        let hit = idx
-                            .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
-                            .at(span)?
-                            .f_any_dim(-1, false)
-                            .at(span)?;
-                        in_top += hit
-                            .f_sum(Kind::Float)
-                            .at(span)?
-                            .f_double_value(&[])
-                            .at(span)?;
-                    }
-                }
-                seen += n;
-            }
-            let mut sums = [loss, correct, in_top, seen];
-            self.backprop.reduce(&mut sums)?;
-            let [loss, correct, in_top, seen] = sums;
-            let seen = seen.max(1.0);
-            Ok(Eval {
-                loss: loss / seen,
-                accuracy: classes.then_some(correct / seen),
-                top_k: top_k.filter(|_| classes).map(|k| (k, in_top / seen)),
-            })
-        })
+        evaluate(
+            self.exp,
+            self.model,
+            self.backprop.as_ref(),
+            self.device,
+            objective,
+            data,
+        )
     }
 
     /// Evaluates the validation split, when there is one, and tells the hooks.
@@ -169,6 +199,9 @@ impl Trainer<'_> {
         let objective = Objective::new(exp);
         let lr = Lr::new(exp.optimizer.lr, &exp.schedule, &budget);
         let mut stepper = Stepper::new(exp, self.model);
+        if let Some(p) = &self.pruner {
+            stepper.hooks.push(Box::new(p.keeper()));
+        }
         let mut checkpoints =
             Checkpoints::new(exp, &budget, self.fingerprint.clone(), self.history.clone());
         let mut pos = Position::default();
@@ -211,7 +244,8 @@ impl Trainer<'_> {
             while pos.step < budget.stop {
                 let Some(next) = loader.next() else { break };
                 let (x, y) = next?;
-                let step_lr = lr.at(pos.step);
+                self.compress_at(&objective, &mut stepper, pos.step, false)?;
+                let step_lr = lr.at(self.timeline.lr_step(pos.step));
                 // Seeding each step makes dropout depend only on (seed, step): a resumed run
                 // draws the same masks as an uninterrupted one.
                 tch::manual_seed((exp.seed.wrapping_mul(1_000_003).wrapping_add(pos.step)) as i64);
@@ -267,7 +301,7 @@ impl Trainer<'_> {
             let record = EpochRecord {
                 epoch: epoch + 1,
                 step: pos.step,
-                lr: lr.at(pos.step.saturating_sub(1)),
+                lr: lr.at(self.timeline.lr_step(pos.step.saturating_sub(1))),
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
@@ -300,6 +334,9 @@ impl Trainer<'_> {
                 break;
             }
         }
+        if pos.step == self.timeline.end || outcome.stopped_early {
+            self.compress_at(&objective, &mut stepper, pos.step, outcome.stopped_early)?;
+        }
         pos.seconds = base_seconds + started.elapsed().as_secs_f64();
         pos.wait_seconds = base_wait + wait;
         outcome.steps = pos.step;
@@ -321,11 +358,47 @@ impl Trainer<'_> {
         if let Some(test) = &self.splits.test {
             outcome.test = Some(self.evaluate(&objective, test)?);
         }
-        if checkpoints.enabled() {
+        // A compressing run always keeps its final weights: `kiln eval` and `kiln export`
+        // make the compressed model from them.
+        if checkpoints.enabled() || !exp.compression.is_empty() {
             checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
         }
         self.out.flush_steps()?;
         Ok(outcome)
+    }
+
+    /// Pruning due at the boundary after `step` steps (`ended`: early stopping ended training
+    /// there): the uncompressed model is evaluated first when pruning after training starts
+    /// there, and an iterative round's rewind gives the optimizer a fresh state.
+    fn compress_at(
+        &mut self,
+        objective: &Objective,
+        stepper: &mut Stepper,
+        step: u64,
+        ended: bool,
+    ) -> Result<(), Diagnostic> {
+        let Some(pruner) = &self.pruner else {
+            return Ok(());
+        };
+        if pruner.prunes_after_training() && (step == self.timeline.train || ended) {
+            let val = match &self.splits.val {
+                Some(v) => Some(self.evaluate(objective, v)?),
+                None => None,
+            };
+            let test = match &self.splits.test {
+                Some(t) => Some(self.evaluate(objective, t)?),
+                None => None,
+            };
+            self.uncompressed = Some((val, test));
+        }
+        let fired = match &mut self.pruner {
+            Some(p) => p.fire(step, ended)?,
+            None => return Ok(()),
+        };
+        if fired.rewound {
+            stepper.optim = Optim::new(&self.exp.optimizer, stepper.optim.state.len());
+        }
+        Ok(())
     }
 
     /// The failure of a cancelled run, which has just written its checkpoint.

@@ -1,8 +1,8 @@
 //! `linear`, and the linear maps inside attention and transformer blocks.
 
-use tch::Tensor;
+use tch::{Kind, Tensor};
 
-use super::{Init, LayerRun, Net};
+use super::{Init, LayerRun, LinearSwap, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::Diagnostic;
 
@@ -23,6 +23,14 @@ pub(super) fn init(
         i.param(&format!("{prefix}bias"), b);
     }
     Ok(())
+}
+
+/// A `linear` layer: compression's swap when it has one, `x W^T + b` otherwise.
+pub(super) fn layer(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
+    match net.swaps.iter().find(|(n, _)| *n == l.name) {
+        Some((_, swap)) => swapped(net, l, swap.as_ref(), x, train),
+        None => forward(net, l, "", x),
+    }
 }
 
 /// `x W^T + b` with the weights under `prefix`; the bias is used when the layer has one.
@@ -57,4 +65,32 @@ pub(super) fn affine(
         None
     };
     x.f_linear(&w, b.as_ref()).at(l.span)
+}
+
+/// The layer through compression's swap: the input flattened to `[M, K]` in fp32, the output
+/// given back its leading dimensions.
+fn swapped(
+    net: &Net,
+    l: &LayerRun,
+    swap: &dyn LinearSwap,
+    x: &Tensor,
+    train: bool,
+) -> Result<Tensor, Diagnostic> {
+    let w = net.param(l, "weight")?;
+    let b = if l.params.iter().any(|(n, _)| n == "bias") {
+        Some(net.param(l, "bias")?)
+    } else {
+        None
+    };
+    let mut dims = x.size();
+    let k = dims.pop().unwrap_or(1);
+    let flat = x.f_reshape([-1, k]).at(l.span)?;
+    let flat = if flat.kind() == Kind::Float {
+        flat
+    } else {
+        flat.f_to_kind(Kind::Float).at(l.span)?
+    };
+    let y = swap.forward(&flat, w, b, train).at(l.span)?;
+    dims.push(y.size().last().copied().unwrap_or(0));
+    y.f_reshape(dims).at(l.span)
 }

@@ -51,6 +51,23 @@ pub struct Net {
     /// Every buffer.
     pub buffers: Vec<Buffer>,
     precision: Precision,
+    /// Linear layers whose forward compression replaces, by qualified name.
+    swaps: Vec<(String, Box<dyn LinearSwap>)>,
+}
+
+/// What compression runs in place of a linear layer's `x W^T + b`: fake quantization during
+/// quantization-aware training, or a quantized kernel after training.
+pub trait LinearSwap: Send {
+    /// The layer's output for a 2-D fp32 input `[M, K]`, as fp32 `[M, N]`, given the layer's
+    /// own fp32 weight `[N, K]` and bias; `train` selects training behaviour (observers
+    /// update).
+    fn forward(
+        &self,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: Option<&Tensor>,
+        train: bool,
+    ) -> Result<Tensor, tch::TchError>;
 }
 
 #[derive(Clone)]
@@ -96,6 +113,7 @@ pub fn build(
         params: Vec::new(),
         buffers: Vec::new(),
         precision,
+        swaps: Vec::new(),
     };
     for node in nodes {
         let lowered =
@@ -220,7 +238,7 @@ fn init(i: &mut Init) -> Result<(), Diagnostic> {
 fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     match &l.kind {
-        LayerKind::Linear { .. } => linear::forward(net, l, "", x),
+        LayerKind::Linear { .. } => linear::layer(net, l, x, train),
         LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv::forward(net, l, conv, x),
         LayerKind::MaxPool1d { pool } => pool::max(l, pool, x, false),
         LayerKind::MaxPool2d { pool } => pool::max(l, pool, x, true),
@@ -320,6 +338,30 @@ impl Net {
         })
     }
 
+    /// Runs `swap` in place of the linear layer `layer`'s forward (replacing an earlier swap).
+    pub fn swap_linear(&mut self, layer: &str, swap: Box<dyn LinearSwap>) {
+        self.swaps.retain(|(n, _)| n != layer);
+        self.swaps.push((layer.to_string(), swap));
+    }
+
+    /// The names of the linear layers, with their devices, in order.
+    pub fn linears(&self) -> Vec<(String, Device)> {
+        let mut out = Vec::new();
+        fn walk(nodes: &[Lowered], out: &mut Vec<(String, Device)>) {
+            for n in nodes {
+                match n {
+                    Lowered::Layer(l) if matches!(l.kind, LayerKind::Linear { .. }) => {
+                        out.push((l.name.clone(), l.device))
+                    }
+                    Lowered::Layer(_) => {}
+                    Lowered::Residual(inner, _) => walk(inner, out),
+                }
+            }
+        }
+        walk(&self.nodes, &mut out);
+        out
+    }
+
     /// The devices the model's layers run on, in order of first use.
     pub fn devices(&self) -> Vec<Device> {
         let mut out = Vec::new();
@@ -353,6 +395,7 @@ impl Net {
             params: Vec::new(),
             buffers: Vec::new(),
             precision: self.precision,
+            swaps: Vec::new(),
         };
         stage.nodes = self.nodes[start..end]
             .iter()

@@ -1,0 +1,342 @@
+//! Pruning during a run: each pruned tensor's mask is a buffer of the model (`fc1.weight_mask`,
+//! as `torch.nn.utils.prune` names it), so checkpoints keep it and a resumed run goes on with
+//! the same masks. The loop asks [`Pruner::fire`] at every step boundary; the schedule decides
+//! whether the masks grow there. [`MaskKeeper`] re-applies the masks after every optimizer
+//! update, so pruned weights stay exactly zero.
+
+use tch::{Kind, Tensor};
+
+use super::super::failure::At;
+use super::super::model::{Buffer, Net};
+use super::super::step::UpdateHook;
+use super::prune::{self, Amount};
+use super::timeline::Timeline;
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::{Compression, Experiment, PruneMethod, PruneSchedule, Target};
+use kiln::span::Span;
+
+/// One pruned tensor: the parameter and its mask (shallow clones of the model's).
+struct Masked {
+    param: Tensor,
+    mask: Tensor,
+}
+
+/// One `prune` statement with its tensors.
+struct Step {
+    method: PruneMethod,
+    amount: f64,
+    schedule: PruneSchedule,
+    span: Span,
+    tensors: Vec<Masked>,
+}
+
+/// The pruning of a run.
+pub struct Pruner {
+    steps: Vec<Step>,
+    timeline: Timeline,
+    seed: u64,
+    /// Iterative pruning: every parameter and the buffer holding its value at the rewind step.
+    rewind: Vec<(Tensor, Tensor)>,
+}
+
+/// What happened at a step boundary.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Fired {
+    /// Some masks grew.
+    pub pruned: bool,
+    /// The weights were rewound (iterative pruning): the optimizer starts afresh.
+    pub rewound: bool,
+}
+
+/// The parameters a target names: `layer.weight` / `layer.bias` as written, or every weight
+/// matrix (two or more dimensions) of a layer or block.
+pub fn target_params(net: &Net, t: &Target) -> Vec<usize> {
+    net.params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| {
+            let Some(rest) = p.name.strip_prefix(&t.layer) else {
+                return false;
+            };
+            let Some(local) = rest.strip_prefix('.') else {
+                return false;
+            };
+            match &t.param {
+                Some(param) => local == param,
+                None => local.ends_with("weight") && p.tensor.dim() >= 2,
+            }
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+impl Pruner {
+    /// The pruning of `exp` on `net`: a mask buffer (all ones) for every pruned tensor and,
+    /// under iterative pruning, a buffer for each parameter's rewind value. Called after the
+    /// weights are initialised or loaded and before a checkpoint is restored.
+    pub fn new(exp: &Experiment, net: &mut Net, timeline: Timeline) -> Result<Pruner, Diagnostic> {
+        let mut steps = Vec::new();
+        for c in &exp.compression {
+            let Compression::Prune {
+                targets,
+                method,
+                amount,
+                schedule,
+                span,
+            } = c
+            else {
+                continue;
+            };
+            let mut tensors = Vec::new();
+            for t in targets {
+                for i in target_params(net, t) {
+                    tensors.push(mask_of(net, i, *span)?);
+                }
+            }
+            steps.push(Step {
+                method: *method,
+                amount: *amount,
+                schedule: *schedule,
+                span: *span,
+                tensors,
+            });
+        }
+        let mut rewind = Vec::new();
+        if steps
+            .iter()
+            .any(|s| matches!(s.schedule, PruneSchedule::Iterative { .. }))
+        {
+            for i in 0..net.params.len() {
+                let name = format!("{}_rewind", net.params[i].name);
+                let value = tch::no_grad(|| net.params[i].tensor.f_detach_copy()).at(exp.span)?;
+                net.buffers.push(Buffer {
+                    name,
+                    tensor: value.shallow_clone(),
+                });
+                rewind.push((net.params[i].tensor.shallow_clone(), value));
+            }
+        }
+        Ok(Pruner {
+            steps,
+            timeline,
+            seed: exp.seed,
+            rewind,
+        })
+    }
+
+    /// The update hook that keeps pruned weights at zero.
+    pub fn keeper(&self) -> MaskKeeper {
+        MaskKeeper {
+            pairs: self
+                .steps
+                .iter()
+                .flat_map(|s| &s.tensors)
+                .map(|m| (m.param.shallow_clone(), m.mask.shallow_clone()))
+                .collect(),
+        }
+    }
+
+    /// Whether a statement prunes only after the written training (the moment the
+    /// uncompressed model is measured).
+    pub fn prunes_after_training(&self) -> bool {
+        self.steps
+            .iter()
+            .any(|s| matches!(s.schedule, PruneSchedule::After { .. }))
+    }
+
+    /// Grows the masks due at the boundary after `step` steps, and rewinds when an iterative
+    /// round ends there. `ended`: training ended there early (early stopping), so pruning
+    /// after training happens now and nothing else does.
+    pub fn fire(&mut self, step: u64, ended: bool) -> Result<Fired, Diagnostic> {
+        let mut fired = Fired::default();
+        let rounds = if ended {
+            Vec::new()
+        } else {
+            self.timeline.round_ends()
+        };
+        let train = self.timeline.train;
+        for s in &self.steps {
+            let amount = match s.schedule {
+                PruneSchedule::Before if step == 0 => Some(Amount::Fraction(s.amount)),
+                PruneSchedule::After { .. } if step == train || ended => {
+                    Some(Amount::Fraction(s.amount))
+                }
+                PruneSchedule::Gradual {
+                    start,
+                    end,
+                    every,
+                    initial,
+                } if !ended && prune::is_pruning_step(start, end, every, step) => {
+                    let target = prune::gradual_sparsity(initial, s.amount, start, end, every, step);
+                    Some(Amount::Fraction(target))
+                }
+                PruneSchedule::Iterative { rounds: r, .. } if rounds.contains(&step) => {
+                    Some(Amount::Fraction(prune::iterative_round_amount(s.amount, r)))
+                }
+                _ => None,
+            };
+            let Some(amount) = amount else { continue };
+            let total = matches!(s.schedule, PruneSchedule::Gradual { .. });
+            if s.method == PruneMethod::RandomUnstructured {
+                tch::manual_seed(self.seed.wrapping_mul(7_919).wrapping_add(step) as i64);
+            }
+            grow(s, amount, total)?;
+            fired.pruned = true;
+        }
+        if let PruneSchedule::Iterative { rewind, .. } = self.schedule_of_rounds() {
+            let rewind = rewind.min(train.saturating_sub(1));
+            let span = self.steps.first().map_or(Span::default(), |s| s.span);
+            tch::no_grad(|| -> Result<(), Diagnostic> {
+                if step == rewind && !ended {
+                    for (p, saved) in &self.rewind {
+                        saved.shallow_clone().f_copy_(p).at(span)?;
+                    }
+                }
+                if rounds.contains(&step) {
+                    for (p, saved) in &self.rewind {
+                        p.shallow_clone().f_copy_(saved).at(span)?;
+                    }
+                    fired.rewound = true;
+                }
+                Ok(())
+            })?;
+        }
+        if fired.pruned || fired.rewound {
+            self.keeper().apply(self.steps.first().map_or(Span::default(), |s| s.span))?;
+        }
+        Ok(fired)
+    }
+
+    fn schedule_of_rounds(&self) -> PruneSchedule {
+        self.steps
+            .iter()
+            .map(|s| s.schedule)
+            .find(|s| matches!(s, PruneSchedule::Iterative { .. }))
+            .unwrap_or(PruneSchedule::Before)
+    }
+}
+
+/// The mask buffer of parameter `i`, created (all ones) when no statement pruned it before.
+fn mask_of(net: &mut Net, i: usize, span: Span) -> Result<Masked, Diagnostic> {
+    let name = format!("{}_mask", net.params[i].name);
+    let param = net.params[i].tensor.shallow_clone();
+    let mask = match net.buffers.iter().find(|b| b.name == name) {
+        Some(b) => b.tensor.shallow_clone(),
+        None => {
+            let ones = param.f_ones_like().at(span)?;
+            net.buffers.push(Buffer {
+                name,
+                tensor: ones.shallow_clone(),
+            });
+            ones
+        }
+    };
+    Ok(Masked { param, mask })
+}
+
+/// Grows the masks of one statement by `amount`: of the remaining entries (PyTorch's repeated
+/// pruning), or, when `total`, up to that fraction of all entries (a gradual schedule's
+/// sparsity at this step).
+fn grow(s: &Step, amount: Amount, total: bool) -> Result<(), Diagnostic> {
+    let span = s.span;
+    let count = |units: i64, kept: i64| -> Amount {
+        match (amount, total) {
+            (Amount::Fraction(f), true) => {
+                let target = prune::count(Amount::Fraction(f), units);
+                Amount::Count((target - (units - kept)).max(0))
+            }
+            _ => amount,
+        }
+    };
+    tch::no_grad(|| -> Result<(), Diagnostic> {
+        match s.method {
+            PruneMethod::GlobalL1 => {
+                let params: Vec<&Tensor> = s.tensors.iter().map(|m| &m.param).collect();
+                let masks: Vec<&Tensor> = s.tensors.iter().map(|m| &m.mask).collect();
+                let units: i64 = s.tensors.iter().map(|m| m.param.numel() as i64).sum();
+                let kept: i64 = s
+                    .tensors
+                    .iter()
+                    .map(|m| kept_entries(&m.mask))
+                    .sum::<Result<i64, _>>()
+                    .at(span)?;
+                if s.tensors.is_empty() {
+                    return Ok(());
+                }
+                let a = count(units, kept);
+                let new = prune::global_l1(&params, &masks, a).at(span)?;
+                for (m, n) in s.tensors.iter().zip(new) {
+                    m.mask.shallow_clone().f_copy_(&n).at(span)?;
+                }
+            }
+            PruneMethod::L1Unstructured | PruneMethod::RandomUnstructured => {
+                for m in &s.tensors {
+                    let a = count(m.param.numel() as i64, kept_entries(&m.mask).at(span)?);
+                    let new = if s.method == PruneMethod::L1Unstructured {
+                        prune::l1_unstructured(&m.param, &m.mask, a)
+                    } else {
+                        prune::random_unstructured(&m.param, &m.mask, a)
+                    }
+                    .at(span)?;
+                    m.mask.shallow_clone().f_copy_(&new).at(span)?;
+                }
+            }
+            PruneMethod::LnStructured { n, dim } => {
+                for m in &s.tensors {
+                    let d = if dim < 0 { m.param.dim() as i64 + dim } else { dim };
+                    let units = m.param.size()[d as usize];
+                    let a = count(units, kept_units(&m.mask, d).at(span)?);
+                    let new = prune::ln_structured(&m.param, &m.mask, a, n, dim).at(span)?;
+                    m.mask.shallow_clone().f_copy_(&new).at(span)?;
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Entries a mask keeps.
+fn kept_entries(mask: &Tensor) -> Result<i64, tch::TchError> {
+    mask.f_sum(Kind::Float)?.f_double_value(&[]).map(|v| v as i64)
+}
+
+/// Slices along `dim` that a mask keeps (not all zero).
+fn kept_units(mask: &Tensor, dim: i64) -> Result<i64, tch::TchError> {
+    let others: Vec<i64> = (0..mask.dim() as i64).filter(|d| *d != dim).collect();
+    let sums = if others.is_empty() {
+        mask.shallow_clone()
+    } else {
+        mask.f_sum_dim_intlist(others.as_slice(), false, Kind::Float)?
+    };
+    sums.f_ne(0.0)?
+        .f_sum(Kind::Float)?
+        .f_double_value(&[])
+        .map(|v| v as i64)
+}
+
+/// Keeps pruned weights at zero after every optimizer update.
+pub struct MaskKeeper {
+    pairs: Vec<(Tensor, Tensor)>,
+}
+
+impl MaskKeeper {
+    /// Multiplies every pruned parameter by its mask.
+    pub fn apply(&self, span: Span) -> Result<(), Diagnostic> {
+        tch::no_grad(|| {
+            for (p, m) in &self.pairs {
+                prune::apply(p, m).at(span)?;
+            }
+            Ok(())
+        })
+    }
+}
+
+impl UpdateHook for MaskKeeper {
+    fn gradients_ready(&mut self, _params: &[Tensor], _span: Span) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    fn after_update(&mut self, _params: &[Tensor], span: Span) -> Result<(), Diagnostic> {
+        self.apply(span)
+    }
+}
