@@ -324,3 +324,7 @@ pub fn apply(w: &Tensor, mask: &Tensor) -> Result<()> {
 #[cfg(test)]
 #[path = "prune_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "prune_parity.rs"]
+mod parity;
