@@ -174,7 +174,9 @@ fn unit_dim(w: &Tensor, dim: i64) -> Result<i64> {
 /// One score per unit for tensors whose units (slices along the given dimension) are pruned
 /// together: for each tensor the Ln norm over all its other dimensions (`torch.norm(w, p=n,
 /// dim=others)`; a 1-D tensor's slices are single entries), combined as `(Σ normⁿ)^(1/n)` (the
-/// sum of the counts for n = 0). For one tensor the result is `torch.norm`'s, unchanged.
+/// sum of the counts for n = 0), in fp32. For one tensor the result is `torch.norm`'s, unchanged
+/// (not `(normⁿ)^(1/n)`, which rounds differently for n = 3). The norms are of the tensors as
+/// given, so pass masked weights, as [`ln_structured`] does and as PyTorch scores them.
 pub fn ln_units(ws: &[(&Tensor, i64)], n: u64) -> Result<Tensor> {
     let mut norms = Vec::with_capacity(ws.len());
     for &(w, dim) in ws {
