@@ -11,11 +11,12 @@ use tch::{Kind, Tensor};
 
 use super::*;
 
-/// The bf16 tolerance on the relative L2 error: bf16 keeps 8 significant bits, so rounding a
-/// value moves it by at most 2^-9 of itself; the packed kernels round `x` to bf16 (the
-/// reference does the same) and their output to bf16, and the affine correction subtracts
-/// after that rounding. 4e-3 is one bf16 ulp on every element at once; a wrong result is off by
-/// the order of the values themselves.
+/// The bf16 tolerance on the relative L2 error. Both sides round `x` to bf16; the kernels then
+/// round twice more at most (their bf16 output, and either the product before scaling or the
+/// dequantized int4 weight), each time by at most 2^-9 of the value, so every element is within
+/// 2^-8 (3.9e-3) of the reference. The affine int8 correction subtracts after that rounding and
+/// can only be bounded statistically; it measures 1.2e-3 to 1.4e-3 here. A wrong result is off
+/// by the order of the values themselves.
 const BF16_RTOL: f64 = 4e-3;
 
 /// The fp32 tolerance: the same products summed in another order.
@@ -339,6 +340,7 @@ fn layouts(m: i64, k: i64) -> Vec<(&'static str, Tensor)> {
 #[test]
 fn packed_kernels_are_guarded_at_awkward_shapes() {
     let n = 40;
+    let mut worst = [0.0f64; 2];
     for k in [784, 1000, 4096] {
         let w = Tensor::randn([n, k], tch::kind::FLOAT_CPU) / (k as f64).sqrt();
         let int8 = QuantMethod::Int8WeightOnly {
@@ -370,11 +372,16 @@ fn packed_kernels_are_guarded_at_awkward_shapes() {
                 .narrow(1, 0, k)
         };
         for m in [1, 2, 3, 256] {
-            for (layout, x) in layouts(m, k) {
-                for (name, layer, dq) in [("int8", &int8, &int8_dq), ("int4", &int4, &int4_dq)] {
-                    let y = layer.forward(&x).expect("forward");
+            // Every layout holds the same values, so one reference serves them all.
+            let xs = layouts(m, k);
+            let layers = [("int8", &int8, &int8_dq), ("int4", &int4, &int4_dq)];
+            for (i, (name, layer, dq)) in layers.into_iter().enumerate() {
+                let want = reference_linear(&xs[0].1, dq, None, Kind::BFloat16);
+                for (layout, x) in &xs {
+                    let y = layer.forward(x).expect("forward");
                     assert_eq!(y.size(), [m, n]);
-                    let err = rel_l2(&y, &reference_linear(&x, dq, None, Kind::BFloat16));
+                    let err = rel_l2(&y, &want);
+                    worst[i] = worst[i].max(err);
                     assert!(
                         err < BF16_RTOL,
                         "{name} K={k} M={m} {layout}: relative L2 error {err:.2e}"
@@ -383,6 +390,10 @@ fn packed_kernels_are_guarded_at_awkward_shapes() {
             }
         }
     }
+    eprintln!(
+        "bf16 x at K = 784, 1000, 4096: worst relative L2 error int8 {:.2e}, int4 {:.2e}",
+        worst[0], worst[1]
+    );
 }
 
 #[test]
@@ -505,7 +516,9 @@ fn tensors_and_bytes_list_what_is_stored() {
     let (n, k) = (10, 250);
     let w = Tensor::randn([n, k], tch::kind::FLOAT_CPU);
     let b = Tensor::randn([n], tch::kind::FLOAT_CPU);
-    let cases: Vec<(QuantMethod, Vec<(&str, Vec<i64>)>, i64)> = vec![
+    // (method, stored tensors and their shapes, bytes).
+    type Case = (QuantMethod, Vec<(&'static str, Vec<i64>)>, i64);
+    let cases: Vec<Case> = vec![
         (
             QuantMethod::Int8WeightOnly {
                 granularity: Granularity::PerChannel,
