@@ -289,12 +289,9 @@ impl QLinear {
             } => {
                 let kp = scales_and_zeros.size()[0] * group_size;
                 let xp = padded(x, m, kp, *activations)?;
-                let y = if cuda {
-                    xp.f_internal_weight_int4pack_mm(packed, *group_size, scales_and_zeros)?
-                } else {
-                    xp.f_internal_weight_int4pack_mm_for_cpu(packed, *group_size, scales_and_zeros)?
-                };
-                y.f_narrow(1, 0, n)?.f_to_kind(Kind::Float)?
+                int4_mm(&xp, packed, *group_size, scales_and_zeros, cuda)?
+                    .f_narrow(1, 0, n)?
+                    .f_to_kind(Kind::Float)?
             }
             Weights::Fp8 { w, scale, per_row } => fp8_forward(x, w, scale, *per_row, n, cuda)?,
             Weights::Cast { w } => x
@@ -309,7 +306,9 @@ impl QLinear {
     }
 
     /// The fp32 weight `[N, K]` the kernel multiplies by. For int4 the packing is opaque, so
-    /// the values come from the kernel itself: the identity matrix times the weight.
+    /// the values come from the kernel itself, as the identity matrix times the weight (`K² N`
+    /// multiply-adds: meant for tests and export, not for every step); on CPU they are exact,
+    /// on CUDA rounded to bf16.
     pub fn dequantized(&self) -> Result<Tensor, TchError> {
         let (n, k) = (self.out_features, self.in_features);
         let w = match &self.weights {
@@ -343,16 +342,23 @@ impl QLinear {
                 };
                 q.f_mul(&scale.f_unsqueeze(1)?)?
             }
-            Weights::Int4 { .. } => {
-                let eye = Tensor::f_eye(k, (Kind::Float, self.device()))?;
-                let wt = QLinear {
-                    out_features: n,
-                    in_features: k,
-                    bias: None,
-                    weights: self.weights_view()?,
-                }
-                .forward(&eye)?;
-                wt.f_tr()?.f_contiguous()?
+            Weights::Int4 {
+                packed,
+                scales_and_zeros,
+                group_size,
+                ..
+            } => {
+                // The CPU kernel takes fp32 `x` with the same packing, which makes the values
+                // exact; the CUDA kernel takes bf16 only.
+                let cuda = packed.device() != Device::Cpu;
+                let kind = if cuda { Kind::BFloat16 } else { Kind::Float };
+                let kp = scales_and_zeros.size()[0] * group_size;
+                let eye = Tensor::f_eye_m(k, kp, (kind, packed.device()))?;
+                let sz = scales_and_zeros.f_to_kind(kind)?;
+                int4_mm(&eye, packed, *group_size, &sz, cuda)?
+                    .f_narrow(1, 0, n)?
+                    .f_tr()?
+                    .f_to_kind(Kind::Float)?
             }
             Weights::Fp8 { w, scale, .. } => w
                 .f_to_kind(Kind::Float)?
@@ -362,31 +368,6 @@ impl QLinear {
             Weights::Cast { w } => w.f_to_kind(Kind::Float)?,
         };
         w.f_contiguous()
-    }
-
-    /// The device the weights live on.
-    fn device(&self) -> Device {
-        self.tensors()
-            .first()
-            .map_or(Device::Cpu, |(_, t)| t.device())
-    }
-
-    /// The int4 weights again, sharing storage (for [`QLinear::dequantized`]).
-    fn weights_view(&self) -> Result<Weights, TchError> {
-        match &self.weights {
-            Weights::Int4 {
-                packed,
-                scales_and_zeros,
-                group_size,
-                activations,
-            } => Ok(Weights::Int4 {
-                packed: packed.shallow_clone(),
-                scales_and_zeros: scales_and_zeros.shallow_clone(),
-                group_size: *group_size,
-                activations: *activations,
-            }),
-            _ => Err(unsupported("only int4 weights are viewed".to_string())),
-        }
     }
 
     /// Everything stored, by name, as it is stored (padded where a kernel needs it):
@@ -620,6 +601,21 @@ fn int4_weights(w: &Tensor, group_size: i64, activations: Kind) -> Result<Weight
         group_size,
         activations,
     })
+}
+
+/// The int4 kernel of the device: `x` `[M, Kp]` times the packed weight, `[M, Np]`.
+fn int4_mm(
+    x: &Tensor,
+    packed: &Tensor,
+    group_size: i64,
+    scales_and_zeros: &Tensor,
+    cuda: bool,
+) -> Result<Tensor, TchError> {
+    if cuda {
+        x.f_internal_weight_int4pack_mm(packed, group_size, scales_and_zeros)
+    } else {
+        x.f_internal_weight_int4pack_mm_for_cpu(packed, group_size, scales_and_zeros)
+    }
 }
 
 /// The e4m3 maximum.

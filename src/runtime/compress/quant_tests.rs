@@ -224,14 +224,16 @@ fn fake_quantization_passes_gradients_straight_through() {
     assert_identical("gradient", &leaf.grad(), &inside.to_kind(Kind::Float));
 }
 
-/// torchao's int4 dequantized weight, with `K` zero-padded to a multiple of `gs`, sliced back.
-fn torchao_int4(w: &Tensor, gs: i64) -> Tensor {
+/// torchao's int4 dequantized weight, with `K` zero-padded to a multiple of `gs` and sliced
+/// back, and the scales and zeros rounded to `kind` (as torchao rounds them to its dtype).
+fn torchao_int4(w: &Tensor, gs: i64, kind: Kind) -> Tensor {
     let (n, k) = w.size2().expect("2-D");
     let kp = (k + gs - 1) / gs * gs;
     let wp = w.constant_pad_nd([0, kp - k]).reshape([n, kp / gs, gs]);
     let (mn, mx) = (wp.amin([2], true), wp.amax([2], true));
-    let scale = (mx - &mn).clamp_min(1e-6) / 15.0;
-    let zero = mn + &scale * 8.0;
+    let round = |t: Tensor| t.to_kind(kind).to_kind(Kind::Float);
+    let scale = round((mx - &mn).clamp_min(1e-6) / 15.0);
+    let zero = round(mn + &scale * 8.0);
     let low = &zero - &scale * 8.0;
     let q = (wp - low).divide(&scale).round().clamp(0, 15);
     ((q - 8.0) * scale + zero).reshape([n, kp]).narrow(1, 0, k)
@@ -252,10 +254,17 @@ fn int4_equals_torchao_dequantized_reference() {
         let dq = &theirs[&format!("int4_g{gs}.dequantized")];
         let ours = layer.dequantized().expect("dequantized");
         assert!(rel_l2(&ours, dq) < 1e-7, "g{gs}: dequantized weight");
-        assert!(
-            rel_l2(&torchao_int4(w, gs), dq) < 1e-7,
-            "g{gs}: test helper"
-        );
+        let helper = torchao_int4(w, gs, Kind::Float);
+        assert!(rel_l2(&helper, dq) < 1e-7, "g{gs}: test helper");
+        // With bf16 activations the scales and zeros are bf16 values.
+        let method = QuantMethod::Int4 {
+            group_size: gs,
+            activations: Kind::BFloat16,
+        };
+        let bf16 = QLinear::new(w, Some(&b), method).expect("bf16 int4 layer");
+        let want = torchao_int4(w, gs, Kind::BFloat16);
+        let got = bf16.dequantized().expect("dequantized");
+        assert!(rel_l2(&got, &want) < 1e-7, "g{gs}: bf16 dequantized weight");
         let err = rel_l2(
             &layer.forward(&x).expect("forward"),
             &reference_linear(&x, dq, Some(&b), Kind::Float),
@@ -355,22 +364,7 @@ fn packed_kernels_are_guarded_at_awkward_shapes() {
             activations: Kind::BFloat16,
         };
         let int4 = QLinear::new(&w, None, int4).expect("int4 layer");
-        // bf16 activations round the scales and zeros to bf16 too, as torchao does.
-        let int4_dq = {
-            let (np, kp) = (48, (k + 127) / 128 * 128);
-            let wp = w.constant_pad_nd([0, kp - k, 0, np - n]);
-            let groups = wp.reshape([np, kp / 128, 128]);
-            let (mn, mx) = (groups.amin([2], true), groups.amax([2], true));
-            let round = |t: Tensor| t.to_kind(Kind::BFloat16).to_kind(Kind::Float);
-            let scale = round((mx - &mn).clamp_min(1e-6) / 15.0);
-            let zero = round(mn + &scale * 8.0);
-            let low = &zero - &scale * 8.0;
-            let q = (groups - low).divide(&scale).round().clamp(0, 15);
-            ((q - 8.0) * scale + zero)
-                .reshape([np, kp])
-                .narrow(0, 0, n)
-                .narrow(1, 0, k)
-        };
+        let int4_dq = torchao_int4(&w, 128, Kind::BFloat16);
         for m in [1, 2, 3, 256] {
             // Every layout holds the same values, so one reference serves them all.
             let xs = layouts(m, k);
