@@ -1,7 +1,7 @@
 //! Quantized weights and the linears that use them.
 //!
 //! This file holds PyTorch's min/max observers and the quantizers built on them; `qlinear.rs`
-//! holds [`QLinear`], the quantized linear layer with its kernels.
+//! holds [`QLinear`], the quantized linear layer, and `qkernels.rs` the kernels it calls.
 //!
 //! The observers follow `torch.ao.quantization`'s `MinMaxObserver` and `PerChannelMinMaxObserver`
 //! (channel axis 0) formula for formula, in fp32: with `mn = min(min(x), 0)` and
@@ -15,6 +15,8 @@
 use kiln::ir::Granularity;
 use tch::{Kind, TchError, Tensor};
 
+#[path = "qkernels.rs"]
+mod qkernels;
 #[path = "qlinear.rs"]
 mod qlinear;
 pub use qlinear::{QLinear, QuantMethod};
