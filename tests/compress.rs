@@ -44,8 +44,8 @@ experiment "small" {{
 }
 
 /// Runs `text` to completion in `dir/run`; returns the run directory.
-fn finished(dir: &Path, text: &str) -> std::path::PathBuf {
-    let exp = write(dir, "small.exp", text);
+fn finished(dir: &Path, source: &str) -> std::path::PathBuf {
+    let exp = write(dir, "small.exp", source);
     let d = dir.join("run");
     let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&d)]);
     assert!(o.status.success(), "{}", text(&o));
@@ -140,7 +140,10 @@ fn finetuning_after_pruning_lengthens_the_run_and_reports_before_and_after() {
     let c = &r["compression"];
     let before = c["val"]["before"]["loss"].as_f64().expect("loss before");
     let after = c["val"]["after"]["loss"].as_f64().expect("loss after");
-    assert!(before.is_finite() && after.is_finite() && before != after, "{c:?}");
+    assert!(
+        before.is_finite() && after.is_finite() && before != after,
+        "{c:?}"
+    );
     // The outcome is the compressed model's.
     assert_eq!(r["val"]["loss"].as_f64(), Some(after));
     assert_eq!(c["latency"][0]["batch"].as_u64(), Some(1), "{c:?}");
@@ -168,11 +171,11 @@ fn iterative_pruning_runs_its_rounds_and_reaches_the_amount() {
 #[test]
 fn a_resumed_pruning_run_equals_an_uninterrupted_one() {
     let dir = scratch("compress-resume");
-    let text = experiment(
+    let source = experiment(
         "prune fc1 l1_unstructured(amount: 0.6, schedule: gradual(start: 20 steps, end: 300 steps, every: 20 steps))\n    quantize fc2 int8(granularity: per_channel)",
         "steps 400\n    checkpoint(every: 20 steps, keep: 2)",
     );
-    let exp = write(&dir, "small.exp", &text);
+    let exp = write(&dir, "small.exp", &source);
     let whole = dir.join("whole");
     let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&whole)]);
     assert!(o.status.success(), "{}", text(&o));
@@ -207,17 +210,30 @@ fn eval_and_export_remake_the_model_the_run_measured() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     let loss = |v: &serde_yaml::Value| format!("loss {:.6}", v["loss"].as_f64().expect("loss"));
-    assert!(t.contains(&format!("val (compressed): {}", loss(after))), "{t}\n{after:?}");
-    assert!(t.contains(&format!("val (uncompressed): {}", loss(before))), "{t}\n{before:?}");
+    assert!(
+        t.contains(&format!("val (compressed): {}", loss(after))),
+        "{t}\n{after:?}"
+    );
+    assert!(
+        t.contains(&format!("val (uncompressed): {}", loss(before))),
+        "{t}\n{before:?}"
+    );
 
     let o = run(&["export", s(&d)]);
     assert!(o.status.success(), "{}", text(&o));
     let model = d.join("export").join("model.safetensors");
     let (f32s, others) = safetensors_f32(&model);
-    assert!(others.contains(&"fc1.weight_int8".to_string()), "{others:?}");
-    assert!(others.contains(&"fc2.weight_int8".to_string()), "{others:?}");
+    assert!(
+        others.contains(&"fc1.weight_int8".to_string()),
+        "{others:?}"
+    );
+    assert!(
+        others.contains(&"fc2.weight_int8".to_string()),
+        "{others:?}"
+    );
     assert!(f32s.contains_key("fc1.bias") && !f32s.contains_key("fc1.weight"));
-    let manifest = std::fs::read_to_string(d.join("export").join("manifest.yaml")).expect("manifest");
+    let manifest =
+        std::fs::read_to_string(d.join("export").join("manifest.yaml")).expect("manifest");
     assert!(manifest.contains("scheme: int8 per_channel"), "{manifest}");
     // An export is never overwritten.
     let before = snapshot(&d.join("export"));
@@ -244,6 +260,12 @@ fn quantization_aware_training_keeps_its_observers_and_converts_to_int8() {
     let after = c["val"]["after"]["loss"].as_f64().expect("after");
     // The int8 model computes what training's fake quantization computed, up to summation
     // order.
-    assert!((before - after).abs() < 1e-3 * before, "{before} vs {after}");
-    assert!(c["layers"][0]["method"].as_str().expect("method").contains("qat"));
+    assert!(
+        (before - after).abs() < 1e-3 * before,
+        "{before} vs {after}"
+    );
+    assert!(c["layers"][0]["method"]
+        .as_str()
+        .expect("method")
+        .contains("qat"));
 }

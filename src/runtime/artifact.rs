@@ -121,8 +121,8 @@ fn eval(opts: &EvalOptions) -> Result<(), Failure> {
         None => None,
     };
     let (checked, trial) = experiment(&opts.run_dir, opts.file.as_deref())?;
-    let r = restore_run(&checked, trial, &opts.run_dir, over)
-        .map_err(|d| Failure::of(&d, &checked))?;
+    let r =
+        restore_run(&checked, trial, &opts.run_dir, over).map_err(|d| Failure::of(&d, &checked))?;
     let split = match opts.split.as_str() {
         "test" => r.splits.test.as_ref(),
         "val" => r.splits.val.as_ref(),

@@ -5,11 +5,11 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use super::budget::Budget;
+use super::checkpoint;
 use super::compress::compare::compare;
 use super::compress::pruner::Pruner;
 use super::compress::qat;
 use super::compress::timeline::Timeline;
-use super::checkpoint;
 use super::data;
 use super::dist::preflight::Announce;
 use super::dist::rank::{free_port, Rank};

@@ -8,9 +8,9 @@ use std::time::Instant;
 use tch::{Device, Kind};
 
 use super::budget::Budget;
+use super::checkpoint::{Fingerprint, Position, Saved};
 use super::compress::pruner::Pruner;
 use super::compress::timeline::Timeline;
-use super::checkpoint::{Fingerprint, Position, Saved};
 use super::data::{Dataset, Loader, Splits};
 use super::failure::At;
 use super::hooks::{
@@ -78,12 +78,12 @@ pub fn standard_hooks(exp: &Experiment) -> Vec<Box<dyn Hook>> {
 /// `exp`. Processes that share evaluations (the ranks of a distributed run, as `backprop` says)
 /// each evaluate their share and sum the results.
 pub fn evaluate(
-exp: &Experiment,
-model: &dyn Model,
-backprop: &dyn Backprop,
-device: Device,
-objective: &Objective,
-data: &Dataset,
+    exp: &Experiment,
+    model: &dyn Model,
+    backprop: &dyn Backprop,
+    device: Device,
+    objective: &Objective,
+    data: &Dataset,
 ) -> Result<Eval, Diagnostic> {
     let span = exp.train.loss_span;
     let (index, count) = backprop.share();
@@ -104,16 +104,8 @@ data: &Dataset,
     let classes = objective.classes();
     tch::no_grad(|| {
         let (mut loss, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0);
-        let loader = Loader::new(
-            &part,
-            exp.data.batch as i64,
-            false,
-            0,
-            0,
-            0,
-            device,
-        )?
-        .at(exp.data.batch_span);
+        let loader = Loader::new(&part, exp.data.batch as i64, false, 0, 0, 0, device)?
+            .at(exp.data.batch_span);
         for batch in loader {
             let (x, y) = batch?;
             let out = model.forward(&x, false)?;

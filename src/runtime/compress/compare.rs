@@ -26,7 +26,16 @@ pub fn compare(
 ) -> Result<(Final, Compressed), Diagnostic> {
     let fin = finalize(t.exp, nodes, net, over)?;
     let objective = Objective::new(t.exp);
-    let eval = |data| evaluate(t.exp, &fin.net, t.backprop.as_ref(), t.device, &objective, data);
+    let eval = |data| {
+        evaluate(
+            t.exp,
+            &fin.net,
+            t.backprop.as_ref(),
+            t.device,
+            &objective,
+            data,
+        )
+    };
     let after_val = t.splits.val.as_ref().map(eval).transpose()?;
     let after_test = t.splits.test.as_ref().map(eval).transpose()?;
     let (before_val, before_test) = t.uncompressed.unwrap_or((outcome.val, outcome.test));

@@ -220,7 +220,12 @@ fn quantize(
     scheme: QuantScheme,
     span: Span,
 ) -> Result<QLinear, Diagnostic> {
-    let find = |name: String| net.params.iter().find(|p| p.name == name).map(|p| &p.tensor);
+    let find = |name: String| {
+        net.params
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| &p.tensor)
+    };
     let Some(weight) = find(format!("{layer}.weight")) else {
         return Err(Problem::TorchError {
             span,

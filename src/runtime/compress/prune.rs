@@ -12,12 +12,6 @@
 //! - ties are broken by the same ATen `topk` on the same values in the same order (`|w|` in
 //!   row-major order, `torch.norm` over the other dimensions, `rand_like` for random), which is
 //!   not stable: equal values do not go first-come first-pruned.
-// The training loop's pruning schedules are the callers; until they are wired in, only the tests
-// are, and this expectation fails once every item is used.
-#![cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the pruning schedules call these once wired in")
-)]
 
 use tch::{Kind, TchError, Tensor};
 

@@ -167,7 +167,8 @@ impl Pruner {
                     every,
                     initial,
                 } if !ended && prune::is_pruning_step(start, end, every, step) => {
-                    let target = prune::gradual_sparsity(initial, s.amount, start, end, every, step);
+                    let target =
+                        prune::gradual_sparsity(initial, s.amount, start, end, every, step);
                     Some(Amount::Fraction(target))
                 }
                 PruneSchedule::Iterative { rounds: r, .. } if rounds.contains(&step) => {
@@ -202,7 +203,8 @@ impl Pruner {
             })?;
         }
         if fired.pruned || fired.rewound {
-            self.keeper().apply(self.steps.first().map_or(Span::default(), |s| s.span))?;
+            self.keeper()
+                .apply(self.steps.first().map_or(Span::default(), |s| s.span))?;
         }
         Ok(fired)
     }
@@ -283,7 +285,11 @@ fn grow(s: &Step, amount: Amount, total: bool) -> Result<(), Diagnostic> {
             }
             PruneMethod::LnStructured { n, dim } => {
                 for m in &s.tensors {
-                    let d = if dim < 0 { m.param.dim() as i64 + dim } else { dim };
+                    let d = if dim < 0 {
+                        m.param.dim() as i64 + dim
+                    } else {
+                        dim
+                    };
                     let units = m.param.size()[d as usize];
                     let a = count(units, kept_units(&m.mask, d).at(span)?);
                     let new = prune::ln_structured(&m.param, &m.mask, a, n, dim).at(span)?;
@@ -297,7 +303,9 @@ fn grow(s: &Step, amount: Amount, total: bool) -> Result<(), Diagnostic> {
 
 /// Entries a mask keeps.
 fn kept_entries(mask: &Tensor) -> Result<i64, tch::TchError> {
-    mask.f_sum(Kind::Float)?.f_double_value(&[]).map(|v| v as i64)
+    mask.f_sum(Kind::Float)?
+        .f_double_value(&[])
+        .map(|v| v as i64)
 }
 
 /// Slices along `dim` that a mask keeps (not all zero).

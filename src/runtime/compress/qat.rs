@@ -7,11 +7,11 @@
 //! checkpoints keep them. After training the layer becomes an int8 linear with the observers'
 //! scales ([`converted`]).
 
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use super::super::failure::At;
 use super::super::model::{Buffer, LinearSwap, Net};
-use super::quant::{min_max, qparams_from_min_max, QConfig, QParams, AVERAGING_CONSTANT};
+use super::quant::{MovingAverageObserver, QConfig, QParams};
 use kiln::diagnostic::problem::Torch;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Compression, Experiment, Granularity, QuantScheme};
@@ -20,72 +20,34 @@ use kiln::span::Span;
 const WEIGHT: &str = "weight_fake_quant";
 const INPUT: &str = "activation_post_process";
 
-/// One observer's running minima and maxima (infinite until the first observation).
-struct Observer {
-    min: Tensor,
-    max: Tensor,
+/// An observer whose running minima and maxima are registered as buffers of `net` under
+/// `prefix` (`min_val`, `max_val`), on the device of `like`.
+fn observer(
+    net: &mut Net,
+    prefix: String,
     granularity: Granularity,
-}
-
-impl Observer {
-    /// Registers the observer's buffers under `prefix` on the device of `like`.
-    fn new(
-        net: &mut Net,
-        prefix: String,
-        channels: Option<i64>,
-        like: &Tensor,
-    ) -> Result<Observer, tch::TchError> {
-        let shape: Vec<i64> = channels.into_iter().collect();
-        let opts = (Kind::Float, like.device());
-        let min = Tensor::f_full(shape.as_slice(), f64::INFINITY, opts)?;
-        let max = Tensor::f_full(shape.as_slice(), f64::NEG_INFINITY, opts)?;
-        for (name, t) in [("min_val", &min), ("max_val", &max)] {
-            net.buffers.push(Buffer {
-                name: format!("{prefix}.{name}"),
-                tensor: t.shallow_clone(),
-            });
-        }
-        Ok(Observer {
-            min,
-            max,
-            granularity: if channels.is_some() {
-                Granularity::PerChannel
-            } else {
-                Granularity::PerTensor
-            },
-        })
+    like: &Tensor,
+) -> Result<MovingAverageObserver, tch::TchError> {
+    let channels = (granularity == Granularity::PerChannel).then(|| like.size()[0]);
+    let (min, max) = MovingAverageObserver::empty(channels, like.device())?;
+    for (name, t) in [("min_val", &min), ("max_val", &max)] {
+        net.buffers.push(Buffer {
+            name: format!("{prefix}.{name}"),
+            tensor: t.shallow_clone(),
+        });
     }
-
-    /// Moves the minima and maxima towards those of `x` (taking them as they are the first
-    /// time).
-    fn observe(&self, x: &Tensor) -> Result<(), tch::TchError> {
-        tch::no_grad(|| {
-            let (lo, hi) = min_max(x, self.granularity)?;
-            for (run, cur) in [(&self.min, lo), (&self.max, hi)] {
-                let cur = cur.f_reshape(run.size())?;
-                let moved = run.f_add(&cur.f_sub(run)?.f_mul_scalar(AVERAGING_CONSTANT)?)?;
-                let next = run.f_isinf()?.f_where_self(&cur, &moved)?;
-                run.shallow_clone().f_copy_(&next)?;
-            }
-            Ok(())
-        })
-    }
-
-    fn qparams(&self) -> Result<QParams, tch::TchError> {
-        let axis = (self.granularity == Granularity::PerChannel).then_some(0);
-        qparams_from_min_max(&self.min, &self.max, QConfig::INT8_SYMMETRIC, axis)
-    }
-
-    /// Whether it has seen a tensor.
-    fn seen(&self) -> Result<bool, tch::TchError> {
-        Ok(self.min.f_isinf()?.f_any()?.f_int64_value(&[])? == 0)
-    }
+    Ok(MovingAverageObserver::new(
+        QConfig::INT8_SYMMETRIC,
+        granularity,
+        min,
+        max,
+    ))
 }
 
 /// The swap of a `qat` linear: fake-quantized weight and input.
 struct FakeQuant {
-    weight: Observer,
-    input: Observer,
+    weight: MovingAverageObserver,
+    input: MovingAverageObserver,
 }
 
 impl LinearSwap for FakeQuant {
@@ -130,9 +92,10 @@ pub fn install(exp: &Experiment, net: &mut Net) -> Result<(), Diagnostic> {
                 continue;
             }
             let w = weight(net, &layer, *span)?;
-            let rows = (*granularity == Granularity::PerChannel).then(|| w.size()[0]);
-            let weight = Observer::new(net, format!("{layer}.{WEIGHT}"), rows, &w).at(*span)?;
-            let input = Observer::new(net, format!("{layer}.{INPUT}"), None, &w).at(*span)?;
+            let prefix = format!("{layer}.{WEIGHT}");
+            let weight = observer(net, prefix, *granularity, &w).at(*span)?;
+            let prefix = format!("{layer}.{INPUT}");
+            let input = observer(net, prefix, Granularity::PerTensor, &w).at(*span)?;
             net.swap_linear(&layer, Box::new(FakeQuant { weight, input }));
         }
     }
@@ -156,27 +119,28 @@ pub fn converted(
             .ok_or_else(|| lowering(layer, &name, span))
     };
     let w = weight(trained, layer, span)?;
-    let observer = |prefix: &str, g: Granularity| -> Result<Observer, Diagnostic> {
-        Ok(Observer {
-            min: buffer(format!("{layer}.{prefix}.min_val"))?,
-            max: buffer(format!("{layer}.{prefix}.max_val"))?,
-            granularity: g,
-        })
+    let observer = |prefix: &str, g: Granularity| -> Result<MovingAverageObserver, Diagnostic> {
+        Ok(MovingAverageObserver::new(
+            QConfig::INT8_SYMMETRIC,
+            g,
+            buffer(format!("{layer}.{prefix}.min_val"))?,
+            buffer(format!("{layer}.{prefix}.max_val"))?,
+        ))
     };
     let weights = observer(WEIGHT, granularity)?;
     let input = observer(INPUT, Granularity::PerTensor)?;
-    // A model that never trained has observed nothing: its weights are observed now.
+    // A model that never took a training step has observed its weights only when it was
+    // evaluated: they are observed now.
     if !weights.seen().at(span)? {
         weights.observe(&w).at(span)?;
     }
-    let scale = if input.seen().at(span)? {
-        input
-            .qparams()
-            .and_then(|p| p.scale.f_double_value(&[0]))
-            .at(span)?
-    } else {
-        1.0
-    };
+    if !input.seen().at(span)? {
+        return Err(lowering(layer, &format!("{INPUT}.min_val"), span));
+    }
+    let scale = input
+        .qparams()
+        .and_then(|p| p.scale.f_double_value(&[0]))
+        .at(span)?;
     Ok((weights.qparams().at(span)?, scale))
 }
 

@@ -49,14 +49,6 @@ pub enum QuantMethod {
         /// The dtype `x` is cast to: `BFloat16` (the only one on CUDA), `Half` or `Float`.
         activations: Kind,
     },
-    /// The conversion target of quantization-aware training: symmetric qint8 weights and a
-    /// fixed per-tensor symmetric qint8 activation scale, multiplied by `_int_mm`.
-    Int8Static {
-        /// Weight scale granularity.
-        granularity: Granularity,
-        /// The activations' scale (zero point 0).
-        activation_scale: f64,
-    },
     /// e4m3 weights and activations with `amax / 448` scales, through `_scaled_mm`.
     Fp8 {
         /// One scale per tensor, or one per row of the weight and of `x`.
@@ -160,13 +152,6 @@ impl QLinear {
                 granularity,
                 symmetric,
             } => int_mm_weights(&w, &qparams(&w, granularity, config(symmetric))?, None)?,
-            QuantMethod::Int8Static {
-                granularity,
-                activation_scale,
-            } => {
-                let p = qparams(&w, granularity, QConfig::INT8_SYMMETRIC)?;
-                int_mm_weights(&w, &p, Some(activation_scale))?
-            }
             QuantMethod::Int4 {
                 group_size,
                 activations,
@@ -211,11 +196,13 @@ impl QLinear {
     }
 
     /// `N`.
+    #[cfg(test)]
     pub fn out_features(&self) -> i64 {
         self.out_features
     }
 
     /// `K`.
+    #[cfg(test)]
     pub fn in_features(&self) -> i64 {
         self.in_features
     }
@@ -295,6 +282,7 @@ impl QLinear {
     /// the values come from the kernel itself, as the identity matrix times the weight (`K² N`
     /// multiply-adds: meant for tests and export, not for every step); on CPU they are exact,
     /// on CUDA rounded to bf16.
+    #[cfg(test)]
     pub fn dequantized(&self) -> Result<Tensor, TchError> {
         let (n, k) = (self.out_features, self.in_features);
         let w = match &self.weights {

@@ -215,6 +215,7 @@ impl QParams {
     }
 
     /// The fp32 values of integers from [`QParams::quantize`]: `(q - zp) * scale`.
+    #[cfg(test)]
     pub fn dequantize(&self, q: &Tensor) -> Result<Tensor, TchError> {
         let (scale, zp) = match self.axis {
             Some(axis) => {
@@ -250,6 +251,7 @@ impl QParams {
 }
 
 /// `[1, .., -1, .., 1]`: a shape that broadcasts a 1-D tensor along `axis` of a `dim`-D one.
+#[cfg(test)]
 fn broadcast_shape(dim: usize, axis: i64) -> Vec<i64> {
     (0..dim as i64)
         .map(|d| if d == axis { -1 } else { 1 })
@@ -259,48 +261,69 @@ fn broadcast_shape(dim: usize, axis: i64) -> Vec<i64> {
 /// `MovingAverageMinMaxObserver` (per tensor) or `MovingAveragePerChannelMinMaxObserver`
 /// (axis 0), for quantization-aware training: the first observation's minima and maxima are
 /// taken as they are, every later one moves them by `averaging_constant` of the difference.
+/// The running minima and maxima live in two fp32 tensors that the observer updates in place
+/// (a model's buffers, so that checkpoints keep them): `+inf` and `-inf` until the first
+/// observation.
 #[derive(Debug)]
 pub struct MovingAverageObserver {
     config: QConfig,
     granularity: Granularity,
     averaging_constant: f64,
-    min_max: Option<(Tensor, Tensor)>,
+    min: Tensor,
+    max: Tensor,
 }
 
 impl MovingAverageObserver {
-    /// An observer that has seen nothing, with PyTorch's averaging constant 0.01.
-    pub fn new(config: QConfig, granularity: Granularity) -> Self {
+    /// The running minima and maxima of an observer that has seen nothing: `[channels]` (per
+    /// channel) or 0-d (per tensor), on `device`.
+    pub fn empty(channels: Option<i64>, device: tch::Device) -> Result<(Tensor, Tensor), TchError> {
+        let shape: Vec<i64> = channels.into_iter().collect();
+        Ok((
+            Tensor::f_full(shape.as_slice(), f64::INFINITY, (Kind::Float, device))?,
+            Tensor::f_full(shape.as_slice(), f64::NEG_INFINITY, (Kind::Float, device))?,
+        ))
+    }
+
+    /// An observer over the running `min` and `max` (see [`MovingAverageObserver::empty`]),
+    /// with PyTorch's averaging constant 0.01.
+    pub fn new(config: QConfig, granularity: Granularity, min: Tensor, max: Tensor) -> Self {
         MovingAverageObserver {
             config,
             granularity,
             averaging_constant: AVERAGING_CONSTANT,
-            min_max: None,
+            min,
+            max,
         }
     }
 
+    /// Whether it has observed a tensor.
+    pub fn seen(&self) -> Result<bool, TchError> {
+        Ok(self.min.f_isinf()?.f_any()?.f_int64_value(&[])? == 0)
+    }
+
     /// Records the minima and maxima of `x` (detached; no gradient flows).
-    pub fn observe(&mut self, x: &Tensor) -> Result<(), TchError> {
+    pub fn observe(&self, x: &Tensor) -> Result<(), TchError> {
         let (cur_min, cur_max) = min_max(x, self.granularity)?;
-        self.min_max = Some(match self.min_max.take() {
-            None => (cur_min, cur_max),
-            Some((min, max)) => {
-                let c = self.averaging_constant;
-                let min = min.f_add(&cur_min.f_sub(&min)?.f_mul_scalar(c)?)?;
-                let max = max.f_add(&cur_max.f_sub(&max)?.f_mul_scalar(c)?)?;
-                (min, max)
+        let c = self.averaging_constant;
+        tch::no_grad(|| {
+            for (run, cur) in [(&self.min, cur_min), (&self.max, cur_max)] {
+                let cur = cur.f_reshape(run.size())?;
+                let moved = run.f_add(&cur.f_sub(run)?.f_mul_scalar(c)?)?;
+                let next = run.f_isinf()?.f_where_self(&cur, &moved)?;
+                run.shallow_clone().f_copy_(&next)?;
             }
-        });
-        Ok(())
+            Ok(())
+        })
     }
 
     /// The scales and zero points of the running minima and maxima; an error before the first
     /// observation.
     pub fn qparams(&self) -> Result<QParams, TchError> {
-        let Some((min, max)) = &self.min_max else {
+        if !self.seen()? {
             return Err(TchError::Torch(
                 "the observer has not seen a tensor yet".to_string(),
             ));
-        };
-        qparams_from_min_max(min, max, self.config, axis_of(self.granularity))
+        }
+        qparams_from_min_max(&self.min, &self.max, self.config, axis_of(self.granularity))
     }
 }

@@ -115,7 +115,13 @@ mod tests {
 
     #[test]
     fn rounds_rerun_the_schedule_from_the_rewind_step() {
-        let t = timeline(100, Tail::Rounds { rounds: 3, rewind: 10 });
+        let t = timeline(
+            100,
+            Tail::Rounds {
+                rounds: 3,
+                rewind: 10,
+            },
+        );
         assert_eq!(t.end, 370);
         assert_eq!(t.round_ends(), vec![100, 190, 280]);
         assert_eq!(t.lr_step(100), 10);

@@ -26,7 +26,12 @@ pub(super) fn init(
 }
 
 /// A `linear` layer: compression's swap when it has one, `x W^T + b` otherwise.
-pub(super) fn layer(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
+pub(super) fn layer(
+    net: &Net,
+    l: &LayerRun,
+    x: &Tensor,
+    train: bool,
+) -> Result<Tensor, Diagnostic> {
     match net.swaps.iter().find(|(n, _)| *n == l.name) {
         Some((_, swap)) => swapped(net, l, swap.as_ref(), x, train),
         None => forward(net, l, "", x),
