@@ -94,6 +94,16 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
         ))
         .label("must come after `start`")
         .help("make `end` later than `start`"),
+        OutOfRange::GradualInitial { initial, amount } => new(format!(
+            "gradual pruning starts at sparsity {initial}, not below its final amount {amount}"
+        ))
+        .label(format!("must be in [0, {amount})"))
+        .help("start below the final amount, or prune once with `before` or `after()`"),
+        OutOfRange::RewindTooLate { rewind, length } => new(format!(
+            "iterative pruning rewinds to step {rewind}, but training lasts at most {length} steps"
+        ))
+        .label(format!("must be below {length}"))
+        .help("rewind to an early step, such as a few hundred steps into training"),
         OutOfRange::TooManyParameters { params } => new(format!(
             "the model has {params} parameters, more than Kiln plans for (2^48)"
         ))
