@@ -914,7 +914,9 @@ const WORDS: &[&str] = &[
     "micro_batches", "gpipe", "1f1b", "one_f_one_b", "backend", "world_size", "gloo", "nccl",
     "prune", "quantize", "l1_unstructured", "random_unstructured", "ln_structured", "int8", "int4",
     "fp8", "qat", "amount", "n", "dim", "granularity", "group_size", "per_tensor", "per_channel",
-    "oneshot", "gradual", "start", "end", "cpu", "cuda", "auto", "true", "false", "weight", "bias",
+    "before", "after", "finetune", "gradual", "initial", "iterative", "rounds", "rewind",
+    "global_unstructured", "symmetric", "activations", "dynamic", "per_row", "start", "end", "cpu",
+    "cuda", "auto", "true", "false", "weight", "bias",
     "fc1", "fc1.weight", "enc.fc1", "x", "_", "in_features", "out_features", "heads", "hidden",
     "causal", "p",
 ];

@@ -148,16 +148,17 @@ fn conflicts(cx: &mut Cx, steps: &[Compression]) -> bool {
         for t in targets {
             let param = if quantize { None } else { t.param.as_deref() };
             let key = (t.layer.as_str(), param);
-            let first = here.get(&key).copied().or_else(|| {
+            let first = here.get(&key).map(|f| (*f, true)).or_else(|| {
                 quantize
-                    .then(|| quantized.get(t.layer.as_str()).copied())
+                    .then(|| quantized.get(t.layer.as_str()).map(|f| (*f, false)))
                     .flatten()
             });
-            if let Some(first) = first {
+            if let Some((first, same_statement)) = first {
                 cx.report(Problem::CompressConflict {
                     span: t.span,
                     layer: t.layer.clone(),
                     first,
+                    same_statement,
                 });
                 ok = false;
             }

@@ -156,13 +156,26 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .label("fake-quantizes in fp32")
         .with(precision, "fp16 autocast")
         .help("train with `precision bf16` or `fp32`, or quantize after training with `int8`"),
-        Problem::CompressConflict { span, layer, first } => new(
+        Problem::CompressConflict {
             span,
-            format!("`{layer}` is compressed twice in a way that contradicts itself"),
+            layer,
+            first,
+            same_statement,
+        } => new(
+            span,
+            if same_statement {
+                format!("`{layer}` is named twice in one compression step")
+            } else {
+                format!("`{layer}` is quantized by two statements")
+            },
         )
         .label(format!("`{layer}` again"))
         .with(first, "first here")
-        .help("quantize each layer once, and name each layer once per statement"),
+        .help(if same_statement {
+            "name each layer once per statement"
+        } else {
+            "a layer has one number format: quantize it in one statement"
+        }),
         Problem::QuantNoSpeedup {
             span,
             layer,

@@ -271,6 +271,8 @@ pub enum Problem {
         layer: String,
         /// The first mention.
         first: Span,
+        /// Whether both mentions are in one statement.
+        same_statement: bool,
     },
     /// K0205: batch, accumulation and replicas do not multiply out.
     BatchArithmetic {

@@ -103,7 +103,9 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
             "iterative pruning rewinds to step {rewind}, but training lasts at most {length} steps"
         ))
         .label(format!("must be below {length}"))
-        .help("rewind to an early step, such as a few hundred steps into training"),
+        .help(format!(
+            "rewind to a step below {length}, early in training (within the first epoch)"
+        )),
         OutOfRange::TooManyParameters { params } => new(format!(
             "the model has {params} parameters, more than Kiln plans for (2^48)"
         ))
