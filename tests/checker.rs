@@ -349,14 +349,12 @@ fn compression_words_become_typed_steps() {
     use kiln::ir::{
         Compression, Duration, Granularity, Precision, PruneMethod, PruneSchedule, QuantScheme,
     };
-    let schedule = |s: &str| {
-        match &steps_of(&format!(
-            "compress {{ prune fc1 l1_unstructured(amount: 0.5{s}) }}"
-        ))[0]
-        {
-            Compression::Prune { schedule, .. } => *schedule,
-            other => panic!("{other:?}"),
-        }
+    let schedule = |s: &str| match &steps_of(&format!(
+        "compress {{ prune fc1 l1_unstructured(amount: 0.5{s}) }}"
+    ))[0]
+    {
+        Compression::Prune { schedule, .. } => *schedule,
+        other => panic!("{other:?}"),
     };
     let after = |finetune| PruneSchedule::After { finetune };
     assert_eq!(schedule(""), after(Duration::Steps(0)));
@@ -533,8 +531,10 @@ fn int4_group_sizes_are_checked() {
 #[test]
 fn qat_refuses_fp16_and_quantizations_do_not_conflict() {
     let qat = check(
-        &experiment("batch 64", MLP, "compress { quantize fc1 qat }")
-            .replace("loss cross_entropy", "loss cross_entropy\n    precision fp16"),
+        &experiment("batch 64", MLP, "compress { quantize fc1 qat }").replace(
+            "loss cross_entropy",
+            "loss cross_entropy\n    precision fp16",
+        ),
     );
     assert_eq!(found(&qat), vec![("K0213", "qat".to_string())]);
     let twice = check(&experiment(
@@ -544,12 +544,12 @@ fn qat_refuses_fp16_and_quantizations_do_not_conflict() {
     ));
     assert_eq!(
         found(&twice),
-        vec![
-            ("K0217", "fc1".to_string()),
-            ("K0217", "fc2".to_string())
-        ]
+        vec![("K0217", "fc1".to_string()), ("K0217", "fc2".to_string())]
     );
-    assert_eq!(twice.sources.slice(twice.diagnostics[0].secondary[0].span), "fc1");
+    assert_eq!(
+        twice.sources.slice(twice.diagnostics[0].secondary[0].span),
+        "fc1"
+    );
 }
 
 #[test]
@@ -602,7 +602,11 @@ fn weight_only_quantization_that_will_not_speed_up_a_cpu_layer_is_a_warning() {
     );
     // Below batch 64 the 200,704 weights of fc1 are too few; fc2 as well.
     assert_eq!(
-        warn("batch 8", "device cpu\n  compress { quantize [fc1, fc2] int8 }").len(),
+        warn(
+            "batch 8",
+            "device cpu\n  compress { quantize [fc1, fc2] int8 }"
+        )
+        .len(),
         2
     );
     assert_eq!(

@@ -391,7 +391,7 @@ fn int4(
         };
         if let LayerKind::Linear { inputs, .. } = l.kind {
             let inputs = inputs as u64;
-            if inputs % group_size != 0 {
+            if !inputs.is_multiple_of(group_size) {
                 cx.report(Problem::Int4GroupSize {
                     span: t.span,
                     group_size,

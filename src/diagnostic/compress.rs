@@ -85,7 +85,10 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             match kind {
                 Some(kind) => new(
                     span,
-                    format!("{step} of `{target}`, a `{}` layer, which {lacks}", kind.name()),
+                    format!(
+                        "{step} of `{target}`, a `{}` layer, which {lacks}",
+                        kind.name()
+                    ),
                 )
                 .label(lacks)
                 .with(layer_span, why),
@@ -120,7 +123,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         } => {
             let dividing: Vec<String> = INT4_GROUP_SIZES
                 .iter()
-                .filter(|g| l.inputs % **g == 0)
+                .filter(|g| l.inputs.is_multiple_of(**g))
                 .map(u64::to_string)
                 .collect();
             let help = if dividing.is_empty() {

@@ -8,13 +8,13 @@ use super::Code;
 use crate::ir::{Device, Kind, Shape};
 use crate::span::Span;
 
-pub use super::situation::{
-    Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
-    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
-};
 pub use super::compress::{
     GroupedLayer, NoSpeedup, TargetNeed, WeightOnly, INT4_GROUP_SIZES, LARGE_BATCH,
     SMALL_LAYER_WEIGHTS,
+};
+pub use super::situation::{
+    Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
+    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
 };
 pub use super::unreadable::{FileKind, Unreadable};
 

@@ -89,7 +89,11 @@ fn shape_of(l: &Layer) -> Option<Shape2> {
             inputs,
             outputs,
             bias,
-        } => (*outputs as u64, *inputs as u64, u64::from(*bias) * *outputs as u64),
+        } => (
+            *outputs as u64,
+            *inputs as u64,
+            u64::from(*bias) * *outputs as u64,
+        ),
         LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => (
             conv.outputs as u64,
             (conv.inputs / conv.groups.max(1)) as u64,
@@ -201,10 +205,9 @@ pub fn scheme_words(scheme: &QuantScheme) -> String {
         QuantScheme::Fp8 { granularity } => {
             format!("fp8 e4m3 {}", granularity_words(*granularity, true))
         }
-        QuantScheme::Qat { granularity } => format!(
-            "qat, then int8 {}",
-            granularity_words(*granularity, false)
-        ),
+        QuantScheme::Qat { granularity } => {
+            format!("qat, then int8 {}", granularity_words(*granularity, false))
+        }
         QuantScheme::Cast { to } => format!("{to} weights"),
     }
 }
@@ -360,7 +363,13 @@ pub fn compression(compression: &[Compression], all: &[&Layer]) -> Option<Compre
 pub fn write_text(out: &mut String, c: &CompressionPlan) {
     use std::fmt::Write;
     let _ = writeln!(out, "\ncompression (parameters' bytes before -> after)");
-    let w = c.layers.iter().map(|l| l.layer.len()).max().unwrap_or(5).max(5);
+    let w = c
+        .layers
+        .iter()
+        .map(|l| l.layer.len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
     for l in &c.layers {
         let mut notes = Vec::new();
         if let Some(s) = l.sparsity {

@@ -41,9 +41,12 @@ pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], ba
                 });
                 ok = false;
             }
-            let (Some(scheme), LayerKind::Linear {
-                inputs, outputs, ..
-            }) = (weight_only, &l.kind)
+            let (
+                Some(scheme),
+                LayerKind::Linear {
+                    inputs, outputs, ..
+                },
+            ) = (weight_only, &l.kind)
             else {
                 continue;
             };
