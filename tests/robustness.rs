@@ -1099,7 +1099,9 @@ fn structured(rng: &mut Rng) -> String {
         "schedule one_cycle(max_lr: V, pct_start: V)",
         "schedule V",
         "compress {\n prune V l1_unstructured(amount: V)\n quantize V int4(group_size: V)\n}",
-        "compress {\n prune V ln_structured(amount: V, n: V, dim: V, schedule: gradual(start: V, end: V, every: V))\n}",
+        "compress {\n prune V ln_structured(amount: V, n: V, dim: V, schedule: gradual(start: V, end: V, every: V, initial: V))\n}",
+        "compress {\n prune [V, V] global_unstructured(amount: V, schedule: iterative(rounds: V, rewind: V))\n quantize V int8(granularity: V, symmetric: V, activations: V)\n}",
+        "compress {\n prune V random_unstructured(amount: V, schedule: after(finetune: V))\n quantize V V\n quantize V fp8(granularity: V)\n}",
     ];
     const TRAIN: &[&str] = &[
         "epochs V",

@@ -62,7 +62,10 @@ fn need_words(need: TargetNeed) -> (&'static str, &'static str) {
             "has no weight",
             "linear, conv1d, conv2d and embedding layers have one",
         ),
-        TargetNeed::Bias => ("has no bias", "the layer was declared without one"),
+        TargetNeed::Bias => (
+            "has no prunable bias",
+            "linear and convolution layers declared with a bias have one",
+        ),
         TargetNeed::Linear => ("is not linear", "this step quantizes linear layers only"),
         TargetNeed::NotBias => ("names its bias", "quantization applies to a layer's weight"),
     }

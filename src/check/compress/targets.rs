@@ -60,11 +60,13 @@ pub(super) fn has_weight(kind: &LayerKind) -> bool {
     }
 }
 
-/// Whether a layer has a bias that pruning can apply to.
+/// Whether a layer has a bias that pruning can apply to: a linear or convolution layer's,
+/// when it was declared with one (the other kinds with a weight have none).
 fn has_bias(kind: &LayerKind) -> bool {
     match kind {
         LayerKind::Linear { bias, .. } => *bias,
         LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv.bias,
+        // Embeddings have a weight and no bias; norms' biases are not pruned.
         _ => false,
     }
 }
