@@ -180,7 +180,7 @@ fn gradual(
             }
         }
     };
-    let (start, end, every, initial) = (start?, end?, every?, initial?);
+    let (start, end) = (start?, end?);
     if end <= start {
         let at = b.get("end").map_or(b.span, |v| v.span);
         cx.report(Problem::OutOfRange {
@@ -189,6 +189,7 @@ fn gradual(
         });
         return None;
     }
+    let (every, initial) = (every?, initial?);
     Some(PruneSchedule::Gradual {
         start,
         end,
