@@ -336,3 +336,292 @@ fn a_ddp_timeout_is_a_whole_number_of_seconds() {
         kiln::ir::Parallel::Distributed { timeout_s: 60, .. }
     ));
 }
+
+/// The experiment's one trial's compression steps.
+fn steps_of(extra: &str) -> Vec<kiln::ir::Compression> {
+    let c = check(&experiment("batch 64", MLP, extra));
+    assert_eq!(found(&c), vec![], "{extra}");
+    c.trials[0].compression.clone()
+}
+
+#[test]
+fn compression_words_become_typed_steps() {
+    use kiln::ir::{
+        Compression, Duration, Granularity, Precision, PruneMethod, PruneSchedule, QuantScheme,
+    };
+    let schedule = |s: &str| match &steps_of(&format!(
+        "compress {{ prune fc1 l1_unstructured(amount: 0.5{s}) }}"
+    ))[0]
+    {
+        Compression::Prune { schedule, .. } => *schedule,
+        other => panic!("{other:?}"),
+    };
+    let after = |finetune| PruneSchedule::After { finetune };
+    assert_eq!(schedule(""), after(Duration::Steps(0)));
+    assert_eq!(schedule(", schedule: after()"), after(Duration::Steps(0)));
+    assert_eq!(schedule(", schedule: after"), after(Duration::Steps(0)));
+    assert_eq!(
+        schedule(", schedule: after(finetune: 2 epochs)"),
+        after(Duration::Epochs(2))
+    );
+    assert_eq!(
+        schedule(", schedule: after(finetune: 30)"),
+        after(Duration::Steps(30))
+    );
+    assert_eq!(schedule(", schedule: before"), PruneSchedule::Before);
+    assert_eq!(
+        schedule(", schedule: gradual(start: 0, end: 8 steps, every: 2, initial: 0.1)"),
+        PruneSchedule::Gradual {
+            start: 0,
+            end: 8,
+            every: 2,
+            initial: 0.1
+        }
+    );
+    assert_eq!(
+        schedule(", schedule: iterative(rounds: 3, rewind: 2 steps)"),
+        PruneSchedule::Iterative {
+            rounds: 3,
+            rewind: 2
+        }
+    );
+    let scheme = |s: &str| match &steps_of(&format!("compress {{ quantize fc1 {s} }}"))[0] {
+        Compression::Quantize { scheme, .. } => *scheme,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        scheme("int8"),
+        QuantScheme::Int8 {
+            granularity: Granularity::PerChannel,
+            symmetric: true,
+            dynamic: false
+        }
+    );
+    assert_eq!(
+        scheme("int8(granularity: per_tensor, symmetric: false, activations: dynamic)"),
+        QuantScheme::Int8 {
+            granularity: Granularity::PerTensor,
+            symmetric: false,
+            dynamic: true
+        }
+    );
+    assert_eq!(
+        scheme("fp8"),
+        QuantScheme::Fp8 {
+            granularity: Granularity::PerTensor
+        }
+    );
+    assert_eq!(
+        scheme("fp8(granularity: per_row)"),
+        QuantScheme::Fp8 {
+            granularity: Granularity::PerChannel
+        }
+    );
+    assert_eq!(
+        scheme("qat"),
+        QuantScheme::Qat {
+            granularity: Granularity::PerChannel
+        }
+    );
+    assert_eq!(
+        scheme("bf16"),
+        QuantScheme::Cast {
+            to: Precision::Bf16
+        }
+    );
+    assert_eq!(
+        scheme("fp16"),
+        QuantScheme::Cast {
+            to: Precision::Fp16
+        }
+    );
+    let global = &steps_of("compress { prune [fc1, fc2.weight] global_unstructured(amount: 0.8) }");
+    match &global[0] {
+        Compression::Prune {
+            method, targets, ..
+        } => {
+            assert_eq!(*method, PruneMethod::GlobalL1);
+            let names: Vec<(&str, Option<&str>)> = targets
+                .iter()
+                .map(|t| (t.layer.as_str(), t.param.as_deref()))
+                .collect();
+            assert_eq!(names, vec![("fc1", None), ("fc2", Some("weight"))]);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_block_target_stands_for_the_layers_the_step_applies_to() {
+    use kiln::ir::Compression;
+    let model = "input [784]\n    block enc {\n      a: linear(64)\n      relu\n      n: layernorm(64)\n      b: linear(32)\n    }\n    out: linear(10)";
+    let c = check(&experiment(
+        "batch 64",
+        model,
+        "compress {\n    prune enc l1_unstructured(amount: 0.5)\n    quantize enc int8\n  }",
+    ));
+    assert_eq!(found(&c), vec![]);
+    for step in &c.trials[0].compression {
+        let targets = match step {
+            Compression::Prune { targets, .. } | Compression::Quantize { targets, .. } => targets,
+        };
+        let names: Vec<&str> = targets.iter().map(|t| t.layer.as_str()).collect();
+        assert_eq!(names, vec!["enc.a", "enc.b"]);
+    }
+}
+
+#[test]
+fn compression_targets_need_the_right_kind() {
+    let model = "input [784]\n    fc1: linear(256, bias: false)\n    act: relu\n    block tail {\n      relu\n    }\n    reshape([16, 16])\n    conv: conv1d(2, kernel_size: 1)\n    flatten\n    fc2: linear(10)";
+    let c = check(&experiment(
+        "batch 64",
+        model,
+        "compress {\n    prune act l1_unstructured(amount: 0.5)\n    prune fc1.bias l1_unstructured(amount: 0.5)\n    quantize tail int8\n    quantize conv fp8\n    quantize fc2.bias bf16\n    prune conv.weight ln_structured(amount: 0.5)\n  }",
+    ));
+    assert_eq!(
+        found(&c),
+        vec![
+            ("K0215", "act".to_string()),
+            ("K0215", "fc1.bias".to_string()),
+            ("K0215", "tail".to_string()),
+            ("K0215", "conv".to_string()),
+            ("K0215", "fc2.bias".to_string()),
+        ]
+    );
+    assert_eq!(
+        c.diagnostics[0].message,
+        "pruning of `act`, a `relu` layer, which has no weight"
+    );
+    assert_eq!(
+        c.diagnostics[2].message,
+        "int8 quantization of block `tail`, which holds no layer it applies to"
+    );
+}
+
+#[test]
+fn int4_group_sizes_are_checked() {
+    let bad = check(&experiment(
+        "batch 64",
+        MLP,
+        "compress { quantize fc2 int4(group_size: 48) }",
+    ));
+    assert_eq!(found(&bad), vec![("K0212", "48".to_string())]);
+    let fc1 = check(&experiment(
+        "batch 64",
+        MLP,
+        "compress { quantize fc1 int4(group_size: 128) }",
+    ));
+    assert_eq!(found(&fc1), vec![("K0212", "fc1".to_string())]);
+    assert_eq!(
+        fc1.diagnostics[0].help.as_deref(),
+        Some("no INT4 group size divides 784: the layer would need 112 zero input features (896 in all); quantize it with `int8` instead")
+    );
+    let model = "input [784]\n    fc1: linear(96)\n    fc2: linear(10)";
+    let some = check(&experiment(
+        "batch 64",
+        model,
+        "compress { quantize fc2 int4(group_size: 64) }",
+    ));
+    assert_eq!(
+        some.diagnostics[0].help.as_deref(),
+        Some("use `group_size: 32`, which divides 96")
+    );
+}
+
+#[test]
+fn qat_refuses_fp16_and_quantizations_do_not_conflict() {
+    let qat = check(
+        &experiment("batch 64", MLP, "compress { quantize fc1 qat }").replace(
+            "loss cross_entropy",
+            "loss cross_entropy\n    precision fp16",
+        ),
+    );
+    assert_eq!(found(&qat), vec![("K0213", "qat".to_string())]);
+    let twice = check(&experiment(
+        "batch 64",
+        MLP,
+        "compress {\n    quantize fc1 int8\n    quantize [fc2, fc1] bf16\n    prune [fc2, fc2] l1_unstructured(amount: 0.5)\n    prune [fc2.weight, fc2.bias] l1_unstructured(amount: 0.5)\n  }",
+    ));
+    assert_eq!(
+        found(&twice),
+        vec![("K0217", "fc1".to_string()), ("K0217", "fc2".to_string())]
+    );
+    assert_eq!(
+        twice.sources.slice(twice.diagnostics[0].secondary[0].span),
+        "fc1"
+    );
+}
+
+#[test]
+fn schedules_stay_in_range() {
+    let c = check(&experiment(
+        "batch 64",
+        MLP,
+        "compress {\n    prune fc1 l1_unstructured(amount: 0.5, schedule: gradual(start: 0, end: 5, every: 1, initial: 0.5))\n    prune fc2 l1_unstructured(amount: 0.5, schedule: iterative(rounds: 2, rewind: 10 steps))\n    prune fc2 l1_unstructured(amount: 0.5, schedule: gradual(start: 0, end: 5, every: 1 epochs))\n    prune fc2 l1_unstructured(amount: 0.5, schedule: oneshot)\n  }",
+    ));
+    assert_eq!(
+        found(&c),
+        vec![
+            ("K0121", "0.5".to_string()),
+            ("K0121", "10 steps".to_string()),
+            ("K0119", "1 epochs".to_string()),
+            ("K0113", "oneshot".to_string()),
+        ]
+    );
+    // Epochs of synthetic data bound the length: 2 epochs of 1000 samples in batches of 100.
+    let epochs = check(
+        &experiment(
+            "batch 100",
+            MLP,
+            "compress { prune fc1 l1_unstructured(amount: 0.5, schedule: iterative(rounds: 1, rewind: 20)) }",
+        )
+        .replace("steps 10", "epochs 2"),
+    );
+    assert_eq!(found(&epochs), vec![("K0121", "20".to_string())]);
+}
+
+#[test]
+fn weight_only_quantization_that_will_not_speed_up_a_cpu_layer_is_a_warning() {
+    let warn = |batch: &str, extra: &str| {
+        let c = check(&experiment(batch, MLP, extra));
+        assert!(!c.has_errors(), "{:?}", c.diagnostics);
+        found(&c)
+    };
+    assert_eq!(
+        warn("batch 64", "device cpu\n  compress { quantize fc1 int8 }"),
+        vec![("K0411", "fc1".to_string())]
+    );
+    let c = check(&experiment(
+        "batch 64",
+        MLP,
+        "device cpu\n  compress { quantize fc1 int8 }",
+    ));
+    assert_eq!(
+        c.diagnostics[0].message,
+        "weight-only int8 will not make `fc1` (256x784) faster on the CPU at batch 64"
+    );
+    // Below batch 64 the 200,704 weights of fc1 are too few; fc2 as well.
+    assert_eq!(
+        warn(
+            "batch 8",
+            "device cpu\n  compress { quantize [fc1, fc2] int8 }"
+        )
+        .len(),
+        2
+    );
+    assert_eq!(
+        warn(
+            "batch 8",
+            "device cpu\n  compress { quantize fc2 int4(group_size: 32) }"
+        ),
+        vec![("K0411", "fc2".to_string())]
+    );
+    assert_eq!(
+        warn(
+            "batch 64",
+            "device cpu\n  compress { quantize fc1 int8(activations: dynamic) }"
+        ),
+        vec![]
+    );
+    assert_eq!(warn("batch 64", "compress { quantize fc1 int8 }"), vec![]);
+}

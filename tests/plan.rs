@@ -421,3 +421,90 @@ experiment "dp" {
         "{text}"
     );
 }
+
+/// The compression rows of a plan: (layer, bytes before, bytes after).
+fn compressed(p: &Plan) -> Vec<(&str, u64, u64)> {
+    let c = p.compression.as_ref().expect("a compression section");
+    c.layers
+        .iter()
+        .map(|l| (l.layer.as_str(), l.bytes_before, l.bytes_after))
+        .collect()
+}
+
+#[test]
+fn compression_bytes_before_and_after() {
+    // The article's 1000 -> 1000 linear: 1,001,000 fp32 parameters = 4,004,000 bytes. int8 per
+    // channel, symmetric: 1,000,000 bytes + 1,000 scales x 4 + the fp32 bias 1,000 x 4 =
+    // 1,008,000. Pruning 50% leaves the dense bytes as they are.
+    let p = plan_of("experiments/article_prune_quantize.exp");
+    assert_eq!(compressed(&p), vec![("fc", 4_004_000, 1_008_000)]);
+    let c = p.compression.as_ref().expect("compression");
+    assert_eq!(c.layers[0].sparsity, Some(0.5));
+    assert_eq!(c.model_bytes_after, 1_008_000);
+    assert!((c.ratio - 4_004_000.0 / 1_008_000.0).abs() < 1e-12);
+
+    // int8 on the MLP: fc1 200,704 + 256 x 4 + 256 x 4 = 202,752 (from 803,840); fc2 2,560 +
+    // 40 + 40 = 2,640 (from 10,280). The model: 814,120 -> 205,392, 3.96x.
+    let p = plan_of("experiments/mnist_mlp_int8.exp");
+    assert_eq!(
+        compressed(&p),
+        vec![("fc1", 803_840, 202_752), ("fc2", 10_280, 2_640)]
+    );
+    let c = p.compression.as_ref().expect("compression");
+    assert_eq!(
+        (c.model_bytes_before, c.model_bytes_after),
+        (814_120, 205_392)
+    );
+    assert!(c.ratio >= 3.9);
+
+    // int4 on fc2 (10 x 256, groups of 128): 2,560 / 2 = 1,280 bytes, 2 groups x 10 rows x
+    // (bf16 scale + bf16 zero) = 80, bias 40: 1,400.
+    let p = plan_of("experiments/mnist_mlp_int4.exp");
+    assert_eq!(compressed(&p), vec![("fc2", 10_280, 1_400)]);
+
+    // bf16 casts: 2 bytes a parameter.
+    let p = plan_of("experiments/mnist_mlp_bf16_weights.exp");
+    assert_eq!(
+        compressed(&p),
+        vec![("fc1", 803_840, 401_920), ("fc2", 10_280, 5_140)]
+    );
+
+    // Half of fc1's 256 units: 128 x 784 weights + 128 biases, fp32.
+    let p = plan_of("experiments/mnist_mlp_prune_structured.exp");
+    assert_eq!(compressed(&p), vec![("fc1", 803_840, 401_920)]);
+    let kept = p.compression.as_ref().expect("compression").layers[0]
+        .kept
+        .as_ref()
+        .expect("kept units");
+    assert_eq!(
+        (kept.units, kept.of, kept.along),
+        (128, 256, "output units")
+    );
+}
+
+#[test]
+fn compression_shows_schedules_in_words_in_text_and_yaml() {
+    let p = plan_of("experiments/mnist_mlp_prune_gradual.exp");
+    let text = kiln::plan::to_text(&p);
+    assert!(
+        text.contains("prune l1_unstructured 90%, gradual 0 -> 90% over steps 100..1000 every 50"),
+        "{text}"
+    );
+    assert!(text.contains("90% sparse, dense bytes unchanged"), "{text}");
+    let yaml = serde_yaml::to_string(&p).expect("yaml");
+    assert!(
+        yaml.contains("compression:\n  layers:\n  - layer: fc1\n"),
+        "{yaml}"
+    );
+    assert!(yaml.contains("sparsity: 0.9"), "{yaml}");
+    let p = plan_of("experiments/mnist_mlp_prune_iterative.exp");
+    assert!(kiln::plan::to_text(&p)
+        .contains("iterative, 3 rounds of 41.5% of the remaining weights, rewinding to step 125"));
+    // Nothing compressed, no section.
+    let p = plan_of("experiments/mnist_mlp.exp");
+    assert!(p.compression.is_none());
+    assert!(!kiln::plan::to_text(&p).contains("compression"));
+    assert!(!serde_yaml::to_string(&p)
+        .expect("yaml")
+        .contains("compression"));
+}

@@ -914,7 +914,9 @@ const WORDS: &[&str] = &[
     "micro_batches", "gpipe", "1f1b", "one_f_one_b", "backend", "world_size", "gloo", "nccl",
     "prune", "quantize", "l1_unstructured", "random_unstructured", "ln_structured", "int8", "int4",
     "fp8", "qat", "amount", "n", "dim", "granularity", "group_size", "per_tensor", "per_channel",
-    "oneshot", "gradual", "start", "end", "cpu", "cuda", "auto", "true", "false", "weight", "bias",
+    "before", "after", "finetune", "gradual", "initial", "iterative", "rounds", "rewind",
+    "global_unstructured", "symmetric", "activations", "dynamic", "per_row", "start", "end", "cpu",
+    "cuda", "auto", "true", "false", "weight", "bias",
     "fc1", "fc1.weight", "enc.fc1", "x", "_", "in_features", "out_features", "heads", "hidden",
     "causal", "p",
 ];
@@ -1097,7 +1099,9 @@ fn structured(rng: &mut Rng) -> String {
         "schedule one_cycle(max_lr: V, pct_start: V)",
         "schedule V",
         "compress {\n prune V l1_unstructured(amount: V)\n quantize V int4(group_size: V)\n}",
-        "compress {\n prune V ln_structured(amount: V, n: V, dim: V, schedule: gradual(start: V, end: V, every: V))\n}",
+        "compress {\n prune V ln_structured(amount: V, n: V, dim: V, schedule: gradual(start: V, end: V, every: V, initial: V))\n}",
+        "compress {\n prune [V, V] global_unstructured(amount: V, schedule: iterative(rounds: V, rewind: V))\n quantize V int8(granularity: V, symmetric: V, activations: V)\n}",
+        "compress {\n prune V random_unstructured(amount: V, schedule: after(finetune: V))\n quantize V V\n quantize V fp8(granularity: V)\n}",
     ];
     const TRAIN: &[&str] = &[
         "epochs V",

@@ -1,18 +1,25 @@
 //! The `compress` block: pruning and quantization of named layers.
 
-use super::cx::{strings, Cx, Range};
+mod placed;
+mod schedule;
+mod targets;
 
-/// Pruning schedules.
-const SCHEDULES: &[&str] = &["oneshot", "gradual"];
-use super::experiment::unknown_reference;
+use std::collections::HashMap;
+
+use super::cx::{Cx, Range};
 use super::model::ModelOut;
 use super::settings::{callee, Called, Choice};
-use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange, Unknown};
+use crate::diagnostic::problem::{Arguments, Form, GroupedLayer, OutOfRange, INT4_GROUP_SIZES};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{
-    Compression, Duration, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target,
+    layers, Compression, Granularity, LayerKind, Precision, PruneMethod, QuantScheme, Target,
 };
-use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
+use crate::span::Span;
+use crate::syntax::ast::{Statement, Value};
+
+pub use placed::check_placed;
+use schedule::{prune_schedule, Bounds, DEFAULT};
+use targets::{targets, Applies};
 
 /// The pruning methods.
 #[derive(Clone, Copy)]
@@ -20,6 +27,7 @@ enum Method {
     L1Unstructured,
     RandomUnstructured,
     LnStructured,
+    GlobalUnstructured,
 }
 
 /// Pruning methods and their parameters.
@@ -39,14 +47,11 @@ const PRUNE_METHODS: &[Choice<Method>] = &[
         Method::LnStructured,
         &["amount", "n", "dim", "schedule"],
     ),
-];
-
-/// Quantization schemes and their parameters.
-const QUANT_SCHEMES: &[Choice<Scheme>] = &[
-    ("int8", Scheme::Int8, &["granularity"]),
-    ("int4", Scheme::Int4, &["group_size"]),
-    ("fp8", Scheme::Fp8, &["granularity"]),
-    ("qat", Scheme::Qat, &["granularity"]),
+    (
+        "global_unstructured",
+        Method::GlobalUnstructured,
+        &["amount", "schedule"],
+    ),
 ];
 
 /// The quantization schemes.
@@ -56,16 +61,42 @@ enum Scheme {
     Int4,
     Fp8,
     Qat,
+    Bf16,
+    Fp16,
 }
+
+/// Quantization schemes and their parameters.
+const QUANT_SCHEMES: &[Choice<Scheme>] = &[
+    (
+        "int8",
+        Scheme::Int8,
+        &["granularity", "symmetric", "activations"],
+    ),
+    ("int4", Scheme::Int4, &["group_size"]),
+    ("fp8", Scheme::Fp8, &["granularity"]),
+    ("qat", Scheme::Qat, &["granularity"]),
+    ("bf16", Scheme::Bf16, &[]),
+    ("fp16", Scheme::Fp16, &[]),
+];
 
 /// Keywords of the compress block.
 pub const KEYWORDS: &[&str] = &["prune", "quantize"];
+
+/// What the compress block is checked against besides the model: the training's precision and
+/// an upper bound of its length.
+pub struct Training {
+    /// The `precision` setting's span when it is `fp16`.
+    pub fp16: Option<Span>,
+    /// The most optimizer steps the training can last, when the file says.
+    pub max_steps: Option<u64>,
+}
 
 /// Checks `compress { ... }`.
 pub fn check_compress(
     cx: &mut Cx,
     stmt: &Statement,
     model: Option<&ModelOut>,
+    training: &Training,
 ) -> Option<Vec<Compression>> {
     cx.block_statement(stmt);
     let Some(body) = &stmt.body else {
@@ -82,8 +113,8 @@ pub fn check_compress(
     let mut ok = true;
     for s in &body.statements {
         let step = match s.keyword.name.as_str() {
-            "prune" => prune(cx, s, model),
-            "quantize" => quantize(cx, s, model),
+            "prune" => prune(cx, s, model, training),
+            "quantize" => quantize(cx, s, model, training),
             _ => {
                 cx.unknown(
                     Code::UnknownKeyword,
@@ -99,7 +130,47 @@ pub fn check_compress(
             None => ok = false,
         }
     }
+    ok &= conflicts(cx, &out);
     ok.then_some(out)
+}
+
+/// K0217: a layer named twice in one statement, or quantized by two statements.
+fn conflicts(cx: &mut Cx, steps: &[Compression]) -> bool {
+    let mut quantized: HashMap<&str, Span> = HashMap::new();
+    let mut ok = true;
+    for c in steps {
+        let (targets, quantize) = match c {
+            Compression::Prune { targets, .. } => (targets, false),
+            Compression::Quantize { targets, .. } => (targets, true),
+        };
+        // Pruning may name a layer's weight and its bias; quantization names whole layers.
+        let mut here: HashMap<(&str, Option<&str>), Span> = HashMap::new();
+        for t in targets {
+            let param = if quantize { None } else { t.param.as_deref() };
+            let key = (t.layer.as_str(), param);
+            let first = here.get(&key).map(|f| (*f, true)).or_else(|| {
+                quantize
+                    .then(|| quantized.get(t.layer.as_str()).map(|f| (*f, false)))
+                    .flatten()
+            });
+            if let Some((first, same_statement)) = first {
+                cx.report(Problem::CompressConflict {
+                    span: t.span,
+                    layer: t.layer.clone(),
+                    first,
+                    same_statement,
+                });
+                ok = false;
+            }
+            here.entry(key).or_insert(t.span);
+        }
+        if quantize {
+            for ((layer, _), span) in here {
+                quantized.entry(layer).or_insert(span);
+            }
+        }
+    }
+    ok
 }
 
 /// Splits `prune TARGETS... METHOD(args)` into targets and the method statement.
@@ -127,46 +198,14 @@ fn split<'s>(cx: &mut Cx, s: &'s Statement) -> Option<(&'s [Value], Statement)> 
     Some((targets, method_stmt))
 }
 
-fn targets(cx: &mut Cx, values: &[Value], model: Option<&ModelOut>) -> Option<Vec<Target>> {
-    let mut out = Vec::new();
-    let mut ok = true;
-    for v in values {
-        let items: Vec<&Value> = match &v.kind {
-            ValueKind::List(items) => items.iter().collect(),
-            _ => vec![v],
-        };
-        for item in items {
-            let Some(ident) = cx.name(item) else {
-                ok = false;
-                continue;
-            };
-            let Some(model) = model else { continue };
-            let (layer, param) = match ident.name.rsplit_once('.') {
-                Some((l, p @ ("weight" | "bias"))) if !model.names.contains_key(&ident.name) => {
-                    (l.to_string(), Some(p.to_string()))
-                }
-                _ => (ident.name.clone(), None),
-            };
-            if !model.names.contains_key(&layer) {
-                let known: Vec<&str> = model.names.keys().map(String::as_str).collect();
-                let suffix = param.as_ref().map_or(String::new(), |p| format!(".{p}"));
-                unknown_reference(cx, &ident, &known, &suffix);
-                ok = false;
-                continue;
-            }
-            out.push(Target {
-                layer,
-                param,
-                span: ident.span,
-            });
-        }
-    }
-    ok.then_some(out)
-}
-
-fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compression> {
+fn prune(
+    cx: &mut Cx,
+    s: &Statement,
+    model: Option<&ModelOut>,
+    training: &Training,
+) -> Option<Compression> {
     let (target_values, method_stmt) = split(cx, s)?;
-    let targets = targets(cx, target_values, model);
+    let targets = targets(cx, target_values, model, "pruning", Applies::Prune);
     let Called {
         word: kind,
         tag: method,
@@ -188,15 +227,18 @@ fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compres
             None
         }
     };
+    let bounds = Bounds {
+        amount,
+        max_steps: training.max_steps,
+    };
     let schedule = match b.get("schedule") {
-        None => Some(PruneSchedule::After {
-            finetune: Duration::Steps(0),
-        }),
-        Some(sv) => prune_schedule(cx, sv),
+        None => Some(DEFAULT),
+        Some(sv) => prune_schedule(cx, sv, &bounds),
     };
     let method = match method {
         Method::L1Unstructured => Some(PruneMethod::L1Unstructured),
         Method::RandomUnstructured => Some(PruneMethod::RandomUnstructured),
+        Method::GlobalUnstructured => Some(PruneMethod::GlobalL1),
         Method::LnStructured => {
             let n = b
                 .get("n")
@@ -227,85 +269,27 @@ fn prune(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compres
     })
 }
 
-fn prune_schedule(cx: &mut Cx, v: &Value) -> Option<PruneSchedule> {
-    match &v.kind {
-        ValueKind::Path(p) if p == "oneshot" => Some(PruneSchedule::After {
-            finetune: Duration::Steps(0),
-        }),
-        ValueKind::Call(name, args) if name.name == "gradual" => {
-            let b = cx.bind("gradual", Some(args), name.span, &["start", "end", "every"]);
-            let steps = |cx: &mut Cx, p: &str| -> Option<u64> {
-                let Some(v) = b.get(p) else {
-                    cx.missing("gradual", p, b.span);
-                    return None;
-                };
-                match cx.duration(v, Unit::Steps)? {
-                    (n, Unit::Steps) => Some(n),
-                    _ => {
-                        cx.report(Problem::WrongType {
-                            span: v.span,
-                            expected: Expected::Steps,
-                            found: "epochs",
-                        });
-                        None
-                    }
-                }
-            };
-            let (start, end, every) = (steps(cx, "start"), steps(cx, "end"), steps(cx, "every"));
-            let (start, end, every) = (start?, end?, every?);
-            if end <= start {
-                let at = b.get("end").map_or(b.span, |v| v.span);
-                cx.report(Problem::OutOfRange {
-                    span: at,
-                    situation: OutOfRange::GradualOrder { start, end },
-                });
-                return None;
-            }
-            Some(PruneSchedule::Gradual {
-                start,
-                end,
-                every,
-                initial: 0.0,
-            })
-        }
-        ValueKind::Path(p) => {
-            cx.report(Problem::UnknownChoice {
-                unknown: Unknown {
-                    span: v.span,
-                    name: p.clone(),
-                    candidates: strings(SCHEDULES),
-                },
-                what: "pruning schedule".into(),
-            });
-            None
-        }
-        ValueKind::Call(name, _) => {
-            cx.report(Problem::UnknownChoice {
-                unknown: Unknown {
-                    span: name.span,
-                    name: name.name.clone(),
-                    candidates: strings(SCHEDULES),
-                },
-                what: "pruning schedule".into(),
-            });
-            None
-        }
-        _ => {
-            cx.wrong_type(
-                v,
-                Expected::Callee {
-                    what: "a pruning schedule".into(),
-                    known: strings(SCHEDULES),
-                },
-            );
-            None
-        }
+/// Reads `granularity`: `per_channel` or `per_tensor` (for FP8, `per_row` or `per_tensor`).
+fn granularity(cx: &mut Cx, v: Option<&Value>, fp8: bool) -> Option<Granularity> {
+    let (options, default): (&[&'static str], _) = if fp8 {
+        (&["per_tensor", "per_row"], Granularity::PerTensor)
+    } else {
+        (&["per_channel", "per_tensor"], Granularity::PerChannel)
+    };
+    let Some(v) = v else { return Some(default) };
+    match cx.choice(v, "granularity", options)? {
+        "per_tensor" => Some(Granularity::PerTensor),
+        _ => Some(Granularity::PerChannel),
     }
 }
 
-fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Compression> {
+fn quantize(
+    cx: &mut Cx,
+    s: &Statement,
+    model: Option<&ModelOut>,
+    training: &Training,
+) -> Option<Compression> {
     let (target_values, method_stmt) = split(cx, s)?;
-    let targets = targets(cx, target_values, model);
     let Called {
         word: kind,
         tag: scheme,
@@ -319,37 +303,107 @@ fn quantize(cx: &mut Cx, s: &Statement, model: Option<&ModelOut>) -> Option<Comp
         "quantization scheme",
         QUANT_SCHEMES,
     )?;
+    let applies = match scheme {
+        Scheme::Bf16 | Scheme::Fp16 => Applies::Cast,
+        Scheme::Int4 => Applies::Linear { int4: true },
+        Scheme::Int8 | Scheme::Fp8 | Scheme::Qat => Applies::Linear { int4: false },
+    };
+    let step = match scheme {
+        Scheme::Bf16 | Scheme::Fp16 => format!("casting to {kind}"),
+        Scheme::Qat => "quantization-aware training".to_string(),
+        _ => format!("{kind} quantization"),
+    };
+    let targets = targets(cx, target_values, model, &step, applies);
     let b = cx.bind(kind, args, v.span, params);
-    let scheme = if scheme == Scheme::Int4 {
-        b.get("group_size")
-            .map_or(Some(128), |v| cx.uint_min(v, "the group size", 1))
-            .map(|group_size| QuantScheme::Int4 { group_size })
-    } else {
-        let granularity = b
-            .get("granularity")
-            .map_or(Some("per_channel"), |v| {
-                cx.choice(v, "granularity", &["per_tensor", "per_channel"])
-            })
-            .map(|g| {
-                if g == "per_tensor" {
-                    Granularity::PerTensor
-                } else {
-                    Granularity::PerChannel
-                }
+    let scheme = match scheme {
+        Scheme::Int8 => {
+            let g = granularity(cx, b.get("granularity"), false);
+            let symmetric = b.get("symmetric").map_or(Some(true), |v| cx.boolean(v));
+            let dynamic = b.get("activations").map_or(Some(false), |v| {
+                cx.choice(v, "activations", &["none", "dynamic"])
+                    .map(|a| a == "dynamic")
             });
-        granularity.map(|granularity| match scheme {
-            Scheme::Fp8 => QuantScheme::Fp8 { granularity },
-            Scheme::Qat => QuantScheme::Qat { granularity },
-            _ => QuantScheme::Int8 {
-                granularity,
-                symmetric: true,
-                dynamic: false,
-            },
-        })
+            Some(QuantScheme::Int8 {
+                granularity: g?,
+                symmetric: symmetric?,
+                dynamic: dynamic?,
+            })
+        }
+        Scheme::Int4 => int4(cx, b.get("group_size"), targets.as_deref(), model),
+        Scheme::Fp8 => granularity(cx, b.get("granularity"), true)
+            .map(|granularity| QuantScheme::Fp8 { granularity }),
+        Scheme::Qat => {
+            if let Some(precision) = training.fp16 {
+                cx.report(Problem::QatFp16 {
+                    span: v.span,
+                    precision,
+                });
+                return None;
+            }
+            granularity(cx, b.get("granularity"), false)
+                .map(|granularity| QuantScheme::Qat { granularity })
+        }
+        Scheme::Bf16 => Some(QuantScheme::Cast {
+            to: Precision::Bf16,
+        }),
+        Scheme::Fp16 => Some(QuantScheme::Cast {
+            to: Precision::Fp16,
+        }),
     };
     Some(Compression::Quantize {
         targets: targets?,
         scheme: scheme?,
         span: s.span,
     })
+}
+
+/// Reads `int4(group_size)` and checks that the group size divides each target's input
+/// features (K0212).
+fn int4(
+    cx: &mut Cx,
+    v: Option<&Value>,
+    targets: Option<&[Target]>,
+    model: Option<&ModelOut>,
+) -> Option<QuantScheme> {
+    let group_size = match v {
+        None => 128,
+        Some(v) => {
+            let g = cx.uint(v)?;
+            if !INT4_GROUP_SIZES.contains(&g) {
+                cx.report(Problem::Int4GroupSize {
+                    span: v.span,
+                    group_size: g,
+                    layer: None,
+                });
+                return None;
+            }
+            g
+        }
+    };
+    let (Some(targets), Some(model)) = (targets, model) else {
+        return Some(QuantScheme::Int4 { group_size });
+    };
+    let all = layers(&model.nodes);
+    let mut ok = true;
+    for t in targets {
+        let Some(l) = all.iter().find(|l| l.name == t.layer) else {
+            continue;
+        };
+        if let LayerKind::Linear { inputs, .. } = l.kind {
+            let inputs = inputs as u64;
+            if !inputs.is_multiple_of(group_size) {
+                cx.report(Problem::Int4GroupSize {
+                    span: t.span,
+                    group_size,
+                    layer: Some(GroupedLayer {
+                        name: l.name.clone(),
+                        span: l.span,
+                        inputs,
+                    }),
+                });
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(QuantScheme::Int4 { group_size })
 }

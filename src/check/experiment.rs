@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::compress::check_compress;
+use super::compress::{check_compress, check_placed, Training};
 use super::cx::Cx;
 use super::data::check_data;
 use super::model::{check_model, Feed, ModelOut};
@@ -13,7 +13,7 @@ use crate::diagnostic::problem::{
 };
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{
-    layers, Compression, Device, Duration, Experiment, Loss, Metric, Node, Parallel, QuantScheme,
+    layers, Data, Device, Duration, Experiment, Loss, Metric, Node, Parallel, Precision, Source,
     Targets,
 };
 use crate::span::Span;
@@ -166,8 +166,18 @@ pub fn check_experiment(
         .as_ref()
         .and_then(|m| check_placements(cx, &body.statements, m));
 
-    let compression =
-        get("compress").map_or(Some(vec![]), |s| check_compress(cx, s, model.as_ref()));
+    let training = Training {
+        fp16: train_in
+            .as_ref()
+            .filter(|t| t.train.precision == Precision::Fp16)
+            .and_then(|t| t.given.get("precision").copied()),
+        max_steps: train_in
+            .as_ref()
+            .and_then(|t| max_steps(&t.train.length, data.as_ref().map(|d| &d.data))),
+    };
+    let compression = get("compress").map_or(Some(vec![]), |s| {
+        check_compress(cx, s, model.as_ref(), &training)
+    });
 
     // Everything below ties settings together and needs them all.
     let (name, description, tags, seed, device) = (
@@ -179,11 +189,12 @@ pub fn check_experiment(
     );
     let (data, model, optimizer, schedule, train_in, parallel) =
         (data?, model?, optimizer?, schedule?, train_in?, parallel?);
-    let mut compression = compression?;
+    let compression = compression?;
     let placements = placements?;
 
     let mut nodes = model.nodes.clone();
     place_nodes(&mut nodes, &placements, device);
+    let compress_ok = check_placed(cx, &compression, &nodes, data.data.batch);
 
     let mut train = train_in.train.clone();
     let evaluation_ok = check_evaluation(cx, &data.data, &train, &train_in.given);
@@ -205,7 +216,7 @@ pub fn check_experiment(
         &parallel,
         &mut train,
     );
-    let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements, &mut compression);
+    let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements);
     if batch_ok {
         pipeline_batch_norm(cx, &parallel, &nodes, train.micro_batch);
     }
@@ -217,7 +228,9 @@ pub fn check_experiment(
         data.data.batch,
         data.data.batch_span,
     );
-    if !(loss_ok && batch_ok && strategy_ok && evaluation_ok && size_ok) || output.is_none() {
+    if !(loss_ok && batch_ok && strategy_ok && evaluation_ok && size_ok && compress_ok)
+        || output.is_none()
+    {
         return None;
     }
     let parallel = finish_pipeline(parallel.parallel, &nodes);
@@ -244,6 +257,23 @@ pub fn check_experiment(
         schedule,
         train,
     })
+}
+
+/// The most optimizer steps a training of `length` can last: the steps, or for epochs of
+/// synthetic data, epochs x batches of all its samples (the training split is no larger).
+fn max_steps(length: &Duration, data: Option<&Data>) -> Option<u64> {
+    match (length, data) {
+        (Duration::Steps(n), _) => Some(*n),
+        (
+            Duration::Epochs(e),
+            Some(Data {
+                source: Source::Synthetic { count, .. },
+                batch,
+                ..
+            }),
+        ) if *batch > 0 => e.checked_mul(count.div_ceil(*batch)),
+        (Duration::Epochs(_), _) => None,
+    }
 }
 
 fn description_ok(d: Option<String>, stmt: Option<&Statement>) -> Option<Option<String>> {
@@ -421,7 +451,7 @@ fn place_nodes(nodes: &mut [Node], placements: &[Placement], default: Device) {
 }
 
 /// Whether the qualified name `name` is `outer` or lies inside the block `outer`.
-fn within(name: &str, outer: &str) -> bool {
+pub(super) fn within(name: &str, outer: &str) -> bool {
     name.strip_prefix(outer)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
@@ -684,7 +714,6 @@ fn check_strategy(
     nodes: &[Node],
     default: Device,
     placements: &[Placement],
-    compression: &mut [Compression],
 ) -> bool {
     let all = layers(nodes);
     let mut ok = true;
@@ -739,36 +768,6 @@ fn check_strategy(
                 situation: Inconsistent::NcclOnCpu,
             });
             ok = false;
-        }
-    }
-    for c in compression.iter_mut() {
-        if let Compression::Quantize {
-            targets, scheme, ..
-        } = c
-        {
-            for t in targets.iter() {
-                for l in all.iter().filter(|l| within(&l.name, &t.layer)) {
-                    if matches!(scheme, QuantScheme::Fp8 { .. }) && l.device == Device::Cpu {
-                        cx.report(Problem::Fp8OnCpu {
-                            span: t.span,
-                            layer: l.name.clone(),
-                            layer_span: l.span,
-                        });
-                        ok = false;
-                    }
-                    if matches!(scheme, QuantScheme::Int4 { .. })
-                        && !matches!(l.kind, crate::ir::LayerKind::Linear { .. })
-                        && l.params > 0
-                    {
-                        cx.report(Problem::Int4NonLinear {
-                            span: t.span,
-                            layer: l.name.clone(),
-                            layer_span: l.span,
-                        });
-                        ok = false;
-                    }
-                }
-            }
         }
     }
     ok

@@ -121,6 +121,14 @@ codes! {
     Inconsistent = "K0210", "inconsistent-strategy", Error, "Settings contradict each other (backend and devices, precision and device, ...).";
     /// A sweep with no values or too many trials.
     BadSweep = "K0211", "bad-sweep", Error, "A sweep is empty or makes more than 10,000 trials.";
+    /// An INT4 group size that the kernels do not take, or that does not divide a layer's inputs.
+    Int4GroupSize = "K0212", "int4-group-size", Error, "INT4 groups must be 32, 64, 128 or 256 input features and divide the layer's input features.";
+    /// Quantization-aware training under fp16 autocast.
+    QatFp16 = "K0213", "qat-fp16", Error, "Quantization-aware training cannot run under fp16 precision.";
+    /// A compression target of a kind the step cannot apply to.
+    CompressTargetKind = "K0215", "compress-target-kind", Error, "A compression target is a layer (or a block with no layer) the step cannot apply to.";
+    /// Two quantizations of one layer, or one layer named twice in a step.
+    CompressConflict = "K0217", "compress-conflict", Error, "A layer is quantized by two statements, or named twice in one compression step.";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
@@ -157,6 +165,8 @@ codes! {
     DropoutSharedGenerator = "K0408", "dropout-shared-generator", Warning, "Data-parallel replicas on one device draw dropout masks from its one generator in thread order: runs are not reproducible.";
     /// Batch norm in a pipeline normalises each micro-batch on its own.
     PipelineBatchNorm = "K0410", "pipeline-batch-norm", Warning, "Batch norm in a pipeline computes its statistics per micro-batch, not over the batch.";
+    /// Weight-only quantization that will not make a layer faster on its device.
+    QuantNoSpeedup = "K0411", "quant-no-speedup", Warning, "A weight-only quantization shrinks the layer's weights but will not make it faster on its device at this batch.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";

@@ -8,6 +8,7 @@
 
 mod arguments;
 mod codes;
+mod compress;
 mod distributed;
 pub mod problem;
 mod ranges;

@@ -8,6 +8,10 @@ use super::Code;
 use crate::ir::{Device, Kind, Shape};
 use crate::span::Span;
 
+pub use super::compress::{
+    GroupedLayer, NoSpeedup, TargetNeed, WeightOnly, INT4_GROUP_SIZES, LARGE_BATCH,
+    SMALL_LAYER_WEIGHTS,
+};
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
@@ -227,6 +231,49 @@ pub enum Problem {
         /// Where the layer is defined.
         layer_span: Span,
     },
+    /// K0212: an INT4 group size the kernels do not take (`layer` is `None`), or one that
+    /// does not divide a layer's input features.
+    Int4GroupSize {
+        /// The group size, or the target whose layer it does not divide.
+        span: Span,
+        /// The group size.
+        group_size: u64,
+        /// The layer it does not divide.
+        layer: Option<GroupedLayer>,
+    },
+    /// K0213: quantization-aware training under fp16 autocast.
+    QatFp16 {
+        /// The `qat` scheme.
+        span: Span,
+        /// The `precision` setting.
+        precision: Span,
+    },
+    /// K0215: a compression target the step cannot apply to.
+    CompressTargetKind {
+        /// The target's name.
+        span: Span,
+        /// The step, in words (`pruning`, `int8 quantization`).
+        step: String,
+        /// The target as written.
+        target: String,
+        /// The layer's kind; `None` for a block.
+        kind: Option<Kind>,
+        /// Where the layer or block is defined.
+        layer_span: Span,
+        /// What the step needs.
+        need: TargetNeed,
+    },
+    /// K0217: a layer quantized twice, or named twice in one step.
+    CompressConflict {
+        /// The second mention.
+        span: Span,
+        /// The layer.
+        layer: String,
+        /// The first mention.
+        first: Span,
+        /// Whether both mentions are in one statement.
+        same_statement: bool,
+    },
     /// K0205: batch, accumulation and replicas do not multiply out.
     BatchArithmetic {
         /// The batch, or the declared micro-batch.
@@ -445,6 +492,25 @@ pub enum Problem {
         parallel: Span,
         /// Samples per micro-batch.
         samples: u64,
+    },
+    /// K0411: a weight-only quantization that will not speed a CPU layer up.
+    QuantNoSpeedup {
+        /// The quantization target.
+        span: Span,
+        /// The layer.
+        layer: String,
+        /// Where the layer is defined.
+        layer_span: Span,
+        /// Its input features.
+        inputs: u64,
+        /// Its output features.
+        outputs: u64,
+        /// The batch.
+        batch: u64,
+        /// The scheme.
+        scheme: WeightOnly,
+        /// Why it will not help.
+        why: NoSpeedup,
     },
     /// K0408: dropout on data-parallel replicas that share a device.
     DropoutSharedGenerator {
@@ -715,6 +781,11 @@ impl Problem {
             Problem::DdpWithoutWorldSize { .. } => Code::DdpWithoutWorldSize,
             Problem::Fp8OnCpu { .. } => Code::Fp8OnCpu,
             Problem::Int4NonLinear { .. } => Code::Int4NonLinear,
+            Problem::Int4GroupSize { .. } => Code::Int4GroupSize,
+            Problem::QatFp16 { .. } => Code::QatFp16,
+            Problem::CompressTargetKind { .. } => Code::CompressTargetKind,
+            Problem::CompressConflict { .. } => Code::CompressConflict,
+            Problem::QuantNoSpeedup { .. } => Code::QuantNoSpeedup,
             Problem::BatchArithmetic { .. } => Code::BatchArithmetic,
             Problem::MicroBatches { .. } => Code::MicroBatches,
             Problem::HeadsIndivisible { .. } => Code::HeadsIndivisible,

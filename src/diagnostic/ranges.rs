@@ -94,6 +94,18 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
         ))
         .label("must come after `start`")
         .help("make `end` later than `start`"),
+        OutOfRange::GradualInitial { initial, amount } => new(format!(
+            "gradual pruning starts at sparsity {initial}, not below its final amount {amount}"
+        ))
+        .label(format!("must be in [0, {amount})"))
+        .help("start below the final amount, or prune once with `before` or `after()`"),
+        OutOfRange::RewindTooLate { rewind, length } => new(format!(
+            "iterative pruning rewinds to step {rewind}, but training lasts at most {length} steps"
+        ))
+        .label(format!("must be below {length}"))
+        .help(format!(
+            "rewind to a step below {length}, early in training (within the first epoch)"
+        )),
         OutOfRange::TooManyParameters { params } => new(format!(
             "the model has {params} parameters, more than Kiln plans for (2^48)"
         ))

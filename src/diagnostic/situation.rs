@@ -288,6 +288,20 @@ pub enum OutOfRange {
         /// Last step.
         end: u64,
     },
+    /// Gradual pruning whose initial sparsity is not below its final amount.
+    GradualInitial {
+        /// The initial sparsity.
+        initial: f64,
+        /// The final amount.
+        amount: f64,
+    },
+    /// Iterative pruning that rewinds to a step the training never reaches.
+    RewindTooLate {
+        /// The rewind step.
+        rewind: u64,
+        /// The most steps the training can last.
+        length: u64,
+    },
     /// A model with more parameters than Kiln plans for.
     TooManyParameters {
         /// Its parameter count.

@@ -240,6 +240,11 @@ impl Problem {
             | Problem::PlacementIgnored { .. }
             | Problem::DropoutSharedGenerator { .. }
             | Problem::PipelineBatchNorm { .. }) => super::strategy::words(p),
+            p @ (Problem::Int4GroupSize { .. }
+            | Problem::QatFp16 { .. }
+            | Problem::CompressTargetKind { .. }
+            | Problem::CompressConflict { .. }
+            | Problem::QuantNoSpeedup { .. }) => super::compress::words(p),
             p @ (Problem::DeviceUnavailable { .. }
             | Problem::DataMissing { .. }
             | Problem::DataInvalid { .. }

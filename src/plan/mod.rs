@@ -9,7 +9,11 @@
 //! gradients and optimizer state are fp32 (autocast keeps fp32 master weights); activations are
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
+pub mod compress;
+
 use serde::Serialize;
+
+pub use compress::{CompressedLayer, CompressionPlan, Global, Kept};
 
 use crate::ir::{
     layers, Backend, Device, Experiment, Layer, Parallel, PipelineSchedule, Precision, Shape,
@@ -122,6 +126,9 @@ pub struct Plan {
     pub stages: Vec<StageNeed>,
     /// What crosses between devices each step.
     pub communication: Communication,
+    /// Weights before and after compression (left out of YAML when nothing is compressed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub compression: Option<CompressionPlan>,
 }
 
 /// Activations that cross from one device to another between consecutive layers.
@@ -321,6 +328,7 @@ pub fn plan(e: &Experiment) -> Plan {
         devices,
         stages: stage_needs,
         communication,
+        compression: compress::compression(&e.compression, &all),
     }
 }
 
@@ -589,6 +597,9 @@ pub fn to_text(p: &Plan) -> String {
             s.in_flight,
             if s.in_flight == 1 { "" } else { "es" }
         );
+    }
+    if let Some(c) = &p.compression {
+        compress::write_text(&mut out, c);
     }
     let c = &p.communication;
     if c.transfers.is_empty() && c.allreduce.is_none() && c.pipeline_bubble.is_none() {

@@ -1,0 +1,74 @@
+//! Compression checks that need each layer's device: FP8 on the CPU (K0203) and weight-only
+//! quantization that will not speed a CPU layer up (K0411).
+
+use super::super::cx::Cx;
+use crate::diagnostic::problem::{NoSpeedup, WeightOnly, LARGE_BATCH, SMALL_LAYER_WEIGHTS};
+use crate::diagnostic::Problem;
+use crate::ir::{layers, Compression, Device, LayerKind, Node, QuantScheme};
+
+/// Checks the compression steps against the placed model; `batch` is the global batch. Returns
+/// whether there was no error (K0411 is a warning).
+pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], batch: u64) -> bool {
+    let all = layers(nodes);
+    let mut ok = true;
+    for c in compression {
+        let Compression::Quantize {
+            targets, scheme, ..
+        } = c
+        else {
+            continue;
+        };
+        let weight_only = match scheme {
+            QuantScheme::Int8 { dynamic: false, .. } => Some(WeightOnly::Int8),
+            QuantScheme::Int4 { .. } => Some(WeightOnly::Int4),
+            QuantScheme::Int8 { dynamic: true, .. }
+            | QuantScheme::Fp8 { .. }
+            | QuantScheme::Qat { .. }
+            | QuantScheme::Cast { .. } => None,
+        };
+        for t in targets {
+            let Some(l) = all.iter().find(|l| l.name == t.layer) else {
+                continue;
+            };
+            if l.device != Device::Cpu {
+                continue;
+            }
+            if matches!(scheme, QuantScheme::Fp8 { .. }) {
+                cx.report(Problem::Fp8OnCpu {
+                    span: t.span,
+                    layer: l.name.clone(),
+                    layer_span: l.span,
+                });
+                ok = false;
+            }
+            let (
+                Some(scheme),
+                LayerKind::Linear {
+                    inputs, outputs, ..
+                },
+            ) = (weight_only, &l.kind)
+            else {
+                continue;
+            };
+            let (inputs, outputs) = (*inputs as u64, *outputs as u64);
+            let why = if batch >= LARGE_BATCH {
+                NoSpeedup::LargeBatch
+            } else if inputs.saturating_mul(outputs) < SMALL_LAYER_WEIGHTS {
+                NoSpeedup::SmallLayer
+            } else {
+                continue;
+            };
+            cx.report(Problem::QuantNoSpeedup {
+                span: t.span,
+                layer: l.name.clone(),
+                layer_span: l.span,
+                inputs,
+                outputs,
+                batch,
+                scheme,
+                why,
+            });
+        }
+    }
+    ok
+}
