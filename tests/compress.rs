@@ -199,7 +199,7 @@ fn eval_and_export_remake_the_model_the_run_measured() {
     let d = finished(
         &dir,
         &experiment(
-            "prune fc1 l1_unstructured(amount: 0.3)\n    quantize [fc1, fc2] int8(granularity: per_channel)",
+            "prune fc1 l1_unstructured(amount: 0.3, schedule: before)\n    quantize [fc1, fc2] int8(granularity: per_channel)",
             "steps 50",
         ),
     );

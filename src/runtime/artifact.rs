@@ -35,7 +35,7 @@ pub struct EvalOptions {
     /// The split to evaluate: `test`, `val` or `train`.
     #[arg(long, default_value = "test")]
     pub split: String,
-    /// Evaluate the uncompressed model too, side by side.
+    /// Evaluate the checkpoint's weights unquantized and unshrunk too, side by side.
     #[arg(long)]
     pub uncompressed: bool,
     /// The experiment file, when it has moved since the run (the run records its path).

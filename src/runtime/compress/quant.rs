@@ -309,7 +309,7 @@ impl MovingAverageObserver {
             for (run, cur) in [(&self.min, cur_min), (&self.max, cur_max)] {
                 let cur = cur.f_reshape(run.size())?;
                 let moved = run.f_add(&cur.f_sub(run)?.f_mul_scalar(c)?)?;
-                let next = run.f_isinf()?.f_where_self(&cur, &moved)?;
+                let next = cur.f_where_self(&run.f_isinf()?, &moved)?;
                 run.shallow_clone().f_copy_(&next)?;
             }
             Ok(())
