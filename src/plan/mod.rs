@@ -9,6 +9,8 @@
 //! gradients and optimizer state are fp32 (autocast keeps fp32 master weights); activations are
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
+pub mod shrink;
+
 use serde::Serialize;
 
 use crate::ir::{

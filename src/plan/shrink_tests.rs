@@ -1,0 +1,239 @@
+//! Groups and shrunk models of small checked models.
+
+use super::*;
+use crate::check::check_text;
+use crate::ir::layers;
+
+/// The checked model of an experiment with this input and model body.
+fn model(input: &str, body: &str) -> Vec<Node> {
+    let text = format!(
+        "experiment \"t\" {{
+  data {{
+    source synthetic(inputs: normal({input}), targets: randint(10), count: 64)
+    batch 16
+  }}
+  model {{
+    input {input}
+    {body}
+  }}
+  device cpu
+  optimizer sgd(lr: 0.1)
+  train {{
+    epochs 1
+    loss cross_entropy
+  }}
+}}"
+    );
+    let checked = check_text("t.exp", text);
+    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+    checked.trials[0].model.nodes.clone()
+}
+
+fn layer<'m>(nodes: &'m [Node], name: &str) -> &'m Layer {
+    let inner = format!(".{name}");
+    layers(nodes)
+        .into_iter()
+        .find(|l| l.name == name || l.name.ends_with(&inner))
+        .unwrap()
+}
+
+fn names(g: &Group, role: Role) -> Vec<&str> {
+    g.role(role).map(|m| short(&m.layer)).collect()
+}
+
+/// A layer's name without its residual's or block's prefix.
+fn short(name: &str) -> &str {
+    name.rsplit('.').next().unwrap()
+}
+
+fn refusal(nodes: &[Node], target: &str) -> (Reason, String) {
+    let e = group(nodes, layer(nodes, target)).unwrap_err();
+    let at = match e.at {
+        Place::Layer(l) => short(&l.name).to_string(),
+        Place::Residual(_) => "residual".into(),
+    };
+    (e.reason, at)
+}
+
+/// Shrinking keeps every layer's parameters and FLOPs as the checker computes them: the same
+/// model with the smaller sizes written out checks to the same nodes.
+fn same_as_checked(shrunk: &[Node], written: &[Node]) {
+    let (a, b) = (layers(shrunk), layers(written));
+    assert_eq!(a.len(), b.len());
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.kind, y.kind, "{}", x.name);
+        assert_eq!((&x.input, &x.output), (&y.input, &y.output), "{}", x.name);
+        assert_eq!((x.params, x.flops), (y.params, y.flops), "{}", x.name);
+    }
+}
+
+#[test]
+fn mlp_group_is_the_layer_and_its_consumer() {
+    let nodes = model(
+        "[20]",
+        "fc1: linear(32)\n relu\n dropout(0.1)\n fc2: linear(10)",
+    );
+    let g = group(&nodes, layer(&nodes, "fc1")).unwrap();
+    assert_eq!(g.units, 32);
+    assert_eq!(names(&g, Role::Producer), ["fc1"]);
+    assert_eq!(names(&g, Role::Consumer), ["fc2"]);
+    assert_eq!(g.passes.len(), 2);
+    let producer = g.role(Role::Producer).next().unwrap();
+    assert_eq!(
+        producer.tensors,
+        [slice("weight", 0, 1, true), slice("bias", 0, 1, true)]
+    );
+    let consumer = g.role(Role::Consumer).next().unwrap();
+    assert_eq!(consumer.tensors, [slice("weight", 1, 1, false)]);
+    assert_eq!(consumer.fill, 0.0);
+    let shrunk = shrink(&nodes, &[(&g, 20)]).unwrap();
+    let written = model(
+        "[20]",
+        "fc1: linear(20)\n relu\n dropout(0.1)\n fc2: linear(10)",
+    );
+    same_as_checked(&shrunk, &written);
+    // Keeping every unit gives the model back.
+    same_as_checked(&shrink(&nodes, &[(&g, 32)]).unwrap(), &nodes);
+}
+
+#[test]
+fn a_sigmoid_gives_the_consumer_a_constant_to_fold() {
+    let nodes = model("[20]", "fc1: linear(32)\n sigmoid\n fc2: linear(10)");
+    let g = group(&nodes, layer(&nodes, "fc1")).unwrap();
+    assert_eq!(g.role(Role::Consumer).next().unwrap().fill, 0.5);
+}
+
+const CNN: &str = "c1: conv2d(8, kernel_size: 3, padding: 1)
+    bn: batchnorm2d
+    relu
+    max_pool2d(2)
+    c2: conv2d(6, kernel_size: 3, padding: 1)
+    relu
+    flatten
+    fc: linear(10)";
+
+#[test]
+fn cnn_groups_follow_batch_norm_and_flatten() {
+    let nodes = model("[3, 8, 8]", CNN);
+    let g = group(&nodes, layer(&nodes, "c1")).unwrap();
+    assert_eq!(names(&g, Role::Producer), ["c1"]);
+    assert_eq!(names(&g, Role::Follower), ["bn"]);
+    assert_eq!(names(&g, Role::Consumer), ["c2"]);
+    let bn = g.role(Role::Follower).next().unwrap();
+    assert_eq!(bn.tensors.len(), 4);
+    let g2 = group(&nodes, layer(&nodes, "c2")).unwrap();
+    let fc = g2.role(Role::Consumer).next().unwrap();
+    assert_eq!(short(&fc.layer), "fc");
+    // Each channel of c2 is 4 x 4 = 16 consecutive features after the flatten.
+    assert_eq!(fc.tensors, [slice("weight", 1, 16, false)]);
+    let shrunk = shrink(&nodes, &[(&g, 5), (&g2, 3)]).unwrap();
+    let written = CNN
+        .replace("conv2d(8", "conv2d(5")
+        .replace("conv2d(6", "conv2d(3");
+    same_as_checked(&shrunk, &model("[3, 8, 8]", &written));
+}
+
+const RESIDUAL: &str = "fc0: linear(16)
+    residual {
+      fc1: linear(24)
+      relu
+      fc2: linear(16)
+    }
+    relu
+    fc3: linear(10)";
+
+#[test]
+fn a_residual_joins_the_producers_on_both_sides() {
+    let nodes = model("[12]", RESIDUAL);
+    let g = group(&nodes, layer(&nodes, "fc2")).unwrap();
+    assert_eq!(names(&g, Role::Producer), ["fc0", "fc2"]);
+    assert_eq!(names(&g, Role::Consumer), ["fc1", "fc3"]);
+    assert_eq!(
+        g,
+        Group {
+            target: "1.fc2".into(),
+            ..group(&nodes, layer(&nodes, "fc0")).unwrap()
+        }
+    );
+    let inner = group(&nodes, layer(&nodes, "fc1")).unwrap();
+    assert_eq!(names(&inner, Role::Consumer), ["fc2"]);
+    let shrunk = shrink(&nodes, &[(&g, 9), (&inner, 7)]).unwrap();
+    let written = RESIDUAL
+        .replace("linear(16)", "linear(9)")
+        .replace("linear(24)", "linear(7)");
+    same_as_checked(&shrunk, &model("[12]", &written));
+}
+
+#[test]
+fn residual_chains_join_every_block() {
+    let body = "fc0: linear(16)
+    residual { a: linear(16) }
+    residual { b: linear(8)\n relu\n c: linear(16) }
+    fc3: linear(10)";
+    let nodes = model("[12]", body);
+    let g = group(&nodes, layer(&nodes, "c")).unwrap();
+    assert_eq!(names(&g, Role::Producer), ["fc0", "a", "c"]);
+    assert_eq!(names(&g, Role::Consumer), ["a", "b", "fc3"]);
+}
+
+#[test]
+fn refusals_name_the_reason_and_the_place() {
+    let mlp = model("[20]", "fc1: linear(32)\n relu\n fc2: linear(10)");
+    assert_eq!(refusal(&mlp, "fc2"), (Reason::Output, "fc2".into()));
+    let relu = layer(&mlp, "1");
+    assert_eq!(
+        group(&mlp, relu).unwrap_err().reason,
+        Reason::NotUnits(Kind::Relu)
+    );
+
+    let input = model("[16]", "residual { fc1: linear(16) }\n fc2: linear(10)");
+    assert_eq!(refusal(&input, "fc1"), (Reason::Input, "residual".into()));
+
+    let reshape = model(
+        "[16]",
+        "fc1: linear(16)\n r: reshape([4, 4])\n flatten\n fc2: linear(10)",
+    );
+    assert_eq!(
+        refusal(&reshape, "fc1"),
+        (Reason::Consumer(Kind::Reshape), "r".into())
+    );
+
+    let mean = model(
+        "[4, 6]",
+        "fc1: linear(8)\n m: mean(dim: 1)\n fc2: linear(10)",
+    );
+    assert_eq!(
+        refusal(&mean, "fc1"),
+        (Reason::Mixes(Kind::Mean), "m".into())
+    );
+
+    let attention = model(
+        "[4, 8]",
+        "fc1: linear(8)\n a: attention(2)\n flatten\n fc2: linear(10)",
+    );
+    assert_eq!(
+        refusal(&attention, "fc1"),
+        (Reason::Consumer(Kind::Attention), "a".into())
+    );
+
+    let conv = model(
+        "[3, 4, 4]",
+        "c1: conv2d(4, kernel_size: 3, padding: 1)\n sigmoid\n c2: conv2d(4, kernel_size: 3)\n flatten\n fc: linear(10)",
+    );
+    assert_eq!(refusal(&conv, "c1"), (Reason::Constant(0.5), "c2".into()));
+
+    let gn = model(
+        "[3, 4, 4]",
+        "c1: conv2d(8, kernel_size: 3, padding: 1)\n gn: groupnorm(4)\n flatten\n fc: linear(10)",
+    );
+    let g = group(&gn, layer(&gn, "c1")).unwrap();
+    assert_eq!(
+        g.indivisible(6).map(|(n, g)| (short(n), g)),
+        Some(("gn", 4))
+    );
+    assert_eq!(g.indivisible(4), None);
+    assert_eq!(
+        shrink(&gn, &[(&g, 6)]).unwrap_err(),
+        Reason::GroupNorm { groups: 4, kept: 6 }
+    );
+}
