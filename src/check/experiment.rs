@@ -206,6 +206,7 @@ pub fn check_experiment(
         &mut train,
     );
     let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements, &mut compression);
+    let strategy_ok = super::shrink::check_structured(cx, &nodes, &compression) && strategy_ok;
     if batch_ok {
         pipeline_batch_norm(cx, &parallel, &nodes, train.micro_batch);
     }
@@ -421,7 +422,7 @@ fn place_nodes(nodes: &mut [Node], placements: &[Placement], default: Device) {
 }
 
 /// Whether the qualified name `name` is `outer` or lies inside the block `outer`.
-fn within(name: &str, outer: &str) -> bool {
+pub(super) fn within(name: &str, outer: &str) -> bool {
     name.strip_prefix(outer)
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }

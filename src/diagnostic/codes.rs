@@ -121,6 +121,10 @@ codes! {
     Inconsistent = "K0210", "inconsistent-strategy", Error, "Settings contradict each other (backend and devices, precision and device, ...).";
     /// A sweep with no values or too many trials.
     BadSweep = "K0211", "bad-sweep", Error, "A sweep is empty or makes more than 10,000 trials.";
+    /// Structured pruning whose amount removes every unit.
+    PruneLeavesNothing = "K0214", "prune-leaves-nothing", Error, "Structured pruning whose amount would leave a layer with no units.";
+    /// A structured prune of output units whose group cannot be shrunk.
+    CannotShrink = "K0216", "cannot-shrink", Error, "Structured pruning of output units that cannot be removed from the model (they reach the output, a residual joins the input, a consumer cannot be sliced, ...).";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";

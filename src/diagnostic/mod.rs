@@ -10,6 +10,7 @@ mod arguments;
 mod codes;
 mod distributed;
 pub mod problem;
+mod pruning;
 mod ranges;
 pub mod render;
 mod runs;

@@ -240,6 +240,9 @@ impl Problem {
             | Problem::PlacementIgnored { .. }
             | Problem::DropoutSharedGenerator { .. }
             | Problem::PipelineBatchNorm { .. }) => super::strategy::words(p),
+            p @ (Problem::PruneLeavesNothing { .. } | Problem::CannotShrink { .. }) => {
+                super::pruning::words(p)
+            }
             p @ (Problem::DeviceUnavailable { .. }
             | Problem::DataMissing { .. }
             | Problem::DataInvalid { .. }
