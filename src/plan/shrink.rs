@@ -331,8 +331,10 @@ impl<'m> Walk<'m> {
         };
         let channel = axis == 0 && block == 1;
         match &l.kind {
-            LayerKind::Linear { .. } => {
-                if axis + 1 == rank {
+            LayerKind::Linear { bias, .. } => {
+                if axis + 1 == rank && fill != 0.0 && !bias {
+                    refuse(self, Reason::Constant(fill));
+                } else if axis + 1 == rank {
                     let t = vec![slice("weight", 1, block, false)];
                     self.member(var, l, Role::Consumer, t, fill);
                 } else {
