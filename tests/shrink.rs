@@ -1,8 +1,18 @@
-//! Groups and shrunk models of small checked models.
+//! Structured pruning's groups and shrunk models (`kiln::plan::shrink`) on small checked models.
+//! (The plan cannot import the checker, so these live here rather than beside the code.)
 
-use super::*;
-use crate::check::check_text;
-use crate::ir::layers;
+use kiln::check::check_text;
+use kiln::ir::{layers, Kind, Layer, Node};
+use kiln::plan::shrink::{group, shrink, Group, Place, Reason, Role, Slice};
+
+fn slice(tensor: &'static str, dim: i64, block: i64, masked: bool) -> Slice {
+    Slice {
+        tensor,
+        dim,
+        block,
+        masked,
+    }
+}
 
 /// The checked model of an experiment with this input and model body.
 fn model(input: &str, body: &str) -> Vec<Node> {
