@@ -16,10 +16,15 @@ fn slice(tensor: &'static str, dim: i64, block: i64, masked: bool) -> Slice {
 
 /// The checked model of an experiment with this input and model body.
 fn model(input: &str, body: &str) -> Vec<Node> {
+    model_of(&format!("normal({input})"), input, body)
+}
+
+/// The checked model of an experiment whose data are `inputs` (a generator).
+fn model_of(inputs: &str, input: &str, body: &str) -> Vec<Node> {
     let text = format!(
         "experiment \"t\" {{
   data {{
-    source synthetic(inputs: normal({input}), targets: randint(10), count: 64)
+    source synthetic(inputs: {inputs}, targets: randint(10), count: 64)
     batch 16
   }}
   model {{
@@ -246,4 +251,77 @@ fn refusals_name_the_reason_and_the_place() {
         shrink(&gn, &[(&g, 6)]).unwrap_err(),
         Reason::GroupNorm { groups: 4, kept: 6 }
     );
+}
+
+#[test]
+fn followers_carry_their_per_channel_tensors() {
+    let body = "c1: conv1d(8, kernel_size: 3, padding: 1)
+    gn: groupnorm(2)
+    p: prelu(num_parameters: 8)
+    avg_pool1d(2)
+    c2: conv1d(4, kernel_size: 3)
+    flatten
+    ln: layernorm
+    fc: linear(10)";
+    let nodes = model("[2, 12]", body);
+    let g = group(&nodes, layer(&nodes, "c1")).unwrap();
+    assert_eq!(names(&g, Role::Follower), ["gn", "p"]);
+    assert_eq!(names(&g, Role::Consumer), ["c2"]);
+    assert_eq!(g.indivisible(5).map(|(_, groups)| groups), Some(2));
+    // c2's 4 channels of length 4 are 16 features: the layer norm's parameters and fc's
+    // columns lose 4 entries per channel.
+    let g2 = group(&nodes, layer(&nodes, "c2")).unwrap();
+    let ln = g2.role(Role::Follower).next().unwrap();
+    assert_eq!(ln.tensors[0], slice("weight", 0, 4, true));
+    let written = body
+        .replace("conv1d(8", "conv1d(6")
+        .replace("num_parameters: 8", "num_parameters: 6")
+        .replace("conv1d(4", "conv1d(3");
+    let shrunk = shrink(&nodes, &[(&g, 6), (&g2, 3)]).unwrap();
+    same_as_checked(&shrunk, &model("[2, 12]", &written));
+}
+
+#[test]
+fn layers_that_mix_or_cannot_prune_their_features_refuse() {
+    let embedded = model_of(
+        "randint(50, shape: [6])",
+        "[6]",
+        "embedding(50, 8)\n res: residual { fc1: linear(8) }\n flatten\n fc2: linear(10)",
+    );
+    assert_eq!(
+        refusal(&embedded, "res.fc1"),
+        (Reason::Fixed(Kind::Embedding), "residual".into())
+    );
+
+    let block = model(
+        "[4, 8]",
+        "fc1: linear(8)\n t: transformer_block(2)\n flatten\n fc2: linear(10)",
+    );
+    assert_eq!(
+        refusal(&block, "fc1"),
+        (Reason::Consumer(Kind::TransformerBlock), "t".into())
+    );
+
+    let grouped = model(
+        "[4, 6, 6]",
+        "c1: conv2d(8, kernel_size: 3)\n c2: conv2d(8, kernel_size: 3, groups: 2)\n flatten\n fc: linear(10)",
+    );
+    assert_eq!(refusal(&grouped, "c1"), (Reason::Grouped, "c2".into()));
+    assert_eq!(refusal(&grouped, "c2"), (Reason::Grouped, "c2".into()));
+
+    let softmax = model("[20]", "fc1: linear(8)\n s: softmax\n fc2: linear(10)");
+    assert_eq!(refusal(&softmax, "fc1"), (Reason::Mixes(Kind::Softmax), "s".into()));
+
+    // A linear over the last dimension of [C, L] outputs: its units are not the channels
+    // that a batch norm over [C, L] normalises.
+    let other_axis = model(
+        "[3, 8]",
+        "fc1: linear(5)\n bn: batchnorm1d\n flatten\n fc2: linear(10)",
+    );
+    assert_eq!(refusal(&other_axis, "fc1"), (Reason::Mixes(Kind::BatchNorm1d), "bn".into()));
+
+    // A mean over another dimension keeps the units apart.
+    let mean = model("[4, 6]", "fc1: linear(8)\n m: mean(dim: 0)\n fc2: linear(10)");
+    let g = group(&mean, layer(&mean, "fc1")).unwrap();
+    assert_eq!(names(&g, Role::Consumer), ["fc2"]);
 }
