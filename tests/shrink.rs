@@ -310,7 +310,10 @@ fn layers_that_mix_or_cannot_prune_their_features_refuse() {
     assert_eq!(refusal(&grouped, "c2"), (Reason::Grouped, "c2".into()));
 
     let softmax = model("[20]", "fc1: linear(8)\n s: softmax\n fc2: linear(10)");
-    assert_eq!(refusal(&softmax, "fc1"), (Reason::Mixes(Kind::Softmax), "s".into()));
+    assert_eq!(
+        refusal(&softmax, "fc1"),
+        (Reason::Mixes(Kind::Softmax), "s".into())
+    );
 
     // A linear over the last dimension of [C, L] outputs: its units are not the channels
     // that a batch norm over [C, L] normalises.
@@ -318,10 +321,16 @@ fn layers_that_mix_or_cannot_prune_their_features_refuse() {
         "[3, 8]",
         "fc1: linear(5)\n bn: batchnorm1d\n flatten\n fc2: linear(10)",
     );
-    assert_eq!(refusal(&other_axis, "fc1"), (Reason::Mixes(Kind::BatchNorm1d), "bn".into()));
+    assert_eq!(
+        refusal(&other_axis, "fc1"),
+        (Reason::Mixes(Kind::BatchNorm1d), "bn".into())
+    );
 
     // A mean over another dimension keeps the units apart.
-    let mean = model("[4, 6]", "fc1: linear(8)\n m: mean(dim: 0)\n fc2: linear(10)");
+    let mean = model(
+        "[4, 6]",
+        "fc1: linear(8)\n m: mean(dim: 0)\n fc2: linear(10)",
+    );
     let g = group(&mean, layer(&mean, "fc1")).unwrap();
     assert_eq!(names(&g, Role::Consumer), ["fc2"]);
 }

@@ -66,12 +66,17 @@ fn shapes_are_planned(net: &Net, nodes: &[Node]) {
             LayerKind::Linear {
                 inputs, outputs, ..
             } => vec![*outputs, *inputs],
-            LayerKind::Conv2d { conv } => {
+            LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => {
                 let mut s = vec![conv.outputs, conv.inputs / conv.groups];
                 s.extend(&conv.kernel);
                 s
             }
-            LayerKind::BatchNorm2d { norm } => vec![norm.features],
+            LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
+                vec![norm.features]
+            }
+            LayerKind::GroupNorm { channels, .. } => vec![*channels],
+            LayerKind::LayerNorm { shape, .. } => shape.clone(),
+            LayerKind::Prelu { parameters, .. } => vec![*parameters],
             _ => continue,
         };
         assert_eq!(weight.unwrap().tensor.size(), expected, "{}", l.name);
@@ -81,6 +86,14 @@ fn shapes_are_planned(net: &Net, nodes: &[Node]) {
 /// Masks `targets` (keeping about two thirds of each group's units, at random), shrinks, and
 /// compares the two models' outputs in evaluation mode.
 fn masked_equals_shrunk(input: &[i64], body: &str, targets: &[&str]) {
+    let (masked, shrunk) = masked_and_shrunk(input, body, targets);
+    let diff = (&masked - &shrunk).abs().max().double_value(&[]);
+    assert!(diff < 1e-5, "outputs differ by {diff}");
+}
+
+/// The outputs of the masked model and of the shrunk one, whose parameters are checked against
+/// the plan's shrunk nodes.
+fn masked_and_shrunk(input: &[i64], body: &str, targets: &[&str]) -> (Tensor, Tensor) {
     tch::manual_seed(7);
     let shape = format!("{input:?}");
     let nodes = model(&shape, body);
@@ -115,13 +128,12 @@ fn masked_equals_shrunk(input: &[i64], body: &str, targets: &[&str]) {
     )
     .unwrap();
     let shrunk = small.forward(&x, false).unwrap();
-    let diff = (&masked - &shrunk).abs().max().double_value(&[]);
-    assert!(diff < 1e-5, "outputs differ by {diff}");
     assert!(
         small.params.iter().map(|p| p.tensor.numel()).sum::<usize>()
             < net.params.iter().map(|p| p.tensor.numel()).sum::<usize>()
     );
     shapes_are_planned(&small, &small_nodes);
+    (masked, shrunk)
 }
 
 #[test]
@@ -154,6 +166,34 @@ fn cnn_with_batch_norm_shrinks_exactly() {
     flatten
     fc: linear(10)";
     masked_equals_shrunk(&[3, 8, 8], body, &["c1", "c2"]);
+}
+
+#[test]
+fn conv1d_with_prelu_and_average_pooling_shrinks_exactly() {
+    let body = "c1: conv1d(9, kernel_size: 3, padding: 1)
+    bn: batchnorm1d
+    p: prelu(num_parameters: 9)
+    avg_pool1d(2)
+    c2: conv1d(6, kernel_size: 3)
+    elu
+    flatten
+    fc: linear(10)";
+    masked_equals_shrunk(&[2, 12], body, &["c1", "c2"]);
+}
+
+/// Layer and group norms compute their statistics over fewer features once the units are gone,
+/// so the shrunk model runs with the planned shapes but does not compute exactly the same.
+#[test]
+fn layer_and_group_norms_shrink_to_the_planned_shapes() {
+    let body = "c1: conv1d(9, kernel_size: 3, padding: 1)
+    gn: groupnorm(3)
+    relu
+    c2: conv1d(6, kernel_size: 3)
+    flatten
+    ln: layernorm
+    fc: linear(10)";
+    let (masked, shrunk) = masked_and_shrunk(&[2, 12], body, &["c1", "c2"]);
+    assert_eq!(masked.size(), shrunk.size());
 }
 
 #[test]
