@@ -2,6 +2,7 @@
 //! (The plan cannot import the checker, so these live here rather than beside the code.)
 
 use kiln::check::check_text;
+use kiln::diagnostic::Code;
 use kiln::ir::{layers, Kind, Layer, Node};
 use kiln::plan::shrink::{group, shrink, Group, Place, Reason, Role, Slice};
 
@@ -21,7 +22,19 @@ fn model(input: &str, body: &str) -> Vec<Node> {
 
 /// The checked model of an experiment whose data are `inputs` (a generator).
 fn model_of(inputs: &str, input: &str, body: &str) -> Vec<Node> {
-    let text = format!(
+    let checked = check_text("t.exp", experiment(inputs, input, body, ""));
+    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+    checked.trials[0].model.nodes.clone()
+}
+
+/// An experiment's text with this data, model body and compress block body.
+fn experiment(inputs: &str, input: &str, body: &str, compress: &str) -> String {
+    let compress = if compress.is_empty() {
+        String::new()
+    } else {
+        format!("compress {{\n{compress}\n}}")
+    };
+    format!(
         "experiment \"t\" {{
   data {{
     source synthetic(inputs: {inputs}, targets: randint(10), count: 64)
@@ -37,11 +50,9 @@ fn model_of(inputs: &str, input: &str, body: &str) -> Vec<Node> {
     epochs 1
     loss cross_entropy
   }}
+  {compress}
 }}"
-    );
-    let checked = check_text("t.exp", text);
-    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
-    checked.trials[0].model.nodes.clone()
+    )
 }
 
 fn layer<'m>(nodes: &'m [Node], name: &str) -> &'m Layer {
@@ -149,7 +160,7 @@ fn cnn_groups_follow_batch_norm_and_flatten() {
 }
 
 const RESIDUAL: &str = "fc0: linear(16)
-    residual {
+    res: residual {
       fc1: linear(24)
       relu
       fc2: linear(16)
@@ -166,7 +177,7 @@ fn a_residual_joins_the_producers_on_both_sides() {
     assert_eq!(
         g,
         Group {
-            target: "1.fc2".into(),
+            target: "res.fc2".into(),
             ..group(&nodes, layer(&nodes, "fc0")).unwrap()
         }
     );
@@ -333,4 +344,19 @@ fn layers_that_mix_or_cannot_prune_their_features_refuse() {
     );
     let g = group(&mean, layer(&mean, "fc1")).unwrap();
     assert_eq!(names(&g, Role::Consumer), ["fc2"]);
+}
+
+#[test]
+fn targets_of_one_group_must_keep_as_many_units() {
+    let errors = |compress: &str| -> Vec<Code> {
+        let text = experiment("normal([12])", "[12]", RESIDUAL, compress);
+        let checked = check_text("t.exp", text);
+        checked.diagnostics.iter().map(|d| d.code).collect()
+    };
+    let same = "prune [fc0, res.fc2] ln_structured(amount: 0.25, dim: 0)";
+    assert_eq!(errors(same), []);
+    let different = "prune fc0 ln_structured(amount: 0.25, dim: 0)\n prune res.fc2 ln_structured(amount: 0.5, dim: 0)";
+    assert_eq!(errors(different), [Code::CannotShrink]);
+    let nothing = "prune res.fc1 ln_structured(amount: 0.99, dim: 1)";
+    assert_eq!(errors(nothing), [Code::PruneLeavesNothing]);
 }

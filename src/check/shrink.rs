@@ -5,7 +5,7 @@ use super::cx::Cx;
 use super::experiment::within;
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Compression, Layer, LayerKind, Node, PruneMethod};
-use crate::plan::shrink::{group, Place, Reason};
+use crate::plan::shrink::{group, Place, Reason, Role};
 use crate::span::Span;
 
 /// The shape of a layer's weight, for the layers structured pruning removes units from.
@@ -32,6 +32,8 @@ fn kept(units: i64, amount: f64) -> i64 {
 pub(super) fn check_structured(cx: &mut Cx, nodes: &[Node], compression: &[Compression]) -> bool {
     let mut ok = true;
     let all = layers(nodes);
+    // Each group's producers, the target that first pruned it and the units it keeps.
+    let mut seen: Vec<(Vec<String>, &Layer, i64)> = Vec::new();
     for c in compression {
         let Compression::Prune {
             targets,
@@ -80,6 +82,21 @@ pub(super) fn check_structured(cx: &mut Cx, nodes: &[Node], compression: &[Compr
                         ok = false;
                     }
                     Ok(g) => {
+                        let producers: Vec<String> =
+                            g.role(Role::Producer).map(|m| m.layer.clone()).collect();
+                        match seen.iter().find(|(p, _, _)| *p == producers) {
+                            Some((_, first, other)) if *other != keep => {
+                                let reason = Reason::Amounts {
+                                    kept: keep,
+                                    other: *other,
+                                };
+                                cannot(cx, t.span, l, reason, Place::Layer(first));
+                                ok = false;
+                                continue;
+                            }
+                            Some(_) => {}
+                            None => seen.push((producers, l, keep)),
+                        }
                         if let Some((name, groups)) = g.indivisible(keep) {
                             let Some(norm) = all.iter().copied().find(|n| n.name == name) else {
                                 continue;

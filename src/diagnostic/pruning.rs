@@ -22,6 +22,9 @@ fn blocked(reason: &Reason, at_layer: Option<&str>) -> String {
         Reason::GroupNorm { groups, kept } => {
             format!("{layer} has {groups} groups, which do not divide the {kept} units kept")
         }
+        Reason::Amounts { kept, other } => {
+            format!("{layer} shares these units and keeps {other} of them; this prune keeps {kept}")
+        }
         Reason::Constant(fill) => format!(
             "a pruned unit holds {fill} here (not 0), which only a linear's bias can absorb"
         ),
@@ -69,6 +72,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 Reason::GroupNorm { groups, .. } => format!(
                     "choose an amount that keeps a multiple of {groups} units, prune input features (`dim: 1`), or use `l1_unstructured`"
                 ),
+                Reason::Amounts { .. } => "give the layers of one group the same amount, or prune one of them".into(),
                 _ => "prune input features instead (`dim: 1`), or use `l1_unstructured`, which keeps every shape".into(),
             };
             let d = Diagnostic::new(

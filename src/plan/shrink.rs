@@ -116,6 +116,13 @@ pub enum Reason {
         /// Units kept.
         kept: i64,
     },
+    /// Another structured target in the same group keeps a different number of units.
+    Amounts {
+        /// Units this target keeps.
+        kept: i64,
+        /// Units the other target keeps.
+        other: i64,
+    },
     /// A pruned unit holds a non-zero constant that cannot be folded here (a convolution's
     /// padding, average pooling's padding, a residual or a shared PReLU).
     Constant(f64),

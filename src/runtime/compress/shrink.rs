@@ -112,7 +112,8 @@ pub fn mask(net: &Net, group: &Group, kept: &Tensor) -> Result<(), TchError> {
 }
 
 /// The model with every group's pruned units removed: `keep` gives, per group, the kept unit
-/// indices (1-D int64, any order). The smaller model is built from the shrunk nodes (on
+/// indices (1-D int64, any order); a group given again (for another target in it) is sliced
+/// once, with the units first given. The smaller model is built from the shrunk nodes (on
 /// `device`, or the nodes' placements) and returned with them; `span` is where a failure points.
 pub fn shrink(
     net: &Net,
@@ -122,8 +123,11 @@ pub fn shrink(
     device: Option<Device>,
     span: Span,
 ) -> Result<(Net, Vec<Node>), Diagnostic> {
-    let mut sorted = Vec::new();
+    let mut sorted: Vec<(&Group, Tensor)> = Vec::new();
     for (g, kept) in keep {
+        if sorted.iter().any(|(h, _)| h.members == g.members) {
+            continue;
+        }
         let (values, _) = kept.f_sort(0, false).at(span)?;
         sorted.push((*g, values.f_to_kind(Kind::Int64).at(span)?));
     }
