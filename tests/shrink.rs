@@ -337,6 +337,20 @@ fn layers_that_mix_or_cannot_prune_their_features_refuse() {
         (Reason::Mixes(Kind::BatchNorm1d), "bn".into())
     );
 
+    // The residual adds conv channels (dimension 0) to a linear's units (dimension 1).
+    let misaligned = model(
+        "[2, 6]",
+        "c1: conv1d(6, kernel_size: 1)\n res: residual { fc: linear(6) }\n flatten\n fc2: linear(10)",
+    );
+    assert_eq!(
+        refusal(&misaligned, "c1"),
+        (Reason::Misaligned, "residual".into())
+    );
+    assert_eq!(
+        refusal(&misaligned, "res.fc"),
+        (Reason::Misaligned, "residual".into())
+    );
+
     // A mean over another dimension keeps the units apart.
     let mean = model(
         "[4, 6]",

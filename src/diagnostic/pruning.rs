@@ -18,6 +18,9 @@ fn blocked(reason: &Reason, at_layer: Option<&str>) -> String {
         Reason::Mixes(kind) => {
             format!("{layer} (`{kind}`) mixes the units or works along another dimension")
         }
+        Reason::Misaligned => {
+            "this residual adds units that lie along different dimensions on its two sides".into()
+        }
         Reason::Grouped => format!("{layer} is a grouped convolution"),
         Reason::GroupNorm { groups, kept } => {
             format!("{layer} has {groups} groups, which do not divide the {kept} units kept")

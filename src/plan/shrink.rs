@@ -107,6 +107,8 @@ pub enum Reason {
     /// A layer mixes the units or reduces over them (statistics, softmax, mean, or it works
     /// along another dimension).
     Mixes(Kind),
+    /// A residual adds units that lie along different dimensions on its two sides.
+    Misaligned,
     /// A grouped convolution produces or consumes the units.
     Grouped,
     /// A group norm whose group count does not divide the units kept.
@@ -273,13 +275,25 @@ impl<'m> Walk<'m> {
         match (a, b) {
             (
                 Flow::Units {
-                    var: va, fill: fa, ..
+                    var: va,
+                    fill: fa,
+                    axis: xa,
+                    block: ba,
                 },
                 Flow::Units {
-                    var: vb, fill: fb, ..
+                    var: vb,
+                    fill: fb,
+                    axis: xb,
+                    block: bb,
                 },
             ) => {
                 let (ra, rb) = (self.find(va), self.find(vb));
+                if (xa, ba) != (xb, bb) {
+                    for v in [ra, rb] {
+                        self.on(v, Event::Refuse(Reason::Misaligned, Place::Residual(node)));
+                    }
+                    return Flow::Fixed(None);
+                }
                 self.parent[rb] = ra;
                 let fill = fa + fb;
                 if fill != 0.0 {
