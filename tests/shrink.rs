@@ -344,7 +344,7 @@ fn layers_that_mix_or_cannot_prune_their_features_refuse() {
     );
     assert_eq!(
         refusal(&misaligned, "c1"),
-        (Reason::Misaligned, "residual".into())
+        (Reason::Mixes(Kind::Linear), "fc".into())
     );
     assert_eq!(
         refusal(&misaligned, "res.fc"),
