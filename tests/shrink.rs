@@ -4,7 +4,7 @@
 use kiln::check::check_text;
 use kiln::diagnostic::Code;
 use kiln::ir::{layers, Kind, Layer, Node};
-use kiln::plan::shrink::{group, shrink, Group, Place, Reason, Role, Slice};
+use kiln::plan::shrink::{group, groups, kept, shrink, Group, Place, Reason, Role, Slice};
 
 fn slice(tensor: &'static str, dim: i64, block: i64, masked: bool) -> Slice {
     Slice {
@@ -373,4 +373,33 @@ fn targets_of_one_group_must_keep_as_many_units() {
     assert_eq!(errors(different), [Code::CannotShrink]);
     let nothing = "prune res.fc1 ln_structured(amount: 0.99, dim: 1)";
     assert_eq!(errors(nothing), [Code::PruneLeavesNothing]);
+}
+
+#[test]
+fn an_experiments_structured_prunes_give_its_shrunk_model() {
+    let compress = "prune [fc0, res] ln_structured(amount: 0.25, dim: 0)";
+    let text = experiment("normal([12])", "[12]", RESIDUAL, compress);
+    let checked = check_text("t.exp", text);
+    assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+    let e = &checked.trials[0];
+    let found = groups(&e.model.nodes, &e.compression).unwrap();
+    // fc0 and res.fc2 are one group (16 units, 12 kept); res.fc1 is its own (24, 18 kept).
+    let kept_units: Vec<(i64, i64)> = found.iter().map(|(g, k)| (g.units, *k)).collect();
+    assert_eq!(kept_units, [(16, 12), (24, 18)]);
+    let keep: Vec<(&Group, i64)> = found.iter().map(|(g, k)| (g, *k)).collect();
+    let shrunk = shrink(&e.model.nodes, &keep).unwrap();
+    let written = RESIDUAL
+        .replace("linear(16)", "linear(12)")
+        .replace("linear(24)", "linear(18)");
+    same_as_checked(&shrunk, &model("[12]", &written));
+}
+
+#[test]
+fn kept_units_round_half_to_even_as_pytorch() {
+    // round(0.5 * 5) = 2, round(0.5 * 3) = 2, round(0.35 * 10) = 4, round(0.45 * 10) = 4.
+    assert_eq!(kept(5, 0.5), 3);
+    assert_eq!(kept(3, 0.5), 1);
+    assert_eq!(kept(10, 0.35), 6);
+    assert_eq!(kept(10, 0.45), 6);
+    assert_eq!(kept(4, 0.9), 0);
 }

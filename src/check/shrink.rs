@@ -5,7 +5,7 @@ use super::cx::Cx;
 use super::experiment::within;
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Compression, Layer, LayerKind, Node, PruneMethod};
-use crate::plan::shrink::{group, Place, Reason, Role};
+use crate::plan::shrink::{group, kept, Place, Reason, Role};
 use crate::span::Span;
 
 /// The shape of a layer's weight, for the layers structured pruning removes units from.
@@ -21,11 +21,6 @@ fn weight_shape(l: &Layer) -> Option<Vec<i64>> {
         }
         _ => None,
     }
-}
-
-/// Units kept out of `units` when `amount` of them are pruned, as PyTorch rounds (half to even).
-fn kept(units: i64, amount: f64) -> i64 {
-    units - (amount * units as f64).round_ties_even() as i64
 }
 
 /// Checks every `ln_structured` prune; false when one is an error.

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 
-use crate::ir::{Kind, Layer, LayerKind, Node};
+use crate::ir::{layers, Compression, Kind, Layer, LayerKind, Node, PruneMethod};
 
 mod resize;
 
@@ -576,4 +576,49 @@ pub fn group<'m>(nodes: &'m [Node], t: &'m Layer) -> Result<Group, Refusal<'m>> 
         }
     }
     Ok(g)
+}
+
+/// Units kept out of `units` when `amount` of them are pruned, as PyTorch rounds (half to even).
+pub fn kept(units: i64, amount: f64) -> i64 {
+    units - (amount * units as f64).round_ties_even() as i64
+}
+
+/// The groups of every structured target of `compression` that removes output units
+/// (`ln_structured` with `dim: 0` on a linear or convolution, named or in a named block), each
+/// once, in the order first targeted, with the units its first target keeps; or the first
+/// target that cannot shrink. The checker has refused everything else (K0214, K0216).
+pub fn groups<'m>(
+    nodes: &'m [Node],
+    compression: &[Compression],
+) -> Result<Vec<(Group, i64)>, Refusal<'m>> {
+    let mut out: Vec<(Group, i64)> = Vec::new();
+    for c in compression {
+        let Compression::Prune {
+            targets,
+            method: PruneMethod::LnStructured { dim: 0, .. },
+            amount,
+            ..
+        } = c
+        else {
+            continue;
+        };
+        for t in targets {
+            let within = |name: &str| {
+                name.strip_prefix(t.layer.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+            };
+            for l in layers(nodes).into_iter().filter(|l| within(&l.name)) {
+                let units = match &l.kind {
+                    LayerKind::Linear { outputs, .. } => *outputs,
+                    LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv.outputs,
+                    _ => continue,
+                };
+                let g = group(nodes, l)?;
+                if !out.iter().any(|(h, _)| h.members == g.members) {
+                    out.push((g, kept(units, *amount)));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
