@@ -217,6 +217,7 @@ pub fn check_experiment(
         &mut train,
     );
     let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements);
+    let strategy_ok = super::shrink::check_structured(cx, &nodes, &compression) && strategy_ok;
     if batch_ok {
         pipeline_batch_norm(cx, &parallel, &nodes, train.micro_batch);
     }

@@ -11,6 +11,7 @@ mod fs;
 pub mod layers;
 mod model;
 mod settings;
+mod shrink;
 mod sweep;
 
 use std::path::{Path, PathBuf};

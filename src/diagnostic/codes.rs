@@ -129,6 +129,10 @@ codes! {
     CompressTargetKind = "K0215", "compress-target-kind", Error, "A compression target is a layer (or a block with no layer) the step cannot apply to.";
     /// Two quantizations of one layer, or one layer named twice in a step.
     CompressConflict = "K0217", "compress-conflict", Error, "A layer is quantized by two statements, or named twice in one compression step.";
+    /// Structured pruning whose amount removes every unit.
+    PruneLeavesNothing = "K0214", "prune-leaves-nothing", Error, "Structured pruning whose amount would leave a layer with no units.";
+    /// A structured prune of output units whose group cannot be shrunk.
+    CannotShrink = "K0216", "cannot-shrink", Error, "Structured pruning of output units that cannot be removed from the model (they reach the output, a residual joins the input, a consumer cannot be sliced, ...).";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";

@@ -11,6 +11,7 @@ mod codes;
 mod compress;
 mod distributed;
 pub mod problem;
+mod pruning;
 mod ranges;
 pub mod render;
 mod runs;

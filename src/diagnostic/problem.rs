@@ -274,6 +274,34 @@ pub enum Problem {
         /// Whether both mentions are in one statement.
         same_statement: bool,
     },
+    /// K0214: structured pruning that keeps no unit.
+    PruneLeavesNothing {
+        /// The pruning target.
+        span: Span,
+        /// The pruned layer.
+        layer: String,
+        /// Where the layer is defined.
+        layer_span: Span,
+        /// The units along the pruned dimension.
+        units: i64,
+        /// The amount.
+        amount: f64,
+        /// The pruned dimension (0: output units, 1: input features).
+        dim: i64,
+    },
+    /// K0216: structured pruning of output units that cannot be removed.
+    CannotShrink {
+        /// The pruning target.
+        span: Span,
+        /// The pruned layer.
+        layer: String,
+        /// Why.
+        reason: crate::plan::shrink::Reason,
+        /// Where it is blocked (a layer or a residual).
+        at: Span,
+        /// The blocking layer's name; `None` at a residual.
+        at_layer: Option<String>,
+    },
     /// K0205: batch, accumulation and replicas do not multiply out.
     BatchArithmetic {
         /// The batch, or the declared micro-batch.
@@ -786,6 +814,8 @@ impl Problem {
             Problem::CompressTargetKind { .. } => Code::CompressTargetKind,
             Problem::CompressConflict { .. } => Code::CompressConflict,
             Problem::QuantNoSpeedup { .. } => Code::QuantNoSpeedup,
+            Problem::PruneLeavesNothing { .. } => Code::PruneLeavesNothing,
+            Problem::CannotShrink { .. } => Code::CannotShrink,
             Problem::BatchArithmetic { .. } => Code::BatchArithmetic,
             Problem::MicroBatches { .. } => Code::MicroBatches,
             Problem::HeadsIndivisible { .. } => Code::HeadsIndivisible,

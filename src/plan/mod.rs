@@ -10,6 +10,7 @@
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
 pub mod compress;
+pub mod shrink;
 
 use serde::Serialize;
 
