@@ -269,3 +269,74 @@ fn quantization_aware_training_keeps_its_observers_and_converts_to_int8() {
         .expect("method")
         .contains("qat"));
 }
+
+#[test]
+fn structured_pruning_of_a_residual_model_removes_the_same_units_on_both_sides_of_the_add() {
+    let dir = scratch("compress-residual");
+    let source = experiment(
+        "prune res.fc2 ln_structured(amount: 0.5, schedule: before)",
+        "steps 30",
+    )
+    .replace(
+        "    fc1: linear(64)\n    relu\n    fc2: linear(4)",
+        "    fc0: linear(32)\n    res: residual {\n      fc1: linear(64)\n      relu\n      fc2: linear(32)\n    }\n    relu\n    fc3: linear(4)",
+    );
+    let d = finished(&dir, &source);
+    let (t, _) = checkpoint_tensors(&d);
+    // fc0 and fc2 are joined by the residual's add: they lose the same 16 of their 32 units,
+    // and their biases with them.
+    let rows = |name: &str| -> Vec<bool> {
+        let m = &t[&format!("buffer/{name}_mask")];
+        let width = m.len() / 32;
+        m.chunks(width)
+            .map(|r| r.iter().all(|v| *v == 1.0))
+            .collect()
+    };
+    let kept = rows("res.fc2.weight");
+    assert_eq!(kept.iter().filter(|k| **k).count(), 16);
+    assert_eq!(rows("fc0.weight"), kept);
+    assert_eq!(rows("fc0.bias"), kept);
+    assert_eq!(rows("res.fc2.bias"), kept);
+    pruned(&t, "fc0.weight");
+    pruned(&t, "res.fc2.weight");
+
+    // The compressed model is the smaller one, shaped as `kiln plan` costs it.
+    let r = report(&d);
+    let layers = r["compression"]["layers"].as_sequence().expect("layers");
+    let shape = |name: &str| -> Vec<u64> {
+        let l = layers
+            .iter()
+            .find(|l| l["name"].as_str() == Some(name))
+            .unwrap_or_else(|| panic!("no {name} in {layers:?}"));
+        l["shape_after"]
+            .as_sequence()
+            .expect("shape")
+            .iter()
+            .map(|v| v.as_u64().expect("size"))
+            .collect()
+    };
+    assert_eq!(shape("fc0"), [16, 32]);
+    assert_eq!(shape("res.fc2"), [16, 64]);
+    assert_eq!(shape("res.fc1"), [64, 16]);
+    assert_eq!(shape("fc3"), [4, 16]);
+    let exp = dir.join("small.exp");
+    let o = run(&["plan", s(&exp), "--format", "yaml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let plan: serde_yaml::Value = serde_yaml::from_slice(&o.stdout).expect("plan yaml");
+    assert_eq!(
+        plan["compression"]["model_bytes_after"].as_u64(),
+        r["compression"]["bytes_after"].as_u64(),
+        "{plan:?}"
+    );
+    // The smaller model runs: evaluated again from the checkpoint, it gives the report's metrics.
+    let o = run(&["eval", s(&d), "--split", "val"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let after = r["compression"]["val"]["after"]["loss"]
+        .as_f64()
+        .expect("loss");
+    assert!(
+        text(&o).contains(&format!("loss {after:.6}")),
+        "{}",
+        text(&o)
+    );
+}

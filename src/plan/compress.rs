@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use super::fmt_bytes;
 use crate::ir::{
-    Compression, Duration, Granularity, Layer, LayerKind, Precision, PruneMethod, PruneSchedule,
-    QuantScheme,
+    Compression, Duration, Granularity, Layer, LayerKind, Node, Precision, PruneMethod,
+    PruneSchedule, QuantScheme,
 };
 
 /// One compressed layer.
@@ -265,16 +265,50 @@ fn shrink(s: &mut Shape2, dim: i64, amount: f64) -> Option<(u64, u64)> {
     Some((kept, units))
 }
 
+/// The model after structured pruning removes its output units (`plan::shrink`): every
+/// layer whose size changes, shrunk. Empty when nothing is removed, or when the checker refuses
+/// the removal (K0216).
+fn shrunk_layers(compression: &[Compression], nodes: &[Node]) -> Vec<Layer> {
+    let Ok(groups) = super::shrink::groups(nodes, compression) else {
+        return Vec::new();
+    };
+    if groups.is_empty() {
+        return Vec::new();
+    }
+    let keep: Vec<(&super::shrink::Group, i64)> = groups.iter().map(|(g, k)| (g, *k)).collect();
+    let Ok(shrunk) = super::shrink::shrink(nodes, &keep) else {
+        return Vec::new();
+    };
+    let before = crate::ir::layers(nodes);
+    crate::ir::layers(&shrunk)
+        .into_iter()
+        .filter(|l| {
+            !before
+                .iter()
+                .any(|b| b.name == l.name && b.params == l.params)
+        })
+        .cloned()
+        .collect()
+}
+
 /// The compression section of a plan, or `None` when the experiment compresses nothing.
-pub fn compression(compression: &[Compression], all: &[&Layer]) -> Option<CompressionPlan> {
+/// Structured pruning of output units is costed on the model it leaves: the pruned layer, the
+/// layers its units flow through and the layers that consume them all shrink.
+pub fn compression(
+    compression: &[Compression],
+    all: &[&Layer],
+    nodes: &[Node],
+) -> Option<CompressionPlan> {
     if compression.is_empty() {
         return None;
     }
+    let shrunk = shrunk_layers(compression, nodes);
     let model_bytes_before = all.iter().fold(0u64, |n, l| n.saturating_add(4 * l.params));
     let mut rows = Vec::new();
     let mut saved: u64 = 0;
     for l in all {
-        let Some(mut shape) = shape_of(l) else {
+        let small = shrunk.iter().find(|s| s.name == l.name);
+        let Some(mut shape) = shape_of(small.unwrap_or(l)) else {
             continue;
         };
         let mut row = CompressedLayer {
@@ -310,6 +344,14 @@ pub fn compression(compression: &[Compression], all: &[&Layer]) -> Option<Compre
                         schedule_words(schedule, *amount)
                     ));
                     match method {
+                        PruneMethod::LnStructured { dim: 0, .. } if small.is_some() => {
+                            let units = shape_of(l).map_or(0, |s| s.outputs);
+                            row.kept = Some(Kept {
+                                units: shape.outputs,
+                                of: units,
+                                along: "output units",
+                            });
+                        }
                         PruneMethod::LnStructured { dim, .. } if t.param.is_none() => {
                             row.kept = shrink(&mut shape, *dim, *amount).map(|(units, of)| Kept {
                                 units,
@@ -341,7 +383,13 @@ pub fn compression(compression: &[Compression], all: &[&Layer]) -> Option<Compre
             }
         }
         if row.steps.is_empty() {
-            continue;
+            match small {
+                Some(small) => row.steps.push(format!(
+                    "units removed: {} -> {} parameters",
+                    l.params, small.params
+                )),
+                None => continue,
+            }
         }
         row.bytes_after = match &quantized {
             Some(scheme) => quantized_bytes(&shape, scheme),

@@ -329,7 +329,7 @@ pub fn plan(e: &Experiment) -> Plan {
         devices,
         stages: stage_needs,
         communication,
-        compression: compress::compression(&e.compression, &all),
+        compression: compress::compression(&e.compression, &all, &e.model.nodes),
     }
 }
 

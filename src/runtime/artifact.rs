@@ -367,7 +367,7 @@ fn restore_run(
     )?;
     let timeline = Timeline::new(&exp, &budget);
     qat::install(&exp, &mut trained)?;
-    Pruner::new(&exp, &mut trained, timeline)?;
+    Pruner::new(&exp, &nodes, &mut trained, timeline)?;
     let (found, _) = checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
     let Some((side, tensors)) = found else {
         return Err(Problem::ResumeIncompatible {

@@ -518,7 +518,7 @@ fn run_trial(
         .iter()
         .any(|c| matches!(c, kiln::ir::Compression::Prune { .. }))
     {
-        Some(Pruner::new(exp, &mut net, timeline)?)
+        Some(Pruner::new(exp, &nodes, &mut net, timeline)?)
     } else {
         None
     };

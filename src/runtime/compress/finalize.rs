@@ -10,11 +10,13 @@ use super::super::model::{self, LinearSwap, Net};
 use super::pruner::target_params;
 use super::qat;
 use super::quant::{QLinear, QuantMethod};
+use super::shrink;
 use kiln::diagnostic::problem::Torch;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{
     Compression, Experiment, Granularity, Node, Precision, PruneMethod, PruneSchedule, QuantScheme,
 };
+use kiln::plan::shrink::{Group, Role};
 use kiln::rundir::CompressedLayer;
 use kiln::span::Span;
 
@@ -91,7 +93,18 @@ pub fn finalize(
     over: Option<Device>,
 ) -> Result<Final, Diagnostic> {
     let span = exp.span;
-    let mut net = plain_copy(exp, nodes, trained, over)?;
+    let plain = plain_copy(exp, nodes, trained, over)?;
+    // The checker refused every group that cannot shrink (K0216).
+    let groups = kiln::plan::shrink::groups(nodes, &exp.compression).unwrap_or_default();
+    let mut net = if groups.is_empty() {
+        plain
+    } else {
+        let mut keep = Vec::new();
+        for (g, _) in &groups {
+            keep.push((g, kept_units(trained, g, span)?));
+        }
+        shrink::shrink(&plain, nodes, &keep, exp.train.precision, over, span)?.0
+    };
     let mut methods: Vec<(String, Vec<String>)> = Vec::new();
     let mut note = |layer: &str, what: String| match methods.iter_mut().find(|(n, _)| n == layer) {
         Some((_, m)) => m.push(what),
@@ -112,6 +125,13 @@ pub fn finalize(
                     let layer = name.rsplit_once('.').map_or(name.as_str(), |(l, _)| l);
                     note(layer, prune_words(*method, *amount, *schedule));
                 }
+            }
+        }
+    }
+    for (g, _) in &groups {
+        for m in &g.members {
+            if m.layer != g.target {
+                note(&m.layer, format!("units removed with {}", g.target));
             }
         }
     }
@@ -209,6 +229,33 @@ pub fn finalize(
         tensors,
         quantized,
     })
+}
+
+/// The units a structured group keeps: the rows of its first producer's weight mask that are not
+/// all zero.
+fn kept_units(trained: &Net, g: &Group, span: Span) -> Result<Tensor, Diagnostic> {
+    let Some(producer) = g.role(Role::Producer).next() else {
+        return Tensor::f_arange(g.units, (Kind::Int64, Device::Cpu)).at(span);
+    };
+    let name = format!("{}.weight_mask", producer.layer);
+    let Some(mask) = trained.buffers.iter().find(|b| b.name == name) else {
+        return Err(Problem::TorchError {
+            span,
+            situation: Torch::Lowering {
+                layer: producer.layer.clone(),
+                what: "buffer".into(),
+                name,
+            },
+        }
+        .diagnostic());
+    };
+    let others: Vec<i64> = (1..mask.tensor.dim() as i64).collect();
+    mask.tensor
+        .f_sum_dim_intlist(others.as_slice(), false, Kind::Float)
+        .and_then(|t| t.f_ne(0.0))
+        .and_then(|t| t.f_nonzero())
+        .and_then(|t| t.f_flatten(0, -1))
+        .at(span)
 }
 
 /// The quantized form of the linear `layer` of `net`.

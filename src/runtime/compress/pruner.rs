@@ -10,9 +10,11 @@ use super::super::failure::At;
 use super::super::model::{Buffer, Net};
 use super::super::step::UpdateHook;
 use super::prune::{self, Amount};
+use super::shrink;
 use super::timeline::Timeline;
 use kiln::diagnostic::Diagnostic;
-use kiln::ir::{Compression, Experiment, PruneMethod, PruneSchedule, Target};
+use kiln::ir::{Compression, Experiment, Node, PruneMethod, PruneSchedule, Target};
+use kiln::plan::shrink::Role;
 use kiln::span::Span;
 
 /// One pruned tensor: the parameter and its mask (shallow clones of the model's).
@@ -28,6 +30,19 @@ struct Step {
     schedule: PruneSchedule,
     span: Span,
     tensors: Vec<Masked>,
+    /// Structured pruning of output units (`ln_structured`, `dim: 0`): the groups whose units
+    /// are removed together.
+    groups: Vec<Units>,
+}
+
+/// A structured group during training: the producers' weights, whose rows are the units and
+/// score them, and every masked tensor of the group with the dimension and block its units
+/// lie along.
+struct Units {
+    producers: Vec<Tensor>,
+    /// The first producer's weight mask, whose rows say which units are kept.
+    rows: Tensor,
+    masked: Vec<(Masked, i64, i64)>,
 }
 
 /// The pruning of a run.
@@ -71,10 +86,16 @@ pub fn target_params(net: &Net, t: &Target) -> Vec<usize> {
 }
 
 impl Pruner {
-    /// The pruning of `exp` on `net`: a mask buffer (all ones) for every pruned tensor and,
-    /// under iterative pruning, a buffer for each parameter's rewind value. Called after the
-    /// weights are initialised or loaded and before a checkpoint is restored.
-    pub fn new(exp: &Experiment, net: &mut Net, timeline: Timeline) -> Result<Pruner, Diagnostic> {
+    /// The pruning of `exp` on `net` (built from the checked `nodes`): a mask buffer (all ones)
+    /// for every pruned tensor (for structured pruning of output units, every tensor of the
+    /// unit's group) and, under iterative pruning, a buffer for each parameter's rewind value.
+    /// Called after the weights are initialised or loaded and before a checkpoint is restored.
+    pub fn new(
+        exp: &Experiment,
+        nodes: &[Node],
+        net: &mut Net,
+        timeline: Timeline,
+    ) -> Result<Pruner, Diagnostic> {
         let mut steps = Vec::new();
         for c in &exp.compression {
             let Compression::Prune {
@@ -88,9 +109,14 @@ impl Pruner {
                 continue;
             };
             let mut tensors = Vec::new();
-            for t in targets {
-                for i in target_params(net, t) {
-                    tensors.push(mask_of(net, i, *span)?);
+            let mut units = Vec::new();
+            if matches!(method, PruneMethod::LnStructured { dim: 0, .. }) {
+                units = groups(nodes, c, net, *span)?;
+            } else {
+                for t in targets {
+                    for i in target_params(net, t) {
+                        tensors.push(mask_of(net, i, *span)?);
+                    }
                 }
             }
             steps.push(Step {
@@ -99,6 +125,7 @@ impl Pruner {
                 schedule: *schedule,
                 span: *span,
                 tensors,
+                groups: units,
             });
         }
         let mut rewind = Vec::new();
@@ -126,11 +153,17 @@ impl Pruner {
 
     /// The update hook that keeps pruned weights at zero.
     pub fn keeper(&self) -> MaskKeeper {
+        let grouped = self
+            .steps
+            .iter()
+            .flat_map(|s| &s.groups)
+            .flat_map(|g| g.masked.iter().map(|(m, _, _)| m));
         MaskKeeper {
             pairs: self
                 .steps
                 .iter()
                 .flat_map(|s| &s.tensors)
+                .chain(grouped)
                 .map(|m| (m.param.shallow_clone(), m.mask.shallow_clone()))
                 .collect(),
         }
@@ -218,6 +251,53 @@ impl Pruner {
     }
 }
 
+/// The structured groups of one `ln_structured(dim: 0)` statement, with a mask buffer for each
+/// of their masked tensors.
+fn groups(
+    nodes: &[Node],
+    c: &Compression,
+    net: &mut Net,
+    span: Span,
+) -> Result<Vec<Units>, Diagnostic> {
+    // The checker refused every group that cannot shrink (K0216).
+    let found = kiln::plan::shrink::groups(nodes, std::slice::from_ref(c)).unwrap_or_default();
+    let mut out = Vec::new();
+    for (group, _) in found {
+        let mut masked = Vec::new();
+        let mut rows = None;
+        let first = group
+            .role(Role::Producer)
+            .next()
+            .map(|m| format!("{}.weight", m.layer));
+        for t in shrink::mask_targets(&group) {
+            let Some(i) = net.params.iter().position(|p| p.name == t.name) else {
+                continue;
+            };
+            let m = mask_of(net, i, span)?;
+            if first.as_deref() == Some(t.name.as_str()) {
+                rows = Some(m.mask.shallow_clone());
+            }
+            masked.push((m, t.dim, t.block));
+        }
+        let producers = group
+            .role(Role::Producer)
+            .filter_map(|m| {
+                let name = format!("{}.weight", m.layer);
+                net.params.iter().find(|p| p.name == name)
+            })
+            .map(|p| p.tensor.shallow_clone())
+            .collect();
+        if let Some(rows) = rows {
+            out.push(Units {
+                producers,
+                rows,
+                masked,
+            });
+        }
+    }
+    Ok(out)
+}
+
 /// The mask buffer of parameter `i`, created (all ones) when no statement pruned it before.
 fn mask_of(net: &mut Net, i: usize, span: Span) -> Result<Masked, Diagnostic> {
     let name = format!("{}_mask", net.params[i].name);
@@ -283,6 +363,11 @@ fn grow(s: &Step, amount: Amount, total: bool) -> Result<(), Diagnostic> {
                     m.mask.shallow_clone().f_copy_(&new).at(span)?;
                 }
             }
+            PruneMethod::LnStructured { n, .. } if !s.groups.is_empty() => {
+                for g in &s.groups {
+                    grow_units(g, n, &count, span)?;
+                }
+            }
             PruneMethod::LnStructured { n, dim } => {
                 for m in &s.tensors {
                     let d = if dim < 0 {
@@ -299,6 +384,47 @@ fn grow(s: &Step, amount: Amount, total: bool) -> Result<(), Diagnostic> {
         }
         Ok(())
     })
+}
+
+/// Grows a structured group's masks: the units kept are chosen on the producers' weights
+/// (PyTorch's `ln_structured` rule; with several producers, joined by a residual add, their
+/// rows' norms combine), and every tensor of the group loses the same units.
+fn grow_units(
+    g: &Units,
+    n: u64,
+    count: &dyn Fn(i64, i64) -> Amount,
+    span: Span,
+) -> Result<(), Diagnostic> {
+    let units = g.rows.size()[0];
+    let others: Vec<i64> = (1..g.rows.dim() as i64).collect();
+    let unit_mask = g
+        .rows
+        .f_sum_dim_intlist(others.as_slice(), false, Kind::Float)
+        .and_then(|t| t.f_ne(0.0))
+        .and_then(|t| t.f_to_kind(Kind::Float))
+        .at(span)?;
+    let kept = unit_mask
+        .f_sum(Kind::Float)
+        .and_then(|t| t.f_double_value(&[]))
+        .at(span)? as i64;
+    let scored: Vec<(&Tensor, i64)> = g.producers.iter().map(|w| (w, 0)).collect();
+    let scores = prune::ln_units(&scored, n).at(span)?;
+    let keep = prune::keep_units(&scores, &unit_mask, count(units, kept)).at(span)?;
+    for (m, dim, block) in &g.masked {
+        let entries = keep
+            .f_repeat_interleave_self_int(*block, Some(0), None::<i64>)
+            .at(span)?;
+        let mut shape = vec![1i64; m.mask.dim()];
+        shape[*dim as usize] = entries.size()[0];
+        let entries = entries.f_reshape(shape.as_slice()).at(span)?;
+        let full = m
+            .mask
+            .f_ones_like()
+            .and_then(|o| o.f_mul(&entries))
+            .at(span)?;
+        m.mask.shallow_clone().f_copy_(&full).at(span)?;
+    }
+    Ok(())
 }
 
 /// Entries a mask keeps.

@@ -8,8 +8,6 @@
 //! member tensor to the kept units, builds the smaller model from the shrunk nodes and copies the
 //! tensors in by name; a linear consumer whose pruned inputs hold a non-zero constant (after a
 //! sigmoid) gets it folded into its bias, so the shrunk model computes what the masked one did.
-// The trainer's structured pruning calls these once it is wired in; until then only the tests do.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::collections::HashMap;
 
@@ -93,6 +91,7 @@ fn tensor<'n>(net: &'n Net, name: &str) -> Option<&'n Tensor> {
 
 /// Zeroes the pruned units of `group` in `net`'s masked tensors, keeping the units `kept`
 /// (1-D int64), as masked training does after every step.
+#[cfg(test)]
 pub fn mask(net: &Net, group: &Group, kept: &Tensor) -> Result<(), TchError> {
     tch::no_grad(|| {
         for t in mask_targets(group) {
