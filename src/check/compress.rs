@@ -17,7 +17,7 @@ use crate::ir::{
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value};
 
-pub use placed::check_placed;
+pub use placed::{check_combined, check_placed};
 use schedule::{prune_schedule, Bounds, DEFAULT};
 use targets::{targets, Applies};
 

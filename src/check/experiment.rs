@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::compress::{check_compress, check_placed, Training};
+use super::compress::{check_combined, check_compress, check_placed, Training};
 use super::cx::Cx;
 use super::data::check_data;
 use super::model::{check_model, Feed, ModelOut};
@@ -195,6 +195,8 @@ pub fn check_experiment(
     let mut nodes = model.nodes.clone();
     place_nodes(&mut nodes, &placements, device);
     let compress_ok = check_placed(cx, &compression, &nodes, data.data.batch);
+    let compress_ok =
+        check_combined(cx, &compression, &parallel.parallel, parallel.span) && compress_ok;
 
     let mut train = train_in.train.clone();
     let evaluation_ok = check_evaluation(cx, &data.data, &train, &train_in.given);

@@ -432,6 +432,19 @@ pub enum Inconsistent {
     },
     /// The NCCL backend on the CPU.
     NcclOnCpu,
+    /// Quantization-aware training under a strategy that copies the model (its observers live
+    /// in one model).
+    QatReplicated {
+        /// The strategy, as the language names it.
+        strategy: &'static str,
+        /// The `parallel` statement.
+        parallel: Span,
+    },
+    /// Two pruning statements whose schedules lengthen training.
+    TwoLengthenings {
+        /// The first of them.
+        first: Span,
+    },
 }
 
 /// The situations of K0406: a setting without effect.

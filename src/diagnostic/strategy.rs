@@ -308,5 +308,17 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
         )
         .label("NCCL is CUDA-only")
         .help("use `backend: gloo` on the CPU, or `device cuda`"),
+        Inconsistent::QatReplicated { strategy, parallel } => with_message(format!(
+            "quantization-aware training cannot run under `parallel {strategy}`"
+        ))
+        .label("its observers follow one model's weights and inputs")
+        .with(parallel, "this strategy trains copies or parts of the model")
+        .help("train `qat` without a parallel strategy (or with model parallel), or quantize after training with `int8`"),
+        Inconsistent::TwoLengthenings { first } => {
+            with_message("two pruning schedules lengthen training".into())
+                .label("this one adds training after the written length")
+                .with(first, "and so does this one")
+                .help("fine-tune (`after(finetune: ...)`) or run rounds (`iterative`) in one statement only")
+        }
     }
 }

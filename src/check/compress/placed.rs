@@ -1,10 +1,15 @@
 //! Compression checks that need each layer's device: FP8 on the CPU (K0203) and weight-only
-//! quantization that will not speed a CPU layer up (K0411).
+//! quantization that will not speed a CPU layer up (K0411); and the steps against the strategy
+//! and each other (K0210).
 
 use super::super::cx::Cx;
+use crate::diagnostic::problem::Inconsistent;
 use crate::diagnostic::problem::{NoSpeedup, WeightOnly, LARGE_BATCH, SMALL_LAYER_WEIGHTS};
 use crate::diagnostic::Problem;
-use crate::ir::{layers, Compression, Device, LayerKind, Node, QuantScheme};
+use crate::ir::{
+    layers, Compression, Device, Duration, LayerKind, Node, Parallel, PruneSchedule, QuantScheme,
+};
+use crate::span::Span;
 
 /// Checks the compression steps against the placed model; `batch` is the global batch. Returns
 /// whether there was no error (K0411 is a warning).
@@ -68,6 +73,70 @@ pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], ba
                 scheme,
                 why,
             });
+        }
+    }
+    ok
+}
+
+/// Checks the compression steps against the rest of the experiment: quantization-aware
+/// training keeps its observers in one model, so strategies that copy or split the model are
+/// refused; and at most one pruning schedule may lengthen training (fine-tuning or rounds).
+/// Returns whether there was no error.
+pub fn check_combined(
+    cx: &mut Cx,
+    compression: &[Compression],
+    parallel: &Parallel,
+    parallel_span: Span,
+) -> bool {
+    let mut ok = true;
+    let strategy = match parallel {
+        Parallel::Data { .. } => Some("data"),
+        Parallel::Pipeline { .. } => Some("pipeline"),
+        Parallel::Distributed { .. } => Some("ddp"),
+        Parallel::None | Parallel::Model => None,
+    };
+    let mut first: Option<Span> = None;
+    for c in compression {
+        match c {
+            Compression::Quantize {
+                scheme: QuantScheme::Qat { .. },
+                span,
+                ..
+            } => {
+                if let Some(strategy) = strategy {
+                    cx.report(Problem::Inconsistent {
+                        span: *span,
+                        situation: Inconsistent::QatReplicated {
+                            strategy,
+                            parallel: parallel_span,
+                        },
+                    });
+                    ok = false;
+                }
+            }
+            Compression::Prune { schedule, span, .. } => {
+                let lengthens = matches!(
+                    schedule,
+                    PruneSchedule::Iterative { .. }
+                        | PruneSchedule::After {
+                            finetune: Duration::Steps(1..) | Duration::Epochs(1..)
+                        }
+                );
+                if !lengthens {
+                    continue;
+                }
+                match first {
+                    Some(f) => {
+                        cx.report(Problem::Inconsistent {
+                            span: *span,
+                            situation: Inconsistent::TwoLengthenings { first: f },
+                        });
+                        ok = false;
+                    }
+                    None => first = Some(*span),
+                }
+            }
+            Compression::Quantize { .. } => {}
         }
     }
     ok
