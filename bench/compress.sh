@@ -3,7 +3,8 @@
 #
 # 1. Compressed linears against fp32: one 1000x1000 and one 4096x4096 linear layer
 #    (bench/compress/linear.exp), each trained one step and compressed with int8 weight-only,
-#    dynamic int8 (activations quantized per row), int4 (groups of 128) and bf16 weights; the
+#    dynamic int8 (activations quantized per row), int4 (groups of 128; 4096 only, since no
+#    group size divides 1000 input features) and bf16 weights; the
 #    run's report times the uncompressed and the compressed model side by side at batch 1 and
 #    256. PyTorch's own fp32 F.linear is timed next to them, in this process tree.
 # 2. The MNIST MLP (experiments/mnist_mlp.exp, on the CPU) trained plain, then with int8
@@ -42,6 +43,10 @@ if [ "$part" = all ] || [ "$part" = linears ]; then
   dirs=()
   for n in 1000 4096; do
     for i in "${!methods[@]}"; do
+      # No int4 group size divides 1000 input features: the checker refuses it (K0212).
+      if [ "$n" = 1000 ] && [[ ${methods[$i]} == int4* ]]; then
+        continue
+      fi
       exp="$work/linear-$n-$i.exp"
       sed -e "s/1000/$n/g" -e "s/quantize fc .*/quantize fc ${methods[$i]}/" \
         bench/compress/linear.exp > "$exp"

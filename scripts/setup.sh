@@ -36,6 +36,11 @@ if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.s
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION" numpy
 fi
 
+if ! "$VENV/bin/python" -c "import yaml" 2>/dev/null; then
+  log "installing pyyaml into $VENV (bench/ scripts read run reports)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pyyaml
+fi
+
 torch_dir=$("$VENV/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')
 if [ "$(readlink .libtorch 2>/dev/null || true)" != "$torch_dir" ]; then
   ln -sfn "$torch_dir" .libtorch
