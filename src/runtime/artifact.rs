@@ -222,7 +222,11 @@ fn write_export(out: &Path, r: &Restored) -> Result<(), String> {
             .compressed
             .tensors
             .iter()
-            .map(|(n, t)| t.f_to_device(tch::Device::Cpu).map(|t| (n.clone(), t)))
+            .map(|(n, t)| {
+                t.f_to_device(tch::Device::Cpu)
+                    .and_then(|t| t.f_contiguous())
+                    .map(|t| (n.clone(), t))
+            })
             .collect::<Result<_, _>>()
             .map_err(|e| io("copy tensors for", out, &e))?;
         let model = tmp.join("model.safetensors");

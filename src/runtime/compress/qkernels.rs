@@ -38,7 +38,10 @@ pub(super) fn affine_zero_points(p: &QParams, n: i64) -> Result<Option<Tensor>, 
     ))
 }
 
-/// Weights for `_int_mm`: transposed int8 `[Kp, Np]`, padded to multiples of 8 on CUDA.
+/// Weights for `_int_mm`: transposed int8 `[Kp, Np]`, padded to multiples of 8 on CUDA. On the
+/// CPU it is the transposed view of the row-major `[Np, Kp]` weight: libtorch's CPU `_int_mm`
+/// runs 10 to 15 times faster on that layout than on a contiguous `[Kp, Np]` (measured on an
+/// AVX2 machine, batches 1 and 256, 4096 x 4096).
 pub(super) fn int_mm_weights(
     w: &Tensor,
     p: &QParams,
@@ -56,7 +59,11 @@ pub(super) fn int_mm_weights(
         Kind::Int8,
     )?;
     Ok(Weights::IntMm {
-        qt: q.f_tr()?.f_contiguous()?,
+        qt: if w.device() == Device::Cpu {
+            q.f_tr()?
+        } else {
+            q.f_tr()?.f_contiguous()?
+        },
         scale: p.scale.f_expand([n], false)?.f_contiguous()?,
         zero_point: affine_zero_points(p, n)?,
         activation_scale,
