@@ -469,9 +469,13 @@ fn compression_bytes_before_and_after() {
         vec![("fc1", 803_840, 401_920), ("fc2", 10_280, 5_140)]
     );
 
-    // Half of fc1's 256 units: 128 x 784 weights + 128 biases, fp32.
+    // Half of fc1's 256 units: 128 x 784 weights + 128 biases, fp32; fc2, which reads them,
+    // loses the same 128 inputs: 10 x 128 weights + 10 biases.
     let p = plan_of("experiments/mnist_mlp_prune_structured.exp");
-    assert_eq!(compressed(&p), vec![("fc1", 803_840, 401_920)]);
+    assert_eq!(
+        compressed(&p),
+        vec![("fc1", 803_840, 401_920), ("fc2", 10_280, 5_160)]
+    );
     let kept = p.compression.as_ref().expect("compression").layers[0]
         .kept
         .as_ref()

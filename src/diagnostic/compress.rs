@@ -200,7 +200,8 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             let (reason, help) = match why {
                 NoSpeedup::LargeBatch => (
                     format!("at batch {batch} the product is compute-bound"),
-                    "for speed at this batch use `int8(activations: dynamic)` or `bf16`; the \
+                    "on CPUs with AVX512-VNNI or AMX, `int8(activations: dynamic)` is faster at \
+                     this batch (and `bf16` with AVX512-BF16); elsewhere both are slower; the \
                      weights still shrink as declared"
                         .to_string(),
                 ),

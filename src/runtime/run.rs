@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use super::budget::Budget;
 use super::checkpoint;
 use super::compress::compare::compare;
+use super::compress::measure::cpu_notes;
 use super::compress::pruner::Pruner;
 use super::compress::qat;
 use super::compress::timeline::Timeline;
@@ -646,7 +647,13 @@ fn run_trial(
         None
     } else {
         let over = super::parallel::model_device(exp, over);
-        let (_, report) = compare(&trainer, &nodes, &net, over, &mut outcome, writes)?;
+        let (fin, report) = compare(&trainer, &nodes, &net, over, &mut outcome, writes)?;
+        for note in cpu_notes(exp, fin.net.input_device())
+            .iter()
+            .filter(|_| writes)
+        {
+            eprint(&format!("note: {note}\n"));
+        }
         Some(report)
     };
     drop(trainer);

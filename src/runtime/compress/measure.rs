@@ -9,7 +9,7 @@ use tch::{Device, Kind, Tensor};
 use super::super::failure::At;
 use super::super::model::Net;
 use kiln::diagnostic::Diagnostic;
-use kiln::ir::{DType, Experiment};
+use kiln::ir::{Compression, DType, Experiment, QuantScheme};
 use kiln::rundir::Latency;
 
 /// The batch sizes the report measures.
@@ -75,6 +75,53 @@ fn side_by_side(
         before_ms: 1e3 * median(&mut b),
         after_ms: 1e3 * median(&mut a),
     })
+}
+
+/// Notes on quantized kernels that run libtorch's slow paths on this CPU: int8 products
+/// (`_int_mm`: dynamic int8 and converted QAT layers) without VNNI or AMX, and bf16 products
+/// (bf16 weights; the int8 and int4 weight-only kernels take bf16 inputs) without AVX512-BF16 or
+/// AMX. Empty off the CPU, or where `/proc/cpuinfo` cannot be read.
+pub fn cpu_notes(exp: &Experiment, device: Device) -> Vec<String> {
+    if device != Device::Cpu {
+        return Vec::new();
+    }
+    let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+        return Vec::new();
+    };
+    let flags: Vec<&str> = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .map_or_else(Vec::new, |l| l.split_whitespace().collect());
+    let has = |any: &[&str]| any.iter().any(|f| flags.contains(f));
+    let (mut int8, mut bf16) = (false, false);
+    for c in &exp.compression {
+        if let Compression::Quantize { scheme, .. } = c {
+            match scheme {
+                QuantScheme::Int8 { dynamic: true, .. } | QuantScheme::Qat { .. } => int8 = true,
+                QuantScheme::Int8 { dynamic: false, .. }
+                | QuantScheme::Int4 { .. }
+                | QuantScheme::Cast { .. } => bf16 = true,
+                QuantScheme::Fp8 { .. } => {}
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    if int8 && !has(&["avx512_vnni", "avx_vnni", "amx_int8"]) {
+        notes.push(
+            "this CPU has no VNNI or AMX: libtorch's int8 matrix products (`_int_mm`) run a slow \
+             path here, so dynamic int8 and converted QAT layers may be much slower than fp32; \
+             the report's latency shows by how much"
+                .to_string(),
+        );
+    }
+    if bf16 && !has(&["avx512_bf16", "amx_bf16"]) {
+        notes.push(
+            "this CPU has no AVX512-BF16 or AMX: the bf16 products of weight-only int8/int4 and \
+             bf16/fp16 weights are emulated, so they gain less than on CPUs that have it"
+                .to_string(),
+        );
+    }
+    notes
 }
 
 fn sync(device: Device) {
