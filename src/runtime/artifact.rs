@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use tch::{Kind, Tensor};
 
 use super::budget::Budget;
-use super::checkpoint;
 use super::compress::finalize::{finalize, plain_copy, Final};
 use super::compress::pruner::Pruner;
 use super::compress::qat;
@@ -17,7 +16,7 @@ use super::data::{self, Splits};
 use super::failure::At;
 use super::model::{self, Net};
 use super::optim::Optim;
-use super::state::{data_digest, differences, fingerprint, restore};
+use super::state::{data_digest, fingerprint, restore};
 use super::step::{Local, Objective};
 use super::train::{evaluate, Eval};
 use kiln::check::{check_path, Checked, FsLoader, Options};
@@ -372,25 +371,8 @@ fn restore_run(
     let timeline = Timeline::new(&exp, &budget);
     qat::install(&exp, &mut trained)?;
     Pruner::new(&exp, &nodes, &mut trained, timeline)?;
-    let (found, _) = checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
-    let Some((side, tensors)) = found else {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::NoCheckpoint {
-                dir: dir.to_path_buf(),
-            },
-        }
-        .diagnostic());
-    };
     let digest = data_digest(&splits).at(exp.data.source_span)?;
-    let (refused, _) = differences(&exp, &side.fingerprint, &fingerprint(&exp, &digest));
-    if !refused.is_empty() {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::Changed { changes: refused },
-        }
-        .diagnostic());
-    }
+    let (side, tensors) = super::run::intact_checkpoint(&exp, dir, &fingerprint(&exp, &digest))?;
     let mut optim = Optim::new(&exp.optimizer, trained.params.len());
     restore(&trained, &mut optim, &tensors, exp.span)?;
     let compressed = finalize(&exp, &nodes, &trained, over)?;

@@ -534,7 +534,7 @@ fn run_trial(
         // Another rank resumes from the checkpoint rank 0 resumes from, reading it only.
         None if !writes => {
             let saved = match place {
-                Place::Resume(dir) => Some(rank_resume_point(exp, dir, &print)?),
+                Place::Resume(dir) => Some(intact_checkpoint(exp, dir, &print)?),
                 Place::At(_) | Place::Unique(_) => None,
             };
             (None, saved, Vec::new())
@@ -720,9 +720,11 @@ fn resume_point(
     Ok(((side, tensors), history))
 }
 
-/// The checkpoint another rank than 0 resumes from: the newest intact one in `dir`, read only
-/// (rank 0 reports damaged ones and holds the lock); refused as rank 0 refuses it.
-fn rank_resume_point(
+/// The newest intact checkpoint in the run directory `dir`, read only: where another rank than
+/// 0 resumes from (rank 0 reports damaged ones and holds the lock), and what `kiln eval` and
+/// `kiln export` restore. Refused, as a resume is, when `exp` (whose data has the fingerprint
+/// `print`) computes something else than the run did.
+pub(super) fn intact_checkpoint(
     exp: &Experiment,
     dir: &Path,
     print: &Fingerprint,

@@ -52,12 +52,6 @@ impl LinearSwap for Kernel {
     }
 }
 
-/// Whether `name` is `outer` or inside it.
-fn within(name: &str, outer: &str) -> bool {
-    name.strip_prefix(outer)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-}
-
 /// A plain copy of the trained model (no masks, observers or swaps): the uncompressed model
 /// as it would be deployed, built from `nodes` on the devices `over` gives.
 pub fn plain_copy(
@@ -147,7 +141,8 @@ pub fn finalize(
             continue;
         };
         for (layer, device) in net.linears() {
-            if !targets.iter().any(|t| within(&layer, &t.layer)) {
+            // The checker names each layer a step applies to (a block becomes its layers).
+            if !targets.iter().any(|t| t.layer == layer) {
                 continue;
             }
             if kernels.iter().any(|(n, _)| *n == layer) {

@@ -70,12 +70,6 @@ impl LinearSwap for FakeQuant {
     }
 }
 
-/// Whether `name` is `outer` or inside it.
-fn within(name: &str, outer: &str) -> bool {
-    name.strip_prefix(outer)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-}
-
 /// Puts fake quantization on every linear that a `qat` statement of `exp` names.
 pub fn install(exp: &Experiment, net: &mut Net) -> Result<(), Diagnostic> {
     for c in &exp.compression {
@@ -88,7 +82,8 @@ pub fn install(exp: &Experiment, net: &mut Net) -> Result<(), Diagnostic> {
             continue;
         };
         for (layer, _) in net.linears() {
-            if !targets.iter().any(|t| within(&layer, &t.layer)) {
+            // The checker names each layer a step applies to (a block becomes its layers).
+            if !targets.iter().any(|t| t.layer == layer) {
                 continue;
             }
             let w = weight(net, &layer, *span)?;
