@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 use tch::{Device, Kind, Tensor};
 
 use super::model::{build, Net};
+use super::reference::{python, root};
 
 #[path = "../../tests/layers/cases.rs"]
 mod cases;
@@ -110,22 +111,6 @@ impl Run<'_> {
             precision = if self.bf16 { "bf16" } else { "fp32" },
         )
     }
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The project's Python, which has torch; a missing one fails the test, never skips it.
-fn python() -> PathBuf {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the layer parity test needs PyTorch in the project's virtualenv, and `{}` is missing: \
-         run `bash scripts/quickstart.sh` (or scripts/setup.sh) to create it",
-        python.display()
-    );
-    python
 }
 
 /// The one trial of an experiment text, or the checker's errors.
@@ -331,7 +316,7 @@ fn every_layer_kind_has_a_case() {
 
 #[test]
 fn layer_parity_with_pytorch() {
-    let python = python();
+    let python = python("the layer parity test");
     let scratch = std::env::temp_dir().join(format!("kiln-layers-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).expect("scratch directory");

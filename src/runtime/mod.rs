@@ -25,6 +25,8 @@ pub mod optim;
 pub mod output;
 pub mod parallel;
 pub mod plot;
+#[cfg(test)]
+pub mod reference;
 pub mod report;
 pub mod run;
 pub mod state;

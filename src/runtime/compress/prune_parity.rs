@@ -2,11 +2,12 @@
 //! the same tensors: one Python process computes every case, step by step.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
 use tch::Tensor;
+
+use crate::runtime::reference::python;
 
 use super::tests::{equal, few_distinct, uniform, zeros, GENERATOR};
 use super::*;
@@ -330,22 +331,6 @@ fn norm_cases() -> Vec<(Tensor, u64, i64)> {
     norms
 }
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The project's Python, which has torch; a missing one fails the test, never skips it.
-fn python() -> PathBuf {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the pruning parity test needs PyTorch in the project's virtualenv, and `{}` is missing: \
-         run `bash scripts/quickstart.sh` (or scripts/setup.sh) to create it",
-        python.display()
-    );
-    python
-}
-
 /// How many entries differ, or why the two cannot be compared.
 fn mismatches(ours: &Tensor, theirs: &Tensor) -> std::result::Result<i64, String> {
     if ours.size() != theirs.size() {
@@ -424,7 +409,7 @@ fn check_case(index: usize, case: &Case, theirs: &HashMap<String, Tensor>) -> (V
 #[test]
 fn masks_equal_pytorchs() {
     let _generator = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
-    let python = python();
+    let python = python("the pruning parity test");
     let scratch = std::env::temp_dir().join(format!("kiln-prune-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).expect("scratch directory");

@@ -2,10 +2,11 @@
 //! `quant_reference.py`) and against their own dequantized references.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
+use crate::runtime::reference::python;
 use kiln::ir::Granularity;
 use tch::{Device, Kind, Tensor};
 
@@ -45,17 +46,6 @@ fn configs() -> Vec<(String, QConfig)> {
     out
 }
 
-fn python() -> PathBuf {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the quantization tests need PyTorch in the project's virtualenv, and `{}` is missing: \
-         run `bash scripts/quickstart.sh` (or scripts/setup.sh) to create it",
-        python.display()
-    );
-    python
-}
-
 /// The inputs and PyTorch's results, computed once (one Python process) for every test here.
 fn reference() -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
     static FILES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
@@ -87,7 +77,7 @@ fn reference() -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
         Tensor::write_safetensors(&tensors, &inputs).expect("write the inputs");
         let script = dir.join("quant_reference.py");
         std::fs::write(&script, include_str!("quant_reference.py")).expect("write the script");
-        let out = Command::new(python())
+        let out = Command::new(python("the quantization tests"))
             .args(["-W", "ignore"])
             .arg(&script)
             .arg(&inputs)
