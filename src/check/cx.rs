@@ -525,3 +525,21 @@ fn position(x: f64, integer: bool, width: usize) -> Option<String> {
     };
     (name.len() == width).then_some(name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::position;
+
+    #[test]
+    fn positions_are_read_back_as_written() {
+        assert_eq!(position(3.0, true, 1).as_deref(), Some("3"));
+        assert_eq!(position(12.0, true, 2).as_deref(), Some("12"));
+        assert_eq!(position(3.0, false, 3).as_deref(), Some("3.0"));
+        assert_eq!(position(3.1, false, 4).as_deref(), Some("3.10"));
+        assert_eq!(position(3.01, false, 4).as_deref(), Some("3.01"));
+        // A sign, `_` separators and exponents are not how positions are written.
+        assert_eq!(position(-1.0, true, 2), None);
+        assert_eq!(position(1000.0, true, 5), None);
+        assert_eq!(position(30.0, false, 3), None);
+    }
+}
