@@ -625,3 +625,105 @@ fn weight_only_quantization_that_will_not_speed_up_a_cpu_layer_is_a_warning() {
     );
     assert_eq!(warn("batch 64", "compress { quantize fc1 int8 }"), vec![]);
 }
+
+/// Each layer's name and resolved device in the checked trial.
+fn devices(c: &Checked) -> Vec<(String, String)> {
+    kiln::ir::layers(&c.trials[0].model.nodes)
+        .iter()
+        .map(|l| (l.name.clone(), l.device.to_string()))
+        .collect()
+}
+
+#[test]
+fn a_layers_own_placement_wins_over_its_blocks() {
+    let model = "input [784]\n    block encoder on cuda:0 {\n      linear(256) on cuda:1\n      relu\n    }\n    block decoder {\n      fc: linear(64)\n      relu\n    }\n    linear(10)";
+    let extra = "device cpu\n  parallel model\n  place decoder on cuda:2\n  place [decoder.fc, encoder.1] on cuda:3";
+    let c = check(&experiment("batch 64", model, extra));
+    assert_eq!(found(&c), vec![]);
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        devices(&c),
+        pairs(&[
+            ("encoder.0", "cuda:1"),
+            ("encoder.1", "cuda:3"),
+            ("decoder.fc", "cuda:3"),
+            ("decoder.1", "cuda:2"),
+            ("2", "cpu"),
+        ])
+    );
+}
+
+#[test]
+fn a_layer_or_block_with_two_placements_of_its_own_is_an_error() {
+    let model = "input [784]\n    block encoder on cuda:0 {\n      linear(256) on cuda:1\n      relu\n    }\n    linear(10)";
+    let extra =
+        "device cuda\n  parallel model\n  place encoder.0 on cuda:1\n  place encoder on cuda:0";
+    let c = check(&experiment("batch 64", model, extra));
+    assert_eq!(
+        found(&c),
+        vec![
+            ("K0209", "encoder.0 on cuda:1".to_string()),
+            ("K0209", "encoder on cuda:0".to_string()),
+        ]
+    );
+}
+
+#[test]
+fn positional_names_are_placed_pruned_and_quantized() {
+    // Positions count every statement: `0`, `1`, the block `encoder` at 2, the residual `3`
+    // (`3.0` to `3.2`), then `4`.
+    let model = "input [784]\n    linear(64)\n    relu\n    block encoder {\n      linear(32)\n      relu\n    }\n    residual {\n      linear(32)\n      relu\n      linear(32)\n    }\n    linear(10)";
+    let extra = "device cpu\n  place [encoder.1, 3] on cpu\n  compress {\n    prune [0, encoder.0.weight, 3.2.bias] l1_unstructured(amount: 0.5)\n    quantize [3.0, 4] int8(activations: dynamic)\n  }";
+    let c = check(&experiment("batch 64", model, extra));
+    assert_eq!(found(&c), vec![]);
+    let targets: Vec<Vec<(String, Option<String>)>> = c.trials[0]
+        .compression
+        .iter()
+        .map(|step| match step {
+            kiln::ir::Compression::Prune { targets, .. }
+            | kiln::ir::Compression::Quantize { targets, .. } => targets
+                .iter()
+                .map(|t| (t.layer.clone(), t.param.clone()))
+                .collect(),
+        })
+        .collect();
+    let weight = |l: &str| (l.to_string(), None);
+    assert_eq!(
+        targets,
+        vec![
+            vec![
+                weight("0"),
+                ("encoder.0".to_string(), Some("weight".to_string())),
+                ("3.2".to_string(), Some("bias".to_string())),
+            ],
+            vec![weight("3.0"), weight("4")],
+        ]
+    );
+}
+
+#[test]
+fn an_unknown_position_is_an_unknown_reference() {
+    let model = "input [784]\n    linear(64)\n    relu\n    block encoder {\n      linear(32)\n      relu\n    }\n    linear(10)";
+    let extra = "compress {\n    prune [5, encoder.3.weight] l1_unstructured(amount: 0.5)\n    quantize 1 int8\n    prune -1 l1_unstructured(amount: 0.5)\n  }";
+    let c = check(&experiment("batch 64", model, extra));
+    assert_eq!(
+        found(&c),
+        vec![
+            ("K0114", "5".to_string()),
+            ("K0114", "encoder.3.weight".to_string()),
+            ("K0215", "1".to_string()),
+            ("K0119", "-1".to_string()),
+        ]
+    );
+    // `0`, `1` and `3` are one edit from `5`; `encoder.0` and `encoder.1` from `encoder.3`.
+    assert!(c.diagnostics[0].fixes[0].replacement.len() == 1);
+    let fix = &c.diagnostics[1].fixes[0].replacement;
+    assert!(
+        fix == "encoder.0.weight" || fix == "encoder.1.weight",
+        "{fix}"
+    );
+}

@@ -300,6 +300,29 @@ impl Cx {
         }
     }
 
+    /// Reads a reference to a layer or block: a name or dotted path (`fc1`, `encoder.1`,
+    /// `3.weight`), or a position the grammar reads as a number (`3`, or `3.1` inside an
+    /// unnamed residual).
+    pub fn reference(&mut self, value: &Value) -> Option<Ident> {
+        match &value.kind {
+            ValueKind::Number {
+                value: x,
+                integer,
+                unit: None,
+            } => match position(*x, *integer, value.span.len()) {
+                Some(name) => Some(Ident {
+                    name,
+                    span: value.span,
+                }),
+                None => {
+                    self.wrong_type(value, Expected::Name);
+                    None
+                }
+            },
+            _ => self.name(value),
+        }
+    }
+
     /// Reads one of a fixed set of words.
     pub fn choice(
         &mut self,
@@ -484,4 +507,39 @@ impl Cx {
 /// Owned copies of a table of names, for a problem's facts.
 pub fn strings(names: &[&str]) -> Vec<String> {
     names.iter().map(|n| n.to_string()).collect()
+}
+
+/// The name a number written `width` bytes long stands for as a position: `3`, or `3.1` (the
+/// number's text, which has as many decimals as the width leaves). `None` for a number that is
+/// not written as positions are (a sign, an exponent, `_` separators).
+fn position(x: f64, integer: bool, width: usize) -> Option<String> {
+    if !(0.0..=9.0e15).contains(&x) || x.is_sign_negative() {
+        return None;
+    }
+    let whole = (x.trunc() as u64).to_string();
+    let name = if integer {
+        whole
+    } else {
+        let places = width.checked_sub(whole.len() + 1).filter(|p| *p > 0)?;
+        format!("{x:.places$}")
+    };
+    (name.len() == width).then_some(name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::position;
+
+    #[test]
+    fn positions_are_read_back_as_written() {
+        assert_eq!(position(3.0, true, 1).as_deref(), Some("3"));
+        assert_eq!(position(12.0, true, 2).as_deref(), Some("12"));
+        assert_eq!(position(3.0, false, 3).as_deref(), Some("3.0"));
+        assert_eq!(position(3.1, false, 4).as_deref(), Some("3.10"));
+        assert_eq!(position(3.01, false, 4).as_deref(), Some("3.01"));
+        // A sign, `_` separators and exponents are not how positions are written.
+        assert_eq!(position(-1.0, true, 2), None);
+        assert_eq!(position(1000.0, true, 5), None);
+        assert_eq!(position(30.0, false, 3), None);
+    }
 }

@@ -379,7 +379,7 @@ fn check_placements(
                 _ => vec![t],
             };
             for v in names {
-                let Some(ident) = cx.name(v) else {
+                let Some(ident) = cx.reference(v) else {
                     ok = false;
                     continue;
                 };
@@ -397,12 +397,12 @@ fn check_placements(
             }
         }
     }
-    // A name placed twice, or a layer placed inside a block placed elsewhere.
-    for i in 0..out.len() {
-        for j in 0..i {
-            let (a, b) = (&out[j], &out[i]);
-            let nested = within(&b.name, &a.name) || within(&a.name, &b.name);
-            if a.name == b.name || (nested && a.device != b.device) {
+    // A layer or block given two placements of its own. A layer placed inside a placed block
+    // is no conflict: its own placement takes precedence (`place_nodes`).
+    let mut first: HashMap<&str, &Placement> = HashMap::new();
+    for b in &out {
+        match first.get(b.name.as_str()) {
+            Some(a) => {
                 cx.report(Problem::PlacementConflict {
                     span: b.span,
                     name: b.name.clone(),
@@ -410,6 +410,9 @@ fn check_placements(
                     first: (a.span, a.name.clone(), a.device),
                 });
                 ok = false;
+            }
+            None => {
+                first.insert(&b.name, b);
             }
         }
     }

@@ -23,7 +23,8 @@ pub struct ModelOut {
     pub output_span: Span,
     /// Whether the last layer is a softmax, and where.
     pub ends_in_softmax: Option<Span>,
-    /// Qualified names of layers and blocks, with their statements' keyword spans.
+    /// Qualified names of layers and blocks, named (with their labels' spans) or positional
+    /// (`encoder.1`, with their keywords' spans).
     pub names: HashMap<String, Span>,
     /// Inline placements (`... on cuda:0`), by qualified name.
     pub inline_placements: Vec<(String, Device, Span)>,
@@ -160,6 +161,15 @@ impl Walker<'_> {
         }
     }
 
+    /// Names an unnamed layer or residual by its position among its block's statements, as
+    /// `nn.Sequential` does, so that it can be placed and compressed by that name.
+    fn position(&mut self, prefix: &str, index: usize, keyword: &Ident) -> String {
+        let name = qualify(prefix, &index.to_string());
+        // Labels are words, so a position never collides with a declared name.
+        self.names.insert(name.clone(), keyword.span);
+        name
+    }
+
     /// Reads a trailing `on DEVICE`.
     fn placement(&mut self, stmt: &Statement, values: &[Value]) -> Option<(Device, Span)> {
         match values {
@@ -239,7 +249,7 @@ impl Walker<'_> {
                         self.declare(&name, label);
                         name
                     }
-                    None => qualify(prefix, &index.to_string()),
+                    None => self.position(prefix, index, kw),
                 };
                 let placed = self.placement(stmt, &stmt.values);
                 if let Some((d, span)) = placed {
@@ -304,7 +314,7 @@ impl Walker<'_> {
                         self.declare(&name, label);
                         name
                     }
-                    None => qualify(prefix, &index.to_string()),
+                    None => self.position(prefix, index, kw),
                 };
                 let placed = self.placement(stmt, &stmt.values);
                 if let Some((d, span)) = placed {

@@ -115,8 +115,8 @@ codes! {
     HeadsIndivisible = "K0207", "heads-indivisible", Error, "Attention heads must divide the embedding width.";
     /// More pipeline stages than layers.
     TooManyStages = "K0208", "too-many-stages", Error, "A pipeline cannot have more stages than layers.";
-    /// A layer placed on devices in two places.
-    PlacementConflict = "K0209", "placement-conflict", Error, "A layer is placed on a device more than once.";
+    /// A layer or block given two placements of its own.
+    PlacementConflict = "K0209", "placement-conflict", Error, "A layer or block is given two placements of its own.";
     /// Settings that contradict each other.
     Inconsistent = "K0210", "inconsistent-strategy", Error, "Settings contradict each other (backend and devices, precision and device, ...).";
     /// A sweep with no values or too many trials.

@@ -346,7 +346,7 @@ pub enum Problem {
         /// Top-level layers.
         layers: u64,
     },
-    /// K0209: a layer placed twice.
+    /// K0209: a layer or block given two placements of its own.
     PlacementConflict {
         /// The second placement.
         span: Span,

@@ -138,7 +138,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         } => new(span, format!("`{name}` is placed twice"))
             .label(format!("placed on {device} here"))
             .with(first, format!("`{first_name}` placed on {first_device} here"))
-            .help("place each layer once, in one place"),
+            .help("place each layer or block once, inline (`on`) or with `place`"),
         Problem::Inconsistent { span, situation } => inconsistent(code, span, situation),
         Problem::BadSweep { span, situation } => {
             let (message, help) = match situation {

@@ -75,10 +75,10 @@ impl Problem {
                         d.help("name layers with `name: layer(...)` to refer to them")
                     }
                     None if sorted.len() <= 12 => {
-                        d.help(format!("named layers and blocks: {}", sorted.join(", ")))
+                        d.help(format!("layers and blocks: {}", sorted.join(", ")))
                     }
                     None => d.help(format!(
-                        "named layers and blocks include {}, ... ({} in all)",
+                        "layers and blocks include {}, ... ({} in all)",
                         sorted[..12].join(", "),
                         sorted.len()
                     )),

@@ -92,6 +92,8 @@ fn rule_name(rule: &Rule) -> &'static str {
         | Rule::boolean
         | Rule::device
         | Rule::digit_word
+        | Rule::position_path
+        | Rule::path_segment
         | Rule::path => "a value",
         Rule::unit => "a unit",
         Rule::identifier => "a name",
@@ -273,7 +275,9 @@ impl Builder {
                     .unwrap_or_else(|| unreachable!());
                 ValueKind::Device(name.to_string(), index.parse().unwrap_or(u32::MAX))
             }
-            Rule::path | Rule::digit_word => ValueKind::Path(pair.as_str().to_string()),
+            Rule::path | Rule::position_path | Rule::digit_word => {
+                ValueKind::Path(pair.as_str().to_string())
+            }
             _ => unreachable!("value alternatives are listed above"),
         };
         Value { kind, span }

@@ -107,7 +107,7 @@ pub(super) fn targets(
             _ => vec![v],
         };
         for item in items {
-            let Some(ident) = cx.name(item) else {
+            let Some(ident) = cx.reference(item) else {
                 ok = false;
                 continue;
             };
