@@ -357,11 +357,15 @@ impl Walker<'_> {
                     return None;
                 }
                 let input = flow.shape.replace(output.clone().into())?;
+                // The producer a later shape diagnostic names is the last layer that changed the
+                // shape or type: after `linear(128); relu` that is the linear, the line to edit.
+                if input.as_slice() != output.as_slice() || flow.dtype != dtype {
+                    flow.producer = (kw.span, format!("`{}`", kw.name));
+                }
                 flow.dtype = dtype;
                 if dtype == DType::Float {
                     flow.int_bound = None;
                 }
-                flow.producer = (kw.span, format!("`{}`", kw.name));
                 Some(Node::Layer(Layer {
                     name,
                     kind,

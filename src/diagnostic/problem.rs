@@ -406,7 +406,8 @@ pub enum Problem {
         /// Which disagreement.
         situation: LossShape,
     },
-    /// K0304: a residual that changes the shape.
+    /// K0304: a residual that changes the shape, reported at the layer that produced the new shape
+    /// (the one to edit).
     ResidualShape {
         /// The `residual` keyword.
         span: Span,

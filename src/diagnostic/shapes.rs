@@ -170,11 +170,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             input,
             producer,
         } => new(
-            span,
+            producer.span,
             format!("a residual adds {} to its input {input}", producer.shape),
         )
-        .label(format!("input is {input}"))
-        .with(producer.span, format!("produces {}", producer.shape))
+        .label(format!("produces {}", producer.shape))
+        .with(span, format!("input is {input}"))
         .help("the layers inside a residual must keep the shape of their input"),
         Problem::ReshapeSize {
             span,
