@@ -703,4 +703,28 @@ fn schedules_are_measured_against_the_steps_the_runtime_takes() {
         .replace("steps 10", "epochs 1"),
     );
     assert_eq!(found(&epochs), vec![("K0412", "13 steps".to_string())]);
+    // Without a sample count (a file source), durations in the training's unit still compare;
+    // steps against epochs cannot.
+    let file = |length: &str, schedule: &str| {
+        check(
+            &experiment("batch 64", MLP, schedule)
+                .replace(
+                    "synthetic(inputs: normal([784]), targets: randint(10), count: 1000)",
+                    "npy(inputs: \"x.npy\", targets: \"y.npy\", classes: 10, shape: [784])",
+                )
+                .replace("steps 10", length),
+        )
+    };
+    assert_eq!(
+        found(&file("epochs 10", "schedule step(every: 30)")),
+        vec![("K0412", "30".to_string())]
+    );
+    assert_eq!(
+        found(&file("epochs 1", "schedule exponential(gamma: 0.9)")),
+        vec![("K0412", "exponential(gamma: 0.9)".to_string())]
+    );
+    assert_eq!(
+        found(&file("epochs 10", "schedule step(every: 30 steps)")),
+        vec![]
+    );
 }

@@ -6,10 +6,12 @@
 //! diagnostic points at the value the user will edit, with the conflicting side as a secondary
 //! label.
 
+use std::cmp::Ordering;
+
 use super::cx::Cx;
 use super::experiment::{within, Placement};
 use super::settings::ParallelIn;
-use crate::diagnostic::problem::{Ignored, Inconsistent, Outlasts, TrainingLength};
+use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
 use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Compression, DType, Data, Device, Duration, Node, Parallel, Precision, PruneSchedule,
@@ -47,18 +49,25 @@ fn steps(d: Duration, per_epoch: Option<u64>) -> Option<u64> {
     }
 }
 
-/// The training's length in optimizer steps, as the runtime's budget counts it, when the file
+/// The training's length, in optimizer steps as the runtime's budget counts them when the file
 /// tells (a length in steps, or epochs of data whose count is known).
-pub(super) fn training_length(
-    train: &Train,
-    data: &Data,
-    samples: Option<u64>,
-) -> Option<TrainingLength> {
-    Some(TrainingLength {
+pub(super) fn training_length(train: &Train, data: &Data, samples: Option<u64>) -> TrainingLength {
+    TrainingLength {
         written: train.length,
-        steps: steps(train.length, per_epoch(data, samples))?,
+        steps: steps(train.length, per_epoch(data, samples)),
         span: train.length_span,
-    })
+    }
+}
+
+/// `d` against the training's length: in their unit when they share one, else in steps when an
+/// epoch's steps are known.
+fn against(d: Duration, length: &TrainingLength, per_epoch: Option<u64>) -> Option<Ordering> {
+    match (d, length.written) {
+        (Duration::Epochs(a), Duration::Epochs(b)) | (Duration::Steps(a), Duration::Steps(b)) => {
+            Some(a.cmp(&b))
+        }
+        _ => Some(steps(d, per_epoch)?.cmp(&length.steps?)),
+    }
 }
 
 /// What the cross-setting checks read: the checked settings and the statements they came from.
@@ -95,11 +104,10 @@ pub(super) fn check_consistency(cx: &mut Cx, s: &Settings) -> bool {
     let ok = replicas(cx, s) && ok;
     let ok = normalize(cx, s) && ok;
     let per_epoch = per_epoch(s.data, s.samples);
-    if let Some(length) = training_length(s.train, s.data, s.samples) {
-        lr_schedule(cx, s, length, per_epoch);
-        gradual(cx, s, length, per_epoch);
-        evaluation(cx, s, length, per_epoch);
-    }
+    let length = training_length(s.train, s.data, s.samples);
+    lr_schedule(cx, s, length, per_epoch);
+    gradual(cx, s, length, per_epoch);
+    evaluation(cx, s, length, per_epoch);
     ok
 }
 
@@ -228,32 +236,45 @@ fn lr_schedule(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Opt
     let Some(value) = find(s.statements, "schedule").and_then(|st| st.values.first()) else {
         return;
     };
-    let total = length.steps;
     let at = |name: &str| arg(call_args(value), name, 0).map_or(value.span, |v| v.span);
+    let reaches = |d: Duration, or_equal: bool| {
+        against(d, &length, per_epoch)
+            .is_some_and(|o| o == Ordering::Greater || (or_equal && o == Ordering::Equal))
+    };
+    let interval = |d: Duration| Interval {
+        written: d,
+        steps: steps(d, per_epoch),
+    };
     let found = match *s.schedule {
-        Schedule::Step { every, .. } => steps(every, per_epoch)
-            .filter(|e| *e >= total)
-            .map(|every| (at("every"), Outlasts::FirstDecay { every })),
-        Schedule::Exponential { .. } => per_epoch
-            .filter(|p| *p >= total)
-            .map(|per_epoch| (value.span, Outlasts::FirstEpoch { per_epoch })),
+        Schedule::Step { every, .. } => reaches(every, true).then(|| {
+            (
+                at("every"),
+                Outlasts::FirstDecay {
+                    every: interval(every),
+                },
+            )
+        }),
+        // The first decay comes when the first epoch ends, at or after the end of a training of
+        // one epoch or fewer steps than one.
+        Schedule::Exponential { .. } => reaches(Duration::Epochs(1), true)
+            .then_some((value.span, Outlasts::FirstEpoch { per_epoch })),
         Schedule::Cosine {
             warmup: Some(w), ..
-        } => steps(w, per_epoch).filter(|w| *w >= total).map(|w| {
+        } => reaches(w, true).then(|| {
             (
                 at("warmup"),
                 Outlasts::Warmup {
                     schedule: "cosine",
-                    steps: w,
+                    length: interval(w),
                 },
             )
         }),
-        Schedule::Warmup { length: w } => steps(w, per_epoch).filter(|w| *w > total).map(|w| {
+        Schedule::Warmup { length: w } => reaches(w, false).then(|| {
             (
                 at("length"),
                 Outlasts::Warmup {
                     schedule: "warmup",
-                    steps: w,
+                    length: interval(w),
                 },
             )
         }),
@@ -273,7 +294,7 @@ fn lr_schedule(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Opt
 /// The run's steps: the training's, plus what a pruning schedule adds after it (fine-tuning, or
 /// iterative rounds), as the runtime's timeline counts them.
 fn run_steps(s: &Settings, length: TrainingLength, per_epoch: Option<u64>) -> Option<u64> {
-    let train = length.steps;
+    let train = length.steps?;
     let mut end = train;
     for c in s.compression {
         if let Compression::Prune { schedule, .. } = c {
@@ -325,12 +346,12 @@ fn gradual(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<
             span: end_span,
             situation: Outlasts::GradualEnd { start, end },
             // With fine-tuning or rounds after it, the run is longer than the length written.
-            length: if end_of_run == length.steps {
+            length: if Some(end_of_run) == length.steps {
                 length
             } else {
                 TrainingLength {
                     written: Duration::Steps(end_of_run),
-                    steps: end_of_run,
+                    steps: Some(end_of_run),
                     ..length
                 }
             },
@@ -341,7 +362,6 @@ fn gradual(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<
 /// K0412 and K0406: evaluation, early stopping and checkpoints against the training's length.
 /// Without a validation split there is no evaluation, which other checks report.
 fn evaluation(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
-    let total = length.steps;
     let train_block = find(s.statements, "train")
         .and_then(|t| t.body.as_ref())
         .map_or(&[][..], |b| &b.statements[..]);
@@ -351,7 +371,7 @@ fn evaluation(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Opti
             (ck.every, s.train.length),
             (Duration::Epochs(_), Duration::Epochs(_)) | (Duration::Steps(_), Duration::Steps(_))
         );
-        if !same_unit && steps(ck.every, per_epoch).is_some_and(|e| e > total) {
+        if !same_unit && against(ck.every, &length, per_epoch) == Some(Ordering::Greater) {
             cx.report(Problem::IgnoredSetting {
                 span: stmt.keyword.span,
                 situation: Ignored::CheckpointAfterEnd,
@@ -363,7 +383,7 @@ fn evaluation(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Opti
     }
     // Evaluations during training: every `n` steps, or at the end of every `n`-th whole epoch.
     let evaluations = match s.train.eval_every {
-        Duration::Steps(n) => Some(total / n.max(1)),
+        Duration::Steps(n) => length.steps.map(|total| total / n.max(1)),
         Duration::Epochs(n) => {
             let epochs = match s.train.length {
                 Duration::Epochs(e) => Some(e),
@@ -376,14 +396,15 @@ fn evaluation(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Opti
         return;
     };
     let eval_every = find(train_block, "eval_every").and_then(|e| e.values.first());
-    if let (0, Some(v), Some(every)) = (
-        evaluations,
-        eval_every,
-        steps(s.train.eval_every, per_epoch),
-    ) {
+    if let (0, Some(v)) = (evaluations, eval_every) {
         cx.report(Problem::OutlastsTraining {
             span: v.span,
-            situation: Outlasts::EvalEvery { every },
+            situation: Outlasts::EvalEvery {
+                every: Interval {
+                    written: s.train.eval_every,
+                    steps: steps(s.train.eval_every, per_epoch),
+                },
+            },
             length,
         });
     }

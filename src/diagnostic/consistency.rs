@@ -11,10 +11,19 @@ use crate::span::Span;
 pub struct TrainingLength {
     /// The length as the file writes it.
     pub written: Duration,
-    /// Its optimizer steps.
-    pub steps: u64,
+    /// Its optimizer steps, when the file tells (a length in epochs needs the sample count).
+    pub steps: Option<u64>,
     /// The `epochs` or `steps` value.
     pub span: Span,
+}
+
+/// A duration as written, with its optimizer steps when they are known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Interval {
+    /// The duration as the file writes it.
+    pub written: Duration,
+    /// Its optimizer steps, when known.
+    pub steps: Option<u64>,
 }
 
 /// What lasts longer than the training (K0412).
@@ -22,20 +31,20 @@ pub struct TrainingLength {
 pub enum Outlasts {
     /// A `step` schedule whose first decay comes at or after the end.
     FirstDecay {
-        /// The interval, in steps.
-        every: u64,
+        /// The interval.
+        every: Interval,
     },
     /// An `exponential` schedule whose first epoch does not end within the training.
     FirstEpoch {
-        /// Steps in one epoch.
-        per_epoch: u64,
+        /// Steps in one epoch, when known.
+        per_epoch: Option<u64>,
     },
     /// A warmup (of `cosine` or `warmup`) that takes the whole training or more.
     Warmup {
         /// The schedule's name.
         schedule: &'static str,
-        /// The warmup, in steps.
-        steps: u64,
+        /// The warmup.
+        length: Interval,
     },
     /// A gradual pruning schedule that reaches its amount after the end.
     GradualEnd {
@@ -46,8 +55,8 @@ pub enum Outlasts {
     },
     /// An evaluation interval longer than the training.
     EvalEvery {
-        /// The interval, in steps.
-        every: u64,
+        /// The interval.
+        every: Interval,
     },
     /// Early stopping that cannot stop: fewer evaluations than its patience needs.
     Patience {
@@ -66,11 +75,20 @@ fn s(n: u64) -> &'static str {
     }
 }
 
-/// The training's length in words: `5 epochs (80 steps)` or `300 steps`.
-fn length_words(l: &TrainingLength) -> String {
-    match l.written {
+/// A duration in words: `3 epochs`, `1 step`.
+fn duration(d: Duration) -> String {
+    match d {
         Duration::Steps(n) => format!("{n} step{}", s(n)),
-        Duration::Epochs(e) => format!("{e} epoch{} ({} step{})", s(e), l.steps, s(l.steps)),
+        Duration::Epochs(n) => format!("{n} epoch{}", s(n)),
+    }
+}
+
+/// A duration in words, with its steps when it is written in epochs: `5 epochs (80 steps)`,
+/// `5 epochs` or `300 steps`.
+fn interval(i: Interval) -> String {
+    match (i.written, i.steps) {
+        (Duration::Epochs(_), Some(n)) => format!("{} ({n} step{})", duration(i.written), s(n)),
+        _ => duration(i.written),
     }
 }
 
@@ -107,22 +125,30 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             situation,
             length,
         } => {
-            let total = length.steps;
+            let lasts = interval(Interval {
+                written: length.written,
+                steps: length.steps,
+            });
             let (message, label) = match situation {
                 Outlasts::FirstDecay { every } => (
-                    format!("the `step` schedule first decays at step {every}, but training lasts {total} step{}", s(total)),
+                    format!(
+                        "the `step` schedule first decays after {}, but training lasts {lasts}",
+                        interval(every)
+                    ),
                     "the learning rate never decays".to_string(),
                 ),
                 Outlasts::FirstEpoch { per_epoch } => (
-                    format!("the `exponential` schedule decays once per epoch of {per_epoch} steps, but training lasts {total} step{}", s(total)),
+                    format!(
+                        "the `exponential` schedule decays after each epoch{}, but training lasts {lasts}",
+                        per_epoch.map_or(String::new(), |n| format!(" ({n} step{})", s(n)))
+                    ),
                     "the learning rate never decays".to_string(),
                 ),
-                Outlasts::Warmup { schedule, steps } => (
+                Outlasts::Warmup { schedule, length } => (
                     format!(
-                        "the {} lasts {steps} step{}, but training lasts {total} step{}",
+                        "the {} lasts {}, but training lasts {lasts}",
                         if schedule == "cosine" { "`cosine` schedule's warmup" } else { "`warmup` schedule" },
-                        s(steps),
-                        s(total)
+                        interval(length)
                     ),
                     if schedule == "cosine" {
                         "the cosine decay never starts".to_string()
@@ -131,15 +157,15 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     },
                 ),
                 Outlasts::GradualEnd { start, end } => (
-                    format!("gradual pruning reaches its amount at step {end}, but training lasts {total} step{}", s(total)),
-                    if start >= total {
+                    format!("gradual pruning reaches its amount at step {end}, but training lasts {lasts}"),
+                    if length.steps.is_some_and(|total| start >= total) {
                         "no weight is ever pruned".to_string()
                     } else {
                         "the pruning amount is never reached".to_string()
                     },
                 ),
                 Outlasts::EvalEvery { every } => (
-                    format!("evaluation every {every} step{} never comes in a training of {total} step{}", s(every), s(total)),
+                    format!("evaluation every {} never comes in a training of {lasts}", interval(every)),
                     "only the final evaluation runs".to_string(),
                 ),
                 Outlasts::Patience {
@@ -159,7 +185,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             };
             new(span, message)
                 .label(label)
-                .with(length.span, format!("training lasts {}", length_words(&length)))
+                .with(length.span, format!("training lasts {lasts}"))
                 .help(help)
         }
         _ => unreachable!("only consistency problems are worded here"),

@@ -12,7 +12,7 @@ pub use super::compress::{
     GroupedLayer, NoSpeedup, TargetNeed, WeightOnly, INT4_GROUP_SIZES, LARGE_BATCH,
     SMALL_LAYER_WEIGHTS,
 };
-pub use super::consistency::{Outlasts, TrainingLength};
+pub use super::consistency::{Interval, Outlasts, TrainingLength};
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
