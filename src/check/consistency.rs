@@ -15,7 +15,7 @@ use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, Trai
 use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Compression, DType, Data, Device, Duration, Node, Parallel, Precision, PruneSchedule,
-    Schedule, Shape, Source, Split, Train,
+    Schedule, Shape, Source, Train,
 };
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 
@@ -28,16 +28,10 @@ pub(super) fn sample_count(data: &Data) -> Option<u64> {
     }
 }
 
-/// Samples of `n` in the training split, as `kiln run` splits them: the floor of the fraction,
-/// with a relative tolerance of 1e-12 (so `0.29 x 100` is 29), at most `n`.
-pub(super) fn train_samples(n: u64, split: &Split) -> u64 {
-    ((split.train.max(0.0) * n as f64 * (1.0 + 1e-12)).floor() as u64).min(n)
-}
-
 /// Optimizer steps in one epoch of `samples` samples: batches of the training split, the last
 /// one partial.
 fn per_epoch(data: &Data, samples: Option<u64>) -> Option<u64> {
-    let n = train_samples(samples?, &data.split);
+    let (n, _, _) = data.split.counts(samples?);
     (data.batch > 0).then(|| n.div_ceil(data.batch))
 }
 
