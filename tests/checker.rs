@@ -727,3 +727,106 @@ fn an_unknown_position_is_an_unknown_reference() {
         "{fix}"
     );
 }
+
+#[test]
+fn settings_that_agree_across_blocks_are_left_alone() {
+    let fp16 = |extra: &str| {
+        check(&experiment("batch 64", MLP, extra).replace(
+            "loss cross_entropy",
+            "loss cross_entropy\n    precision fp16",
+        ))
+    };
+    // Under `device auto` the checker cannot tell whether the model runs on the CPU.
+    assert_eq!(found(&fp16("device auto")), vec![]);
+    assert_eq!(
+        found(&fp16("device cpu")),
+        vec![("K0210", "fp16".to_string())]
+    );
+    // A bare `cuda` agrees with any CUDA replicas; `cuda:0` only with a replica on it.
+    let dp = |device: &str| {
+        check(&experiment(
+            "batch 64",
+            MLP,
+            &format!("device {device}\n  parallel data(devices: [cuda:1, cuda:2])"),
+        ))
+    };
+    assert_eq!(found(&dp("cuda")), vec![]);
+    assert_eq!(found(&dp("cuda:2")), vec![]);
+    assert_eq!(found(&dp("cuda:0")), vec![("K0210", "cuda:0".to_string())]);
+    // One logit for binary class indices.
+    let bce = check(
+        &experiment("batch 64", "input [784]\n    fc1: linear(1)", "")
+            .replace("randint(10)", "randint(2)")
+            .replace("loss cross_entropy", "loss bce_with_logits"),
+    );
+    assert_eq!(found(&bce), vec![]);
+    // Per-channel statistics on as many channels, and one value on any input.
+    let norm = |shape: &str, normalize: &str| {
+        let model = format!("input {shape}\n    flatten\n    fc: linear(10)");
+        check(
+            &experiment(&format!("batch 64\n    {normalize}"), &model, "")
+                .replace("normal([784])", &format!("normal({shape})")),
+        )
+    };
+    let three = "normalize(mean: [0.5, 0.5, 0.5], std: [0.2, 0.2, 0.2])";
+    assert_eq!(found(&norm("[3, 8, 8]", three)), vec![]);
+    assert_eq!(
+        found(&norm("[1, 28, 28]", "normalize(mean: 0.13, std: 0.31)")),
+        vec![]
+    );
+    assert_eq!(
+        found(&norm("[1, 28, 28]", three)),
+        vec![("K0218", three.to_string())]
+    );
+}
+
+#[test]
+fn schedules_are_measured_against_the_steps_the_runtime_takes() {
+    // 10 steps: a cosine warmup of 10 leaves no step to decay in; a linear warmup of 10 reaches
+    // the full rate at the last step; a step decay at step 9 comes, one at step 10 does not.
+    let with = |schedule: &str| check(&experiment("batch 64", MLP, schedule));
+    assert_eq!(
+        found(&with("schedule cosine(warmup: 10 steps)")),
+        vec![("K0412", "10 steps".to_string())]
+    );
+    assert_eq!(found(&with("schedule warmup(length: 10 steps)")), vec![]);
+    assert_eq!(found(&with("schedule step(every: 9 steps)")), vec![]);
+    assert_eq!(
+        found(&with("schedule step(every: 10 steps)")),
+        vec![("K0412", "10 steps".to_string())]
+    );
+    // Epochs count batches of the training split: 1000 x 0.8 = 800 samples, 13 batches of 64.
+    let epochs = check(
+        &experiment(
+            "split(train: 0.8, val: 0.2)\n    batch 64",
+            MLP,
+            "schedule step(every: 13 steps)",
+        )
+        .replace("steps 10", "epochs 1"),
+    );
+    assert_eq!(found(&epochs), vec![("K0412", "13 steps".to_string())]);
+    // Without a sample count (a file source), durations in the training's unit still compare;
+    // steps against epochs cannot.
+    let file = |length: &str, schedule: &str| {
+        check(
+            &experiment("batch 64", MLP, schedule)
+                .replace(
+                    "synthetic(inputs: normal([784]), targets: randint(10), count: 1000)",
+                    "npy(inputs: \"x.npy\", targets: \"y.npy\", classes: 10, shape: [784])",
+                )
+                .replace("steps 10", length),
+        )
+    };
+    assert_eq!(
+        found(&file("epochs 10", "schedule step(every: 30)")),
+        vec![("K0412", "30".to_string())]
+    );
+    assert_eq!(
+        found(&file("epochs 1", "schedule exponential(gamma: 0.9)")),
+        vec![("K0412", "exponential(gamma: 0.9)".to_string())]
+    );
+    assert_eq!(
+        found(&file("epochs 10", "schedule step(every: 30 steps)")),
+        vec![]
+    );
+}

@@ -220,6 +220,23 @@ pub fn check_experiment(
     );
     let strategy_ok = check_strategy(cx, &parallel, &nodes, device, &placements);
     let strategy_ok = super::shrink::check_structured(cx, &nodes, &compression) && strategy_ok;
+    let consistent = super::consistency::check_consistency(
+        cx,
+        &super::consistency::Settings {
+            statements: &body.statements,
+            data: &data.data,
+            samples: super::consistency::sample_count(&data.data),
+            dtype: feed.dtype,
+            input: &model.input,
+            nodes: &nodes,
+            placements: &placements,
+            device,
+            train: &train,
+            parallel: &parallel,
+            schedule: &schedule,
+            compression: &compression,
+        },
+    );
     if batch_ok {
         pipeline_batch_norm(cx, &parallel, &nodes, train.micro_batch);
     }
@@ -231,7 +248,13 @@ pub fn check_experiment(
         data.data.batch,
         data.data.batch_span,
     );
-    if !(loss_ok && batch_ok && strategy_ok && evaluation_ok && size_ok && compress_ok)
+    if !(loss_ok
+        && batch_ok
+        && strategy_ok
+        && evaluation_ok
+        && size_ok
+        && compress_ok
+        && consistent)
         || output.is_none()
     {
         return None;
@@ -519,6 +542,9 @@ fn check_loss(
             if out.len() > 1 {
                 return err(cx, LossShape::NotFlat);
             }
+            if out[0] == 1 {
+                return err(cx, LossShape::OneClass);
+            }
             if let Some(c) = classes {
                 if out[0] != c as i64 {
                     return err(cx, LossShape::ClassCount { classes: c });
@@ -529,6 +555,11 @@ fn check_loss(
         Loss::Mse | Loss::L1 | Loss::BceWithLogits => {
             let want: Vec<i64> = match targets {
                 Targets::Values(shape) => shape.to_vec(),
+                Targets::Classes(Some(classes))
+                    if *classes > 2 && matches!(loss, Loss::BceWithLogits) =>
+                {
+                    return err(cx, LossShape::BinaryOnClasses { classes: *classes });
+                }
                 Targets::Classes(_) if matches!(loss, Loss::BceWithLogits) => vec![],
                 Targets::Classes(_) => {
                     return err(cx, LossShape::ValuesOnClasses);

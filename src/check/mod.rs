@@ -4,6 +4,7 @@
 //! problem: every diagnostic of a file, and of every trial of its sweeps, is reported in one pass.
 
 mod compress;
+mod consistency;
 pub mod cx;
 mod data;
 mod experiment;

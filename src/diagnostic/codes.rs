@@ -134,6 +134,9 @@ codes! {
     /// A structured prune of output units whose group cannot be shrunk.
     CannotShrink = "K0216", "cannot-shrink", Error, "Structured pruning of output units that cannot be removed from the model (they reach the output, a residual joins the input, a consumer cannot be sliced, ...).";
 
+    /// A per-channel normalisation whose values do not match the input's channels.
+    NormalizeChannels = "K0218", "normalize-channels", Error, "`normalize` gives one value per channel, but not as many as the model's input has channels.";
+
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
     /// A layer receives a tensor of the wrong rank.
@@ -171,6 +174,8 @@ codes! {
     PipelineBatchNorm = "K0410", "pipeline-batch-norm", Warning, "Batch norm in a pipeline computes its statistics per micro-batch, not over the batch.";
     /// Weight-only quantization that will not make a layer faster on its device.
     QuantNoSpeedup = "K0411", "quant-no-speedup", Warning, "A weight-only quantization shrinks the layer's weights but will not make it faster on its device at this batch.";
+    /// A schedule or interval that lasts longer than the training.
+    OutlastsTraining = "K0412", "outlasts-training", Warning, "A schedule, pruning schedule, evaluation interval or early-stopping patience lasts longer than the training.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";

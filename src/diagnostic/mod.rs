@@ -9,6 +9,7 @@
 mod arguments;
 mod codes;
 mod compress;
+mod consistency;
 mod distributed;
 pub mod problem;
 mod pruning;

@@ -12,6 +12,7 @@ pub use super::compress::{
     GroupedLayer, NoSpeedup, TargetNeed, WeightOnly, INT4_GROUP_SIZES, LARGE_BATCH,
     SMALL_LAYER_WEIGHTS,
 };
+pub use super::consistency::{Interval, Outlasts, TrainingLength};
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
@@ -371,6 +372,19 @@ pub enum Problem {
         /// Which situation.
         situation: Sweep,
     },
+    /// K0218: a per-channel `normalize` whose values do not match the input's channels.
+    NormalizeChannels {
+        /// The `normalize` statement.
+        span: Span,
+        /// Values given per statistic.
+        values: usize,
+        /// The input's first dimension, which `normalize` takes for channels.
+        channels: i64,
+        /// The model's input shape.
+        input: Shape,
+        /// The model's `input` statement.
+        input_span: Span,
+    },
     /// K0301: a layer declares a size other than the one it receives.
     ShapeMismatch {
         /// The declared size.
@@ -540,6 +554,15 @@ pub enum Problem {
         scheme: WeightOnly,
         /// Why it will not help.
         why: NoSpeedup,
+    },
+    /// K0412: a schedule or interval that lasts longer than the training.
+    OutlastsTraining {
+        /// The setting.
+        span: Span,
+        /// What outlasts the training.
+        situation: Outlasts,
+        /// The training's length.
+        length: TrainingLength,
     },
     /// K0408: dropout on data-parallel replicas that share a device.
     DropoutSharedGenerator {
@@ -824,6 +847,7 @@ impl Problem {
             Problem::PlacementConflict { .. } => Code::PlacementConflict,
             Problem::Inconsistent { .. } => Code::Inconsistent,
             Problem::BadSweep { .. } => Code::BadSweep,
+            Problem::NormalizeChannels { .. } => Code::NormalizeChannels,
             Problem::ShapeMismatch { .. } => Code::ShapeMismatch,
             Problem::RankMismatch { .. } => Code::RankMismatch,
             Problem::LossShape { .. } => Code::LossShape,
@@ -841,6 +865,7 @@ impl Problem {
             Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
             Problem::PipelineBatchNorm { .. } => Code::PipelineBatchNorm,
             Problem::DropoutSharedGenerator { .. } => Code::DropoutSharedGenerator,
+            Problem::OutlastsTraining { .. } => Code::OutlastsTraining,
             Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,

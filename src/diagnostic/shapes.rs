@@ -153,6 +153,16 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     format!("`{loss}` compares values"),
                     "use `cross_entropy` for class labels, or real-valued targets".to_string(),
                 ),
+                LossShape::BinaryOnClasses { classes } => (
+                    format!("`{loss}` needs targets of 0 or 1, but the targets are class indices of {classes} classes"),
+                    format!("`{loss}` is binary; the targets go up to {}", classes.saturating_sub(1)),
+                    format!("use `cross_entropy` with `linear({classes})` for {classes} classes, or 0/1 targets"),
+                ),
+                LossShape::OneClass => (
+                    format!("`{loss}` on one score per sample is always zero"),
+                    "needs two or more class scores".to_string(),
+                    "end the model with `linear(classes)`, or use `bce_with_logits` for a binary target".to_string(),
+                ),
                 LossShape::Shapes { targets } => (
                     format!("`{loss}` compares the output {out} with targets {targets}"),
                     format!("needs output {targets}"),

@@ -445,6 +445,18 @@ pub enum Inconsistent {
         /// The first of them.
         first: Span,
     },
+    /// fp16 training where a layer or replica runs on the CPU.
+    Fp16OnCpu {
+        /// What puts the model on the CPU (the `device`, a placement, the replicas).
+        cpu: Span,
+    },
+    /// An experiment device that is none of the data-parallel replicas' devices.
+    DeviceNotReplica {
+        /// The experiment's device.
+        device: crate::ir::Device,
+        /// The replicas' devices.
+        replicas: Span,
+    },
 }
 
 /// The situations of K0406: a setting without effect.
@@ -501,6 +513,13 @@ pub enum LossShape {
     },
     /// A regression loss on class labels.
     ValuesOnClasses,
+    /// `bce_with_logits` on class indices of more than two classes.
+    BinaryOnClasses {
+        /// Classes in the data.
+        classes: u64,
+    },
+    /// A classification loss on one score per sample.
+    OneClass,
     /// A regression loss whose output and target shapes differ.
     Shapes {
         /// Target shape.

@@ -320,5 +320,18 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
                 .with(first, "and so does this one")
                 .help("fine-tune (`after(finetune: ...)`) or run rounds (`iterative`) in one statement only")
         }
+        Inconsistent::Fp16OnCpu { cpu } => {
+            with_message("fp16 training needs CUDA, but the model runs on the CPU".into())
+                .label("fp16 trains on CUDA only")
+                .with(cpu, "the CPU is chosen here")
+                .help("use `precision bf16`, which the CPU runs, or run on `device cuda`")
+                .fix(span, "bf16")
+        }
+        Inconsistent::DeviceNotReplica { device, replicas } => with_message(format!(
+            "the experiment's device `{device}` is none of the data-parallel replicas' devices"
+        ))
+        .label("no replica runs here")
+        .with(replicas, "under data parallel the model runs on these devices")
+        .help("remove `device`, or make it one of the replicas' devices"),
     }
 }

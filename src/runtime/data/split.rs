@@ -11,18 +11,12 @@ use super::{invalid, Dataset, Splits};
 /// derived from the same seed.
 const SPLIT_STREAM: u64 = 0x5EED_5B11_7000_0001;
 
-/// Samples in each split: `floor(fraction x n)` each, in order train, val, test.
-///
-/// A relative tolerance of 1e-12 keeps `0.29 x 100` at 29 despite its rounding in binary.
+/// Samples in each split, as [`Split::counts`] counts them.
 fn split_counts(n: usize, split: &Split) -> (usize, usize, usize) {
-    let count = |f: f64, left: usize| -> usize {
-        let c = (f.max(0.0) * n as f64 * (1.0 + 1e-12)).floor();
-        (c as usize).min(left)
-    };
-    let train = count(split.train, n);
-    let val = count(split.val, n - train);
-    let test = count(split.test, n - train - val);
-    (train, val, test)
+    let (train, val, test) = split.counts(n as u64);
+    // Each count is at most `n`, so it fits in a `usize`.
+    let back = |c: u64| usize::try_from(c).unwrap_or(n);
+    (back(train), back(val), back(test))
 }
 
 /// Splits `data` by `split`'s fractions with a permutation seeded by `seed`; each split keeps

@@ -1,0 +1,418 @@
+//! Settings of different blocks that contradict each other: precision against the devices,
+//! `normalize` against the input's channels, data-parallel replicas against the experiment's
+//! device, and every schedule and interval against the training's length.
+//!
+//! The facts come from the typed settings; the spans from the statements, so that each
+//! diagnostic points at the value the user will edit, with the conflicting side as a secondary
+//! label.
+
+use std::cmp::Ordering;
+
+use super::cx::Cx;
+use super::experiment::{within, Placement};
+use super::settings::ParallelIn;
+use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
+use crate::diagnostic::Problem;
+use crate::ir::{
+    layers, Compression, DType, Data, Device, Duration, Node, Parallel, Precision, PruneSchedule,
+    Schedule, Shape, Source, Train,
+};
+use crate::syntax::ast::{Args, Statement, Value, ValueKind};
+
+/// Samples in the data, when the file tells: a synthetic source's count. File sources say
+/// nothing yet; a count read from their headers fits here.
+pub(super) fn sample_count(data: &Data) -> Option<u64> {
+    match data.source {
+        Source::Synthetic { count, .. } => Some(count),
+        _ => None,
+    }
+}
+
+/// Optimizer steps in one epoch of `samples` samples: batches of the training split, the last
+/// one partial.
+fn per_epoch(data: &Data, samples: Option<u64>) -> Option<u64> {
+    let (n, _, _) = data.split.counts(samples?);
+    (data.batch > 0).then(|| n.div_ceil(data.batch))
+}
+
+/// Optimizer steps in `d`, when an epoch's steps are known or not needed.
+fn steps(d: Duration, per_epoch: Option<u64>) -> Option<u64> {
+    match d {
+        Duration::Steps(n) => Some(n),
+        Duration::Epochs(n) => n.checked_mul(per_epoch?),
+    }
+}
+
+/// The training's length, in optimizer steps as the runtime's budget counts them when the file
+/// tells (a length in steps, or epochs of data whose count is known).
+pub(super) fn training_length(train: &Train, data: &Data, samples: Option<u64>) -> TrainingLength {
+    TrainingLength {
+        written: train.length,
+        steps: steps(train.length, per_epoch(data, samples)),
+        span: train.length_span,
+    }
+}
+
+/// `d` against the training's length: in their unit when they share one, else in steps when an
+/// epoch's steps are known.
+fn against(d: Duration, length: &TrainingLength, per_epoch: Option<u64>) -> Option<Ordering> {
+    match (d, length.written) {
+        (Duration::Epochs(a), Duration::Epochs(b)) | (Duration::Steps(a), Duration::Steps(b)) => {
+            Some(a.cmp(&b))
+        }
+        _ => Some(steps(d, per_epoch)?.cmp(&length.steps?)),
+    }
+}
+
+/// What the cross-setting checks read: the checked settings and the statements they came from.
+pub(super) struct Settings<'a> {
+    /// The experiment block's statements.
+    pub statements: &'a [Statement],
+    /// The data settings.
+    pub data: &'a Data,
+    /// The data's samples, when known.
+    pub samples: Option<u64>,
+    /// The input's element type.
+    pub dtype: DType,
+    /// The model's input shape.
+    pub input: &'a Shape,
+    /// The model's nodes, each layer on its device.
+    pub nodes: &'a [Node],
+    /// The placements written.
+    pub placements: &'a [Placement],
+    /// The experiment's device.
+    pub device: Device,
+    /// The training settings.
+    pub train: &'a Train,
+    /// The parallel strategy.
+    pub parallel: &'a ParallelIn,
+    /// The learning-rate schedule.
+    pub schedule: &'a Schedule,
+    /// The compression steps.
+    pub compression: &'a [Compression],
+}
+
+/// Runs every cross-setting check; false when one found an error.
+pub(super) fn check_consistency(cx: &mut Cx, s: &Settings) -> bool {
+    let ok = precision(cx, s);
+    let ok = replicas(cx, s) && ok;
+    let ok = normalize(cx, s) && ok;
+    let per_epoch = per_epoch(s.data, s.samples);
+    let length = training_length(s.train, s.data, s.samples);
+    lr_schedule(cx, s, length, per_epoch);
+    gradual(cx, s, length, per_epoch);
+    evaluation(cx, s, length, per_epoch);
+    ok
+}
+
+/// The statement `keyword` among `statements`.
+fn find<'a>(statements: &'a [Statement], keyword: &str) -> Option<&'a Statement> {
+    statements.iter().find(|s| s.keyword.name == keyword)
+}
+
+/// The statement `keyword` inside the block of the experiment's statement `block`.
+fn find_in<'a>(statements: &'a [Statement], block: &str, keyword: &str) -> Option<&'a Statement> {
+    find(&find(statements, block)?.body.as_ref()?.statements, keyword)
+}
+
+/// The argument `name`, written by name or as the `position`-th positional argument.
+fn arg<'a>(args: Option<&'a Args>, name: &str, position: usize) -> Option<&'a Value> {
+    let items = &args?.items;
+    items
+        .iter()
+        .find(|a| a.name.as_ref().is_some_and(|n| n.name == name))
+        .or_else(|| items.iter().filter(|a| a.name.is_none()).nth(position))
+        .map(|a| &a.value)
+}
+
+/// The arguments of a call value.
+fn call_args(v: &Value) -> Option<&Args> {
+    match &v.kind {
+        ValueKind::Call(_, args) => Some(args),
+        _ => None,
+    }
+}
+
+/// K0210: fp16 where a layer or a replica runs on the CPU, which PyTorch cannot train.
+fn precision(cx: &mut Cx, s: &Settings) -> bool {
+    if s.train.precision != Precision::Fp16 {
+        return true;
+    }
+    let device_span = find(s.statements, "device").map(|d| d.span);
+    let cpu = match &s.parallel.parallel {
+        Parallel::Data { devices, span } if devices.contains(&Device::Cpu) => Some(
+            device_span
+                .filter(|_| s.device == Device::Cpu)
+                .unwrap_or(*span),
+        ),
+        Parallel::Data { .. } => None,
+        _ => layers(s.nodes)
+            .iter()
+            .find(|l| l.device == Device::Cpu)
+            .map(|l| {
+                s.placements
+                    .iter()
+                    .filter(|p| p.device == Device::Cpu && within(&l.name, &p.name))
+                    .max_by_key(|p| p.name.len())
+                    .map(|p| p.span)
+                    .or(device_span)
+                    .unwrap_or(l.span)
+            }),
+    };
+    let (Some(cpu), Some(at)) = (
+        cpu,
+        find_in(s.statements, "train", "precision").and_then(|p| p.values.first()),
+    ) else {
+        return true;
+    };
+    cx.report(Problem::Inconsistent {
+        span: at.span,
+        situation: Inconsistent::Fp16OnCpu { cpu },
+    });
+    false
+}
+
+/// K0210: an experiment device that none of the data-parallel replicas runs on. A bare `cuda`
+/// agrees with any CUDA replica.
+fn replicas(cx: &mut Cx, s: &Settings) -> bool {
+    let Parallel::Data { devices, span } = &s.parallel.parallel else {
+        return true;
+    };
+    let Some(value) = find(s.statements, "device").and_then(|d| d.values.first()) else {
+        return true;
+    };
+    let bare_cuda = matches!(&value.kind, ValueKind::Path(p) if p == "cuda");
+    let agrees = match s.device {
+        Device::Auto => true,
+        Device::Cuda(_) if bare_cuda => devices.iter().any(|d| matches!(d, Device::Cuda(_))),
+        d => devices.contains(&d),
+    };
+    if agrees {
+        return true;
+    }
+    cx.report(Problem::Inconsistent {
+        span: value.span,
+        situation: Inconsistent::DeviceNotReplica {
+            device: s.device,
+            replicas: s.parallel.dp_span.unwrap_or(*span),
+        },
+    });
+    false
+}
+
+/// K0218: a per-channel `normalize` whose values are not one per channel of the model's input
+/// (its first dimension, as the runtime reads it).
+fn normalize(cx: &mut Cx, s: &Settings) -> bool {
+    let Some(norm) = &s.data.normalize else {
+        return true;
+    };
+    let values = norm.mean.len().max(norm.std.len());
+    let channels = s.input.first().copied().unwrap_or(0);
+    if s.dtype != DType::Float || values <= 1 || channels == values as i64 {
+        return true;
+    }
+    let Some(stmt) = find_in(s.statements, "data", "normalize") else {
+        return true;
+    };
+    let input_span = find_in(s.statements, "model", "input").map_or(s.data.source_span, |i| i.span);
+    cx.report(Problem::NormalizeChannels {
+        span: stmt.span,
+        values,
+        channels,
+        input: s.input.clone(),
+        input_span,
+    });
+    false
+}
+
+/// K0412: a learning-rate schedule whose decay or warmup lasts longer than the training.
+fn lr_schedule(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
+    let Some(value) = find(s.statements, "schedule").and_then(|st| st.values.first()) else {
+        return;
+    };
+    let at = |name: &str| arg(call_args(value), name, 0).map_or(value.span, |v| v.span);
+    let reaches = |d: Duration, or_equal: bool| {
+        against(d, &length, per_epoch)
+            .is_some_and(|o| o == Ordering::Greater || (or_equal && o == Ordering::Equal))
+    };
+    let interval = |d: Duration| Interval {
+        written: d,
+        steps: steps(d, per_epoch),
+    };
+    let found = match *s.schedule {
+        Schedule::Step { every, .. } => reaches(every, true).then(|| {
+            (
+                at("every"),
+                Outlasts::FirstDecay {
+                    every: interval(every),
+                },
+            )
+        }),
+        // The first decay comes when the first epoch ends, at or after the end of a training of
+        // one epoch or fewer steps than one.
+        Schedule::Exponential { .. } => reaches(Duration::Epochs(1), true)
+            .then_some((value.span, Outlasts::FirstEpoch { per_epoch })),
+        Schedule::Cosine {
+            warmup: Some(w), ..
+        } => reaches(w, true).then(|| {
+            (
+                at("warmup"),
+                Outlasts::Warmup {
+                    schedule: "cosine",
+                    length: interval(w),
+                },
+            )
+        }),
+        Schedule::Warmup { length: w } => reaches(w, false).then(|| {
+            (
+                at("length"),
+                Outlasts::Warmup {
+                    schedule: "warmup",
+                    length: interval(w),
+                },
+            )
+        }),
+        Schedule::Constant | Schedule::Cosine { warmup: None, .. } | Schedule::OneCycle { .. } => {
+            None
+        }
+    };
+    if let Some((span, situation)) = found {
+        cx.report(Problem::OutlastsTraining {
+            span,
+            situation,
+            length,
+        });
+    }
+}
+
+/// The run's steps: the training's, plus what a pruning schedule adds after it (fine-tuning, or
+/// iterative rounds), as the runtime's timeline counts them.
+fn run_steps(s: &Settings, length: TrainingLength, per_epoch: Option<u64>) -> Option<u64> {
+    let train = length.steps?;
+    let mut end = train;
+    for c in s.compression {
+        if let Compression::Prune { schedule, .. } = c {
+            match *schedule {
+                PruneSchedule::After { finetune } => {
+                    end = end.max(train.checked_add(steps(finetune, per_epoch)?)?);
+                }
+                PruneSchedule::Iterative { rounds, rewind } => {
+                    let round = train - rewind.min(train.saturating_sub(1));
+                    end = end.max(train.checked_add(rounds.checked_mul(round)?)?);
+                }
+                PruneSchedule::Before | PruneSchedule::Gradual { .. } => {}
+            }
+        }
+    }
+    Some(end)
+}
+
+/// K0412: a gradual pruning schedule that reaches its amount after the run ends (pruning stops
+/// with training, so the amount is never reached).
+fn gradual(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
+    let Some(end_of_run) = run_steps(s, length, per_epoch) else {
+        return;
+    };
+    let body = find(s.statements, "compress")
+        .and_then(|c| c.body.as_ref())
+        .map_or(&[][..], |b| &b.statements[..]);
+    for c in s.compression {
+        let Compression::Prune {
+            schedule: PruneSchedule::Gradual { start, end, .. },
+            span,
+            ..
+        } = *c
+        else {
+            continue;
+        };
+        if end <= end_of_run {
+            continue;
+        }
+        // The `end` argument of the statement's `schedule: gradual(...)`.
+        let end_span = body
+            .iter()
+            .find(|st| st.span == span)
+            .and_then(|st| st.values.iter().rev().find_map(call_args))
+            .and_then(|method| arg(Some(method), "schedule", usize::MAX))
+            .and_then(|sched| arg(call_args(sched), "end", 1))
+            .map_or(span, |v| v.span);
+        cx.report(Problem::OutlastsTraining {
+            span: end_span,
+            situation: Outlasts::GradualEnd { start, end },
+            // With fine-tuning or rounds after it, the run is longer than the length written.
+            length: if Some(end_of_run) == length.steps {
+                length
+            } else {
+                TrainingLength {
+                    written: Duration::Steps(end_of_run),
+                    steps: Some(end_of_run),
+                    ..length
+                }
+            },
+        });
+    }
+}
+
+/// K0412 and K0406: evaluation, early stopping and checkpoints against the training's length.
+/// Without a validation split there is no evaluation, which other checks report.
+fn evaluation(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
+    let train_block = find(s.statements, "train")
+        .and_then(|t| t.body.as_ref())
+        .map_or(&[][..], |b| &b.statements[..]);
+    if let (Some(ck), Some(stmt)) = (&s.train.checkpoint, find(train_block, "checkpoint")) {
+        // Intervals in the training's own unit are compared where the setting is read.
+        let same_unit = matches!(
+            (ck.every, s.train.length),
+            (Duration::Epochs(_), Duration::Epochs(_)) | (Duration::Steps(_), Duration::Steps(_))
+        );
+        if !same_unit && against(ck.every, &length, per_epoch) == Some(Ordering::Greater) {
+            cx.report(Problem::IgnoredSetting {
+                span: stmt.keyword.span,
+                situation: Ignored::CheckpointAfterEnd,
+            });
+        }
+    }
+    if s.data.split.val == 0.0 {
+        return;
+    }
+    // Evaluations during training: every `n` steps, or at the end of every `n`-th whole epoch.
+    let evaluations = match s.train.eval_every {
+        Duration::Steps(n) => length.steps.map(|total| total / n.max(1)),
+        Duration::Epochs(n) => {
+            let epochs = match s.train.length {
+                Duration::Epochs(e) => Some(e),
+                Duration::Steps(t) => per_epoch.filter(|p| *p > 0).map(|p| t / p),
+            };
+            epochs.map(|e| e / n.max(1))
+        }
+    };
+    let Some(evaluations) = evaluations else {
+        return;
+    };
+    let eval_every = find(train_block, "eval_every").and_then(|e| e.values.first());
+    if let (0, Some(v)) = (evaluations, eval_every) {
+        cx.report(Problem::OutlastsTraining {
+            span: v.span,
+            situation: Outlasts::EvalEvery {
+                every: Interval {
+                    written: s.train.eval_every,
+                    steps: steps(s.train.eval_every, per_epoch),
+                },
+            },
+            length,
+        });
+    }
+    if let (Some(es), Some(stmt)) = (&s.train.early_stop, find(train_block, "early_stop")) {
+        if evaluations <= es.patience {
+            let span = arg(stmt.args.as_ref(), "patience", 1).map_or(stmt.keyword.span, |v| v.span);
+            cx.report(Problem::OutlastsTraining {
+                span,
+                situation: Outlasts::Patience {
+                    patience: es.patience,
+                    evaluations,
+                },
+                length,
+            });
+        }
+    }
+}
