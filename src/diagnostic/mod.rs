@@ -9,6 +9,7 @@
 mod arguments;
 mod codes;
 mod compress;
+mod datafile;
 mod distributed;
 pub mod problem;
 mod pruning;

@@ -245,6 +245,9 @@ impl Problem {
             | Problem::CompressTargetKind { .. }
             | Problem::CompressConflict { .. }
             | Problem::QuantNoSpeedup { .. }) => super::compress::words(p),
+            p @ (Problem::DataMismatch { .. }
+            | Problem::DataHeader { .. }
+            | Problem::DataFileMissing { .. }) => super::datafile::words(p),
             p @ (Problem::PruneLeavesNothing { .. } | Problem::CannotShrink { .. }) => {
                 super::pruning::words(p)
             }
