@@ -193,8 +193,13 @@ fn safetensors_headers() {
         m[0].array.clone().map(|a| a.map(|a| a.shape)),
         Some(Ok(vec![3, 2]))
     );
-    let err = read(&file[..file.len() - 1], &Format::Safetensors).expect_err("truncated");
-    assert!(err.contains("truncated"), "{err}");
+    let Ok(Header::Members(m)) = read(&file[..file.len() - 1], &Format::Safetensors) else {
+        panic!("a truncated tensor leaves the header readable");
+    };
+    assert!(
+        matches!(&m[1].array, Some(Err(e)) if e.contains("truncated")),
+        "{m:?}"
+    );
     let err = read(&[0xff; 16], &Format::Safetensors).expect_err("not one");
     assert!(err.contains("more than the file holds"), "{err}");
 }
