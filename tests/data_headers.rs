@@ -83,7 +83,7 @@ fn every_format_is_read_from_its_header() {
     for (i, (source, want)) in cases.iter().enumerate() {
         let (codes, read) = check(&format!("format{i}"), &experiment(source, ""));
         assert_eq!(codes, Vec::<&str>::new(), "{source}");
-        assert_eq!(read, [want.clone()], "{source}");
+        assert_eq!(read, std::slice::from_ref(want), "{source}");
     }
 }
 
