@@ -2,7 +2,7 @@
 //! each file is there (K0414 warns when it is not: it may be on the training machine), that its
 //! header is one Kiln reads (K0221), and that what it declares fits the experiment (K0220): the
 //! sample shape against the model's input, the counts of inputs and targets, class labels one
-//! per sample, and a split that leaves each asked-for set a sample and the training set a batch.
+//! per sample, and a split that leaves each asked-for set a sample.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use super::cx::Cx;
 use super::data::SOURCES;
 use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
-use crate::diagnostic::problem::{DataFit, OutOfRange};
+use crate::diagnostic::problem::DataFit;
 use crate::diagnostic::Problem;
 use crate::ir::{Experiment, ReadData, Source, Targets};
 use crate::span::{Sources, Span};
@@ -454,8 +454,9 @@ fn fit(cx: &mut Cx, e: &Experiment, spans: &Spans, x: &Side, y: &Side) -> Option
     split_fits(cx, e, spans, n).then_some(Some(n))
 }
 
-/// Whether the split leaves every asked-for set a sample and the training set a batch, counted
-/// as the runtime splits: `floor(fraction x n)` each, in order train, val, test.
+/// Whether the split leaves every asked-for set a sample, counted as the runtime splits:
+/// `floor(fraction x n)` each, in order train, val, test. A training split smaller than the batch
+/// is left alone: the runtime trains on it in one smaller batch.
 fn split_fits(cx: &mut Cx, e: &Experiment, spans: &Spans, n: u64) -> bool {
     let split = &e.data.split;
     let count =
@@ -482,18 +483,6 @@ fn split_fits(cx: &mut Cx, e: &Experiment, spans: &Spans, n: u64) -> bool {
             });
             return false;
         }
-    }
-    if train < e.data.batch {
-        cx.report(Problem::OutOfRange {
-            span: e.data.batch_span,
-            situation: OutOfRange::BatchOverSamples {
-                batch: e.data.batch,
-                train,
-                count: n,
-                source: e.data.source_span,
-            },
-        });
-        return false;
     }
     true
 }

@@ -44,7 +44,8 @@ impl Loader for FsLoader {
                 FileKind::Socket => "a socket",
                 FileKind::Other => "a special file",
             };
-            Probe::Malformed(format!("it is {name}, not a regular file"))
+            // As the runtime, which refuses it as a missing file (K0502).
+            Probe::Missing(format!("it is {name}, not a regular file"))
         };
         // The kind first, without opening, as for experiment files.
         match std::fs::metadata(path) {
