@@ -3,7 +3,11 @@
 #   1. one generated ~5,000-line experiment (thousands of layers in blocks and residuals, and
 #      every other section), checked RUNS times: min / median / max wall milliseconds;
 #   2. a directory of 1,000 experiments (copies of experiments/*.exp and generated variants),
-#      checked at once: wall time and (user + sys) / wall, the number of cores kept busy.
+#      checked at once: wall time and (user + sys) / wall, the number of cores kept busy;
+#   3. the cost of reading data headers: a copy of experiments/mnist_mlp.exp (its real MNIST IDX
+#      gzip source, whose headers the checker reads) against the same file with a synthetic
+#      source of the same shape and count, RUNS times each, interleaved: the difference of the
+#      medians in ms.
 # Needs bash, python3 and cargo; builds with `cargo build --release --bin kiln` first.
 # Usage: bash bench/check.sh        (RUNS=20 and DIR_RUNS=5 by default; both can be set)
 #        BASELINE=/path/to/other/kiln bash bench/check.sh
@@ -110,7 +114,7 @@ def big(blocks_per_stage=124, stages=4, width=256, hidden=512):
     w('    eval_every 1 epoch')
     w('    early_stop(metric: val_loss, patience: 3, min_delta: 0.001, mode: min)')
     w('    precision bf16')
-    w('    checkpoint(every: 1 epoch, dir: "checkpoints", keep: 3)')
+    w('    checkpoint(every: 1 epoch, keep: 3)')
     w('    accumulate 2')
     w('    micro_batch 128')
     w('    clip_norm 1.0')
@@ -188,6 +192,30 @@ def variant(i):
 with open(os.path.join(work, 'big.exp'), 'w') as f:
     f.write(big())
 
+
+def mnist_pair():
+    """mnist_idx.exp (the example, its data paths made absolute) and mnist_synthetic.exp (a
+    synthetic source of the same per-sample size and count, read from the IDX header)."""
+    import gzip
+    import re
+    import struct
+    text = open(os.path.join('experiments', 'mnist_mlp.exp')).read()
+    data = os.path.abspath(os.path.join('data', 'mnist'))
+    with gzip.open(os.path.join(data, 'images.idx.gz')) as f:
+        head = f.read(16)
+    count, rows, cols = struct.unpack('>III', head[4:16])
+    line = re.search(r'^\s*source idx\(.*$', text, re.M).group(0)
+    idx = line.replace('../data/mnist', data)
+    synthetic = '    source synthetic(inputs: normal([%d]), targets: randint(10), count: %d)' % (
+        rows * cols, count)
+    with open(os.path.join(work, 'mnist_idx.exp'), 'w') as f:
+        f.write(text.replace(line, idx))
+    with open(os.path.join(work, 'mnist_synthetic.exp'), 'w') as f:
+        f.write(text.replace(line, synthetic))
+
+
+mnist_pair()
+
 files = os.path.join(work, 'files')
 skip = set(os.environ.get('SKIP', '').split())
 examples = sorted(p for p in os.listdir('experiments') if p.endswith('.exp') and p not in skip)
@@ -214,7 +242,7 @@ nfiles=$(find "$work/files" -name '*.exp' | wc -l)
 nlines=$(find "$work/files" -name '*.exp' -exec cat {} + | wc -l)
 
 # Both inputs must be valid: a benchmark of error reporting would measure something else.
-for target in "$work/big.exp" "$work/files"; do
+for target in "$work/big.exp" "$work/files" "$work/mnist_idx.exp" "$work/mnist_synthetic.exp"; do
   if ! "$KILN" check "$target" > "$work/verify.out" 2> "$work/verify.err"; then
     echo "bench: $target does not check cleanly:" >&2
     tail -n 40 "$work/verify.out" "$work/verify.err" >&2
@@ -311,6 +339,26 @@ def side_by_side(label, target, runs):
         label, a / b, min(ours) / min(theirs)))
 
 
+def headers_cost():
+    """3. The real MNIST IDX source against a synthetic one, interleaved: what reading the
+    data files' headers adds to one check."""
+    idx = os.path.join(work, 'mnist_idx.exp')
+    synthetic = os.path.join(work, 'mnist_synthetic.exp')
+    run([kiln, 'check', idx])
+    run([kiln, 'check', synthetic])
+    with_files, without = [], []
+    for _ in range(runs):
+        with_files.append(run([kiln, 'check', idx])[0] * 1e3)
+        without.append(run([kiln, 'check', synthetic])[0] * 1e3)
+    a, b = statistics.median(with_files), statistics.median(without)
+    print('3. data headers: experiments/mnist_mlp.exp with its MNIST IDX (gzip) source vs a')
+    print('   synthetic source of the same shape and count, interleaved, %d runs each' % runs)
+    print('   idx:       median %.2f ms (min %.2f, max %.2f)' % (a, min(with_files), max(with_files)))
+    print('   synthetic: median %.2f ms (min %.2f, max %.2f)' % (b, min(without), max(without)))
+    print('   difference of medians: %+.2f ms' % (a - b))
+    print('   target:   at most 5 ms more: %s' % ('met' if a - b <= 5 else 'MISSED'))
+
+
 if baseline:
     print('1b. side by side with the baseline, interleaved, %d runs each' % runs)
     side_by_side('big file', big, runs)
@@ -336,4 +384,6 @@ if baseline:
     print()
     print('2b. side by side with the baseline, interleaved, %d runs each' % dir_runs)
     side_by_side('directory', files, dir_runs)
+print()
+headers_cost()
 PY

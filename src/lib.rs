@@ -7,6 +7,7 @@
 //! processes that train. Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
 
 pub mod check;
+pub mod datafile;
 pub mod diagnostic;
 pub mod ir;
 pub mod plan;

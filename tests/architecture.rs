@@ -133,6 +133,25 @@ fn the_typed_experiment_is_below_every_stage() {
 }
 
 #[test]
+fn data_file_headers_are_read_without_the_rest_of_the_crate() {
+    // `datafile` is a leaf, as `rundir` is: it reads bytes and knows nothing of experiments.
+    let graph = graph();
+    for leaf in ["datafile", "rundir"] {
+        let deps = graph.get(leaf).cloned().unwrap_or_default();
+        assert!(
+            deps.is_empty(),
+            "{leaf} imports {deps:?}; it may import nothing"
+        );
+    }
+    assert!(
+        graph
+            .get("check")
+            .is_some_and(|deps| deps.contains("datafile")),
+        "check does not read data headers through datafile"
+    );
+}
+
+#[test]
 fn the_graph_finds_a_planted_cycle() {
     // The cycle search itself, on a graph with a known cycle, so the tests above can fail.
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();

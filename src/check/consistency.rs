@@ -14,19 +14,10 @@ use super::settings::ParallelIn;
 use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
 use crate::diagnostic::Problem;
 use crate::ir::{
-    layers, Compression, DType, Data, Device, Duration, Node, Parallel, Precision, PruneSchedule,
-    Schedule, Shape, Source, Train,
+    layers, Compression, DType, Data, Device, Duration, Experiment, Node, Parallel, Precision,
+    PruneSchedule, Schedule, Shape, Train,
 };
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
-
-/// Samples in the data, when the file tells: a synthetic source's count. File sources say
-/// nothing yet; a count read from their headers fits here.
-pub(super) fn sample_count(data: &Data) -> Option<u64> {
-    match data.source {
-        Source::Synthetic { count, .. } => Some(count),
-        _ => None,
-    }
-}
 
 /// Optimizer steps in one epoch of `samples` samples: batches of the training split, the last
 /// one partial.
@@ -70,8 +61,6 @@ pub(super) struct Settings<'a> {
     pub statements: &'a [Statement],
     /// The data settings.
     pub data: &'a Data,
-    /// The data's samples, when known.
-    pub samples: Option<u64>,
     /// The input's element type.
     pub dtype: DType,
     /// The model's input shape.
@@ -86,23 +75,52 @@ pub(super) struct Settings<'a> {
     pub train: &'a Train,
     /// The parallel strategy.
     pub parallel: &'a ParallelIn,
+}
+
+/// What the checks of lengths against the training read. They run once the number of samples
+/// is known as well as it can be: at once for synthetic data, after the data files' headers are
+/// read for a file source.
+pub(super) struct Lengths<'a> {
+    /// The experiment block's statements.
+    pub statements: &'a [Statement],
+    /// The data settings.
+    pub data: &'a Data,
+    /// The training settings.
+    pub train: &'a Train,
     /// The learning-rate schedule.
     pub schedule: &'a Schedule,
     /// The compression steps.
     pub compression: &'a [Compression],
 }
 
+impl<'a> Lengths<'a> {
+    /// The lengths of a checked experiment whose block holds `statements`.
+    pub fn of(statements: &'a [Statement], e: &'a Experiment) -> Self {
+        Lengths {
+            statements,
+            data: &e.data,
+            train: &e.train,
+            schedule: &e.schedule,
+            compression: &e.compression,
+        }
+    }
+}
+
 /// Runs every cross-setting check; false when one found an error.
 pub(super) fn check_consistency(cx: &mut Cx, s: &Settings) -> bool {
     let ok = precision(cx, s);
     let ok = replicas(cx, s) && ok;
-    let ok = normalize(cx, s) && ok;
-    let per_epoch = per_epoch(s.data, s.samples);
-    let length = training_length(s.train, s.data, s.samples);
+    normalize(cx, s) && ok
+}
+
+/// K0412 and K0406: every schedule and interval against the training's length (warnings only).
+pub(super) fn check_lengths(cx: &mut Cx, s: &Lengths) {
+    let samples = s.data.samples();
+    let per_epoch = per_epoch(s.data, samples);
+    let length = training_length(s.train, s.data, samples);
     lr_schedule(cx, s, length, per_epoch);
     gradual(cx, s, length, per_epoch);
     evaluation(cx, s, length, per_epoch);
-    ok
 }
 
 /// The statement `keyword` among `statements`.
@@ -226,7 +244,7 @@ fn normalize(cx: &mut Cx, s: &Settings) -> bool {
 }
 
 /// K0412: a learning-rate schedule whose decay or warmup lasts longer than the training.
-fn lr_schedule(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
+fn lr_schedule(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Option<u64>) {
     let Some(value) = find(s.statements, "schedule").and_then(|st| st.values.first()) else {
         return;
     };
@@ -287,7 +305,7 @@ fn lr_schedule(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Opt
 
 /// The run's steps: the training's, plus what a pruning schedule adds after it (fine-tuning, or
 /// iterative rounds), as the runtime's timeline counts them.
-fn run_steps(s: &Settings, length: TrainingLength, per_epoch: Option<u64>) -> Option<u64> {
+fn run_steps(s: &Lengths, length: TrainingLength, per_epoch: Option<u64>) -> Option<u64> {
     let train = length.steps?;
     let mut end = train;
     for c in s.compression {
@@ -309,7 +327,7 @@ fn run_steps(s: &Settings, length: TrainingLength, per_epoch: Option<u64>) -> Op
 
 /// K0412: a gradual pruning schedule that reaches its amount after the run ends (pruning stops
 /// with training, so the amount is never reached).
-fn gradual(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
+fn gradual(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Option<u64>) {
     let Some(end_of_run) = run_steps(s, length, per_epoch) else {
         return;
     };
@@ -355,7 +373,7 @@ fn gradual(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<
 
 /// K0412 and K0406: evaluation, early stopping and checkpoints against the training's length.
 /// Without a validation split there is no evaluation, which other checks report.
-fn evaluation(cx: &mut Cx, s: &Settings, length: TrainingLength, per_epoch: Option<u64>) {
+fn evaluation(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Option<u64>) {
     let train_block = find(s.statements, "train")
         .and_then(|t| t.body.as_ref())
         .map_or(&[][..], |b| &b.statements[..]);

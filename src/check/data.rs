@@ -140,6 +140,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             shuffle: shuffle?,
             normalize: normalize?,
             targets,
+            read: None,
         },
         sample,
         dtype,

@@ -225,7 +225,6 @@ pub fn check_experiment(
         &super::consistency::Settings {
             statements: &body.statements,
             data: &data.data,
-            samples: super::consistency::sample_count(&data.data),
             dtype: feed.dtype,
             input: &model.input,
             nodes: &nodes,
@@ -233,10 +232,21 @@ pub fn check_experiment(
             device,
             train: &train,
             parallel: &parallel,
-            schedule: &schedule,
-            compression: &compression,
         },
     );
+    // A file source's samples are counted once its headers are read (`check::datafiles`).
+    if matches!(data.data.source, Source::Synthetic { .. }) {
+        super::consistency::check_lengths(
+            cx,
+            &super::consistency::Lengths {
+                statements: &body.statements,
+                data: &data.data,
+                train: &train,
+                schedule: &schedule,
+                compression: &compression,
+            },
+        );
+    }
     if batch_ok {
         pipeline_batch_norm(cx, &parallel, &nodes, train.micro_batch);
     }

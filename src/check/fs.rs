@@ -1,12 +1,14 @@
 //! Reading experiment files from disk, bounded: a path that names something other than a
 //! regular file (a FIFO, a device, a socket, a directory) is refused before it is opened for
 //! reading, and a file larger than [`MAX_SOURCE_BYTES`] is refused without being read whole.
+//! Data files are read the same way, no further than their headers ([`crate::datafile`]).
 
 use std::fs::{File, Metadata};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::Loader;
+use crate::datafile::{self, Format, Probe};
 use crate::diagnostic::problem::{FileKind, Unreadable};
 
 /// The largest experiment file Kiln reads: 16 MiB. Real experiments are a few kilobytes; the
@@ -23,6 +25,47 @@ impl Loader for FsLoader {
 
     fn canonical(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    }
+
+    fn data_header(&self, path: &Path, format: &Format) -> Probe {
+        let missing = |e: std::io::Error| {
+            Probe::Missing(match e.kind() {
+                std::io::ErrorKind::NotFound => "it does not exist".into(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+                _ => e.to_string(),
+            })
+        };
+        let not_regular = |meta: &Metadata| {
+            let name = match kind(meta) {
+                FileKind::Directory => "a directory",
+                FileKind::Fifo => "a FIFO (named pipe)",
+                FileKind::CharDevice => "a character device",
+                FileKind::BlockDevice => "a block device",
+                FileKind::Socket => "a socket",
+                FileKind::Other => "a special file",
+            };
+            // As the runtime, which refuses it as a missing file (K0502).
+            Probe::Missing(format!("it is {name}, not a regular file"))
+        };
+        // The kind first, without opening, as for experiment files.
+        match std::fs::metadata(path) {
+            Err(e) => return missing(e),
+            Ok(meta) if !meta.is_file() => return not_regular(&meta),
+            Ok(_) => {}
+        }
+        let mut file = match open(path) {
+            Ok(f) => f,
+            Err(e) => return missing(e),
+        };
+        let size = match file.metadata() {
+            Ok(meta) if meta.is_file() => meta.len(),
+            Ok(meta) => return not_regular(&meta),
+            Err(e) => return missing(e),
+        };
+        match datafile::read_header(&mut std::io::BufReader::new(&mut file), size, format) {
+            Ok(header) => Probe::Read(header),
+            Err(reason) => Probe::Malformed(reason),
+        }
     }
 }
 

@@ -7,6 +7,7 @@ mod compress;
 mod consistency;
 pub mod cx;
 mod data;
+mod datafiles;
 mod experiment;
 mod fs;
 pub mod layers;
@@ -17,9 +18,10 @@ mod sweep;
 
 use std::path::{Path, PathBuf};
 
+use crate::datafile::{Format, Probe};
 use crate::diagnostic::problem::{Sweep, Unreadable};
 use crate::diagnostic::{self, Code, Diagnostic, Problem};
-use crate::ir::{Device, Experiment};
+use crate::ir::{Device, Experiment, Source};
 use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
@@ -33,6 +35,14 @@ pub trait Loader: Sync {
 
     /// One name per file, so that `extends` cycles are found however a path is written.
     fn canonical(&self, path: &Path) -> PathBuf;
+
+    /// The header of the data file at `path`, read as `format` and no further. A loader that
+    /// reads no data files (an editor's buffers, tests in memory) answers [`Probe::Unknown`],
+    /// and the checker then checks nothing about the files.
+    fn data_header(&self, path: &Path, format: &Format) -> Probe {
+        let _ = (path, format);
+        Probe::Unknown
+    }
 }
 
 /// Settings that come from outside the file.
@@ -99,6 +109,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
             Some(n) => {
                 trial_count = n;
                 let mut per_trial: Vec<Vec<Diagnostic>> = Vec::with_capacity(n);
+                let mut headers = datafiles::Headers::default();
                 for i in 0..n {
                     // Without sweeps the one trial is the experiment itself: no copy.
                     let substituted;
@@ -122,10 +133,20 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     };
                     let mut cx = cx::Cx::default();
                     let checked = experiment::check_experiment(&mut cx, stmt, labels);
+                    let no_errors = |cx: &cx::Cx| !cx.diags.iter().any(Diagnostic::is_error);
+                    // The data files are read only for a trial that is otherwise clean, and the
+                    // sample count they declare is on its `data.read` from here on.
+                    let checked = checked.filter(|_| no_errors(&cx)).map(|mut e| {
+                        datafiles::verify(&mut cx, &mut e, stmt, &sources, loader, &mut headers);
+                        if !matches!(e.data.source, Source::Synthetic { .. }) {
+                            let statements = stmt.body.as_ref().map_or(&[][..], |b| &b.statements);
+                            let lengths = consistency::Lengths::of(statements, &e);
+                            consistency::check_lengths(&mut cx, &lengths);
+                        }
+                        e
+                    });
                     // A trial with any error never runs, even when its typed form could be built.
-                    if let Some(mut e) =
-                        checked.filter(|_| !cx.diags.iter().any(Diagnostic::is_error))
-                    {
+                    if let Some(mut e) = checked.filter(|_| no_errors(&cx)) {
                         memory_warnings(&mut cx, &e, options);
                         apply_memory_overrides(&mut e, options);
                         trials.push(e);

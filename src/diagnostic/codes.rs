@@ -133,9 +133,12 @@ codes! {
     PruneLeavesNothing = "K0214", "prune-leaves-nothing", Error, "Structured pruning whose amount would leave a layer with no units.";
     /// A structured prune of output units whose group cannot be shrunk.
     CannotShrink = "K0216", "cannot-shrink", Error, "Structured pruning of output units that cannot be removed from the model (they reach the output, a residual joins the input, a consumer cannot be sliced, ...).";
-
     /// A per-channel normalisation whose values do not match the input's channels.
     NormalizeChannels = "K0218", "normalize-channels", Error, "`normalize` gives one value per channel, but not as many as the model's input has channels.";
+    /// A data file disagrees with the experiment.
+    DataMismatch = "K0220", "data-mismatch", Error, "A data file's header disagrees with the experiment: sample shape, counts, targets, members or columns, or a split it leaves empty.";
+    /// A data file's header is malformed or unsupported.
+    DataHeader = "K0221", "data-header", Error, "A data file's header is malformed, truncated, or of a kind Kiln does not read.";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
@@ -176,6 +179,8 @@ codes! {
     QuantNoSpeedup = "K0411", "quant-no-speedup", Warning, "A weight-only quantization shrinks the layer's weights but will not make it faster on its device at this batch.";
     /// A schedule or interval that lasts longer than the training.
     OutlastsTraining = "K0412", "outlasts-training", Warning, "A schedule, pruning schedule, evaluation interval or early-stopping patience lasts longer than the training.";
+    /// A data file is not on this machine.
+    DataFileMissing = "K0414", "data-file-missing", Warning, "A data file named by the experiment cannot be found or opened here; it may be on the training machine, and `kiln run` refuses it (K0502).";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";

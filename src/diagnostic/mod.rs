@@ -10,6 +10,7 @@ mod arguments;
 mod codes;
 mod compress;
 mod consistency;
+mod datafile;
 mod distributed;
 pub mod problem;
 mod pruning;

@@ -13,6 +13,7 @@ pub use super::compress::{
     SMALL_LAYER_WEIGHTS,
 };
 pub use super::consistency::{Interval, Outlasts, TrainingLength};
+pub use super::datafile::DataFit;
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
@@ -662,6 +663,35 @@ pub enum Problem {
         /// Which situation.
         situation: Torch,
     },
+    /// K0220: a data file disagrees with the experiment.
+    DataMismatch {
+        /// Where the file is named (or the setting that disagrees).
+        span: Span,
+        /// The file, as written.
+        file: String,
+        /// How it disagrees.
+        situation: DataFit,
+    },
+    /// K0221: a data file's header is malformed or of a kind Kiln does not read.
+    DataHeader {
+        /// Where the file is named.
+        span: Span,
+        /// The file, as written.
+        file: String,
+        /// Why, a clause (`it is not an IDX file: ...`).
+        reason: String,
+    },
+    /// K0414: a data file cannot be found or opened here (it may be on the training machine).
+    DataFileMissing {
+        /// Where the file is named.
+        span: Span,
+        /// The file, as written.
+        file: String,
+        /// Where it was looked for.
+        resolved: PathBuf,
+        /// Why it cannot be opened (`it does not exist`).
+        reason: String,
+    },
     /// K0510: the run directory holds another run or is being written.
     RunDirTaken {
         /// The experiment.
@@ -867,6 +897,9 @@ impl Problem {
             Problem::DropoutSharedGenerator { .. } => Code::DropoutSharedGenerator,
             Problem::OutlastsTraining { .. } => Code::OutlastsTraining,
             Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
+            Problem::DataMismatch { .. } => Code::DataMismatch,
+            Problem::DataHeader { .. } => Code::DataHeader,
+            Problem::DataFileMissing { .. } => Code::DataFileMissing,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,
             Problem::NonFiniteLoss { .. } => Code::NonFiniteLoss,

@@ -248,6 +248,9 @@ impl Problem {
             p @ (Problem::NormalizeChannels { .. } | Problem::OutlastsTraining { .. }) => {
                 super::consistency::words(p)
             }
+            p @ (Problem::DataMismatch { .. }
+            | Problem::DataHeader { .. }
+            | Problem::DataFileMissing { .. }) => super::datafile::words(p),
             p @ (Problem::PruneLeavesNothing { .. } | Problem::CannotShrink { .. }) => {
                 super::pruning::words(p)
             }

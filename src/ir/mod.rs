@@ -184,6 +184,30 @@ pub struct Data {
     pub normalize: Option<Normalize>,
     /// What a target is.
     pub targets: Targets,
+    /// What `kiln check` read from the data files' headers; `None` for synthetic data and for
+    /// files it could not read (absent here, or a loader that reads no data files).
+    pub read: Option<ReadData>,
+}
+
+impl Data {
+    /// The number of samples, when known: a synthetic source's `count`, or the count `kiln
+    /// check` read from the files' headers (`None` when the files were not read, or when a CSV
+    /// file is too large to count its rows).
+    pub fn samples(&self) -> Option<u64> {
+        match &self.source {
+            Source::Synthetic { count, .. } => Some(*count),
+            _ => self.read.as_ref().and_then(|r| r.samples),
+        }
+    }
+}
+
+/// What the checker read from the headers of a source's files.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadData {
+    /// The number of samples; `None` when it is not known from a bounded read (a large CSV).
+    pub samples: Option<u64>,
+    /// The per-sample input shape as the file stores it (`[28, 28]` for MNIST).
+    pub sample: Vec<u64>,
 }
 
 /// Fractions of the data given to each split (they sum to at most 1).

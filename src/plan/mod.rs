@@ -105,6 +105,8 @@ pub struct Plan {
     pub trial: Vec<(String, String)>,
     /// Per-sample input shape.
     pub input: Shape,
+    /// The data: its source and what is known of its samples.
+    pub data: DataRow,
     /// Global batch.
     pub batch: u64,
     /// Per-replica micro-batch.
@@ -130,6 +132,55 @@ pub struct Plan {
     /// Weights before and after compression (left out of YAML when nothing is compressed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionPlan>,
+}
+
+/// The data as the plan shows it.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct DataRow {
+    /// The source's kind (`synthetic`, `idx`, `csv`, ...).
+    pub source: String,
+    /// The number of samples: a synthetic `count`, or what `kiln check` read from the files'
+    /// headers (left out when unknown).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub samples: Option<u64>,
+    /// The per-sample shape the files store (left out for synthetic data and unread files).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<Vec<u64>>,
+}
+
+impl DataRow {
+    fn of(d: &crate::ir::Data) -> DataRow {
+        use crate::ir::Source;
+        let source = match &d.source {
+            Source::Synthetic { .. } => "synthetic",
+            Source::Idx { .. } => "idx",
+            Source::Npy { .. } => "npy",
+            Source::Npz { .. } => "npz",
+            Source::Csv { .. } => "csv",
+            Source::Safetensors { .. } => "safetensors",
+        };
+        DataRow {
+            source: source.to_string(),
+            samples: d.samples(),
+            sample: d.read.as_ref().map(|r| r.sample.clone()),
+        }
+    }
+
+    /// `idx: 10,000 samples of [28, 28]`, or what is known of it.
+    fn describe(&self) -> String {
+        let samples = match self.samples {
+            Some(n) => format!("{} sample{}", fmt_count(n), if n == 1 { "" } else { "s" }),
+            None if self.source == "synthetic" => String::new(),
+            None => "samples not read (file not here or too large to count)".into(),
+        };
+        match &self.sample {
+            Some(dims) => {
+                let d: Vec<String> = dims.iter().map(u64::to_string).collect();
+                format!("{}: {samples} of [{}]", self.source, d.join(", "))
+            }
+            None => format!("{}: {samples}", self.source),
+        }
+    }
 }
 
 /// Activations that cross from one device to another between consecutive layers.
@@ -308,6 +359,7 @@ pub fn plan(e: &Experiment) -> Plan {
         experiment: e.name.clone(),
         trial: e.trial.clone(),
         input: e.model.input.clone(),
+        data: DataRow::of(&e.data),
         batch: e.data.batch,
         micro_batch: micro,
         parallel: describe_parallel(&e.parallel),
@@ -508,6 +560,7 @@ pub fn to_text(p: &Plan) -> String {
         "input      {}  batch {} (micro-batch {})  {}  {}",
         p.input, p.batch, p.micro_batch, p.precision, p.optimizer
     );
+    let _ = writeln!(out, "data       {}", p.data.describe());
     let _ = writeln!(out, "parallel   {}\n", p.parallel);
     let name_w = p
         .layers

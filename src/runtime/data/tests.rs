@@ -57,6 +57,7 @@ pub(super) fn data(source: Source, targets: Targets, split: (f64, f64, f64)) -> 
         shuffle: true,
         normalize: None,
         targets,
+        read: None,
     }
 }
 

@@ -1,0 +1,488 @@
+//! A file source's data files, read no further than their headers through the [`Loader`]: that
+//! each file is there (K0414 warns when it is not: it may be on the training machine), that its
+//! header is one Kiln reads (K0221), and that what it declares fits the experiment (K0220): the
+//! sample shape against the model's input, the counts of inputs and targets, class labels one
+//! per sample, and a split that leaves each asked-for set a sample.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::cx::Cx;
+use super::data::SOURCES;
+use super::Loader;
+use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
+use crate::diagnostic::problem::DataFit;
+use crate::diagnostic::Problem;
+use crate::ir::{Experiment, ReadData, Source, Targets};
+use crate::span::{Sources, Span};
+use crate::syntax::ast::{Statement, ValueKind};
+
+/// Headers already read, by path and format: a sweep's trials read each file once.
+#[derive(Default)]
+pub(super) struct Headers(HashMap<(PathBuf, Format), Probe>);
+
+/// Where the source's settings are written.
+struct Spans {
+    /// Each argument of the source call, by parameter name.
+    args: HashMap<&'static str, Span>,
+    /// The model's `input` statement.
+    input: Option<Span>,
+    /// The `split` statement.
+    split: Option<Span>,
+}
+
+impl Spans {
+    fn find(stmt: &Statement) -> Option<Spans> {
+        fn find<'s>(stmts: &'s [Statement], kw: &str) -> Option<&'s Statement> {
+            stmts.iter().find(|s| s.keyword.name == kw)
+        }
+        let body = &stmt.body.as_ref()?.statements;
+        let data = &find(body, "data")?.body.as_ref()?.statements;
+        let source = find(data, "source")?;
+        let ValueKind::Call(name, args) = &source.values.first()?.kind else {
+            return None;
+        };
+        let (kind, params) = SOURCES.iter().find(|(k, _)| *k == name.name)?;
+        // Binding again only locates the arguments: their problems were reported already.
+        let bound = Cx::default().bind(kind, Some(args), name.span, params);
+        let args = params
+            .iter()
+            .filter_map(|p| bound.get(p).map(|v| (*p, v.span)))
+            .collect();
+        let input = find(body, "model")
+            .and_then(|m| m.body.as_ref())
+            .and_then(|b| find(&b.statements, "input"))
+            .map(|s| s.span);
+        Some(Spans {
+            args,
+            input,
+            split: find(data, "split").map(|s| s.span),
+        })
+    }
+}
+
+/// One side of a source (its inputs or its targets) as its header declares it.
+struct Side {
+    /// How messages name it: `` `images.idx` `` or `` the array `x` of `d.npz` ``.
+    name: String,
+    /// Where the file (or member) is named.
+    span: Span,
+    /// The dimensions, the sample count first.
+    shape: Vec<u64>,
+}
+
+/// Reads the headers of `e`'s data files and checks them against the experiment; records what
+/// they declare in `e.data.read`. Synthetic data, and loaders that read no data files, are left
+/// alone.
+pub(super) fn verify(
+    cx: &mut Cx,
+    e: &mut Experiment,
+    stmt: &Statement,
+    sources: &Sources,
+    loader: &dyn Loader,
+    headers: &mut Headers,
+) {
+    if matches!(e.data.source, Source::Synthetic { .. }) {
+        return;
+    }
+    let Some(spans) = Spans::find(stmt) else {
+        return;
+    };
+    let dir = sources
+        .get(e.data.source_span.file)
+        .path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let mut files = Files {
+        cx,
+        dir,
+        loader,
+        headers,
+        spans: &spans,
+        fallback: e.data.source_span,
+    };
+    let Some((inputs, targets)) = files.sides(&e.data.source) else {
+        return;
+    };
+    let samples = fit(files.cx, e, &spans, &inputs, &targets);
+    if let Some(samples) = samples {
+        e.data.read = Some(ReadData {
+            samples,
+            sample: inputs.shape[1..].to_vec(),
+        });
+    }
+}
+
+/// Reads a source's files.
+struct Files<'a, 'c> {
+    cx: &'c mut Cx,
+    dir: PathBuf,
+    loader: &'a dyn Loader,
+    headers: &'a mut Headers,
+    spans: &'a Spans,
+    fallback: Span,
+}
+
+impl Files<'_, '_> {
+    fn span(&self, param: &str) -> Span {
+        self.spans.args.get(param).copied().unwrap_or(self.fallback)
+    }
+
+    /// The header of `rel`, or `None` after reporting why there is none.
+    fn open(&mut self, rel: &str, param: &str, format: Format) -> Option<Header> {
+        let path = self.dir.join(rel);
+        let probe = self
+            .headers
+            .0
+            .entry((path.clone(), format))
+            .or_insert_with_key(|(p, f)| self.loader.data_header(p, f))
+            .clone();
+        let span = self.span(param);
+        match probe {
+            Probe::Unknown => None,
+            Probe::Missing(reason) => {
+                self.cx.report(Problem::DataFileMissing {
+                    span,
+                    file: rel.to_string(),
+                    resolved: path,
+                    reason,
+                });
+                None
+            }
+            Probe::Malformed(reason) => {
+                self.unusable(span, rel, reason);
+                None
+            }
+            Probe::Read(h) => Some(h),
+        }
+    }
+
+    fn unusable(&mut self, span: Span, file: &str, reason: String) {
+        self.cx.report(Problem::DataHeader {
+            span,
+            file: file.to_string(),
+            reason,
+        });
+    }
+
+    /// One array, refused when its elements are not numbers (or, for IDX, not bytes).
+    fn array(&mut self, a: Array, name: String, span: Span, file: &str, idx: bool) -> Option<Side> {
+        let refused = match &a.elem {
+            Elem::Other(_) => Some(format!(
+                "{name} holds {}, but only real numbers are supported",
+                a.elem
+            )),
+            Elem::Int {
+                signed: false,
+                bits: 8,
+            } => None,
+            _ if idx => Some(format!(
+                "it holds {}, but Kiln reads IDX files of unsigned bytes only",
+                a.elem
+            )),
+            _ => None,
+        };
+        if let Some(reason) = refused {
+            self.unusable(span, file, reason);
+            return None;
+        }
+        Some(Side {
+            name,
+            span,
+            shape: a.shape,
+        })
+    }
+
+    /// A named member of an archive.
+    fn member(
+        &mut self,
+        h: Header,
+        file: &str,
+        key: &str,
+        param: &str,
+        kind: &'static str,
+    ) -> Option<Side> {
+        let Header::Members(members) = h else {
+            return None;
+        };
+        let span = self.span(param);
+        let Some(m) = members.iter().find(|m| m.name == key) else {
+            let present = members.iter().map(|m| m.name.clone()).collect();
+            self.cx.report(Problem::DataMismatch {
+                span,
+                file: format!("`{file}`"),
+                situation: DataFit::NoMember {
+                    kind,
+                    name: key.to_string(),
+                    present,
+                },
+            });
+            return None;
+        };
+        match m.array.clone()? {
+            Ok(a) => self.array(
+                a,
+                format!("the {kind} `{key}` of `{file}`"),
+                span,
+                file,
+                false,
+            ),
+            Err(reason) => {
+                self.unusable(span, file, reason);
+                None
+            }
+        }
+    }
+
+    /// The inputs and the targets of a file source.
+    fn sides(&mut self, source: &Source) -> Option<(Side, Side)> {
+        let single = |files: &mut Self, rel: &str, param: &str, format: Format| {
+            let idx = format == Format::Idx;
+            let Header::Array(a) = files.open(rel, param, format)? else {
+                return None;
+            };
+            let span = files.span(param);
+            files.array(a, format!("`{rel}`"), span, rel, idx)
+        };
+        match source {
+            Source::Synthetic { .. } => None,
+            Source::Idx { images, labels } => {
+                let x = single(self, images, "images", Format::Idx);
+                let y = single(self, labels, "labels", Format::Idx);
+                let (x, y) = (x?, y?);
+                let mut fine = true;
+                for (side, file, ok, what, want) in [
+                    (
+                        &x,
+                        images,
+                        x.shape.len() >= 2,
+                        "images",
+                        "at least 2 (the count and the sample's dimensions)",
+                    ),
+                    (&y, labels, y.shape.len() == 1, "labels", "1"),
+                ] {
+                    if !ok {
+                        let n = side.shape.len();
+                        let s = if n == 1 { "" } else { "s" };
+                        let reason = format!("it has {n} dimension{s}, but IDX {what} have {want}");
+                        self.unusable(side.span, file, reason);
+                        fine = false;
+                    }
+                }
+                fine.then_some((x, y))
+            }
+            Source::Npy { inputs, targets } => {
+                let x = single(self, inputs, "inputs", Format::Npy);
+                let y = single(self, targets, "targets", Format::Npy);
+                Some((x?, y?))
+            }
+            Source::Npz {
+                path,
+                inputs,
+                targets,
+            } => {
+                let h = self.open(
+                    path,
+                    "path",
+                    Format::Npz(vec![inputs.clone(), targets.clone()]),
+                )?;
+                let x = self.member(h.clone(), path, inputs, "inputs", "array");
+                let y = self.member(h, path, targets, "targets", "array");
+                Some((x?, y?))
+            }
+            Source::Safetensors {
+                path,
+                inputs,
+                targets,
+            } => {
+                let h = self.open(path, "path", Format::Safetensors)?;
+                let x = self.member(h.clone(), path, inputs, "inputs", "tensor");
+                let y = self.member(h, path, targets, "targets", "tensor");
+                Some((x?, y?))
+            }
+            Source::Csv {
+                path,
+                target,
+                header,
+            } => self.csv(path, target, *header),
+        }
+    }
+
+    /// A CSV file as two sides: every column but the target, and the target.
+    fn csv(&mut self, path: &str, target: &str, header: bool) -> Option<(Side, Side)> {
+        let Header::Csv(csv) = self.open(path, "path", Format::Csv)? else {
+            return None;
+        };
+        let columns = csv.first.len();
+        let at = self.span("target");
+        let found = if header {
+            csv.first.iter().any(|c| c == target)
+        } else {
+            target.trim().parse::<usize>().is_ok_and(|i| i < columns)
+        };
+        if !found {
+            let situation = if header {
+                DataFit::NoColumn {
+                    name: target.to_string(),
+                    columns: csv.first.clone(),
+                }
+            } else {
+                DataFit::ColumnIndex {
+                    target: target.to_string(),
+                    columns,
+                }
+            };
+            self.cx.report(Problem::DataMismatch {
+                span: at,
+                file: format!("`{path}`"),
+                situation,
+            });
+            return None;
+        }
+        let span = self.span("path");
+        if columns < 2 {
+            self.cx.report(Problem::DataMismatch {
+                span,
+                file: format!("`{path}`"),
+                situation: DataFit::OneColumn,
+            });
+            return None;
+        }
+        // The count is left unknown (`u64::MAX` marks it) when the file is too large to count.
+        let rows = match csv.rows {
+            Rows::Exact(n) => n.saturating_sub(u64::from(header)),
+            Rows::AtLeast(_) => u64::MAX,
+        };
+        let name = format!("`{path}`");
+        Some((
+            Side {
+                name: name.clone(),
+                span,
+                shape: vec![rows, columns as u64 - 1],
+            },
+            Side {
+                name,
+                span,
+                shape: vec![rows],
+            },
+        ))
+    }
+}
+
+/// Checks what the headers declare against the experiment; the sample count (`None` inside when
+/// unknown) when everything fits.
+fn fit(cx: &mut Cx, e: &Experiment, spans: &Spans, x: &Side, y: &Side) -> Option<Option<u64>> {
+    let mismatch = |cx: &mut Cx, side: &Side, situation: DataFit| {
+        cx.report(Problem::DataMismatch {
+            span: side.span,
+            file: side.name.clone(),
+            situation,
+        });
+    };
+    for (side, what) in [(x, "inputs"), (y, "targets")] {
+        if side.shape.is_empty() {
+            mismatch(cx, side, DataFit::NotPerSample { what });
+            return None;
+        }
+    }
+    let (n, m) = (x.shape[0], y.shape[0]);
+    if n != m {
+        let what = if matches!(e.data.source, Source::Idx { .. }) {
+            "labels"
+        } else {
+            "targets"
+        };
+        mismatch(
+            cx,
+            y,
+            DataFit::Counts {
+                what,
+                count: m,
+                inputs: n,
+                other: x.name.clone(),
+                other_span: x.span,
+            },
+        );
+        return None;
+    }
+    if n == 0 {
+        mismatch(cx, x, DataFit::NoSamples);
+        return None;
+    }
+    let per: u64 = x.shape[1..].iter().fold(1, |a, d| a.saturating_mul(*d));
+    if i64::try_from(per).ok() != Some(e.model.input.numel()) {
+        mismatch(
+            cx,
+            x,
+            DataFit::SampleSize {
+                found: x.shape[1..].to_vec(),
+                input: e.model.input.clone(),
+                input_span: spans.input,
+            },
+        );
+        return None;
+    }
+    let per_target: u64 = y.shape[1..].iter().fold(1, |a, d| a.saturating_mul(*d));
+    match &e.data.targets {
+        Targets::Classes(_) if per_target != 1 => {
+            mismatch(
+                cx,
+                y,
+                DataFit::NotClassLabels {
+                    found: y.shape[1..].to_vec(),
+                    classes: spans.args.get("classes").copied(),
+                },
+            );
+            return None;
+        }
+        Targets::Values(shape) if i64::try_from(per_target).ok() != Some(shape.numel()) => {
+            mismatch(
+                cx,
+                y,
+                DataFit::TargetSize {
+                    found: y.shape[1..].to_vec(),
+                    declared: shape.clone(),
+                },
+            );
+            return None;
+        }
+        _ => {}
+    }
+    if n == u64::MAX {
+        return Some(None);
+    }
+    split_fits(cx, e, spans, n).then_some(Some(n))
+}
+
+/// Whether the split leaves every asked-for set a sample, counted as the runtime splits:
+/// `floor(fraction x n)` each, in order train, val, test. A training split smaller than the batch
+/// is left alone: the runtime trains on it in one smaller batch.
+fn split_fits(cx: &mut Cx, e: &Experiment, spans: &Spans, n: u64) -> bool {
+    let split = &e.data.split;
+    let count =
+        |f: f64, left: u64| ((f.max(0.0) * n as f64 * (1.0 + 1e-12)).floor() as u64).min(left);
+    let train = count(split.train, n);
+    let val = count(split.val, n - train);
+    let test = count(split.test, n - train - val);
+    let at = spans.split.unwrap_or(e.data.source_span);
+    for (name, fraction, got) in [
+        ("training", split.train, train),
+        ("validation", split.val, val),
+        ("test", split.test, test),
+    ] {
+        if fraction > 0.0 && got == 0 {
+            cx.report(Problem::DataMismatch {
+                span: at,
+                file: String::new(),
+                situation: DataFit::EmptySplit {
+                    split: name,
+                    fraction,
+                    count: n,
+                    source: e.data.source_span,
+                },
+            });
+            return false;
+        }
+    }
+    true
+}

@@ -1,0 +1,96 @@
+//! CSV files: the first row (a header or the first sample), the first sample row, and the
+//! number of rows, counted within the first [`CSV_COUNT_BYTES`] of the file.
+
+use std::io::Read;
+
+use super::{read_up_to, CSV_COUNT_BYTES};
+
+/// How many non-blank rows a CSV file has (its header row included).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Rows {
+    /// Counted to the end of the file.
+    Exact(u64),
+    /// The file is larger than [`CSV_COUNT_BYTES`]: at least this many.
+    AtLeast(u64),
+}
+
+/// What the start of a CSV file holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Csv {
+    /// The cells of the first non-blank row, unquoted.
+    pub first: Vec<String>,
+    /// The cells of the second non-blank row, when there is one within the bytes read.
+    pub second: Option<Vec<String>>,
+    /// The number of non-blank rows.
+    pub rows: Rows,
+}
+
+/// Splits a CSV line at commas outside double quotes, and unquotes the cells.
+fn cells(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mut start, mut quoted) = (0, false);
+    for (i, c) in line.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                out.push(unquote(&line[start..i]));
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(unquote(&line[start..]));
+    out
+}
+
+fn unquote(cell: &str) -> String {
+    let t = cell.trim();
+    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
+        Some(inner) => inner.replace("\"\"", "\""),
+        None => t.to_string(),
+    }
+}
+
+/// Reads the start of a CSV file of `size` bytes.
+pub(super) fn header(r: &mut impl Read, size: u64) -> Result<Csv, String> {
+    let bytes = read_up_to(r, CSV_COUNT_BYTES)?;
+    let whole = (bytes.len() as u64) >= size;
+    // A line cut by the read is not counted.
+    let kept = if whole {
+        &bytes[..]
+    } else {
+        &bytes[..bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)]
+    };
+    let mut count = 0u64;
+    let mut first = None;
+    let mut second = None;
+    for line in kept.split(|b| *b == b'\n') {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        count += 1;
+        if count <= 2 {
+            let text = String::from_utf8_lossy(line);
+            let text = text
+                .strip_prefix('\u{feff}')
+                .unwrap_or(&text)
+                .trim_end_matches('\r');
+            let row = cells(text);
+            if count == 1 {
+                first = Some(row);
+            } else {
+                second = Some(row);
+            }
+        }
+    }
+    let first = first.ok_or("it holds no rows")?;
+    Ok(Csv {
+        first,
+        second,
+        rows: if whole {
+            Rows::Exact(count)
+        } else {
+            Rows::AtLeast(count)
+        },
+    })
+}
