@@ -250,25 +250,26 @@ impl Files<'_, '_> {
                 let x = single(self, images, "images", Format::Idx);
                 let y = single(self, labels, "labels", Format::Idx);
                 let (x, y) = (x?, y?);
-                let mut fine = true;
-                for (side, file, ok, what, want) in [
-                    (
-                        &x,
-                        images,
-                        x.shape.len() >= 2,
-                        "images",
-                        "at least 2 (the count and the sample's dimensions)",
-                    ),
-                    (&y, labels, y.shape.len() == 1, "labels", "1"),
+                let images_ok = x.shape.len() >= 2;
+                let labels_ok = y.shape.len() == 1;
+                let swapped = y.shape.len() >= 2 && x.shape.len() == 1;
+                for (side, file, ok, what) in [
+                    (&x, images, images_ok, "images"),
+                    (&y, labels, labels_ok, "labels"),
                 ] {
                     if !ok {
-                        let n = side.shape.len();
-                        let s = if n == 1 { "" } else { "s" };
-                        let reason = format!("it has {n} dimension{s}, but IDX {what} have {want}");
-                        self.unusable(side.span, file, reason);
-                        fine = false;
+                        self.cx.report(Problem::DataMismatch {
+                            span: side.span,
+                            file: format!("`{file}`"),
+                            situation: DataFit::Role {
+                                what,
+                                dims: side.shape.len(),
+                                swapped,
+                            },
+                        });
                     }
                 }
+                let fine = images_ok && labels_ok;
                 fine.then_some((x, y))
             }
             Source::Npy { inputs, targets } => {

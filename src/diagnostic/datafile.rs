@@ -36,6 +36,16 @@ pub enum DataFit {
         /// `inputs` or `targets`.
         what: &'static str,
     },
+    /// An IDX file of a rank other than its role takes (images have a count and sample
+    /// dimensions, labels only the count).
+    Role {
+        /// `images` or `labels`.
+        what: &'static str,
+        /// The file's dimensions, the count included.
+        dims: usize,
+        /// Whether the other file has this file's role's rank: the two look swapped.
+        swapped: bool,
+    },
     /// The file holds no samples.
     NoSamples,
     /// Class-index targets hold more than one value per sample.
@@ -179,6 +189,30 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
         )
         .label("no samples")
         .help(format!("the {what}' first dimension counts the samples")),
+        DataFit::Role {
+            what,
+            dims,
+            swapped,
+        } => {
+            let want = if what == "labels" {
+                "1 (one class id per sample)"
+            } else {
+                "at least 2 (the count, then each sample's dimensions)"
+            };
+            new(
+                span,
+                format!(
+                    "{file} holds {dims} dimension{} but IDX {what} have {want}",
+                    if dims == 1 { "" } else { "s" }
+                ),
+            )
+            .label(format!("given as the {what}"))
+            .help(if swapped {
+                "the images and labels files look swapped: give the images first, the labels as `labels:`"
+            } else {
+                "name the IDX file that holds the experiment's images as the first argument and its labels as `labels:`"
+            })
+        }
         DataFit::NoSamples => new(span, format!("{file} holds no samples"))
             .label("no samples")
             .help("the data needs at least one sample"),
