@@ -19,6 +19,7 @@ mod runtime;
 mod shapes;
 mod situation;
 mod strategy;
+mod syntax;
 mod unreadable;
 mod wording;
 

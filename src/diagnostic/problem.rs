@@ -16,6 +16,7 @@ pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
 };
+pub use super::syntax::{Habit, Within};
 pub use super::unreadable::{FileKind, Unreadable};
 
 /// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
@@ -25,11 +26,16 @@ pub enum Problem {
     Syntax {
         /// Where parsing stopped.
         span: Span,
-        /// The character found there; `None` at the end of the file.
-        found: Option<char>,
+        /// The whole token found there (`64`, `"text"`, `\n` at the end of a line); `None` at
+        /// the end of the file.
+        found: Option<String>,
         /// What the grammar accepts there, already joined (`a value or `]``); empty when the
         /// parser gives no list.
         expected: String,
+        /// What the parser was in the middle of.
+        within: Option<Within>,
+        /// A habit from another format the error shows.
+        habit: Option<Habit>,
         /// Why pest gave up, when it stopped on its call limit.
         gave_up: Option<String>,
     },

@@ -114,31 +114,7 @@ impl Problem {
                         .help(format!("write {example}")),
                 }
             }
-            Problem::Syntax {
-                span,
-                found,
-                expected,
-                gave_up,
-            } => {
-                let found_text = match found {
-                    None => "end of file".to_string(),
-                    Some('\n') => "end of line".to_string(),
-                    Some(c) => format!("`{}`", c.escape_debug()),
-                };
-                if let Some(message) = gave_up {
-                    new(span, format!("the parser gave up: {message}"))
-                        .label("here")
-                        .help("this input is too complex to parse; check it for stray brackets")
-                } else if expected.is_empty() {
-                    new(span, format!("unexpected {found_text}"))
-                        .label("unexpected here")
-                        .help(syntax_help(found))
-                } else {
-                    new(span, format!("expected {expected}, found {found_text}"))
-                        .label(format!("expected {expected}"))
-                        .help(syntax_help(found))
-                }
-            }
+            p @ Problem::Syntax { .. } => super::syntax::words(p),
             Problem::InvalidUtf8 { span, path } => {
                 new(span, format!("`{}` is not valid UTF-8", path.display()))
                     .label("invalid byte here")
@@ -340,16 +316,6 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
         Expected::Callee { what, .. } => return (what.clone(), ""),
     };
     (what.to_string(), example)
-}
-
-fn syntax_help(found: Option<char>) -> &'static str {
-    match found {
-        Some('}') => "a `}` here closes a block that was never opened, or a statement before it is unfinished",
-        Some('=') => "Kiln writes settings as `name value` (as in `batch 64`) and arguments as `name: value`",
-        Some(',') => "commas separate items only inside `( )` and `[ ]`",
-        None => "a block or list is not closed: add the missing `}`, `)` or `]`",
-        _ => "statements are written `keyword value ...` or `name: layer(args)`, one per line",
-    }
 }
 
 #[cfg(test)]
