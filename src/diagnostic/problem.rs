@@ -122,7 +122,8 @@ pub enum Problem {
     UnknownReference {
         /// The name and the model's names.
         unknown: Unknown,
-        /// A parameter suffix (`.weight`) set aside while looking for a similar name.
+        /// The parameter suffix (`.weight`) the name ends in, or nearly (`.weights`): set aside
+        /// while looking for a similar name, then written after it.
         suffix: String,
     },
     /// K0115: no experiment, or another one.

@@ -30,38 +30,46 @@ impl Problem {
             Problem::UnknownStrategy(u) => unknown_name(code, "parallel strategy", u),
             Problem::UnknownChoice { unknown, what } => unknown_name(code, &what, unknown),
             Problem::UnknownParameter { unknown, callee } => {
-                let suggestion = suggest(&unknown);
+                let suggestions = suggest(&unknown);
                 let d = new(
                     unknown.span,
                     format!("`{callee}` has no parameter `{}`", unknown.name),
                 )
                 .label("unknown parameter");
-                match suggestion {
-                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(unknown.span, s),
-                    None => d.help(takes(&callee, &unknown.candidates)),
+                if suggestions.is_empty() {
+                    d.help(takes(&callee, &unknown.candidates))
+                } else {
+                    mean(d, unknown.span, suggestions, "")
                 }
             }
             Problem::UnknownDevice { span, name } => {
                 let base = name.split(':').next().unwrap_or(&name);
-                let suggestion = if base == "gpu" {
-                    Some(name.replacen("gpu", "cuda", 1))
+                let suggestions: Vec<String> = if base == "gpu" {
+                    vec![name.replacen("gpu", "cuda", 1)]
                 } else {
-                    did_you_mean(base, ["cpu", "cuda", "auto"]).map(|s| name.replacen(base, s, 1))
+                    did_you_mean(base, ["cpu", "cuda", "auto"])
+                        .into_iter()
+                        .map(|s| name.replacen(base, s, 1))
+                        .collect()
                 };
                 let d = new(span, format!("unknown device `{name}`")).label("not a device");
-                match suggestion {
-                    Some(s) => d
-                        .help(format!(
-                            "did you mean `{s}`? devices are cpu, cuda, cuda:N and auto"
-                        ))
-                        .fix(span, s),
-                    None => d.help("devices are cpu, cuda, cuda:N and auto"),
+                if suggestions.is_empty() {
+                    d.help("devices are cpu, cuda, cuda:N and auto")
+                } else {
+                    mean(d, span, suggestions, " devices are cpu, cuda, cuda:N and auto")
                 }
             }
             Problem::UnknownReference { unknown, suffix } => {
-                let name = unknown.name.strip_suffix(&suffix).unwrap_or(&unknown.name);
-                let suggestion = did_you_mean(name, unknown.candidates.iter().map(String::as_str))
-                    .map(|s| format!("{s}{suffix}"));
+                // The parameter (`.weight`, or a near miss of it) is set aside.
+                let name = match unknown.name.rsplit_once('.') {
+                    Some((layer, _)) if !suffix.is_empty() => layer,
+                    _ => &unknown.name,
+                };
+                let suggestions: Vec<String> =
+                    did_you_mean(name, unknown.candidates.iter().map(String::as_str))
+                        .into_iter()
+                        .map(|s| format!("{s}{suffix}"))
+                        .collect();
                 let mut sorted: Vec<&str> = unknown.candidates.iter().map(String::as_str).collect();
                 sorted.sort_unstable();
                 let d = new(
@@ -69,15 +77,15 @@ impl Problem {
                     format!("the model has no layer or block `{}`", unknown.name),
                 )
                 .label("not defined in the model");
-                match suggestion {
-                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(unknown.span, s),
-                    None if sorted.is_empty() => {
+                match suggestions {
+                    s if !s.is_empty() => mean(d, unknown.span, s, ""),
+                    _ if sorted.is_empty() => {
                         d.help("name layers with `name: layer(...)` to refer to them")
                     }
-                    None if sorted.len() <= 12 => {
+                    _ if sorted.len() <= 12 => {
                         d.help(format!("named layers and blocks: {}", sorted.join(", ")))
                     }
-                    None => d.help(format!(
+                    _ => d.help(format!(
                         "named layers and blocks include {}, ... ({} in all)",
                         sorted[..12].join(", "),
                         sorted.len()
@@ -247,18 +255,40 @@ impl Problem {
     }
 }
 
-/// The closest candidate to an unknown name, when one is close enough.
-fn suggest(u: &Unknown) -> Option<String> {
-    did_you_mean(&u.name, u.candidates.iter().map(String::as_str)).map(str::to_string)
+/// The candidates closest to an unknown name, when any is close enough.
+fn suggest(u: &Unknown) -> Vec<String> {
+    did_you_mean(&u.name, u.candidates.iter().map(String::as_str))
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
+
+/// "did you mean `a` or `b`?" as the help line (followed by `more`), with one fix per
+/// suggestion: each fix is one alternative.
+fn mean(d: Diagnostic, span: Span, suggestions: Vec<String>, more: &str) -> Diagnostic {
+    let quoted: Vec<String> = suggestions.iter().map(|s| format!("`{s}`")).collect();
+    let d = d.help(format!("did you mean {}?{more}", or_list(&quoted)));
+    suggestions.into_iter().fold(d, |d, s| d.fix(span, s))
+}
+
+/// `a`, `a or b`, `a, b or c`.
+pub(super) fn or_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
 }
 
 /// An unknown name of the category `what`, with a fix when a candidate is close.
 fn unknown_name(code: super::Code, what: &str, u: Unknown) -> Diagnostic {
     let d = Diagnostic::new(code, u.span, format!("unknown {what} `{}`", u.name))
         .label(format!("not a known {what}"));
-    match suggest(&u) {
-        Some(s) => d.help(format!("did you mean `{s}`?")).fix(u.span, s),
-        None => d.help(format!("expected one of: {}", u.candidates.join(", "))),
+    let suggestions = suggest(&u);
+    if suggestions.is_empty() {
+        d.help(format!("expected one of: {}", u.candidates.join(", ")))
+    } else {
+        mean(d, u.span, suggestions, "")
     }
 }
 
