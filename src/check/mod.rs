@@ -8,6 +8,7 @@ pub mod cx;
 mod data;
 mod experiment;
 mod fs;
+mod homes;
 pub mod layers;
 mod model;
 mod settings;

@@ -133,6 +133,21 @@ pub const TRAIN_KEYWORDS: &[&str] = &[
     "clip_value",
 ];
 
+/// The settings written as a call, with each choice and its parameters: `optimizer sgd(lr, ...)`,
+/// `schedule`, `loss` and `parallel`.
+pub fn calls() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str])> {
+    fn of<T>(
+        setting: &'static str,
+        table: &'static [Choice<T>],
+    ) -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str])> {
+        table.iter().map(move |(word, _, params)| (setting, *word, *params))
+    }
+    of("optimizer", OPTIMIZERS)
+        .chain(of("schedule", SCHEDULES))
+        .chain(of("loss", LOSSES))
+        .chain(of("parallel", STRATEGIES))
+}
+
 /// The most data-parallel replicas on one machine.
 const MAX_REPLICAS: u64 = 1024;
 
@@ -407,12 +422,7 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     for s in &body.statements {
         let kw = s.keyword.name.as_str();
         if !TRAIN_KEYWORDS.contains(&kw) {
-            cx.unknown(
-                Code::UnknownKeyword,
-                "train setting",
-                &s.keyword,
-                TRAIN_KEYWORDS,
-            );
+            cx.unknown_keyword("train setting", s, TRAIN_KEYWORDS);
         } else if let Some(first) = seen.get(kw) {
             duplicate(cx, kw, first, s);
         } else {

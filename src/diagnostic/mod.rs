@@ -10,6 +10,7 @@ mod arguments;
 mod codes;
 mod compress;
 mod distributed;
+mod keywords;
 pub mod problem;
 mod pruning;
 mod ranges;

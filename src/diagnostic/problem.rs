@@ -12,6 +12,7 @@ pub use super::compress::{
     GroupedLayer, NoSpeedup, TargetNeed, WeightOnly, INT4_GROUP_SIZES, LARGE_BATCH,
     SMALL_LAYER_WEIGHTS,
 };
+pub use super::keywords::{Home, KeywordHint};
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
@@ -73,6 +74,8 @@ pub enum Problem {
         unknown: Unknown,
         /// Where it stands (`data setting`, `top-level statement`).
         place: String,
+        /// Where it belongs instead, or the colon that made it a keyword.
+        hint: Option<KeywordHint>,
     },
     /// K0102.
     UnknownLayer(Unknown),

@@ -10,7 +10,7 @@ impl Problem {
         let code = self.code();
         let new = |span: Span, message: String| Diagnostic::new(code, span, message);
         match self {
-            Problem::UnknownKeyword { unknown, place } => unknown_name(code, &place, unknown),
+            p @ Problem::UnknownKeyword { .. } => super::keywords::words(p),
             Problem::UnknownLayer(u) => unknown_name(code, "layer", u),
             Problem::UnknownOptimizer(u) => unknown_name(code, "optimizer", u),
             Problem::UnknownLoss(u) => unknown_name(code, "loss", u),
@@ -281,7 +281,7 @@ pub(super) fn or_list(items: &[String]) -> String {
 }
 
 /// An unknown name of the category `what`, with a fix when a candidate is close.
-fn unknown_name(code: super::Code, what: &str, u: Unknown) -> Diagnostic {
+pub(super) fn unknown_name(code: super::Code, what: &str, u: Unknown) -> Diagnostic {
     let d = Diagnostic::new(code, u.span, format!("unknown {what} `{}`", u.name))
         .label(format!("not a known {what}"));
     let suggestions = suggest(&u);
