@@ -148,6 +148,40 @@ pub fn calls() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'
         .chain(of("parallel", STRATEGIES))
 }
 
+/// The count of `epochs` or `steps` (`stmt`, whose value is `v`), at least 1; a count written
+/// with a unit (`epochs 500 steps`) is refused with the setting the unit names.
+fn count(cx: &mut Cx, stmt: &Statement, v: &Value, what: &str) -> Option<u64> {
+    if let ValueKind::Number {
+        value,
+        integer: true,
+        unit: Some(unit @ (Unit::Steps | Unit::Epochs)),
+    } = v.kind
+    {
+        if (0.0..=9.0e15).contains(&value) {
+            cx.report(Problem::WrongType {
+                span: v.span,
+                expected: Expected::Count {
+                    setting: if stmt.keyword.name == "epochs" {
+                        "epochs"
+                    } else {
+                        "steps"
+                    },
+                    count: value as u64,
+                    meant: if unit == Unit::Steps {
+                        "steps"
+                    } else {
+                        "epochs"
+                    },
+                    statement: stmt.keyword.span.to(v.span),
+                },
+                found: v.type_name(),
+            });
+            return None;
+        }
+    }
+    cx.uint_min(v, what, 1)
+}
+
 /// The most data-parallel replicas on one machine.
 const MAX_REPLICAS: u64 = 1024;
 
@@ -442,12 +476,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             });
             None
         }
-        (Some(_), None) => value(cx, "epochs").and_then(|v| {
-            let n = cx.uint_min(v, "the number of epochs", 1)?;
+        (Some(s), None) => value(cx, "epochs").and_then(|v| {
+            let n = count(cx, s, v, "the number of epochs")?;
             Some((Duration::Epochs(n), v.span))
         }),
-        (None, Some(_)) => value(cx, "steps").and_then(|v| {
-            let n = cx.uint_min(v, "the number of steps", 1)?;
+        (None, Some(s)) => value(cx, "steps").and_then(|v| {
+            let n = count(cx, s, v, "the number of steps")?;
             Some((Duration::Steps(n), v.span))
         }),
         (None, None) => {

@@ -111,6 +111,15 @@ impl Problem {
                 expected,
                 found,
             } => {
+                if let Expected::Count {
+                    setting,
+                    count,
+                    meant,
+                    statement,
+                } = expected
+                {
+                    return count_with_unit(code, span, setting, count, meant, statement);
+                }
                 let (what, example) = expected_words(&expected);
                 let d = new(span, format!("expected {what}, found {found}"));
                 match expected {
@@ -301,6 +310,32 @@ pub(super) fn takes(callee: &str, params: &[String]) -> String {
     }
 }
 
+/// `epochs 500 steps`: a count written with a unit, which names the setting meant.
+fn count_with_unit(
+    code: super::Code,
+    span: Span,
+    setting: &str,
+    count: u64,
+    meant: &str,
+    statement: Span,
+) -> Diagnostic {
+    let written = format!("{meant} {count}");
+    let d = if meant == setting {
+        Diagnostic::new(code, span, format!("`{setting}` takes a plain number"))
+            .label(format!("`{setting}` already counts {setting}"))
+            .help(format!("write `{written}`"))
+    } else {
+        Diagnostic::new(
+            code,
+            span,
+            format!("`{setting}` counts {setting}, not {meant}"),
+        )
+        .label(format!("a number of {meant}"))
+        .help(format!("to train for {count} {meant}, write `{written}`"))
+    };
+    d.fix(statement, written)
+}
+
 /// What a setting expects, and how to write it.
 fn expected_words(e: &Expected) -> (String, &'static str) {
     let (what, example) = match e {
@@ -344,6 +379,7 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
         Expected::DeviceList => ("a list of devices", "`devices: [cuda:0, cuda:1]`"),
         Expected::Betas => ("two numbers", "`betas: [beta1, beta2]`"),
         Expected::Callee { what, .. } => return (what.clone(), ""),
+        Expected::Count { .. } => ("a plain number", "a plain number"),
     };
     (what.to_string(), example)
 }
