@@ -13,6 +13,7 @@ pub use super::compress::{
     SMALL_LAYER_WEIGHTS,
 };
 pub use super::keywords::{Home, KeywordHint};
+pub use super::shapes::Window;
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
@@ -460,8 +461,8 @@ pub enum Problem {
         span: Span,
         /// The layer kind.
         layer: String,
-        /// The output length.
-        length: i64,
+        /// The sliding window over the dimension that comes out empty.
+        window: Window,
         /// What flows in.
         producer: Producer,
     },

@@ -5,6 +5,72 @@ use super::Diagnostic;
 use crate::ir::Kind;
 use crate::span::Span;
 
+/// A kernel sliding over one spatial dimension of a convolution or pooling layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Which spatial dimension (0 is the first after the channels).
+    pub axis: usize,
+    /// How many spatial dimensions the layer has (1 or 2).
+    pub rank: usize,
+    /// The input's size along it.
+    pub input: i64,
+    /// The kernel's size.
+    pub kernel: i64,
+    /// The stride.
+    pub stride: i64,
+    /// The padding on each side.
+    pub padding: i64,
+    /// The dilation (1 for pooling).
+    pub dilation: i64,
+}
+
+impl Window {
+    /// The output size: `(input + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1`.
+    pub fn output(&self) -> i64 {
+        (self.input + 2 * self.padding - self.dilation * (self.kernel - 1) - 1)
+            .div_euclid(self.stride.max(1))
+            + 1
+    }
+
+    /// The dimension's name: `length`, `height` or `width`.
+    fn dimension(&self) -> &'static str {
+        match (self.rank, self.axis) {
+            (1, _) => "length",
+            (_, 0) => "height",
+            _ => "width",
+        }
+    }
+
+    /// The settings that shape the window, as written: `kernel 5, stride 1, padding 0`, with
+    /// the dilation when it is not 1.
+    fn settings(&self) -> String {
+        let mut s = format!(
+            "kernel {}, stride {}, padding {}",
+            self.kernel, self.stride, self.padding
+        );
+        if self.dilation != 1 {
+            s.push_str(&format!(", dilation {}", self.dilation));
+        }
+        s
+    }
+
+    /// What would fit: the largest kernel at this padding, and the least padding for this
+    /// kernel.
+    fn remedy(&self) -> String {
+        let reach = self.dilation * (self.kernel - 1) + 1;
+        let padding = (reach - self.input + 1).div_euclid(2).max(0);
+        let largest = (self.input + 2 * self.padding - 1).div_euclid(self.dilation.max(1)) + 1;
+        if largest >= 1 {
+            format!("use a kernel of at most {largest}, or padding of at least {padding}")
+        } else {
+            format!(
+                "use padding of at least {padding}, or a larger input {}",
+                self.dimension()
+            )
+        }
+    }
+}
+
 /// The secondary label naming what flows into a layer.
 fn produces(p: &Producer) -> (Span, String) {
     (p.span, format!("{} produces {}", p.name, p.shape))
@@ -229,17 +295,26 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         Problem::EmptyDimension {
             span,
             layer,
-            length,
+            window,
             producer,
         } => {
             let (at, text) = produces(&producer);
+            let dim = window.dimension();
             new(
                 span,
-                format!("`{layer}` leaves no output from {}", producer.shape),
+                format!(
+                    "`{layer}` leaves no output from {}: a kernel of {} does not fit a {dim} of {}",
+                    producer.shape, window.kernel, window.input
+                ),
             )
-            .label(format!("output size {length}"))
+            .label(format!(
+                "{} on {dim} {} gives {dim} {}",
+                window.settings(),
+                window.input,
+                window.output()
+            ))
             .with(at, text)
-            .help("use a smaller kernel or stride, or add padding")
+            .help(window.remedy())
         }
         Problem::HeadsIndivisible {
             span,
