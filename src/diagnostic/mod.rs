@@ -146,6 +146,17 @@ pub fn normalize(diags: &mut Vec<Diagnostic>) {
     });
 }
 
+/// A count and its noun, singular for one: `1 score`, `2 scores`, `3 classes`.
+pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
+    if n == N::from(1) {
+        format!("{n} {noun}")
+    } else if noun.ends_with(['s', 'x']) || noun.ends_with("ch") || noun.ends_with("sh") {
+        format!("{n} {noun}es")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// Every one of `candidates` closest to `name`, when they are close enough to be a likely typo:
 /// all the equally close ones, in alphabetical order. A singular written for a plural (or the
 /// reverse, `weights` for `weight`) counts as one edit.
@@ -212,6 +223,13 @@ mod tests {
         assert_eq!(did_you_mean("Relu", kinds), ["relu"]);
         assert!(did_you_mean("xyz", kinds).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(counted(1u64, "score"), "1 score");
+        assert_eq!(counted(3i64, "class"), "3 classes");
+        assert_eq!(counted(0usize, "micro-batch"), "0 micro-batches");
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Wording of shape problems (K0207, K0301 to K0308, K0404).
 
+use super::counted;
 use super::problem::{Declared, LossShape, NoOp, Problem, Producer};
 use super::Diagnostic;
 use crate::ir::Kind;
@@ -119,7 +120,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 )),
                 Declared::Slopes { declared } => new(
                     span,
-                    format!("`{layer}` learns {declared} slopes but its input {received} does not have {declared} channels"),
+                    format!(
+                        "`{layer}` learns {} but its input {received} does not have {}",
+                        counted(declared, "slope"),
+                        counted(declared, "channel")
+                    ),
                 )
                 .label(format!("receives {received}"))
                 .with(at, text)
@@ -208,10 +213,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 ),
                 LossShape::ClassCount { classes } => (
                     format!(
-                        "the data has {classes} classes but the model outputs {} scores",
-                        out.first().copied().unwrap_or(0)
+                        "the data has {} but the model outputs {}",
+                        counted(classes, "class"),
+                        counted(out.first().copied().unwrap_or(0), "score")
                     ),
-                    format!("needs {classes} scores per sample"),
+                    format!("needs {} per sample", counted(classes, "score")),
                     format!("end the model with `linear({classes})`"),
                 ),
                 LossShape::ValuesOnClasses => (
@@ -252,11 +258,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             new(
                 span,
                 format!(
-                    "cannot reshape {} ({values} values) to {target}",
-                    producer.shape
+                    "cannot reshape {} ({}) to {target}",
+                    producer.shape,
+                    counted(values, "value")
                 ),
             )
-            .label(format!("{values} values do not fit"))
+            .label(format!("{} do not fit", counted(values, "value")))
             .with(at, text)
             .help("the new shape must hold the same number of values")
         }
@@ -289,8 +296,8 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             span,
             format!("the model takes {input} but the data's samples are {shape}"),
         )
-        .label(format!("{} values per sample", input.numel()))
-        .with(at, format!("samples of {} values", shape.numel()))
+        .label(format!("{} per sample", counted(input.numel(), "value")))
+        .with(at, format!("samples of {}", counted(shape.numel(), "value")))
         .help("make `input` hold as many values as one sample of the data"),
         Problem::EmptyDimension {
             span,
