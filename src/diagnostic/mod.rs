@@ -171,6 +171,9 @@ pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str
         if d > 1 && singular(&name) == singular(&lower) {
             d = 1;
         }
+        if d > limit {
+            continue;
+        }
         if d < best {
             best = d;
             found.clear();
@@ -222,6 +225,7 @@ mod tests {
         assert_eq!(did_you_mean("linaer", kinds), ["linear"]);
         assert_eq!(did_you_mean("Relu", kinds), ["relu"]);
         assert!(did_you_mean("xyz", kinds).is_empty());
+        assert!(did_you_mean("fp64", ["fp32", "bf16", "fp16"]).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
 
