@@ -55,6 +55,26 @@ impl Window {
         s
     }
 
+    /// Why nothing is left: the kernel's reach against the (padded) input.
+    fn overreach(&self) -> String {
+        let padded = if self.padding == 0 {
+            String::new()
+        } else {
+            format!(" padded to {}", self.input + 2 * self.padding)
+        };
+        let input = format!("the {} of {}{padded}", self.dimension(), self.input);
+        if self.dilation == 1 {
+            format!("a kernel of {} is larger than {input}", self.kernel)
+        } else {
+            format!(
+                "a kernel of {} with dilation {} spans {}, more than {input}",
+                self.kernel,
+                self.dilation,
+                self.dilation * (self.kernel - 1) + 1
+            )
+        }
+    }
+
     /// What would fit: the largest kernel at this padding, and the least padding for this
     /// kernel.
     fn remedy(&self) -> String {
@@ -310,8 +330,9 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             new(
                 span,
                 format!(
-                    "`{layer}` leaves no output from {}: a kernel of {} does not fit a {dim} of {}",
-                    producer.shape, window.kernel, window.input
+                    "`{layer}` leaves no output from {}: {}",
+                    producer.shape,
+                    window.overreach()
                 ),
             )
             .label(format!(
