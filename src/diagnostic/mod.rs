@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn suggestions_list_every_equally_close_name() {
         assert_eq!(did_you_mean("fc", ["fc1", "fc2", "conv"]), ["fc1", "fc2"]);
-        assert_eq!(did_you_mean("fc3", ["fc2", "fc1", "fc10"]), ["fc1", "fc10", "fc2"]);
+        assert_eq!(did_you_mean("fc3", ["fc2", "fc1", "fc10"]), ["fc1", "fc2"]);
     }
 
     #[test]
