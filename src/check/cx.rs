@@ -93,7 +93,11 @@ impl Cx {
     /// `known`: with the colon that made a setting a label (`loss: cross_entropy`), or where the
     /// keyword belongs when it is at home elsewhere.
     pub fn unknown_keyword(&mut self, place: &str, stmt: &Statement, known: &[&str]) {
-        let Some(label) = stmt.label.as_ref().filter(|l| known.contains(&l.name.as_str())) else {
+        let Some(label) = stmt
+            .label
+            .as_ref()
+            .filter(|l| known.contains(&l.name.as_str()))
+        else {
             self.unknown(Code::UnknownKeyword, place, &stmt.keyword, known);
             return;
         };

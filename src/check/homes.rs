@@ -18,7 +18,9 @@ pub fn homes(word: &str) -> Vec<Home> {
         .filter(|(_, words)| words.contains(&word))
         .map(|(block, _)| Home::Block(block))
         .collect();
-    let sources = data::SOURCES.iter().map(|(s, params)| ("source", *s, *params));
+    let sources = data::SOURCES
+        .iter()
+        .map(|(s, params)| ("source", *s, *params));
     for (setting, callee, params) in sources.chain(settings::calls()) {
         let known = out
             .iter()

@@ -140,7 +140,9 @@ pub fn calls() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'
         setting: &'static str,
         table: &'static [Choice<T>],
     ) -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str])> {
-        table.iter().map(move |(word, _, params)| (setting, *word, *params))
+        table
+            .iter()
+            .map(move |(word, _, params)| (setting, *word, *params))
     }
     of("optimizer", OPTIMIZERS)
         .chain(of("schedule", SCHEDULES))

@@ -47,15 +47,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     };
     let Unknown { span, name, .. } = &unknown;
     match hint {
-        Some(KeywordHint::Colon { setting, colon }) => {
-            Diagnostic::new(code, *span, format!("unknown {place} `{name}` after `{setting}:`"))
-                .label(format!("`{setting}:` made this a labelled statement"))
-                .help(format!(
-                    "settings are written `{setting} {name}`, without a colon; `name: layer(...)` \
+        Some(KeywordHint::Colon { setting, colon }) => Diagnostic::new(
+            code,
+            *span,
+            format!("unknown {place} `{name}` after `{setting}:`"),
+        )
+        .label(format!("`{setting}:` made this a labelled statement"))
+        .help(format!(
+            "settings are written `{setting} {name}`, without a colon; `name: layer(...)` \
                      only labels a layer"
-                ))
-                .fix(colon, " ")
-        }
+        ))
+        .fix(colon, " "),
         Some(KeywordHint::Elsewhere(homes)) if !homes.is_empty() => {
             let places: Vec<String> = homes.iter().map(|h| home(name, h)).collect();
             Diagnostic::new(code, *span, format!("`{name}` is not a {place}"))

@@ -190,7 +190,11 @@ pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str
 /// A word without its plural ending: `biases` -> `bias`, `weights` -> `weight`.
 fn singular(word: &str) -> &str {
     match word.strip_suffix("es") {
-        Some(stem) if stem.ends_with(['s', 'x']) || stem.ends_with("ch") || stem.ends_with("sh") => stem,
+        Some(stem)
+            if stem.ends_with(['s', 'x']) || stem.ends_with("ch") || stem.ends_with("sh") =>
+        {
+            stem
+        }
         _ => word.strip_suffix('s').unwrap_or(word),
     }
 }

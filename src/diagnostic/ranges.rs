@@ -125,8 +125,8 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
             "top-{k} accuracy over {}",
             counted(classes, "class")
         ))
-            .label(format!("k must be at most {classes}"))
-            .help(format!("choose k of {classes} or less")),
+        .label(format!("k must be at most {classes}"))
+        .help(format!("choose k of {classes} or less")),
         OutOfRange::InputTooLarge { shape } => new(format!(
             "an input of {shape} holds more than 2^40 values per sample"
         ))

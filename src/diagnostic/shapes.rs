@@ -317,7 +317,10 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             format!("the model takes {input} but the data's samples are {shape}"),
         )
         .label(format!("{} per sample", counted(input.numel(), "value")))
-        .with(at, format!("samples of {}", counted(shape.numel(), "value")))
+        .with(
+            at,
+            format!("samples of {}", counted(shape.numel(), "value")),
+        )
         .help("make `input` hold as many values as one sample of the data"),
         Problem::EmptyDimension {
             span,

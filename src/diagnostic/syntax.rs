@@ -96,12 +96,10 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 ))
                 .fix(sign, " ")
         }
-        Some(Habit::MissingComma { at }) => {
-            new(format!("expected `,` before {found_text}{place}"))
-                .label("a `,` is missing before this")
-                .help("separate arguments and list items with commas")
-                .fix(at, ",")
-        }
+        Some(Habit::MissingComma { at }) => new(format!("expected `,` before {found_text}{place}"))
+            .label("a `,` is missing before this")
+            .help("separate arguments and list items with commas")
+            .fix(at, ","),
         None if expected.is_empty() => new(format!("unexpected {found_text}{place}"))
             .label("unexpected here")
             .help(help(first)),

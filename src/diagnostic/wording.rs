@@ -56,7 +56,12 @@ impl Problem {
                 if suggestions.is_empty() {
                     d.help("devices are cpu, cuda, cuda:N and auto")
                 } else {
-                    mean(d, span, suggestions, " devices are cpu, cuda, cuda:N and auto")
+                    mean(
+                        d,
+                        span,
+                        suggestions,
+                        " devices are cpu, cuda, cuda:N and auto",
+                    )
                 }
             }
             Problem::UnknownReference { unknown, suffix } => {

@@ -106,12 +106,15 @@ fn token_end(text: &str, pos: usize) -> usize {
             Some((i, _)) => i + 1,
             None => rest.len(),
         }
-    } else if is_word(first) || (first == '-' && rest[1..].starts_with(|c: char| c.is_ascii_digit())) {
+    } else if is_word(first)
+        || (first == '-' && rest[1..].starts_with(|c: char| c.is_ascii_digit()))
+    {
         let mut prev = first;
         let mut len = first.len_utf8();
         for c in rest[len..].chars() {
             // A sign belongs to a number's exponent, as in `1e-3`.
-            let sign = matches!(c, '+' | '-') && matches!(prev, 'e' | 'E') && !first.is_alphabetic();
+            let sign =
+                matches!(c, '+' | '-') && matches!(prev, 'e' | 'E') && !first.is_alphabetic();
             if !(is_word(c) || c == '.' || sign) {
                 break;
             }
@@ -233,7 +236,8 @@ fn habit(file: FileId, text: &str, pos: usize, scan: &Scan) -> Option<Habit> {
             }
             let key = before.trim_matches([' ', '\t', '\u{FEFF}']);
             if text[pos..].starts_with('=') && !key.is_empty() && key.chars().all(is_word) {
-                let after = pos + 1 + text[pos + 1..].len() - text[pos + 1..].trim_start_matches([' ', '\t']).len();
+                let after = pos + 1 + text[pos + 1..].len()
+                    - text[pos + 1..].trim_start_matches([' ', '\t']).len();
                 let value_end = token_end(text, after);
                 let from = scan.statement + before.trim_end_matches([' ', '\t']).len();
                 return Some(Habit::Equals {
@@ -269,4 +273,3 @@ fn join_or(items: &[&str]) -> String {
         [init @ .., last] => format!("{} or {}", init.join(", "), last),
     }
 }
-

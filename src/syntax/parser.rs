@@ -20,8 +20,7 @@ pub fn parse(file: FileId, text: &str) -> Result<File, Box<Diagnostic>> {
     check_nesting(file, text)?;
     // Bounds backtracking on adversarial input; real files use far fewer calls.
     pest::set_call_limit(NonZeroUsize::new(200 * text.len() + 100_000));
-    let mut pairs =
-        KilnParser::parse(Rule::file, text)
+    let mut pairs = KilnParser::parse(Rule::file, text)
         .map_err(|e| Box::new(super::errors::syntax_error(file, text, e)))?;
     let Some(root) = pairs.next() else {
         return Ok(File { statements: vec![] });

@@ -132,7 +132,13 @@ fn resolve(
     step: &str,
     applies: Applies,
 ) -> Option<Vec<Target>> {
-    let known = || model.names.keys().map(String::as_str).collect::<Vec<&str>>();
+    let known = || {
+        model
+            .names
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<&str>>()
+    };
     // A near miss of a parameter's name (`fc1.weights`) is refused with the right name offered.
     if let Some((_, p)) = ident.name.rsplit_once('.') {
         let near = crate::diagnostic::did_you_mean(p, PARAMS);
