@@ -273,3 +273,61 @@ fn join_or(items: &[&str]) -> String {
         [init @ .., last] => format!("{} or {}", init.join(", "), last),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+    use crate::diagnostic::Diagnostic;
+    use crate::span::FileId;
+
+    fn error(text: &str) -> Diagnostic {
+        *parse(FileId::default(), text).expect_err("the text has a syntax error")
+    }
+
+    /// The fixes applied to `text`, one at a time.
+    fn fixed(text: &str) -> Vec<String> {
+        error(text)
+            .fixes
+            .iter()
+            .map(|f| {
+                let mut t = text.to_string();
+                t.replace_range(f.span.start as usize..f.span.end as usize, &f.replacement);
+                t
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_whole_token_and_the_block_are_named() {
+        let d = error("experiment \"x\" {\n  data {\n    batch: 64\n  }\n}\n");
+        assert_eq!(d.message, "unexpected `64` after `batch:` in the `data` block");
+        assert_eq!(d.primary.span.len(), 2);
+        let d = error("experiment \"x\" {\n  train { epochs 5 } }\n}\n");
+        assert!(d.message.ends_with("found `}`"), "{}", d.message);
+        let d = error("experiment \"x\" {\n  model { fc: linear(3, [1, 2 abc]) }\n}\n");
+        assert!(d.message.contains("`abc`"), "{}", d.message);
+    }
+
+    #[test]
+    fn habits_from_other_formats_come_with_fixes() {
+        assert_eq!(fixed("data {\n  batch: 64\n}\n"), ["data {\n  batch 64\n}\n"]);
+        assert_eq!(fixed("data {\n  batch:64\n}\n"), ["data {\n  batch 64\n}\n"]);
+        assert_eq!(fixed("data {\n  batch = 64\n}\n"), ["data {\n  batch 64\n}\n"]);
+        assert_eq!(
+            fixed("optimizer adam(lr: 1e-3 betas: [0.9, 0.99])\n"),
+            ["optimizer adam(lr: 1e-3, betas: [0.9, 0.99])\n"]
+        );
+        let d = error("model { fc: linear(256, bias: true w: 3) }\n");
+        assert_eq!(
+            d.message,
+            "expected `,` before `w` in the arguments of `linear(...)`"
+        );
+    }
+
+    #[test]
+    fn a_colon_before_a_name_is_not_taken_for_a_setting() {
+        // `fc1: linear(...)` is a labelled layer; an error after it gets no colon fix.
+        let d = error("model {\n  fc1: linear(3) =\n}\n");
+        assert!(d.fixes.is_empty(), "{d:?}");
+    }
+}
