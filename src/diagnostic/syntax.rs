@@ -37,6 +37,15 @@ pub enum Habit {
         /// The value written after the `=`.
         value: String,
     },
+    /// `"batch": 64`, as in JSON: a quoted name and a colon.
+    QuotedKey {
+        /// The setting's name, without its quotes.
+        key: String,
+        /// From the opening quote to the value, replaced by the name and a space.
+        span: Span,
+        /// The value written after the colon.
+        value: String,
+    },
     /// Two arguments or list items with no comma between them.
     MissingComma {
         /// The empty span where the comma goes.
@@ -95,6 +104,14 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                      `name: value`"
                 ))
                 .fix(sign, " ")
+        }
+        Some(Habit::QuotedKey { key, span, value }) => {
+            new(format!("unexpected {found_text}{place}"))
+                .label("a quoted name")
+                .help(format!(
+                    "settings are written `{key} {value}`, without quotes or a colon"
+                ))
+                .fix(span, format!("{key} "))
         }
         Some(Habit::MissingComma { at }) => new(format!("expected `,` before {found_text}{place}"))
             .label("a `,` is missing before this")

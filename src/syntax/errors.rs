@@ -214,6 +214,24 @@ fn word_before(text: &str) -> String {
     text[start..].to_string()
 }
 
+/// `"batch": 64`, as in JSON: a quoted name and a colon where a statement starts.
+fn quoted_key(file: FileId, text: &str, pos: usize) -> Option<Habit> {
+    let rest = text[pos..].strip_prefix('"')?;
+    let close = rest.find('"')?;
+    let key = &rest[..close];
+    let after_quote = rest[close + 1..].trim_start_matches([' ', '\t']);
+    let after_colon = after_quote.strip_prefix(':')?;
+    let value_at = text.len() - after_colon.trim_start_matches([' ', '\t']).len();
+    if key.is_empty() || !key.chars().all(is_word) || value_at >= text.len() {
+        return None;
+    }
+    Some(Habit::QuotedKey {
+        key: key.to_string(),
+        span: Span::new(file, pos, value_at),
+        value: text[value_at..token_end(text, value_at)].to_string(),
+    })
+}
+
 /// The habit the error shows, if any.
 fn habit(file: FileId, text: &str, pos: usize, scan: &Scan) -> Option<Habit> {
     let before = &text[scan.statement..pos];
@@ -230,11 +248,14 @@ fn habit(file: FileId, text: &str, pos: usize, scan: &Scan) -> Option<Habit> {
             };
             if let Some((key, colon)) = key_then(':') {
                 let value = text[pos..].chars().next()?;
-                let is_value = value.is_ascii_digit() || matches!(value, '"' | '[' | '-');
+                let is_value = value.is_ascii_digit() || matches!(value, '"' | '[' | '-' | '{');
                 let spaced = pos > colon.end as usize;
                 return is_value.then_some(Habit::Colon { key, colon, spaced });
             }
             let key = before.trim_matches([' ', '\t', '\u{FEFF}']);
+            if key.is_empty() {
+                return quoted_key(file, text, pos);
+            }
             if text[pos..].starts_with('=') && !key.is_empty() && key.chars().all(is_word) {
                 let after = pos + 1 + text[pos + 1..].len()
                     - text[pos + 1..].trim_start_matches([' ', '\t']).len();
@@ -300,7 +321,10 @@ mod tests {
     #[test]
     fn the_whole_token_and_the_block_are_named() {
         let d = error("experiment \"x\" {\n  data {\n    batch: 64\n  }\n}\n");
-        assert_eq!(d.message, "unexpected `64` after `batch:` in the `data` block");
+        assert_eq!(
+            d.message,
+            "unexpected `64` after `batch:` in the `data` block"
+        );
         assert_eq!(d.primary.span.len(), 2);
         let d = error("experiment \"x\" {\n  train { epochs 5 } }\n}\n");
         assert!(d.message.ends_with("found `}`"), "{}", d.message);
@@ -310,9 +334,26 @@ mod tests {
 
     #[test]
     fn habits_from_other_formats_come_with_fixes() {
-        assert_eq!(fixed("data {\n  batch: 64\n}\n"), ["data {\n  batch 64\n}\n"]);
-        assert_eq!(fixed("data {\n  batch:64\n}\n"), ["data {\n  batch 64\n}\n"]);
-        assert_eq!(fixed("data {\n  batch = 64\n}\n"), ["data {\n  batch 64\n}\n"]);
+        assert_eq!(
+            fixed("data {\n  batch: 64\n}\n"),
+            ["data {\n  batch 64\n}\n"]
+        );
+        assert_eq!(
+            fixed("data {\n  batch:64\n}\n"),
+            ["data {\n  batch 64\n}\n"]
+        );
+        assert_eq!(
+            fixed("data {\n  batch = 64\n}\n"),
+            ["data {\n  batch 64\n}\n"]
+        );
+        assert_eq!(
+            fixed("data {\n  \"batch\": 64\n}\n"),
+            ["data {\n  batch 64\n}\n"]
+        );
+        assert_eq!(
+            fixed("experiment \"x\" {\n  data: {\n"),
+            ["experiment \"x\" {\n  data {\n"]
+        );
         assert_eq!(
             fixed("optimizer adam(lr: 1e-3 betas: [0.9, 0.99])\n"),
             ["optimizer adam(lr: 1e-3, betas: [0.9, 0.99])\n"]
