@@ -467,6 +467,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     }
     let get = |k: &str| seen.get(k).copied();
     let value = |cx: &mut Cx, k: &str| get(k).and_then(|s| cx.single(s));
+    // A setting written `loss: cross_entropy` is already reported; it is not missing too.
+    let labelled = |k: &str| {
+        body.statements
+            .iter()
+            .any(|s| s.label.as_ref().is_some_and(|l| l.name == k))
+    };
 
     let length = match (get("epochs"), get("steps")) {
         (Some(e), Some(s)) => {
@@ -486,6 +492,7 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             let n = count(cx, s, v, "the number of steps")?;
             Some((Duration::Steps(n), v.span))
         }),
+        (None, None) if labelled("epochs") || labelled("steps") => None,
         (None, None) => {
             cx.report(Problem::MissingSetting {
                 span: stmt.keyword.span,
@@ -498,6 +505,7 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     };
     let loss = match get("loss") {
         Some(s) => check_loss(cx, s).map(|l| (l, s.span)),
+        None if labelled("loss") => None,
         None => {
             cx.report(Problem::MissingSetting {
                 span: stmt.keyword.span,
