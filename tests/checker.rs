@@ -274,8 +274,15 @@ fn compression_targets_are_checked() {
     );
     assert_eq!(
         unknown.diagnostics[0].help.as_deref(),
-        Some("did you mean `fc1.weight`?")
+        Some("did you mean `fc1.weight` or `fc2.weight`?")
     );
+    // Each equally close name comes with its own fix.
+    let fixes: Vec<&str> = unknown.diagnostics[0]
+        .fixes
+        .iter()
+        .map(|f| f.replacement.as_str())
+        .collect();
+    assert_eq!(fixes, ["fc1.weight", "fc2.weight"]);
 }
 
 #[test]

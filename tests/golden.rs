@@ -37,8 +37,10 @@ const STYLE: Style = Style {
 /// strategies and warnings, a problem with labels in two files, and `multi/five-errors`.
 const TEXT_GOLDENS: &[&str] = &[
     "K0001-syntax-error",
+    "K0001-syntax-error-yaml-colon",
     "K0004-nesting-too-deep",
     "K0101-unknown-keyword",
+    "K0101-unknown-keyword-wrong-block",
     "K0102-unknown-layer",
     "K0106-unknown-parameter",
     "K0114-unknown-reference",

@@ -1,11 +1,19 @@
 //! The checker's context: the diagnostics collected so far, and the helpers that read values
 //! and bind arguments while reporting every problem they meet.
 
-use crate::diagnostic::problem::{Arguments, Expected, Misplaced, OutOfRange, Unknown};
+use crate::diagnostic::problem::{
+    Arguments, Expected, KeywordHint, Misplaced, OutOfRange, Unknown,
+};
 use crate::diagnostic::{Code, Diagnostic, Problem};
 use crate::ir::Device;
 use crate::span::Span;
 use crate::syntax::ast::{Arg, Args, Ident, Statement, Unit, Value, ValueKind};
+
+/// The hint for an unknown keyword that is at home elsewhere.
+fn elsewhere(word: &str) -> Option<KeywordHint> {
+    let homes = super::homes::homes(word);
+    (!homes.is_empty()).then_some(KeywordHint::Elsewhere(homes))
+}
 
 /// Collects diagnostics while the checker walks one experiment.
 #[derive(Default)]
@@ -54,6 +62,7 @@ impl Cx {
         };
         self.report(match code {
             Code::UnknownKeyword => Problem::UnknownKeyword {
+                hint: elsewhere(&unknown.name),
                 unknown,
                 place: what.to_string(),
             },
@@ -77,6 +86,36 @@ impl Cx {
                 unknown,
                 what: what.to_string(),
             },
+        });
+    }
+
+    /// Reports the unknown keyword of `stmt`, a `place` (`train setting`) whose keywords are
+    /// `known`: with the colon that made a setting a label (`loss: cross_entropy`), or where the
+    /// keyword belongs when it is at home elsewhere.
+    pub fn unknown_keyword(&mut self, place: &str, stmt: &Statement, known: &[&str]) {
+        let Some(label) = stmt
+            .label
+            .as_ref()
+            .filter(|l| known.contains(&l.name.as_str()))
+        else {
+            self.unknown(Code::UnknownKeyword, place, &stmt.keyword, known);
+            return;
+        };
+        self.report(Problem::UnknownKeyword {
+            unknown: Unknown {
+                span: stmt.keyword.span,
+                name: stmt.keyword.name.clone(),
+                candidates: strings(known),
+            },
+            place: place.to_string(),
+            hint: Some(KeywordHint::Colon {
+                setting: label.name.clone(),
+                colon: Span {
+                    file: label.span.file,
+                    start: label.span.end,
+                    end: stmt.keyword.span.start,
+                },
+            }),
         });
     }
 

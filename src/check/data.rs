@@ -62,7 +62,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
     for s in &body.statements {
         let kw = s.keyword.name.as_str();
         if !KEYWORDS.contains(&kw) {
-            cx.unknown(Code::UnknownKeyword, "data setting", &s.keyword, KEYWORDS);
+            cx.unknown_keyword("data setting", s, KEYWORDS);
         } else if let Some(first) = seen.get(kw) {
             duplicate(cx, kw, first, s);
         } else {

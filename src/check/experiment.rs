@@ -11,7 +11,7 @@ use super::settings::{check_optimizer, check_parallel, check_schedule, check_tra
 use crate::diagnostic::problem::{
     Arguments, Form, Ignored, Inconsistent, LossShape, OutOfRange, Unknown,
 };
-use crate::diagnostic::{Code, Problem};
+use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Data, Device, Duration, Experiment, Loss, Metric, Node, Parallel, Precision, Source,
     Targets,
@@ -72,12 +72,7 @@ pub fn check_experiment(
     for s in &body.statements {
         let kw = s.keyword.name.as_str();
         if !KEYWORDS.contains(&kw) {
-            cx.unknown(
-                Code::UnknownKeyword,
-                "experiment setting",
-                &s.keyword,
-                KEYWORDS,
-            );
+            cx.unknown_keyword("experiment setting", s, KEYWORDS);
             continue;
         }
         if REPEATABLE.contains(&kw) {

@@ -10,6 +10,7 @@ mod data;
 mod datafiles;
 mod experiment;
 mod fs;
+mod homes;
 pub mod layers;
 mod model;
 mod settings;
@@ -253,14 +254,14 @@ impl Load<'_> {
                 match from {
                     Some(span) => self.report(Problem::ExtendsNotFound {
                         span,
-                        path: path.to_path_buf(),
+                        path: lexical(path),
                         reason,
                     }),
                     None => {
-                        let id = self.sources.add(path, String::new());
+                        let id = self.sources.add(lexical(path), String::new());
                         self.report(Problem::Io {
                             span: Span::new(id, 0, 0),
-                            path: path.to_path_buf(),
+                            path: lexical(path),
                             reason,
                         });
                     }
@@ -275,7 +276,7 @@ impl Load<'_> {
                 (String::from_utf8_lossy(e.as_bytes()).into_owned(), Some(at))
             }
         };
-        let id = self.sources.add(path, text);
+        let id = self.sources.add(lexical(path), text);
         if let Some(at) = bad_at {
             let end = self.sources.get(id).text[at..]
                 .chars()
@@ -305,7 +306,7 @@ impl Load<'_> {
     ) -> Option<Statement> {
         let canonical = self.loader.canonical(path);
         if let Some(pos) = chain.iter().position(|(c, _)| *c == canonical) {
-            let as_written = path.to_path_buf();
+            let as_written = lexical(path);
             let cycle: Vec<PathBuf> = chain[pos..]
                 .iter()
                 .map(|(_, p)| p)
@@ -318,7 +319,7 @@ impl Load<'_> {
             return None;
         }
         let (id, file) = self.file(path, from)?;
-        chain.push((canonical, path.to_path_buf()));
+        chain.push((canonical, lexical(path)));
         let mut experiments = Vec::new();
         let mut extends: Option<&Statement> = None;
         for s in &file.statements {
@@ -393,6 +394,31 @@ impl Load<'_> {
             return None;
         }
         self.experiment(&base_path, Some(span), chain)
+    }
+}
+
+/// A path as diagnostics show it: `.` and `dir/..` removed without asking the file system
+/// (the loader resolves the real file; this only tidies the name).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => match out.last() {
+                Some(Component::Normal(_)) => {
+                    out.pop();
+                }
+                Some(Component::RootDir | Component::Prefix(_)) => {}
+                _ => out.push(c),
+            },
+            _ => out.push(c),
+        }
+    }
+    if out.is_empty() {
+        PathBuf::from(".")
+    } else {
+        out.iter().collect()
     }
 }
 
@@ -510,4 +536,20 @@ pub fn check_text(path: &str, text: impl Into<Vec<u8>>) -> Checked {
     let mut loader = MemoryLoader::default();
     loader.insert(path, text);
     check_path(Path::new(path), &loader, &Options::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shown_paths_are_tidied_without_the_file_system() {
+        assert_eq!(lexical(Path::new("dir/../file.exp")), Path::new("file.exp"));
+        assert_eq!(lexical(Path::new("./a/./b.exp")), Path::new("a/b.exp"));
+        assert_eq!(
+            lexical(Path::new("../up/x/../b.exp")),
+            Path::new("../up/b.exp")
+        );
+        assert_eq!(lexical(Path::new("/../a.exp")), Path::new("/a.exp"));
+    }
 }

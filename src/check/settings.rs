@@ -133,6 +133,57 @@ pub const TRAIN_KEYWORDS: &[&str] = &[
     "clip_value",
 ];
 
+/// The settings written as a call, with each choice and its parameters: `optimizer sgd(lr, ...)`,
+/// `schedule`, `loss` and `parallel`.
+pub fn calls() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str])> {
+    fn of<T>(
+        setting: &'static str,
+        table: &'static [Choice<T>],
+    ) -> impl Iterator<Item = (&'static str, &'static str, &'static [&'static str])> {
+        table
+            .iter()
+            .map(move |(word, _, params)| (setting, *word, *params))
+    }
+    of("optimizer", OPTIMIZERS)
+        .chain(of("schedule", SCHEDULES))
+        .chain(of("loss", LOSSES))
+        .chain(of("parallel", STRATEGIES))
+}
+
+/// The count of `epochs` or `steps` (`stmt`, whose value is `v`), at least 1; a count written
+/// with a unit (`epochs 500 steps`) is refused with the setting the unit names.
+fn count(cx: &mut Cx, stmt: &Statement, v: &Value, what: &str) -> Option<u64> {
+    if let ValueKind::Number {
+        value,
+        integer: true,
+        unit: Some(unit @ (Unit::Steps | Unit::Epochs)),
+    } = v.kind
+    {
+        if (0.0..=9.0e15).contains(&value) {
+            cx.report(Problem::WrongType {
+                span: v.span,
+                expected: Expected::Count {
+                    setting: if stmt.keyword.name == "epochs" {
+                        "epochs"
+                    } else {
+                        "steps"
+                    },
+                    count: value as u64,
+                    meant: if unit == Unit::Steps {
+                        "steps"
+                    } else {
+                        "epochs"
+                    },
+                    statement: stmt.keyword.span.to(v.span),
+                },
+                found: v.type_name(),
+            });
+            return None;
+        }
+    }
+    cx.uint_min(v, what, 1)
+}
+
 /// The most data-parallel replicas on one machine.
 const MAX_REPLICAS: u64 = 1024;
 
@@ -407,12 +458,7 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     for s in &body.statements {
         let kw = s.keyword.name.as_str();
         if !TRAIN_KEYWORDS.contains(&kw) {
-            cx.unknown(
-                Code::UnknownKeyword,
-                "train setting",
-                &s.keyword,
-                TRAIN_KEYWORDS,
-            );
+            cx.unknown_keyword("train setting", s, TRAIN_KEYWORDS);
         } else if let Some(first) = seen.get(kw) {
             duplicate(cx, kw, first, s);
         } else {
@@ -421,6 +467,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     }
     let get = |k: &str| seen.get(k).copied();
     let value = |cx: &mut Cx, k: &str| get(k).and_then(|s| cx.single(s));
+    // A setting written `loss: cross_entropy` is already reported; it is not missing too.
+    let labelled = |k: &str| {
+        body.statements
+            .iter()
+            .any(|s| s.label.as_ref().is_some_and(|l| l.name == k))
+    };
 
     let length = match (get("epochs"), get("steps")) {
         (Some(e), Some(s)) => {
@@ -432,14 +484,15 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             });
             None
         }
-        (Some(_), None) => value(cx, "epochs").and_then(|v| {
-            let n = cx.uint_min(v, "the number of epochs", 1)?;
+        (Some(s), None) => value(cx, "epochs").and_then(|v| {
+            let n = count(cx, s, v, "the number of epochs")?;
             Some((Duration::Epochs(n), v.span))
         }),
-        (None, Some(_)) => value(cx, "steps").and_then(|v| {
-            let n = cx.uint_min(v, "the number of steps", 1)?;
+        (None, Some(s)) => value(cx, "steps").and_then(|v| {
+            let n = count(cx, s, v, "the number of steps")?;
             Some((Duration::Steps(n), v.span))
         }),
+        (None, None) if labelled("epochs") || labelled("steps") => None,
         (None, None) => {
             cx.report(Problem::MissingSetting {
                 span: stmt.keyword.span,
@@ -452,6 +505,7 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
     };
     let loss = match get("loss") {
         Some(s) => check_loss(cx, s).map(|l| (l, s.span)),
+        None if labelled("loss") => None,
         None => {
             cx.report(Problem::MissingSetting {
                 span: stmt.keyword.span,

@@ -1,5 +1,6 @@
 //! Wording of argument and statement-form problems (K0120, K0124).
 
+use super::counted;
 use super::problem::{Arguments, Form, Misplaced};
 use super::wording::takes;
 use super::{Code, Diagnostic};
@@ -66,7 +67,9 @@ pub(super) fn words(code: Code, span: Span, situation: Arguments) -> Diagnostic 
                 .help(format!("write `{written}`"))
         }
         Arguments::NormalizeLengths { means, stds } => new(format!(
-            "{means} means but {stds} standard deviations"
+            "{} but {}",
+            counted(means, "mean"),
+            counted(stds, "standard deviation")
         ))
         .label("lengths differ")
         .help("give one mean and one std per channel"),
@@ -74,9 +77,10 @@ pub(super) fn words(code: Code, span: Span, situation: Arguments) -> Diagnostic 
             .label("expected nothing, or `on <device>`")
             .help("layer arguments go in parentheses, as in `linear(256)`; a placement is written `on cuda:0`"),
         Arguments::SpatialValues { param, dims, given } => new(format!(
-            "`{param}` needs {dims} values, one per spatial dimension"
+            "`{param}` needs {}, one per spatial dimension",
+            counted(dims, "value")
         ))
-        .label(format!("{given} values"))
+        .label(counted(given, "value"))
         .help(format!("give one number, or a list of {dims}")),
     }
 }

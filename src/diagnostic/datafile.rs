@@ -202,8 +202,8 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
             new(
                 span,
                 format!(
-                    "{file} holds {dims} dimension{} but IDX {what} have {want}",
-                    if dims == 1 { "" } else { "s" }
+                    "{file} holds {} but IDX {what} have {want}",
+                    super::counted(dims as u64, "dimension")
                 ),
             )
             .label(format!("given as the {what}"))

@@ -12,6 +12,7 @@ mod compress;
 mod consistency;
 mod datafile;
 mod distributed;
+mod keywords;
 pub mod problem;
 mod pruning;
 mod ranges;
@@ -21,6 +22,7 @@ mod runtime;
 mod shapes;
 mod situation;
 mod strategy;
+mod syntax;
 mod unreadable;
 mod wording;
 
@@ -146,18 +148,57 @@ pub fn normalize(diags: &mut Vec<Diagnostic>) {
     });
 }
 
-/// The closest of `candidates` to `name`, when one is close enough to be a likely typo.
-pub fn did_you_mean<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
+/// A count and its noun, singular for one: `1 score`, `2 scores`, `3 classes`.
+pub fn counted<N: std::fmt::Display + PartialEq + From<u8>>(n: N, noun: &str) -> String {
+    if n == N::from(1) {
+        format!("{n} {noun}")
+    } else if noun.ends_with(['s', 'x']) || noun.ends_with("ch") || noun.ends_with("sh") {
+        format!("{n} {noun}es")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// Every one of `candidates` closest to `name`, when they are close enough to be a likely typo:
+/// all the equally close ones, in alphabetical order. A singular written for a plural (or the
+/// reverse, `weights` for `weight`) counts as one edit.
+pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     let limit = (name.chars().count() / 3).max(1);
-    candidates
-        .into_iter()
-        .map(|c| (edit_distance(&name.to_lowercase(), &c.to_lowercase()), c))
-        .filter(|(d, _)| *d <= limit)
-        .min_by_key(|(d, c)| (*d, *c))
-        .map(|(_, c)| c)
+    let name = name.to_lowercase();
+    let mut best = limit + 1;
+    let mut found: Vec<&str> = Vec::new();
+    for c in candidates {
+        let lower = c.to_lowercase();
+        let mut d = edit_distance(&name, &lower);
+        if d > 1 && singular(&name) == singular(&lower) {
+            d = 1;
+        }
+        if d > limit {
+            continue;
+        }
+        if d < best {
+            best = d;
+            found.clear();
+        }
+        if d == best {
+            found.push(c);
+        }
+    }
+    found.sort_unstable();
+    found.dedup();
+    found
+}
+
+/// A word without its plural ending: `biases` -> `bias`, `weights` -> `weight`.
+fn singular(word: &str) -> &str {
+    match word.strip_suffix("es") {
+        Some(stem)
+            if stem.ends_with(['s', 'x']) || stem.ends_with("ch") || stem.ends_with("sh") =>
+        {
+            stem
+        }
+        _ => word.strip_suffix('s').unwrap_or(word),
+    }
 }
 
 /// Levenshtein distance over characters, with adjacent transpositions counted as one edit.
@@ -187,9 +228,30 @@ mod tests {
     #[test]
     fn suggestions_find_typos() {
         let kinds = ["linear", "conv2d", "relu", "dropout"];
-        assert_eq!(did_you_mean("linaer", kinds), Some("linear"));
-        assert_eq!(did_you_mean("Relu", kinds), Some("relu"));
-        assert_eq!(did_you_mean("xyz", kinds), None);
+        assert_eq!(did_you_mean("linaer", kinds), ["linear"]);
+        assert_eq!(did_you_mean("Relu", kinds), ["relu"]);
+        assert!(did_you_mean("xyz", kinds).is_empty());
+        assert!(did_you_mean("fp64", ["fp32", "bf16", "fp16"]).is_empty());
         assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+
+    #[test]
+    fn counts_agree_with_their_nouns() {
+        assert_eq!(counted(1u64, "score"), "1 score");
+        assert_eq!(counted(3i64, "class"), "3 classes");
+        assert_eq!(counted(0usize, "micro-batch"), "0 micro-batches");
+    }
+
+    #[test]
+    fn suggestions_list_every_equally_close_name() {
+        assert_eq!(did_you_mean("fc", ["fc1", "fc2", "conv"]), ["fc1", "fc2"]);
+        assert_eq!(did_you_mean("fc3", ["fc2", "fc1", "fc10"]), ["fc1", "fc2"]);
+    }
+
+    #[test]
+    fn suggestions_know_plurals() {
+        assert_eq!(did_you_mean("biases", ["bias", "weight"]), ["bias"]);
+        assert_eq!(did_you_mean("metric", ["metrics", "loss"]), ["metrics"]);
+        assert_eq!(did_you_mean("weights", ["weight", "bias"]), ["weight"]);
     }
 }

@@ -14,10 +14,13 @@ pub use super::compress::{
 };
 pub use super::consistency::{Interval, Outlasts, TrainingLength};
 pub use super::datafile::DataFit;
+pub use super::keywords::{Home, KeywordHint};
+pub use super::shapes::Window;
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
     OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
 };
+pub use super::syntax::{Habit, Within};
 pub use super::unreadable::{FileKind, Unreadable};
 
 /// One problem, as facts. Each variant is one [`Code`]; see `docs/diagnostics.md`.
@@ -27,11 +30,16 @@ pub enum Problem {
     Syntax {
         /// Where parsing stopped.
         span: Span,
-        /// The character found there; `None` at the end of the file.
-        found: Option<char>,
+        /// The whole token found there (`64`, `"text"`, `\n` at the end of a line); `None` at
+        /// the end of the file.
+        found: Option<String>,
         /// What the grammar accepts there, already joined (`a value or `]``); empty when the
         /// parser gives no list.
         expected: String,
+        /// What the parser was in the middle of.
+        within: Option<Within>,
+        /// A habit from another format the error shows.
+        habit: Option<Habit>,
         /// Why pest gave up, when it stopped on its call limit.
         gave_up: Option<String>,
     },
@@ -69,6 +77,8 @@ pub enum Problem {
         unknown: Unknown,
         /// Where it stands (`data setting`, `top-level statement`).
         place: String,
+        /// Where it belongs instead, or the colon that made it a keyword.
+        hint: Option<KeywordHint>,
     },
     /// K0102.
     UnknownLayer(Unknown),
@@ -118,7 +128,8 @@ pub enum Problem {
     UnknownReference {
         /// The name and the model's names.
         unknown: Unknown,
-        /// A parameter suffix (`.weight`) set aside while looking for a similar name.
+        /// The parameter suffix (`.weight`) the name ends in, or nearly (`.weights`): set aside
+        /// while looking for a similar name, then written after it.
         suffix: String,
     },
     /// K0115: no experiment, or another one.
@@ -466,8 +477,8 @@ pub enum Problem {
         span: Span,
         /// The layer kind.
         layer: String,
-        /// The output length.
-        length: i64,
+        /// The sliding window over the dimension that comes out empty.
+        window: Window,
         /// What flows in.
         producer: Producer,
     },

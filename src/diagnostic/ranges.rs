@@ -1,5 +1,6 @@
 //! Wording of out-of-range problems (K0121).
 
+use super::counted;
 use super::problem::{OutOfRange, Producer, Range};
 use super::{Code, Diagnostic};
 use crate::span::Span;
@@ -50,7 +51,7 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
             "batch {batch} is larger than the {train} training samples"
         ))
         .label("larger than the training split")
-        .with(source, format!("{count} samples"))
+        .with(source, counted(count, "sample"))
         .help("use a smaller batch or more samples"),
         OutOfRange::UniformBounds { low, high } => {
             new(format!("`high` {high} is not above `low` {low}"))
@@ -120,9 +121,12 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
         ))
         .label("far too large")
         .help("lower the batch or the layer sizes: this is beyond any machine"),
-        OutOfRange::TopK { k, classes } => new(format!("top-{k} accuracy over {classes} classes"))
-            .label(format!("k must be at most {classes}"))
-            .help(format!("choose k of {classes} or less")),
+        OutOfRange::TopK { k, classes } => new(format!(
+            "top-{k} accuracy over {}",
+            counted(classes, "class")
+        ))
+        .label(format!("k must be at most {classes}"))
+        .help(format!("choose k of {classes} or less")),
         OutOfRange::InputTooLarge { shape } => new(format!(
             "an input of {shape} holds more than 2^40 values per sample"
         ))
@@ -174,10 +178,11 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
             bound,
             producer,
         } => new(format!(
-            "token ids go up to {} but the embedding has {vocab} rows",
-            bound.saturating_sub(1)
+            "token ids go up to {} but the embedding has {}",
+            bound.saturating_sub(1),
+            counted(vocab, "row")
         ))
-        .label(format!("{vocab} rows"))
+        .label(counted(vocab, "row"))
         .with(producer.span, format!("ids below {bound}"))
         .help(format!("use at least {bound} embeddings")),
     }

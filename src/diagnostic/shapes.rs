@@ -1,9 +1,96 @@
 //! Wording of shape problems (K0207, K0301 to K0308, K0404).
 
+use super::counted;
 use super::problem::{Declared, LossShape, NoOp, Problem, Producer};
 use super::Diagnostic;
 use crate::ir::Kind;
 use crate::span::Span;
+
+/// A kernel sliding over one spatial dimension of a convolution or pooling layer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Which spatial dimension (0 is the first after the channels).
+    pub axis: usize,
+    /// How many spatial dimensions the layer has (1 or 2).
+    pub rank: usize,
+    /// The input's size along it.
+    pub input: i64,
+    /// The kernel's size.
+    pub kernel: i64,
+    /// The stride.
+    pub stride: i64,
+    /// The padding on each side.
+    pub padding: i64,
+    /// The dilation (1 for pooling).
+    pub dilation: i64,
+}
+
+impl Window {
+    /// The output size: `(input + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1`.
+    pub fn output(&self) -> i64 {
+        (self.input + 2 * self.padding - self.dilation * (self.kernel - 1) - 1)
+            .div_euclid(self.stride.max(1))
+            + 1
+    }
+
+    /// The dimension's name: `length`, `height` or `width`.
+    fn dimension(&self) -> &'static str {
+        match (self.rank, self.axis) {
+            (1, _) => "length",
+            (_, 0) => "height",
+            _ => "width",
+        }
+    }
+
+    /// The settings that shape the window, as written: `kernel 5, stride 1, padding 0`, with
+    /// the dilation when it is not 1.
+    fn settings(&self) -> String {
+        let mut s = format!(
+            "kernel {}, stride {}, padding {}",
+            self.kernel, self.stride, self.padding
+        );
+        if self.dilation != 1 {
+            s.push_str(&format!(", dilation {}", self.dilation));
+        }
+        s
+    }
+
+    /// Why nothing is left: the kernel's reach against the (padded) input.
+    fn overreach(&self) -> String {
+        let padded = if self.padding == 0 {
+            String::new()
+        } else {
+            format!(" padded to {}", self.input + 2 * self.padding)
+        };
+        let input = format!("the {} of {}{padded}", self.dimension(), self.input);
+        if self.dilation == 1 {
+            format!("a kernel of {} is larger than {input}", self.kernel)
+        } else {
+            format!(
+                "a kernel of {} with dilation {} spans {}, more than {input}",
+                self.kernel,
+                self.dilation,
+                self.dilation * (self.kernel - 1) + 1
+            )
+        }
+    }
+
+    /// What would fit: the largest kernel at this padding, and the least padding for this
+    /// kernel.
+    fn remedy(&self) -> String {
+        let reach = self.dilation * (self.kernel - 1) + 1;
+        let padding = (reach - self.input + 1).div_euclid(2).max(0);
+        let largest = (self.input + 2 * self.padding - 1).div_euclid(self.dilation.max(1)) + 1;
+        if largest >= 1 {
+            format!("use a kernel of at most {largest}, or padding of at least {padding}")
+        } else {
+            format!(
+                "use padding of at least {padding}, or a larger input {}",
+                self.dimension()
+            )
+        }
+    }
+}
 
 /// The secondary label naming what flows into a layer.
 fn produces(p: &Producer) -> (Span, String) {
@@ -53,7 +140,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 )),
                 Declared::Slopes { declared } => new(
                     span,
-                    format!("`{layer}` learns {declared} slopes but its input {received} does not have {declared} channels"),
+                    format!(
+                        "`{layer}` learns {} but its input {received} does not have {}",
+                        counted(declared, "slope"),
+                        counted(declared, "channel")
+                    ),
                 )
                 .label(format!("receives {received}"))
                 .with(at, text)
@@ -142,10 +233,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 ),
                 LossShape::ClassCount { classes } => (
                     format!(
-                        "the data has {classes} classes but the model outputs {} scores",
-                        out.first().copied().unwrap_or(0)
+                        "the data has {} but the model outputs {}",
+                        counted(classes, "class"),
+                        counted(out.first().copied().unwrap_or(0), "score")
                     ),
-                    format!("needs {classes} scores per sample"),
+                    format!("needs {} per sample", counted(classes, "score")),
                     format!("end the model with `linear({classes})`"),
                 ),
                 LossShape::ValuesOnClasses => (
@@ -196,11 +288,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             new(
                 span,
                 format!(
-                    "cannot reshape {} ({values} values) to {target}",
-                    producer.shape
+                    "cannot reshape {} ({}) to {target}",
+                    producer.shape,
+                    counted(values, "value")
                 ),
             )
-            .label(format!("{values} values do not fit"))
+            .label(format!("{} do not fit", counted(values, "value")))
             .with(at, text)
             .help("the new shape must hold the same number of values")
         }
@@ -233,23 +326,36 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             span,
             format!("the model takes {input} but the data's samples are {shape}"),
         )
-        .label(format!("{} values per sample", input.numel()))
-        .with(at, format!("samples of {} values", shape.numel()))
+        .label(format!("{} per sample", counted(input.numel(), "value")))
+        .with(
+            at,
+            format!("samples of {}", counted(shape.numel(), "value")),
+        )
         .help("make `input` hold as many values as one sample of the data"),
         Problem::EmptyDimension {
             span,
             layer,
-            length,
+            window,
             producer,
         } => {
             let (at, text) = produces(&producer);
+            let dim = window.dimension();
             new(
                 span,
-                format!("`{layer}` leaves no output from {}", producer.shape),
+                format!(
+                    "`{layer}` leaves no output from {}: {}",
+                    producer.shape,
+                    window.overreach()
+                ),
             )
-            .label(format!("output size {length}"))
+            .label(format!(
+                "{} on {dim} {} gives {dim} {}",
+                window.settings(),
+                window.input,
+                window.output()
+            ))
             .with(at, text)
-            .help("use a smaller kernel or stride, or add padding")
+            .help(window.remedy())
         }
         Problem::HeadsIndivisible {
             span,

@@ -105,6 +105,18 @@ pub enum Expected {
         /// The names it accepts.
         known: Vec<String>,
     },
+    /// A plain count for a setting that names its own unit, as `epochs` and `steps` do; the
+    /// value was written with a unit (`epochs 500 steps`).
+    Count {
+        /// The setting (`epochs`).
+        setting: &'static str,
+        /// The count written.
+        count: u64,
+        /// The setting the unit names (`steps` for `500 steps`).
+        meant: &'static str,
+        /// The whole setting, from keyword to unit, which the fix rewrites.
+        statement: Span,
+    },
 }
 
 /// The statements that have a fixed form of several parts.

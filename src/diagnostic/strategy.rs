@@ -1,5 +1,6 @@
 //! Wording of strategy, sweep and warning problems (K0201 to K0211, K0401 to K0407, K0410).
 
+use super::counted;
 use super::problem::{Ignored, Inconsistent, Problem, Sweep};
 use super::{Code, Diagnostic};
 use crate::plan::{fmt_bytes, fmt_count};
@@ -70,7 +71,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 d = d.with(at, format!("{accumulate} accumulation steps"));
             }
             if let Some(at) = dp_span {
-                d = d.with(at, format!("{dp} replicas"));
+                d = d.with(at, counted(dp, "replica"));
             }
             d.help(format!("choose a batch that is a multiple of {per_step}"))
         }
@@ -85,7 +86,8 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             let mut d = new(
                 span,
                 format!(
-                    "micro-batch {declared} x {accumulate} accumulation x {dp} replicas = {}, not the batch {batch}",
+                    "micro-batch {declared} x {accumulate} accumulation x {} = {}, not the batch {batch}",
+                    counted(dp, "replica"),
                     declared * per_step
                 ),
             )
@@ -95,7 +97,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             ))
             .with(batch_span, format!("global batch {batch}"));
             if let Some(at) = dp_span {
-                d = d.with(at, format!("{dp} replicas"));
+                d = d.with(at, counted(dp, "replica"));
             }
             d.help("global batch = micro-batch x accumulation x data-parallel size")
         }

@@ -10,7 +10,7 @@ impl Problem {
         let code = self.code();
         let new = |span: Span, message: String| Diagnostic::new(code, span, message);
         match self {
-            Problem::UnknownKeyword { unknown, place } => unknown_name(code, &place, unknown),
+            p @ Problem::UnknownKeyword { .. } => super::keywords::words(p),
             Problem::UnknownLayer(u) => unknown_name(code, "layer", u),
             Problem::UnknownOptimizer(u) => unknown_name(code, "optimizer", u),
             Problem::UnknownLoss(u) => unknown_name(code, "loss", u),
@@ -30,38 +30,51 @@ impl Problem {
             Problem::UnknownStrategy(u) => unknown_name(code, "parallel strategy", u),
             Problem::UnknownChoice { unknown, what } => unknown_name(code, &what, unknown),
             Problem::UnknownParameter { unknown, callee } => {
-                let suggestion = suggest(&unknown);
+                let suggestions = suggest(&unknown);
                 let d = new(
                     unknown.span,
                     format!("`{callee}` has no parameter `{}`", unknown.name),
                 )
                 .label("unknown parameter");
-                match suggestion {
-                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(unknown.span, s),
-                    None => d.help(takes(&callee, &unknown.candidates)),
+                if suggestions.is_empty() {
+                    d.help(takes(&callee, &unknown.candidates))
+                } else {
+                    mean(d, unknown.span, suggestions, "")
                 }
             }
             Problem::UnknownDevice { span, name } => {
                 let base = name.split(':').next().unwrap_or(&name);
-                let suggestion = if base == "gpu" {
-                    Some(name.replacen("gpu", "cuda", 1))
+                let suggestions: Vec<String> = if base == "gpu" {
+                    vec![name.replacen("gpu", "cuda", 1)]
                 } else {
-                    did_you_mean(base, ["cpu", "cuda", "auto"]).map(|s| name.replacen(base, s, 1))
+                    did_you_mean(base, ["cpu", "cuda", "auto"])
+                        .into_iter()
+                        .map(|s| name.replacen(base, s, 1))
+                        .collect()
                 };
                 let d = new(span, format!("unknown device `{name}`")).label("not a device");
-                match suggestion {
-                    Some(s) => d
-                        .help(format!(
-                            "did you mean `{s}`? devices are cpu, cuda, cuda:N and auto"
-                        ))
-                        .fix(span, s),
-                    None => d.help("devices are cpu, cuda, cuda:N and auto"),
+                if suggestions.is_empty() {
+                    d.help("devices are cpu, cuda, cuda:N and auto")
+                } else {
+                    mean(
+                        d,
+                        span,
+                        suggestions,
+                        " devices are cpu, cuda, cuda:N and auto",
+                    )
                 }
             }
             Problem::UnknownReference { unknown, suffix } => {
-                let name = unknown.name.strip_suffix(&suffix).unwrap_or(&unknown.name);
-                let suggestion = did_you_mean(name, unknown.candidates.iter().map(String::as_str))
-                    .map(|s| format!("{s}{suffix}"));
+                // The parameter (`.weight`, or a near miss of it) is set aside.
+                let name = match unknown.name.rsplit_once('.') {
+                    Some((layer, _)) if !suffix.is_empty() => layer,
+                    _ => &unknown.name,
+                };
+                let suggestions: Vec<String> =
+                    did_you_mean(name, unknown.candidates.iter().map(String::as_str))
+                        .into_iter()
+                        .map(|s| format!("{s}{suffix}"))
+                        .collect();
                 let mut sorted: Vec<&str> = unknown.candidates.iter().map(String::as_str).collect();
                 sorted.sort_unstable();
                 let d = new(
@@ -69,15 +82,15 @@ impl Problem {
                     format!("the model has no layer or block `{}`", unknown.name),
                 )
                 .label("not defined in the model");
-                match suggestion {
-                    Some(s) => d.help(format!("did you mean `{s}`?")).fix(unknown.span, s),
-                    None if sorted.is_empty() => {
+                match suggestions {
+                    s if !s.is_empty() => mean(d, unknown.span, s, ""),
+                    _ if sorted.is_empty() => {
                         d.help("name layers with `name: layer(...)` to refer to them")
                     }
-                    None if sorted.len() <= 12 => {
+                    _ if sorted.len() <= 12 => {
                         d.help(format!("layers and blocks: {}", sorted.join(", ")))
                     }
-                    None => d.help(format!(
+                    _ => d.help(format!(
                         "layers and blocks include {}, ... ({} in all)",
                         sorted[..12].join(", "),
                         sorted.len()
@@ -103,6 +116,15 @@ impl Problem {
                 expected,
                 found,
             } => {
+                if let Expected::Count {
+                    setting,
+                    count,
+                    meant,
+                    statement,
+                } = expected
+                {
+                    return count_with_unit(code, span, setting, count, meant, statement);
+                }
                 let (what, example) = expected_words(&expected);
                 let d = new(span, format!("expected {what}, found {found}"));
                 match expected {
@@ -114,31 +136,7 @@ impl Problem {
                         .help(format!("write {example}")),
                 }
             }
-            Problem::Syntax {
-                span,
-                found,
-                expected,
-                gave_up,
-            } => {
-                let found_text = match found {
-                    None => "end of file".to_string(),
-                    Some('\n') => "end of line".to_string(),
-                    Some(c) => format!("`{}`", c.escape_debug()),
-                };
-                if let Some(message) = gave_up {
-                    new(span, format!("the parser gave up: {message}"))
-                        .label("here")
-                        .help("this input is too complex to parse; check it for stray brackets")
-                } else if expected.is_empty() {
-                    new(span, format!("unexpected {found_text}"))
-                        .label("unexpected here")
-                        .help(syntax_help(found))
-                } else {
-                    new(span, format!("expected {expected}, found {found_text}"))
-                        .label(format!("expected {expected}"))
-                        .help(syntax_help(found))
-                }
-            }
+            p @ Problem::Syntax { .. } => super::syntax::words(p),
             Problem::InvalidUtf8 { span, path } => {
                 new(span, format!("`{}` is not valid UTF-8", path.display()))
                     .label("invalid byte here")
@@ -277,18 +275,40 @@ impl Problem {
     }
 }
 
-/// The closest candidate to an unknown name, when one is close enough.
-fn suggest(u: &Unknown) -> Option<String> {
-    did_you_mean(&u.name, u.candidates.iter().map(String::as_str)).map(str::to_string)
+/// The candidates closest to an unknown name, when any is close enough.
+fn suggest(u: &Unknown) -> Vec<String> {
+    did_you_mean(&u.name, u.candidates.iter().map(String::as_str))
+        .into_iter()
+        .map(str::to_string)
+        .collect()
+}
+
+/// "did you mean `a` or `b`?" as the help line (followed by `more`), with one fix per
+/// suggestion: each fix is one alternative.
+fn mean(d: Diagnostic, span: Span, suggestions: Vec<String>, more: &str) -> Diagnostic {
+    let quoted: Vec<String> = suggestions.iter().map(|s| format!("`{s}`")).collect();
+    let d = d.help(format!("did you mean {}?{more}", or_list(&quoted)));
+    suggestions.into_iter().fold(d, |d, s| d.fix(span, s))
+}
+
+/// `a`, `a or b`, `a, b or c`.
+pub(super) fn or_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
 }
 
 /// An unknown name of the category `what`, with a fix when a candidate is close.
-fn unknown_name(code: super::Code, what: &str, u: Unknown) -> Diagnostic {
+pub(super) fn unknown_name(code: super::Code, what: &str, u: Unknown) -> Diagnostic {
     let d = Diagnostic::new(code, u.span, format!("unknown {what} `{}`", u.name))
         .label(format!("not a known {what}"));
-    match suggest(&u) {
-        Some(s) => d.help(format!("did you mean `{s}`?")).fix(u.span, s),
-        None => d.help(format!("expected one of: {}", u.candidates.join(", "))),
+    let suggestions = suggest(&u);
+    if suggestions.is_empty() {
+        d.help(format!("expected one of: {}", u.candidates.join(", ")))
+    } else {
+        mean(d, u.span, suggestions, "")
     }
 }
 
@@ -299,6 +319,32 @@ pub(super) fn takes(callee: &str, params: &[String]) -> String {
     } else {
         format!("`{callee}` takes: {}", params.join(", "))
     }
+}
+
+/// `epochs 500 steps`: a count written with a unit, which names the setting meant.
+fn count_with_unit(
+    code: super::Code,
+    span: Span,
+    setting: &str,
+    count: u64,
+    meant: &str,
+    statement: Span,
+) -> Diagnostic {
+    let written = format!("{meant} {count}");
+    let d = if meant == setting {
+        Diagnostic::new(code, span, format!("`{setting}` takes a plain number"))
+            .label(format!("`{setting}` already counts {setting}"))
+            .help(format!("write `{written}`"))
+    } else {
+        Diagnostic::new(
+            code,
+            span,
+            format!("`{setting}` counts {setting}, not {meant}"),
+        )
+        .label(format!("a number of {meant}"))
+        .help(format!("to train for {count} {meant}, write `{written}`"))
+    };
+    d.fix(statement, written)
 }
 
 /// What a setting expects, and how to write it.
@@ -344,18 +390,9 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
         Expected::DeviceList => ("a list of devices", "`devices: [cuda:0, cuda:1]`"),
         Expected::Betas => ("two numbers", "`betas: [beta1, beta2]`"),
         Expected::Callee { what, .. } => return (what.clone(), ""),
+        Expected::Count { .. } => ("a plain number", "a plain number"),
     };
     (what.to_string(), example)
-}
-
-fn syntax_help(found: Option<char>) -> &'static str {
-    match found {
-        Some('}') => "a `}` here closes a block that was never opened, or a statement before it is unfinished",
-        Some('=') => "Kiln writes settings as `name value` (as in `batch 64`) and arguments as `name: value`",
-        Some(',') => "commas separate items only inside `( )` and `[ ]`",
-        None => "a block or list is not closed: add the missing `}`, `)` or `]`",
-        _ => "statements are written `keyword value ...` or `name: layer(args)`, one per line",
-    }
 }
 
 #[cfg(test)]

@@ -142,6 +142,7 @@ impl Value {
     /// A short word for the value's type, used in messages.
     pub fn type_name(&self) -> &'static str {
         match &self.kind {
+            ValueKind::Number { unit: Some(_), .. } => "a number with a unit",
             ValueKind::Number { integer: true, .. } => "an integer",
             ValueKind::Number { .. } => "a number",
             ValueKind::Str(_) => "a string",

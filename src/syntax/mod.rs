@@ -4,6 +4,7 @@
 //! parser recurse too deeply, and pest's call limit bounds the work on any input.
 
 pub mod ast;
+mod errors;
 mod parser;
 
 pub use parser::parse;

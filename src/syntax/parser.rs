@@ -2,7 +2,6 @@
 
 use std::num::NonZeroUsize;
 
-use pest::error::{ErrorVariant, InputLocation};
 use pest::iterators::Pair;
 use pest::Parser as _;
 use pest_derive::Parser;
@@ -21,8 +20,8 @@ pub fn parse(file: FileId, text: &str) -> Result<File, Box<Diagnostic>> {
     check_nesting(file, text)?;
     // Bounds backtracking on adversarial input; real files use far fewer calls.
     pest::set_call_limit(NonZeroUsize::new(200 * text.len() + 100_000));
-    let mut pairs =
-        KilnParser::parse(Rule::file, text).map_err(|e| Box::new(syntax_error(file, text, e)))?;
+    let mut pairs = KilnParser::parse(Rule::file, text)
+        .map_err(|e| Box::new(super::errors::syntax_error(file, text, e)))?;
     let Some(root) = pairs.next() else {
         return Ok(File { statements: vec![] });
     };
@@ -71,79 +70,6 @@ fn check_nesting(file: FileId, text: &str) -> Result<(), Box<Diagnostic>> {
         i += 1;
     }
     Ok(())
-}
-
-/// Readable names for grammar rules in "expected ..." messages.
-fn rule_name(rule: &Rule) -> &'static str {
-    match rule {
-        Rule::EOI => "end of file",
-        Rule::statement | Rule::keyword => "a statement",
-        Rule::block => "`{`",
-        Rule::call_args => "`(`",
-        Rule::argument | Rule::arg_name => "an argument",
-        Rule::value_expr
-        | Rule::sweep
-        | Rule::list
-        | Rule::call
-        | Rule::quantity
-        | Rule::number
-        | Rule::string
-        | Rule::string_inner
-        | Rule::boolean
-        | Rule::device
-        | Rule::digit_word
-        | Rule::position_path
-        | Rule::path_segment
-        | Rule::path => "a value",
-        Rule::unit => "a unit",
-        Rule::identifier => "a name",
-        Rule::value => "a value",
-        Rule::separator => "a newline or `;`",
-        Rule::file | Rule::statements | Rule::WHITESPACE | Rule::COMMENT | Rule::ident_char => {
-            "input"
-        }
-    }
-}
-
-fn syntax_error(file: FileId, text: &str, err: pest::error::Error<Rule>) -> Diagnostic {
-    let pos = match err.location {
-        InputLocation::Pos(p) => p,
-        InputLocation::Span((s, _)) => s,
-    };
-    let found = text[pos..].chars().next();
-    let end = pos + found.map_or(0, char::len_utf8);
-    let span = Span::new(file, pos, end);
-    let problem = |expected: String, gave_up: Option<String>| {
-        Problem::Syntax {
-            span,
-            found,
-            expected,
-            gave_up,
-        }
-        .diagnostic()
-    };
-    match err.variant {
-        ErrorVariant::ParsingError { positives, .. } if !positives.is_empty() => {
-            let mut names: Vec<&str> = positives.iter().map(rule_name).collect();
-            if names.contains(&"a statement") && !names.contains(&"end of file") {
-                names.push("a newline or `;`");
-            }
-            names.sort_unstable();
-            names.dedup();
-            problem(join_or(&names), None)
-        }
-        // pest reports its call limit this way.
-        ErrorVariant::CustomError { message } => problem(String::new(), Some(message)),
-        ErrorVariant::ParsingError { .. } => problem(String::new(), None),
-    }
-}
-
-fn join_or(items: &[&str]) -> String {
-    match items {
-        [] => String::new(),
-        [one] => one.to_string(),
-        [init @ .., last] => format!("{} or {}", init.join(", "), last),
-    }
 }
 
 struct Builder {

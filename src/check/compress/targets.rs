@@ -121,6 +121,9 @@ pub(super) fn targets(
     ok.then_some(out)
 }
 
+/// The parameters a target may name after a layer's name.
+const PARAMS: [&str; 2] = ["weight", "bias"];
+
 /// The targets one name stands for.
 fn resolve(
     cx: &mut Cx,
@@ -129,6 +132,23 @@ fn resolve(
     step: &str,
     applies: Applies,
 ) -> Option<Vec<Target>> {
+    let known = || {
+        model
+            .names
+            .keys()
+            .map(String::as_str)
+            .collect::<Vec<&str>>()
+    };
+    // A near miss of a parameter's name (`fc1.weights`) is refused with the right name offered.
+    if let Some((_, p)) = ident.name.rsplit_once('.') {
+        let near = crate::diagnostic::did_you_mean(p, PARAMS);
+        if let [param] = near.as_slice() {
+            if p != *param && !model.names.contains_key(&ident.name) {
+                unknown_reference(cx, ident, &known(), &format!(".{param}"));
+                return None;
+            }
+        }
+    }
     let (name, param) = match ident.name.rsplit_once('.') {
         Some((l, p @ ("weight" | "bias"))) if !model.names.contains_key(&ident.name) => {
             (l.to_string(), Some(p.to_string()))
@@ -136,9 +156,8 @@ fn resolve(
         _ => (ident.name.clone(), None),
     };
     let Some(defined) = model.names.get(&name).copied() else {
-        let known: Vec<&str> = model.names.keys().map(String::as_str).collect();
         let suffix = param.as_ref().map_or(String::new(), |p| format!(".{p}"));
-        unknown_reference(cx, ident, &known, &suffix);
+        unknown_reference(cx, ident, &known(), &suffix);
         return None;
     };
     let need = need(applies, param.as_deref());

@@ -1,7 +1,7 @@
 //! `conv1d` and `conv2d`.
 
 use super::{count, given, inferred, required, Checked, Flow, LayerCheck, Spec};
-use crate::diagnostic::problem::{Declared, OutOfRange};
+use crate::diagnostic::problem::{Declared, OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{Conv, LayerKind};
 
@@ -90,12 +90,16 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Che
     conv.inputs = inputs;
     let mut output = vec![conv.outputs];
     for i in 0..dims {
-        let len =
-            (shape[i + 1] + 2 * conv.padding[i] - conv.dilation[i] * (conv.kernel[i] - 1) - 1)
-                .div_euclid(conv.stride[i])
-                + 1;
-        lc.positive_dim(len, &shape, flow)?;
-        output.push(len);
+        let window = Window {
+            axis: i,
+            rank: dims,
+            input: shape[i + 1],
+            kernel: conv.kernel[i],
+            stride: conv.stride[i],
+            padding: conv.padding[i],
+            dilation: conv.dilation[i],
+        };
+        output.push(lc.window(window, &shape, flow)?);
     }
     let kernel: f64 = conv.kernel.iter().map(|k| *k as f64).product();
     let per_group = (inputs / conv.groups) as f64;

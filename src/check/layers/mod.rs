@@ -14,7 +14,7 @@ mod pool;
 mod shape;
 
 use super::cx::{Bound, Cx, Range};
-use crate::diagnostic::problem::{Arguments, Declared, Producer};
+use crate::diagnostic::problem::{Arguments, Declared, Producer, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, Kind, LayerKind, Shape};
 use crate::span::Span;
@@ -352,15 +352,16 @@ impl<'a> LayerCheck<'a, '_> {
         None
     }
 
-    /// Requires an output length of at least 1.
-    fn positive_dim(&mut self, len: i64, shape: &[i64], flow: &Flow) -> Option<()> {
+    /// The output size of `window`, which must be at least 1.
+    fn window(&mut self, window: Window, shape: &[i64], flow: &Flow) -> Option<i64> {
+        let len = window.output();
         if len >= 1 {
-            return Some(());
+            return Some(len);
         }
         self.cx.report(Problem::EmptyDimension {
             span: self.span,
             layer: self.kind.name().to_string(),
-            length: len,
+            window,
             producer: producer(flow, shape),
         });
         None

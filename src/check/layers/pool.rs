@@ -1,7 +1,7 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
 use super::{count, given, numel, required, Checked, Flow, LayerCheck, Spec};
-use crate::diagnostic::problem::OutOfRange;
+use crate::diagnostic::problem::{OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{LayerKind, Pool};
 
@@ -77,10 +77,16 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
     lc.rank(&shape, flow, want, shape.len() == dims + 1)?;
     let mut output = vec![shape[0]];
     for i in 0..dims {
-        let len =
-            (shape[i + 1] + 2 * pool.padding[i] - pool.kernel[i]).div_euclid(pool.stride[i]) + 1;
-        lc.positive_dim(len, &shape, flow)?;
-        output.push(len);
+        let window = Window {
+            axis: i,
+            rank: dims,
+            input: shape[i + 1],
+            kernel: pool.kernel[i],
+            stride: pool.stride[i],
+            padding: pool.padding[i],
+            dilation: 1,
+        };
+        output.push(lc.window(window, &shape, flow)?);
     }
     let flops = count(numel(&output) as f64 * numel(&pool.kernel) as f64);
     let kind = match (max, two_d) {
