@@ -279,14 +279,14 @@ fn shrunk_layers(compression: &[Compression], nodes: &[Node]) -> Vec<Layer> {
     let Ok(shrunk) = super::shrink::shrink(nodes, &keep) else {
         return Vec::new();
     };
-    let before = crate::ir::layers(nodes);
+    // Looked up by name: a model of thousands of layers must not compare every pair.
+    let before: std::collections::HashMap<&str, u64> = crate::ir::layers(nodes)
+        .into_iter()
+        .map(|b| (b.name.as_str(), b.params))
+        .collect();
     crate::ir::layers(&shrunk)
         .into_iter()
-        .filter(|l| {
-            !before
-                .iter()
-                .any(|b| b.name == l.name && b.params == l.params)
-        })
+        .filter(|l| before.get(l.name.as_str()) != Some(&l.params))
         .cloned()
         .collect()
 }
