@@ -178,10 +178,10 @@ def variant(i):
         w('  }')
     w('  optimizer %s' % rng.choice(['adam(lr: %s)' % lr, 'sgd(lr: %s, momentum: 0.9)' % lr,
                                       'adamw(lr: %s, weight_decay: 0.01)' % lr]))
-    w('  schedule %s' % rng.choice(['constant', 'cosine(warmup: 100 steps)',
+    w('  schedule %s' % rng.choice(['constant', 'cosine(warmup: 1 epochs)',
                                      'step(every: 2 epochs, gamma: 0.5)']))
     w('  train {')
-    w('    epochs %d' % rng.randint(1, 20))
+    w('    epochs %d' % rng.randint(3, 20))
     w('    loss cross_entropy')
     w('    metrics [accuracy, loss]')
     w('  }')
@@ -230,6 +230,10 @@ while count < 500 and examples:
             shutil.copy(os.path.join('experiments', name), d)
             count += 1
     copies += 1
+# The examples name their data as `../data/...`: from `files/copies-NNN/` that is `files/data`,
+# a link to the repository's data, so that every copy checks its data files' headers as it would
+# in `experiments/`.
+os.symlink(os.path.abspath('data'), os.path.join(files, 'data'))
 # Generated variants for the rest.
 os.makedirs(os.path.join(files, 'variants'))
 for i in range(1000 - count):
