@@ -17,6 +17,7 @@ use std::fmt;
 use std::io::{Read, Seek};
 
 pub use csv::{Csv, Rows};
+pub use npy::field as npy_field;
 
 /// The largest header Kiln reads: 16 MiB (a safetensors header, an `.npz` directory).
 pub const MAX_HEADER_BYTES: u64 = 16 * 1024 * 1024;

@@ -69,8 +69,8 @@ pub(super) fn parse(text: &str) -> Result<Array, String> {
     Ok(Array { elem, shape })
 }
 
-/// The text after `'key':` in the header dictionary.
-fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
+/// The text after `'key':` in a `.npy` header dictionary (the runtime's reader uses it too).
+pub fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
     let at = [format!("'{key}'"), format!("\"{key}\"")]
         .iter()
         .find_map(|k| header.find(k.as_str()).map(|i| i + k.len()))

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use kiln::datafile::npy_field;
 use kiln::span::Span;
 use rayon::prelude::*;
 use tch::{Kind, TchError, Tensor};
@@ -72,19 +73,6 @@ fn npy_dtype(descr: &str) -> Result<(Kind, usize, bool, NpyConv), String> {
             ))
         }
     }
-}
-
-/// The text after `'key':` in a numpy header dictionary.
-fn npy_field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
-    let at = [format!("'{key}'"), format!("\"{key}\"")]
-        .iter()
-        .find_map(|k| header.find(k.as_str()).map(|i| i + k.len()))
-        .ok_or_else(|| format!("its header has no `{key}`"))?;
-    header[at..]
-        .trim_start()
-        .strip_prefix(':')
-        .map(str::trim_start)
-        .ok_or_else(|| format!("its header's `{key}` is malformed"))
 }
 
 /// What the header of a `.npy` array declares.
