@@ -1,0 +1,34 @@
+// Copies every experiment of the repository (experiments/*.exp) into test/snap/, where the
+// snapshot test reads them and keeps their snapshots (`NAME.exp.snap`, committed). The copies
+// are not committed: they are made afresh before each run, so the snapshots always check the
+// experiments as they are. A snapshot whose experiment is gone is reported, as a stale file.
+'use strict';
+
+const fs = require('fs');
+const path = require('path');
+
+const experiments = path.join(__dirname, '..', '..', '..', 'experiments');
+const snap = path.join(__dirname, 'snap');
+
+fs.mkdirSync(snap, { recursive: true });
+const names = fs.readdirSync(experiments).filter((name) => name.endsWith('.exp'));
+if (names.length === 0) {
+  console.error(`no .exp files in ${experiments}`);
+  process.exit(1);
+}
+for (const name of fs.readdirSync(snap)) {
+  if (name.endsWith('.exp')) {
+    fs.rmSync(path.join(snap, name));
+  }
+}
+for (const name of names) {
+  fs.copyFileSync(path.join(experiments, name), path.join(snap, name));
+}
+const stale = fs
+  .readdirSync(snap)
+  .filter((name) => name.endsWith('.exp.snap') && !names.includes(name.slice(0, -'.snap'.length)));
+if (stale.length > 0) {
+  console.error(`snapshots without an experiment (delete them): ${stale.join(', ')}`);
+  process.exit(1);
+}
+console.log(`copied ${names.length} experiments into test/snap/`);
