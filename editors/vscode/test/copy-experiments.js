@@ -1,7 +1,8 @@
 // Copies every experiment of the repository (experiments/*.exp) into test/snap/, where the
 // snapshot test reads them and keeps their snapshots (`NAME.exp.snap`, committed). The copies
 // are not committed: they are made afresh before each run, so the snapshots always check the
-// experiments as they are. A snapshot whose experiment is gone is reported, as a stale file.
+// experiments as they are. A snapshot whose experiment is gone is an error, and so is an
+// experiment without a snapshot, unless `--update` is given (the snapshots are being rewritten).
 'use strict';
 
 const fs = require('fs');
@@ -29,6 +30,11 @@ const stale = fs
   .filter((name) => name.endsWith('.exp.snap') && !names.includes(name.slice(0, -'.snap'.length)));
 if (stale.length > 0) {
   console.error(`snapshots without an experiment (delete them): ${stale.join(', ')}`);
+  process.exit(1);
+}
+const missing = names.filter((name) => !fs.existsSync(path.join(snap, `${name}.snap`)));
+if (missing.length > 0 && !process.argv.includes('--update')) {
+  console.error(`experiments without a snapshot (run \`npm run test:snap:update\`): ${missing.join(', ')}`);
   process.exit(1);
 }
 console.log(`copied ${names.length} experiments into test/snap/`);
