@@ -1,0 +1,395 @@
+//! The canonical layout of `.exp` files, as `kiln fmt` writes it.
+//!
+//! The formatter works on the file's tokens, comments included, so that it can never drop a
+//! comment: every token of the input is written to the output in its order, and only the space
+//! between tokens (and the commas and semicolons that separate items) changes. The file is
+//! parsed first, so that text that does not parse is refused with its syntax diagnostic; the
+//! output is parsed again before it is returned.
+//!
+//! The rules:
+//! * one statement per line (`;` ends a line), indented by two spaces per enclosing block;
+//! * one space between a statement's parts, none inside brackets, `name: value` with a space after
+//!   the colon only, `, ` between items, ` -> ` around arrows, ` {` before a block;
+//! * a list or argument list stays on one line unless the text between its brackets holds a
+//!   newline or a comment: then each item goes on its own line, one level deeper, with a comma
+//!   after every item, and the closing bracket goes on a line of its own;
+//! * one blank line is kept where the text had one or more, except at the start or end of a block;
+//! * a comment stays where it was: after its line's code, two spaces after it, or on a line of its
+//!   own at the indentation of the code around it; a comment in the middle of an item ends its
+//!   line and the item goes on on the next line, one level deeper;
+//! * numbers, units, strings and names keep their text; the file ends with one newline.
+
+use crate::diagnostic::Diagnostic;
+use crate::span::FileId;
+
+/// Formats the text of a `.exp` file in the canonical layout (see the module's documentation).
+///
+/// Returns the formatted text, or the syntax diagnostic of the text when it does not parse (its
+/// spans refer to `FileId(0)`). Formatting formatted text returns it unchanged.
+pub fn format(text: &str) -> Result<String, Box<Diagnostic>> {
+    super::parse(FileId(0), text)?;
+    let tokens = lex(text);
+    let out = Printer::new(&tokens).print();
+    // The layout only moves space between tokens, so the output parses whenever the input does.
+    super::parse(FileId(0), &out)?;
+    Ok(out)
+}
+
+/// One token of a file that parses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tok<'a> {
+    /// A name, number, unit, device or path: a run of characters with no space in it.
+    Word(&'a str),
+    /// A string literal with its quotes.
+    Str(&'a str),
+    /// `(`, `[` or `{`.
+    Open(u8),
+    /// `)`, `]` or `}`.
+    Close(u8),
+    /// `,`.
+    Comma,
+    /// `:` after a label or an argument's name.
+    Colon,
+    /// `->`.
+    Arrow,
+    /// `;`.
+    Semi,
+    /// A line break (a continued line, `\` at its end, is no break).
+    Newline,
+    /// A comment from `#`, without trailing space.
+    Comment(&'a str),
+}
+
+/// Cuts text that parses into tokens.
+fn lex(text: &str) -> Vec<Tok<'_>> {
+    let bytes = text.as_bytes();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let start = i;
+        i += 1;
+        match c {
+            b' ' | b'\t' => {}
+            b'\\' if matches!(bytes.get(i), Some(b'\n' | b'\r')) => {
+                i += if bytes[i..].starts_with(b"\r\n") { 2 } else { 1 };
+            }
+            b'\n' => tokens.push(Tok::Newline),
+            b'\r' => {
+                if bytes.get(i) == Some(&b'\n') {
+                    i += 1;
+                }
+                tokens.push(Tok::Newline);
+            }
+            b'#' => {
+                while i < bytes.len() && !matches!(bytes[i], b'\n' | b'\r') {
+                    i += 1;
+                }
+                tokens.push(Tok::Comment(text[start..i].trim_end()));
+            }
+            b'"' => {
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                i = (i + 1).min(bytes.len());
+                tokens.push(Tok::Str(&text[start..i]));
+            }
+            b'(' | b'[' | b'{' => tokens.push(Tok::Open(c)),
+            b')' | b']' | b'}' => tokens.push(Tok::Close(c)),
+            b',' => tokens.push(Tok::Comma),
+            b':' => tokens.push(Tok::Colon),
+            b';' => tokens.push(Tok::Semi),
+            b'-' if bytes.get(i) == Some(&b'>') => {
+                i += 1;
+                tokens.push(Tok::Arrow);
+            }
+            _ if text[start..].starts_with('\u{FEFF}') => i = start + '\u{FEFF}'.len_utf8(),
+            _ => {
+                while i < bytes.len() && word_continues(bytes, i) {
+                    i += 1;
+                }
+                tokens.push(Tok::Word(&text[start..i]));
+            }
+        }
+    }
+    tokens
+}
+
+/// Whether the byte at `i` continues the word before it. A `:` does when a digit follows it,
+/// as in the device `cuda:0`; a `-` does unless it starts `->`.
+fn word_continues(bytes: &[u8], i: usize) -> bool {
+    match bytes[i] {
+        b' ' | b'\t' | b'\n' | b'\r' | b'#' | b'"' | b'(' | b')' | b'[' | b']' | b'{' | b'}'
+        | b',' | b';' => false,
+        b':' => bytes.get(i + 1).is_some_and(u8::is_ascii_digit),
+        b'-' => bytes.get(i + 1) != Some(&b'>'),
+        b'\\' => !matches!(bytes.get(i + 1), Some(b'\n' | b'\r')),
+        _ => !bytes[i..].starts_with("\u{FEFF}".as_bytes()),
+    }
+}
+
+/// An open bracket while printing.
+struct Frame {
+    /// A block (`{`) rather than a list or argument list.
+    block: bool,
+    /// A list or argument list laid out one item per line.
+    broken: bool,
+    /// The output's length right after the opening bracket.
+    opened_at: usize,
+}
+
+/// Writes tokens in the canonical layout.
+struct Printer<'t, 'a> {
+    tokens: &'t [Tok<'a>],
+    /// Whether each group opened at a token index is laid out one item per line.
+    broken: Vec<bool>,
+    out: String,
+    stack: Vec<Frame>,
+    /// The last token written (comments aside), or `None` at the start of a line.
+    prev: Option<Tok<'a>>,
+    /// The next token starts a new line.
+    need_break: bool,
+    /// The text had a blank line before the next token.
+    blank: bool,
+    /// Part of an item of a broken group is written and its comma is not: a line started now
+    /// goes on the item, one level deeper.
+    mid_item: bool,
+    /// A comma was written ahead of the comments before it; the source's comma is skipped.
+    comma_written: bool,
+}
+
+impl<'t, 'a> Printer<'t, 'a> {
+    fn new(tokens: &'t [Tok<'a>]) -> Self {
+        Printer {
+            tokens,
+            broken: broken_groups(tokens),
+            out: String::new(),
+            stack: Vec::new(),
+            prev: None,
+            need_break: false,
+            blank: false,
+            mid_item: false,
+            comma_written: false,
+        }
+    }
+
+    fn print(mut self) -> String {
+        let mut newlines = 0;
+        for (i, &tok) in self.tokens.iter().enumerate() {
+            if tok == Tok::Newline {
+                newlines += 1;
+                if newlines >= 2 {
+                    self.blank = true;
+                }
+                if self.at_statement_level() {
+                    self.need_break = true;
+                }
+                continue;
+            }
+            let after_newline = newlines > 0;
+            newlines = 0;
+            match tok {
+                Tok::Semi => self.need_break = true,
+                Tok::Comment(text) => self.comment(text, after_newline),
+                Tok::Comma if self.comma_written => self.comma_written = false,
+                Tok::Comma if self.in_broken_group() => {
+                    self.put(",");
+                    self.need_break = true;
+                }
+                Tok::Open(b'{') => {
+                    self.token(tok, " {");
+                    self.open(true, false);
+                }
+                Tok::Open(c) => {
+                    let text = if c == b'(' { "(" } else { "[" };
+                    self.token(tok, text);
+                    self.open(false, self.broken[i]);
+                }
+                Tok::Comma if self.tokens.get(i + 1).is_some_and(|t| matches!(t, Tok::Close(_))) => {}
+                Tok::Close(c) => self.close(i, tok, c),
+                _ => {
+                    self.token(tok, text_of(tok));
+                    self.comma_ahead(i);
+                }
+            }
+        }
+        let mut out = self.out;
+        let len = out.trim_end().len();
+        out.truncate(len);
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Statements, not items, are being written: newlines end statements.
+    fn at_statement_level(&self) -> bool {
+        self.stack.last().is_none_or(|f| f.block)
+    }
+
+    fn in_broken_group(&self) -> bool {
+        self.stack.last().is_some_and(|f| f.broken)
+    }
+
+    fn open(&mut self, block: bool, broken: bool) {
+        self.stack.push(Frame {
+            block,
+            broken,
+            opened_at: self.out.len(),
+        });
+        self.need_break = block || broken;
+        self.blank = false;
+        self.mid_item = false;
+    }
+
+    fn close(&mut self, i: usize, tok: Tok<'a>, c: u8) {
+        let Some(frame) = self.stack.pop() else {
+            return;
+        };
+        self.blank = false;
+        self.mid_item = false;
+        let text = match c {
+            b')' => ")",
+            b']' => "]",
+            _ => "}",
+        };
+        if frame.block && self.out.len() == frame.opened_at {
+            self.need_break = false;
+            self.out.push_str(text);
+            self.prev = Some(tok);
+            return;
+        }
+        self.need_break = frame.block || frame.broken;
+        self.token(tok, text);
+        self.comma_ahead(i);
+    }
+
+    /// After an item's last token in a broken group: writes its comma now, ahead of the comments
+    /// that may come before it, or adds one before the closing bracket.
+    fn comma_ahead(&mut self, i: usize) {
+        if !self.in_broken_group() {
+            return;
+        }
+        let next = self.tokens[i + 1..]
+            .iter()
+            .find(|t| !matches!(t, Tok::Newline | Tok::Comment(_)));
+        match next {
+            Some(Tok::Comma) => {
+                self.put(",");
+                self.comma_written = true;
+                self.need_break = true;
+            }
+            Some(Tok::Close(_)) => self.put(","),
+            _ => {}
+        }
+    }
+
+    /// Writes a comment after its line's code, or on a line of its own, and ends the line.
+    fn comment(&mut self, text: &str, after_newline: bool) {
+        if !after_newline && !self.out.is_empty() && !self.out.ends_with('\n') {
+            self.out.push_str("  ");
+        } else {
+            self.start_line();
+        }
+        self.out.push_str(text);
+        self.need_break = true;
+        self.prev = None;
+    }
+
+    /// Writes a token, with the space or line break before it.
+    fn token(&mut self, tok: Tok<'a>, text: &str) {
+        if self.need_break || self.out.is_empty() {
+            self.start_line();
+        } else {
+            self.blank = false;
+            let tight = matches!(tok, Tok::Colon | Tok::Comma | Tok::Close(_) | Tok::Open(b'('))
+                || matches!(self.prev, Some(Tok::Open(b'(' | b'[')))
+                || text.starts_with(' ');
+            if !tight {
+                self.out.push(' ');
+            }
+        }
+        self.out.push_str(if self.prev.is_none() {
+            text.trim_start()
+        } else {
+            text
+        });
+        self.prev = Some(tok);
+        self.mid_item = !self.at_statement_level() && !matches!(tok, Tok::Open(_));
+    }
+
+    /// Writes text right after what was written last.
+    fn put(&mut self, text: &str) {
+        self.out.push_str(text);
+        self.prev = Some(Tok::Comma);
+        self.mid_item = false;
+    }
+
+    /// Starts a new line at the current indentation, after one blank line when the text had one.
+    fn start_line(&mut self) {
+        if !self.out.is_empty() {
+            let after_open = self.out.ends_with(['{', '(', '[']);
+            if self.blank && !after_open {
+                self.out.push('\n');
+            }
+            self.out.push('\n');
+        }
+        let depth = self.stack.iter().filter(|f| f.block || f.broken).count()
+            + usize::from(self.mid_item);
+        for _ in 0..depth {
+            self.out.push_str("  ");
+        }
+        self.blank = false;
+        self.need_break = false;
+        self.prev = None;
+    }
+}
+
+/// The text of a token that is written as it is.
+fn text_of<'a>(tok: Tok<'a>) -> &'a str {
+    match tok {
+        Tok::Word(text) | Tok::Str(text) => text,
+        Tok::Colon => ":",
+        Tok::Comma => ",",
+        Tok::Arrow => "->",
+        _ => "",
+    }
+}
+
+/// For each token index, whether the list or argument list opened there holds a comment, or a
+/// newline and at least one item.
+fn broken_groups(tokens: &[Tok]) -> Vec<bool> {
+    let mut broken = vec![false; tokens.len()];
+    let mut open: Vec<(usize, bool, bool, bool)> = Vec::new();
+    for (i, tok) in tokens.iter().enumerate() {
+        match tok {
+            Tok::Open(b'(' | b'[') => open.push((i, false, false, false)),
+            Tok::Close(b')' | b']') => {
+                if let Some((at, comment, newline, item)) = open.pop() {
+                    broken[at] = comment || (newline && item);
+                    if let Some(outer) = open.last_mut() {
+                        outer.1 |= comment;
+                        outer.2 |= newline;
+                        outer.3 = true;
+                    }
+                }
+            }
+            Tok::Comment(_) => {
+                if let Some(g) = open.last_mut() {
+                    g.1 = true;
+                }
+            }
+            Tok::Newline => {
+                if let Some(g) = open.last_mut() {
+                    g.2 = true;
+                }
+            }
+            _ => {
+                if let Some(g) = open.last_mut() {
+                    g.3 = true;
+                }
+            }
+        }
+    }
+    broken
+}
