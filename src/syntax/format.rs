@@ -14,8 +14,9 @@
 //!   newline or a comment: then each item goes on its own line, one level deeper, with a comma
 //!   after every item, and the closing bracket goes on a line of its own;
 //! * one blank line is kept where the text had one or more, except at the start or end of a block;
-//! * a comment stays where it was: after its line's code, two spaces after it, or on a line of its
-//!   own at the indentation of the code around it; a comment in the middle of an item ends its
+//! * a comment stays where it was: after its line's code, or on a line of its own at the
+//!   indentation of the code around it; the comments after code in one paragraph (lines with no
+//!   blank line between them) start in one column, two spaces after the longest such code; a comment in the middle of an item ends its
 //!   line and the item goes on on the next line, one level deeper;
 //! * numbers, units, strings and names keep their text; the file ends with one newline.
 
@@ -154,6 +155,8 @@ struct Printer<'t, 'a> {
     /// Part of an item of a broken group is written and its comma is not: a line started now
     /// goes on the item, one level deeper.
     mid_item: bool,
+    /// Where each comment written after code on its line starts in the output.
+    trailing: Vec<usize>,
     /// A comma was written ahead of the comments before it; the source's comma is skipped.
     comma_written: bool,
 }
@@ -170,6 +173,7 @@ impl<'t, 'a> Printer<'t, 'a> {
             blank: false,
             mid_item: false,
             comma_written: false,
+            trailing: Vec::new(),
         }
     }
 
@@ -213,7 +217,7 @@ impl<'t, 'a> Printer<'t, 'a> {
                 }
             }
         }
-        let mut out = self.out;
+        let mut out = align(&self.out, &self.trailing);
         let len = out.trim_end().len();
         out.truncate(len);
         if !out.is_empty() {
@@ -287,7 +291,7 @@ impl<'t, 'a> Printer<'t, 'a> {
     /// Writes a comment after its line's code, or on a line of its own, and ends the line.
     fn comment(&mut self, text: &str, after_newline: bool) {
         if !after_newline && !self.out.is_empty() && !self.out.ends_with('\n') {
-            self.out.push_str("  ");
+            self.trailing.push(self.out.len());
         } else {
             self.start_line();
         }
@@ -343,6 +347,34 @@ impl<'t, 'a> Printer<'t, 'a> {
         self.need_break = false;
         self.prev = None;
     }
+}
+
+/// Puts the comments after code in one paragraph (lines with no blank line between them) in one
+/// column, two spaces after the longest code that such a comment follows. `trailing` holds where each such comment starts in `text`.
+fn align(text: &str, trailing: &[usize]) -> String {
+    let mut out = String::with_capacity(text.len() + 2 * trailing.len());
+    let mut done = 0;
+    let mut i = 0;
+    while i < trailing.len() {
+        // The run of comments with no blank line between them.
+        let mut j = i + 1;
+        while j < trailing.len() && !text[trailing[j - 1]..trailing[j]].contains("\n\n") {
+            j += 1;
+        }
+        let width = |at: usize| {
+            let start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+            text[start..at].chars().count()
+        };
+        let column = trailing[i..j].iter().map(|&at| width(at)).max().unwrap_or(0) + 2;
+        for &at in &trailing[i..j] {
+            out.push_str(&text[done..at]);
+            out.extend(std::iter::repeat_n(' ', column - width(at)));
+            done = at;
+        }
+        i = j;
+    }
+    out.push_str(&text[done..]);
+    out
 }
 
 /// The text of a token that is written as it is.
