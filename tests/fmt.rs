@@ -144,7 +144,20 @@ impl Rng {
 
 /// Text spliced into files: layout, separators, comments, continuations.
 const SPLICES: [&str; 14] = [
-    "\n", "\n\n", "  ", " # fuzz\n", "# a # b\n", ",", ";", "\\\n", "(", ")", "[", "]", "\r\n", "\t",
+    "\n",
+    "\n\n",
+    "  ",
+    " # fuzz\n",
+    "# a # b\n",
+    ",",
+    ";",
+    "\\\n",
+    "(",
+    ")",
+    "[",
+    "]",
+    "\r\n",
+    "\t",
 ];
 
 #[test]
@@ -222,7 +235,11 @@ fn a_file_that_does_not_parse_is_reported_and_the_others_formatted() {
     let fine = support::write(&dir, "b.exp", "experiment \"b\" {seed 1}\n");
     let out = support::run(&["fmt", support::s(&dir)]);
     assert_eq!(out.status.code(), Some(1), "{}", support::text(&out));
-    assert!(support::text(&out).contains("K0"), "{}", support::text(&out));
+    assert!(
+        support::text(&out).contains("K0"),
+        "{}",
+        support::text(&out)
+    );
     assert_eq!(
         std::fs::read_to_string(&broken).expect("read"),
         "experiment \"a\" {\n  seed (1\n"

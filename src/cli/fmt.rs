@@ -71,7 +71,11 @@ pub fn fmt(paths: &[PathBuf], check: bool) -> Result<i32, String> {
     }
     let _ = std::io::stdout().flush();
     if !paths.iter().all(|p| p.as_os_str() == "-") {
-        let verb = if check { "would reformat" } else { "reformatted" };
+        let verb = if check {
+            "would reformat"
+        } else {
+            "reformatted"
+        };
         eprintln!("{verb} {changed} of {} file(s)", files.len());
     }
     Ok(if failed || (check && changed > 0) {

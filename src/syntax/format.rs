@@ -16,8 +16,9 @@
 //! * one blank line is kept where the text had one or more, except at the start or end of a block;
 //! * a comment stays where it was: after its line's code, or on a line of its own at the
 //!   indentation of the code around it; the comments after code in one paragraph (lines with no
-//!   blank line between them) start in one column, two spaces after the longest such code; a comment in the middle of an item ends its
-//!   line and the item goes on on the next line, one level deeper;
+//!   blank line between them) start in one column, two spaces after the longest such code (the
+//!   grammar allows comments only where it allows newlines: between statements, and around the
+//!   brackets and commas of lists, so an item's comma goes before the comments that follow it);
 //! * numbers, units, strings and names keep their text; the file ends with one newline.
 
 use crate::diagnostic::Diagnostic;
@@ -73,7 +74,11 @@ fn lex(text: &str) -> Vec<Tok<'_>> {
         match c {
             b' ' | b'\t' => {}
             b'\\' if matches!(bytes.get(i), Some(b'\n' | b'\r')) => {
-                i += if bytes[i..].starts_with(b"\r\n") { 2 } else { 1 };
+                i += if bytes[i..].starts_with(b"\r\n") {
+                    2
+                } else {
+                    1
+                };
             }
             b'\n' => tokens.push(Tok::Newline),
             b'\r' => {
@@ -152,9 +157,6 @@ struct Printer<'t, 'a> {
     need_break: bool,
     /// The text had a blank line before the next token.
     blank: bool,
-    /// Part of an item of a broken group is written and its comma is not: a line started now
-    /// goes on the item, one level deeper.
-    mid_item: bool,
     /// Where each comment written after code on its line starts in the output.
     trailing: Vec<usize>,
     /// A comma was written ahead of the comments before it; the source's comma is skipped.
@@ -171,7 +173,6 @@ impl<'t, 'a> Printer<'t, 'a> {
             prev: None,
             need_break: false,
             blank: false,
-            mid_item: false,
             comma_written: false,
             trailing: Vec::new(),
         }
@@ -209,7 +210,11 @@ impl<'t, 'a> Printer<'t, 'a> {
                     self.token(tok, text);
                     self.open(false, self.broken[i]);
                 }
-                Tok::Comma if self.tokens.get(i + 1).is_some_and(|t| matches!(t, Tok::Close(_))) => {}
+                Tok::Comma
+                    if self
+                        .tokens
+                        .get(i + 1)
+                        .is_some_and(|t| matches!(t, Tok::Close(_))) => {}
                 Tok::Close(c) => self.close(i, tok, c),
                 _ => {
                     self.token(tok, text_of(tok));
@@ -243,7 +248,6 @@ impl<'t, 'a> Printer<'t, 'a> {
         });
         self.need_break = block || broken;
         self.blank = false;
-        self.mid_item = false;
     }
 
     fn close(&mut self, i: usize, tok: Tok<'a>, c: u8) {
@@ -251,7 +255,6 @@ impl<'t, 'a> Printer<'t, 'a> {
             return;
         };
         self.blank = false;
-        self.mid_item = false;
         let text = match c {
             b')' => ")",
             b']' => "]",
@@ -306,8 +309,10 @@ impl<'t, 'a> Printer<'t, 'a> {
             self.start_line();
         } else {
             self.blank = false;
-            let tight = matches!(tok, Tok::Colon | Tok::Comma | Tok::Close(_) | Tok::Open(b'('))
-                || matches!(self.prev, Some(Tok::Open(b'(' | b'[')))
+            let tight = matches!(
+                tok,
+                Tok::Colon | Tok::Comma | Tok::Close(_) | Tok::Open(b'(')
+            ) || matches!(self.prev, Some(Tok::Open(b'(' | b'[')))
                 || text.starts_with(' ');
             if !tight {
                 self.out.push(' ');
@@ -319,14 +324,12 @@ impl<'t, 'a> Printer<'t, 'a> {
             text
         });
         self.prev = Some(tok);
-        self.mid_item = !self.at_statement_level() && !matches!(tok, Tok::Open(_));
     }
 
     /// Writes text right after what was written last.
     fn put(&mut self, text: &str) {
         self.out.push_str(text);
         self.prev = Some(Tok::Comma);
-        self.mid_item = false;
     }
 
     /// Starts a new line at the current indentation, after one blank line when the text had one.
@@ -338,8 +341,7 @@ impl<'t, 'a> Printer<'t, 'a> {
             }
             self.out.push('\n');
         }
-        let depth = self.stack.iter().filter(|f| f.block || f.broken).count()
-            + usize::from(self.mid_item);
+        let depth = self.stack.iter().filter(|f| f.block || f.broken).count();
         for _ in 0..depth {
             self.out.push_str("  ");
         }
@@ -365,7 +367,12 @@ fn align(text: &str, trailing: &[usize]) -> String {
             let start = text[..at].rfind('\n').map_or(0, |n| n + 1);
             text[start..at].chars().count()
         };
-        let column = trailing[i..j].iter().map(|&at| width(at)).max().unwrap_or(0) + 2;
+        let column = trailing[i..j]
+            .iter()
+            .map(|&at| width(at))
+            .max()
+            .unwrap_or(0)
+            + 2;
         for &at in &trailing[i..j] {
             out.push_str(&text[done..at]);
             out.extend(std::iter::repeat_n(' ', column - width(at)));
@@ -424,4 +431,67 @@ fn broken_groups(tokens: &[Tok]) -> Vec<bool> {
         }
     }
     broken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format;
+
+    fn fmt(text: &str) -> String {
+        let out = format(text).expect("formats");
+        assert_eq!(format(&out).expect("formats again"), out, "not idempotent");
+        out
+    }
+
+    #[test]
+    fn statements_go_one_per_line_in_blocks() {
+        assert_eq!(
+            fmt("experiment \"a\" {seed 1;data{batch   2}}"),
+            "experiment \"a\" {\n  seed 1\n  data {\n    batch 2\n  }\n}\n"
+        );
+    }
+
+    #[test]
+    fn parts_are_spaced_and_literals_kept() {
+        assert_eq!(
+            fmt("fc1 : linear ( 784->256 , bias :false ) 1e-3  10_000 cuda:0 80GiB [ 1 ,2, ]"),
+            "fc1: linear(784 -> 256, bias: false) 1e-3 10_000 cuda:0 80GiB [1, 2]\n"
+        );
+    }
+
+    #[test]
+    fn broken_lists_get_one_item_per_line_and_comments_stay() {
+        let text = "a f(x: 1, # one\n  y: [2,\n 3])\n";
+        assert_eq!(
+            fmt(text),
+            "a f(\n  x: 1,  # one\n  y: [\n    2,\n    3,\n  ],\n)\n"
+        );
+    }
+
+    #[test]
+    fn a_comma_goes_before_the_comments_after_its_item() {
+        assert_eq!(
+            fmt("a f(x: 1 # why\n\n # more\n , 2 # two\n )\n"),
+            "a f(\n  x: 1,  # why\n\n  # more\n  2,  # two\n)\n"
+        );
+    }
+
+    #[test]
+    fn blank_lines_collapse_and_leave_block_edges() {
+        assert_eq!(
+            fmt("\n\n# c\n\n\n\nx {\n\n  a\n\n\n  b\n\n}\n\n\n"),
+            "# c\n\nx {\n  a\n\n  b\n}\n"
+        );
+    }
+
+    #[test]
+    fn continued_lines_join_and_empty_blocks_close() {
+        assert_eq!(fmt("batch \\\n  64\nx {}\n"), "batch 64\nx {}\n");
+        assert_eq!(fmt(""), "");
+    }
+
+    #[test]
+    fn text_that_does_not_parse_is_its_diagnostic() {
+        assert!(format("a (").is_err());
+    }
 }
