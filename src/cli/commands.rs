@@ -134,7 +134,7 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
-pub(super) fn style() -> Style {
+fn style() -> Style {
     Style {
         color: std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
         width: 100,

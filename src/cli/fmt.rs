@@ -1,10 +1,10 @@
 //! `kiln fmt`: rewrites experiment files in the canonical layout of [`kiln::syntax::format`].
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 
-use super::{EXIT_ERRORS, EXIT_OK, EXIT_USAGE};
-use kiln::diagnostic::render;
+use super::{EXIT_ERRORS, EXIT_OK};
+use kiln::diagnostic::render::{self, Style};
 use kiln::span::Sources;
 
 /// `kiln fmt`: formats each file in place (every `.exp` file under directories), or with
@@ -80,30 +80,34 @@ pub fn fmt(paths: &[PathBuf], check: bool) -> Result<i32, String> {
     }
     Ok(if failed || (check && changed > 0) {
         EXIT_ERRORS
-    } else if files.is_empty() && stdin.is_empty() {
-        EXIT_USAGE
     } else {
         EXIT_OK
     })
 }
 
-/// The formatted text, or `None` after printing the syntax diagnostic of text that does not parse.
+/// The formatted text, or `None` after printing the syntax diagnostic of text that does not parse
+/// (on standard error, which leaves standard output to the formatted text or the changed files).
 fn formatted(path: &Path, text: &str) -> Option<String> {
     match kiln::syntax::format(text) {
         Ok(out) => Some(out),
         Err(d) => {
             let mut sources = Sources::default();
             sources.add(path, text.to_string());
-            let style = super::commands::style();
-            println!("{}", render::to_text(&d, &sources, style));
+            let style = Style {
+                color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+                width: 100,
+            };
+            eprintln!("{}", render::to_text(&d, &sources, style));
             None
         }
     }
 }
 
 /// Replaces a file's contents at once: writes a temporary file next to it, then renames it over
-/// the file, so that the file is never left half written.
+/// the file, so that the file is never left half written. A link is followed, and the file it
+/// names replaced.
 fn replace(file: &Path, text: &str) -> std::io::Result<()> {
+    let file = &std::fs::canonicalize(file)?;
     let dir = file.parent().unwrap_or(Path::new("."));
     let name = file.file_name().unwrap_or_default().to_string_lossy();
     let temp = dir.join(format!(".{name}.kiln-fmt-{}", std::process::id()));
