@@ -143,7 +143,7 @@ impl Rng {
 }
 
 /// Text spliced into files: layout, separators, comments, continuations.
-const SPLICES: [&str; 14] = [
+const SPLICES: [&str; 19] = [
     "\n",
     "\n\n",
     "  ",
@@ -158,6 +158,11 @@ const SPLICES: [&str; 14] = [
     "]",
     "\r\n",
     "\t",
+    "\r",
+    "\u{FEFF}",
+    " \"#\" ",
+    "{",
+    "}",
 ];
 
 #[test]
