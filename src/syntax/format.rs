@@ -293,7 +293,8 @@ impl<'t, 'a> Printer<'t, 'a> {
 
     /// Writes a comment after its line's code, or on a line of its own, and ends the line.
     fn comment(&mut self, text: &str, after_newline: bool) {
-        if !after_newline && !self.out.is_empty() && !self.out.ends_with('\n') {
+        // Code on the line: a comment before this one ends its line and leaves none.
+        if !after_newline && self.prev.is_some() {
             self.trailing.push(self.out.len());
         } else {
             self.start_line();
@@ -488,6 +489,11 @@ mod tests {
     fn continued_lines_join_and_empty_blocks_close() {
         assert_eq!(fmt("batch \\\n  64\nx {}\n"), "batch 64\nx {}\n");
         assert_eq!(fmt(""), "");
+    }
+
+    #[test]
+    fn a_comment_after_a_semicolon_on_a_new_line_gets_its_own_line() {
+        assert_eq!(fmt("x {  # a\n ;# b\n}\n"), "x {  # a\n  # b\n}\n");
     }
 
     #[test]
