@@ -166,7 +166,7 @@ fn guarded(path: &Path, options: &Options) -> Checked {
 /// Files named directly, and every `.exp` file under directories, in a stable order, each
 /// once however many paths reach it (two links, a file named twice). A file found in a directory
 /// is named by a path without links where there is one.
-fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+pub(super) fn discover(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
     let mut seen = HashSet::new();
     let mut walked = HashSet::new();

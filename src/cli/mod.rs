@@ -2,6 +2,7 @@
 //! language server, that does IO.
 
 mod commands;
+mod fmt;
 mod report;
 mod runtime;
 
@@ -59,6 +60,15 @@ enum Command {
             value_parser = commands::device_memory,
         )]
         device_memory: Vec<(Device, u64)>,
+    },
+    /// Rewrite experiment files (or every `.exp` file under directories) in the canonical layout.
+    Fmt {
+        /// Files or directories; `-` reads standard input and writes standard output.
+        #[arg(required = true)]
+        paths: Vec<std::path::PathBuf>,
+        /// Write nothing: list the files that would change and exit with 1 if there are any.
+        #[arg(long)]
+        check: bool,
     },
     /// Train an experiment on libtorch (every trial of its sweeps); `kiln run --help` for options.
     #[command(disable_help_flag = true)]
@@ -149,6 +159,7 @@ pub fn main() -> i32 {
             format,
             device_memory,
         } => commands::plan(&path, format, &device_memory),
+        Command::Fmt { paths, check } => fmt::fmt(&paths, check),
         Command::Run { args } => {
             let mut all = vec!["run"];
             all.extend(args.iter().map(String::as_str));

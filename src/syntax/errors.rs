@@ -212,7 +212,11 @@ fn keyword(statement: &str) -> String {
 /// The word that ends `text`, skipping spaces (the callee before a `(`).
 fn word_before(text: &str) -> String {
     let text = text.trim_end_matches([' ', '\t']);
-    let start = text.rfind(|c: char| !is_word(c)).map_or(0, |i| i + 1);
+    let start = text
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| !is_word(c))
+        .map_or(0, |(i, c)| i + c.len_utf8());
     text[start..].to_string()
 }
 
@@ -372,5 +376,12 @@ mod tests {
         // `fc1: linear(...)` is a labelled layer; an error after it gets no colon fix.
         let d = error("model {\n  fc1: linear(3) =\n}\n");
         assert!(d.fixes.is_empty(), "{d:?}");
+    }
+
+    #[test]
+    fn a_multibyte_character_before_a_bracket_is_no_panic() {
+        // A byte-order mark counts as space, so the callee before `(` ends in a multibyte character.
+        let d = error("source synthetic\u{FEFF}(inputs: 1\n");
+        assert!(!d.message.is_empty());
     }
 }

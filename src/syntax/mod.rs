@@ -5,8 +5,10 @@
 
 pub mod ast;
 mod errors;
+pub mod format;
 mod parser;
 
+pub use format::format;
 pub use parser::parse;
 
 /// The deepest bracket nesting the parser accepts.
