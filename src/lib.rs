@@ -10,6 +10,7 @@ pub mod check;
 pub mod datafile;
 pub mod diagnostic;
 pub mod ir;
+pub mod lsp;
 pub mod plan;
 pub mod rundir;
 pub mod span;

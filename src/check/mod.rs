@@ -29,6 +29,15 @@ use crate::syntax::ast::{Block, Statement, ValueKind};
 
 pub use fs::{FsLoader, MAX_SOURCE_BYTES};
 
+/// The words of the language by the block they belong to, for editors (completion, hover).
+pub mod words {
+    pub use super::compress::KEYWORDS as COMPRESS;
+    pub use super::data::KEYWORDS as DATA;
+    pub use super::experiment::KEYWORDS as EXPERIMENT;
+    pub use super::settings::TRAIN_KEYWORDS as TRAIN;
+    pub use super::settings::{loss_names, optimizer_names, schedule_names};
+}
+
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {
     /// The bytes of the file at `path`, or why it cannot be read.

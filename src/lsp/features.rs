@@ -1,0 +1,487 @@
+//! Requests answered from one document: hover, completion, navigation, outline, quick fixes.
+
+use std::collections::HashMap;
+
+use lsp_types::{
+    CodeAction, CodeActionKind, CompletionItem, CompletionItemKind, DocumentSymbol, FoldingRange,
+    Hover, HoverContents, Location, MarkupContent, MarkupKind, Position, Range, SymbolKind,
+    TextEdit, Uri, WorkspaceEdit,
+};
+
+use super::engine::Doc;
+use super::words;
+use crate::span::Span;
+use crate::syntax::ast::{Statement, Value, ValueKind};
+
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The word around byte `at`, with its start.
+fn word_at(text: &str, at: usize) -> Option<(usize, &str)> {
+    let start = text[..at]
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| is_word(*c))
+        .last()
+        .map_or(at, |(i, _)| i);
+    let end = at
+        + text[at..]
+            .find(|c: char| !is_word(c))
+            .unwrap_or(text.len() - at);
+    (start < end).then(|| (start, &text[start..end]))
+}
+
+fn markdown(value: String) -> Hover {
+    Hover {
+        contents: HoverContents::Markup(MarkupContent {
+            kind: MarkupKind::Markdown,
+            value,
+        }),
+        range: None,
+    }
+}
+
+/// A layer's shape, parameters, FLOPs and device, or a word's documentation.
+pub fn hover(doc: &Doc, position: Position) -> Option<Hover> {
+    let at = doc.index.offset(&doc.text, position);
+    let (_, word) = word_at(&doc.text, at)?;
+    let layer = doc
+        .layers
+        .iter()
+        .filter(|l| (l.span.start as usize..=l.span.end as usize).contains(&at))
+        .min_by_key(|l| l.span.len());
+    if let Some(l) = layer {
+        let kind_word = l.kind.kind().name();
+        let short = l.name.rsplit('.').next().unwrap_or(&l.name);
+        if word == short || word == kind_word {
+            let mut text = format!(
+                "**{}**: `{}`\n\noutput `{}` · {} parameters · {} FLOPs per sample · on `{}`",
+                l.name, kind_word, l.output, l.params, l.flops, l.device
+            );
+            if let Some(more) = words::document(kind_word) {
+                text.push_str(&format!("\n\n---\n\n{more}"));
+            }
+            return Some(markdown(text));
+        }
+    }
+    words::document(word).map(markdown)
+}
+
+/// The keyword of each block open at `at`, outermost first (strings and comments skipped).
+fn enclosing(text: &str, at: usize) -> Vec<String> {
+    let mut stack = Vec::new();
+    let mut statement_start = 0;
+    let mut chars = text[..at].char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => {
+                while let Some((_, c)) = chars.next() {
+                    if c == '\\' {
+                        chars.next();
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+            }
+            '#' => {
+                for (_, c) in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                statement_start = i;
+            }
+            '{' => {
+                stack.push(statement_keyword(&text[statement_start..i]));
+                statement_start = i + 1;
+            }
+            '}' => {
+                stack.pop();
+                statement_start = i + 1;
+            }
+            '\n' => statement_start = i + 1,
+            _ => {}
+        }
+    }
+    stack
+}
+
+/// The keyword of a statement's text: its first word, after an optional `label:`.
+fn statement_keyword(text: &str) -> String {
+    let mut parts = text.split(|c: char| !is_word(c)).filter(|w| !w.is_empty());
+    let first = parts.next().unwrap_or_default();
+    let label = text
+        .trim_start()
+        .strip_prefix(first)
+        .is_some_and(|rest| rest.trim_start().starts_with(':'));
+    if label {
+        parts.next().unwrap_or_default().to_string()
+    } else {
+        first.to_string()
+    }
+}
+
+fn item(label: &str, kind: CompletionItemKind, detail: Option<String>) -> CompletionItem {
+    CompletionItem {
+        label: label.to_string(),
+        kind: Some(kind),
+        detail,
+        ..Default::default()
+    }
+}
+
+/// What may be written at a position: keywords, layer kinds, choices, parameters, devices,
+/// layer names.
+pub fn completion(doc: &Doc, position: Position) -> Vec<CompletionItem> {
+    let text = &doc.text;
+    let at = doc.index.offset(text, position);
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let before = &text[line_start..at];
+    // Inside a call's parentheses: its named parameters.
+    let mut depth = 0i32;
+    for (i, c) in before.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' if depth > 0 => depth -= 1,
+            '(' => {
+                let name: String = before[..i]
+                    .chars()
+                    .rev()
+                    .take_while(|c| is_word(*c))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                return words::parameters(&name)
+                    .into_iter()
+                    .map(|p| CompletionItem {
+                        insert_text: Some(format!("{p}: ")),
+                        ..item(
+                            p,
+                            CompletionItemKind::FIELD,
+                            Some(format!("{name} parameter")),
+                        )
+                    })
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    let tokens: Vec<&str> = before.split_whitespace().collect();
+    let typing = before.ends_with(|c: char| is_word(c) || c == ':');
+    // Completed tokens before the one being typed.
+    let done = if typing {
+        &tokens[..tokens.len().saturating_sub(1)]
+    } else {
+        &tokens[..]
+    };
+    let done: Vec<&str> = done
+        .iter()
+        .copied()
+        .filter(|t| !t.ends_with(':') || done.first() != Some(t))
+        .collect();
+    let blocks = enclosing(text, line_start);
+    let Some(&keyword) = done.first() else {
+        let block = blocks.last().map(String::as_str);
+        let layers = matches!(block, Some("model" | "block" | "residual"));
+        return words::statements(block)
+            .into_iter()
+            .map(|w| {
+                let is_kind = layers && !["input", "block", "residual"].contains(&w);
+                let kind = if is_kind {
+                    CompletionItemKind::CLASS
+                } else {
+                    CompletionItemKind::KEYWORD
+                };
+                item(w, kind, words::document(w).map(|d| d.replace("**", "")))
+            })
+            .collect();
+    };
+    let devices = || {
+        ["cpu", "cuda", "cuda:0", "cuda:1", "auto"]
+            .into_iter()
+            .map(|d| item(d, CompletionItemKind::VALUE, Some("device".into())))
+            .collect()
+    };
+    match keyword {
+        "device" => devices(),
+        "place" | "prune" | "quantize" if done.last() == Some(&"on") => devices(),
+        "place" | "prune" | "quantize" => {
+            let mut names = Vec::new();
+            if let Some(file) = &doc.ast {
+                walk(&file.statements, &mut |s| {
+                    if let Some(label) = &s.label {
+                        names.push(label.name.clone());
+                    }
+                });
+            }
+            let mut items: Vec<CompletionItem> = names
+                .iter()
+                .map(|n| {
+                    item(
+                        n,
+                        CompletionItemKind::REFERENCE,
+                        Some("layer or block".into()),
+                    )
+                })
+                .collect();
+            if keyword == "place" && done.len() > 1 {
+                items.push(item("on", CompletionItemKind::KEYWORD, None));
+            }
+            items
+        }
+        _ if done.len() == 1 => words::choices(keyword)
+            .into_iter()
+            .map(|(n, p)| {
+                item(
+                    n,
+                    CompletionItemKind::ENUM_MEMBER,
+                    Some(format!("{keyword} {n}({})", p.join(", "))),
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Calls `f` on every statement, depth first.
+fn walk<'a>(statements: &'a [Statement], f: &mut dyn FnMut(&'a Statement)) {
+    for s in statements {
+        f(s);
+        if let Some(body) = &s.body {
+            walk(&body.statements, f);
+        }
+    }
+}
+
+/// The spans in `value` where a segment of a name path is `name`.
+fn references_in(value: &Value, text: &str, name: &str, out: &mut Vec<Span>) {
+    match &value.kind {
+        ValueKind::Path(path) => {
+            let base = value.span.start as usize;
+            let written = &text[base..value.span.end as usize];
+            if written != path {
+                return;
+            }
+            let mut offset = base;
+            for segment in path.split('.') {
+                if segment == name {
+                    out.push(Span::new(value.span.file, offset, offset + segment.len()));
+                }
+                offset += segment.len() + 1;
+            }
+        }
+        ValueKind::List(items) => items.iter().for_each(|v| references_in(v, text, name, out)),
+        ValueKind::Call(_, args) => args
+            .items
+            .iter()
+            .for_each(|a| references_in(&a.value, text, name, out)),
+        ValueKind::Arrow(a, b) => {
+            references_in(a, text, name, out);
+            references_in(b, text, name, out);
+        }
+        ValueKind::Sweep(v) => references_in(v, text, name, out),
+        _ => {}
+    }
+}
+
+/// The labels named `name` and the places that refer to it.
+fn occurrences(doc: &Doc, name: &str) -> (Vec<Span>, Vec<Span>) {
+    let (mut defs, mut refs) = (Vec::new(), Vec::new());
+    let Some(file) = &doc.ast else {
+        return (defs, refs);
+    };
+    walk(&file.statements, &mut |s| {
+        if let Some(label) = s.label.as_ref().filter(|l| l.name == name) {
+            defs.push(label.span);
+        }
+        for v in &s.values {
+            references_in(v, &doc.text, name, &mut refs);
+        }
+        if let Some(args) = &s.args {
+            for a in &args.items {
+                references_in(&a.value, &doc.text, name, &mut refs);
+            }
+        }
+    });
+    // Spans of a tree parsed from older text must still lie in the text.
+    let fits = |s: &Span| (s.end as usize) <= doc.text.len();
+    defs.retain(fits);
+    refs.retain(fits);
+    (defs, refs)
+}
+
+fn location(doc: &Doc, uri: &Uri, span: Span) -> Location {
+    let range = doc
+        .index
+        .range(&doc.text, span.start as usize, span.end as usize);
+    Location::new(uri.clone(), range)
+}
+
+/// The label that defines the layer or block name under the cursor.
+pub fn definition(doc: &Doc, uri: &Uri, position: Position) -> Vec<Location> {
+    let at = doc.index.offset(&doc.text, position);
+    let Some((_, word)) = word_at(&doc.text, at) else {
+        return Vec::new();
+    };
+    let (defs, _) = occurrences(doc, word);
+    defs.into_iter().map(|s| location(doc, uri, s)).collect()
+}
+
+/// Every use of the layer or block name under the cursor (with its definition if asked).
+pub fn references(doc: &Doc, uri: &Uri, position: Position, declaration: bool) -> Vec<Location> {
+    let at = doc.index.offset(&doc.text, position);
+    let Some((_, word)) = word_at(&doc.text, at) else {
+        return Vec::new();
+    };
+    let (defs, refs) = occurrences(doc, word);
+    if defs.is_empty() {
+        return Vec::new();
+    }
+    let defs = if declaration { defs } else { Vec::new() };
+    defs.into_iter()
+        .chain(refs)
+        .map(|s| location(doc, uri, s))
+        .collect()
+}
+
+/// Renames a layer or block name, its label and every use.
+pub fn rename(doc: &Doc, uri: &Uri, position: Position, new_name: &str) -> Option<WorkspaceEdit> {
+    let edits: Vec<TextEdit> = references(doc, uri, position, true)
+        .into_iter()
+        .map(|l| TextEdit::new(l.range, new_name.to_string()))
+        .collect();
+    if edits.is_empty() {
+        return None;
+    }
+    Some(WorkspaceEdit {
+        changes: Some(HashMap::from([(uri.clone(), edits)])),
+        ..Default::default()
+    })
+}
+
+/// The outline: the experiment, its blocks and layers.
+pub fn symbols(doc: &Doc) -> Vec<DocumentSymbol> {
+    fn of(doc: &Doc, statements: &[Statement]) -> Vec<DocumentSymbol> {
+        let mut out = Vec::new();
+        for s in statements {
+            let children = s.body.as_ref().map(|b| of(doc, &b.statements));
+            if s.label.is_none() && children.is_none() {
+                continue;
+            }
+            let (name, kind) = match (&s.label, s.keyword.name.as_str()) {
+                (Some(l), _) if s.body.is_some() => (l.name.clone(), SymbolKind::NAMESPACE),
+                (Some(l), _) => (l.name.clone(), SymbolKind::FIELD),
+                (None, "experiment") => {
+                    let name = s.values.first().map_or("", |v| {
+                        &doc.text[v.span.start as usize..v.span.end as usize]
+                    });
+                    (format!("experiment {name}"), SymbolKind::MODULE)
+                }
+                (None, k) => (k.to_string(), SymbolKind::STRUCT),
+            };
+            let range = doc
+                .index
+                .range(&doc.text, s.span.start as usize, s.span.end as usize);
+            let at = s.label.as_ref().map_or(s.keyword.span, |l| l.span);
+            let selection = doc
+                .index
+                .range(&doc.text, at.start as usize, at.end as usize);
+            #[allow(deprecated)]
+            out.push(DocumentSymbol {
+                name,
+                detail: Some(s.keyword.name.clone()),
+                kind,
+                tags: None,
+                deprecated: None,
+                range,
+                selection_range: selection,
+                children: children.filter(|c| !c.is_empty()),
+            });
+        }
+        out
+    }
+    doc.ast
+        .as_ref()
+        .filter(|f| {
+            f.statements
+                .iter()
+                .all(|s| (s.span.end as usize) <= doc.text.len())
+        })
+        .map_or_else(Vec::new, |f| of(doc, &f.statements))
+}
+
+/// One folding range per block that spans lines.
+pub fn folding(doc: &Doc) -> Vec<FoldingRange> {
+    let mut out = Vec::new();
+    if let Some(file) = &doc.ast {
+        walk(&file.statements, &mut |s| {
+            if let Some(b) = s
+                .body
+                .as_ref()
+                .filter(|b| (b.span.end as usize) <= doc.text.len())
+            {
+                let start = doc.index.position(&doc.text, b.span.start as usize).line;
+                let end = doc.index.position(&doc.text, b.span.end as usize).line;
+                if end > start {
+                    out.push(FoldingRange {
+                        start_line: start,
+                        end_line: end,
+                        ..Default::default()
+                    });
+                }
+            }
+        });
+    }
+    out
+}
+
+fn overlaps(a: Range, b: Range) -> bool {
+    a.start <= b.end && b.start <= a.end
+}
+
+/// One quick fix per fix carried by a diagnostic in `range`.
+pub fn code_actions(doc: &Doc, uri: &Uri, range: Range) -> Vec<CodeAction> {
+    let Some(analysis) = doc.analysis.as_ref().filter(|a| a.version == doc.version) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (shown, d) in &analysis.diagnostics {
+        if !overlaps(shown.range, range) {
+            continue;
+        }
+        for fix in d
+            .fixes
+            .iter()
+            .filter(|f| f.span.file.0 == 0 && (f.span.end as usize) <= doc.text.len())
+        {
+            let at = doc
+                .index
+                .range(&doc.text, fix.span.start as usize, fix.span.end as usize);
+            let title = if fix.replacement.is_empty() {
+                format!(
+                    "{}: remove `{}`",
+                    d.code.code(),
+                    &doc.text[fix.span.start as usize..fix.span.end as usize]
+                )
+            } else {
+                format!("{}: write `{}`", d.code.code(), fix.replacement)
+            };
+            out.push(CodeAction {
+                title,
+                kind: Some(CodeActionKind::QUICKFIX),
+                diagnostics: Some(vec![shown.clone()]),
+                edit: Some(WorkspaceEdit {
+                    changes: Some(HashMap::from([(
+                        uri.clone(),
+                        vec![TextEdit::new(at, fix.replacement.clone())],
+                    )])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+    }
+    out
+}
