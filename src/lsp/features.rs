@@ -214,6 +214,9 @@ pub fn completion(doc: &Doc, position: Position) -> Vec<CompletionItem> {
                     if let Some(label) = &s.label {
                         names.push(label.name.clone());
                     }
+                    if let Some((name, _)) = block_name(s) {
+                        names.push(name.to_string());
+                    }
                 });
             }
             let mut items: Vec<CompletionItem> = names
@@ -252,6 +255,20 @@ fn walk<'a>(statements: &'a [Statement], f: &mut dyn FnMut(&'a Statement)) {
         if let Some(body) = &s.body {
             walk(&body.statements, f);
         }
+    }
+}
+
+/// The name of a `block NAME { ... }` statement, with its span.
+fn block_name(s: &Statement) -> Option<(&str, Span)> {
+    match (s.keyword.name.as_str(), s.values.first()) {
+        (
+            "block",
+            Some(Value {
+                kind: ValueKind::Path(name),
+                span,
+            }),
+        ) => Some((name, *span)),
+        _ => None,
     }
 }
 
@@ -296,7 +313,11 @@ fn occurrences(doc: &Doc, name: &str) -> (Vec<Span>, Vec<Span>) {
         if let Some(label) = s.label.as_ref().filter(|l| l.name == name) {
             defs.push(label.span);
         }
-        for v in &s.values {
+        let block = block_name(s);
+        if let Some((_, span)) = block.filter(|(n, _)| *n == name) {
+            defs.push(span);
+        }
+        for v in s.values.iter().skip(usize::from(block.is_some())) {
             references_in(v, &doc.text, name, &mut refs);
         }
         if let Some(args) = &s.args {
@@ -370,7 +391,12 @@ pub fn symbols(doc: &Doc) -> Vec<DocumentSymbol> {
             if s.label.is_none() && children.is_none() {
                 continue;
             }
+            let block = block_name(s);
             let (name, kind) = match (&s.label, s.keyword.name.as_str()) {
+                (None, "block") if block.is_some() => (
+                    block.map_or_else(String::new, |(n, _)| n.to_string()),
+                    SymbolKind::NAMESPACE,
+                ),
                 (Some(l), _) if s.body.is_some() => (l.name.clone(), SymbolKind::NAMESPACE),
                 (Some(l), _) => (l.name.clone(), SymbolKind::FIELD),
                 (None, "experiment") => {
@@ -384,7 +410,12 @@ pub fn symbols(doc: &Doc) -> Vec<DocumentSymbol> {
             let range = doc
                 .index
                 .range(&doc.text, s.span.start as usize, s.span.end as usize);
-            let at = s.label.as_ref().map_or(s.keyword.span, |l| l.span);
+            let at = s
+                .label
+                .as_ref()
+                .map(|l| l.span)
+                .or(block.map(|(_, span)| span))
+                .unwrap_or(s.keyword.span);
             let selection = doc
                 .index
                 .range(&doc.text, at.start as usize, at.end as usize);
