@@ -516,3 +516,65 @@ pub fn code_actions(doc: &Doc, uri: &Uri, range: Range) -> Vec<CodeAction> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lsp::engine::Engine;
+
+    const TEXT: &str = "experiment \"x\" {\n  model {\n    input [8]\n    block enc {\n      fc1: linear(4)\n      \n    }\n  }\n  place enc.fc1 on cpu\n  optimizer adam(lr: 1e-3)\n}\n";
+
+    fn with_doc(text: &str, f: impl FnOnce(&Doc, &Uri)) {
+        let uri: Uri = "file:///t/x.exp".parse().unwrap();
+        let mut engine = Engine::default();
+        engine.open(uri.clone(), 1, text.to_string());
+        f(engine.doc(&uri).unwrap(), &uri);
+    }
+
+    fn labels(items: &[CompletionItem]) -> Vec<&str> {
+        items.iter().map(|i| i.label.as_str()).collect()
+    }
+
+    #[test]
+    fn completion_follows_the_enclosing_block_and_the_keyword() {
+        with_doc(TEXT, |doc, _| {
+            let in_block = labels(&completion(doc, Position::new(5, 6)).clone()).join(" ");
+            assert!(
+                in_block.contains("linear") && in_block.contains("conv2d"),
+                "{in_block}"
+            );
+            let items = completion(doc, Position::new(9, 12));
+            assert!(labels(&items).contains(&"rmsprop"));
+            let items = completion(doc, Position::new(9, 17));
+            assert!(labels(&items).contains(&"betas"), "{:?}", labels(&items));
+            let items = completion(doc, Position::new(8, 8));
+            assert!(labels(&items).contains(&"fc1") && labels(&items).contains(&"enc"));
+            let items = completion(doc, Position::new(8, 19));
+            assert!(labels(&items).contains(&"cuda:0"));
+            let items = completion(doc, Position::new(1, 2));
+            assert!(labels(&items).contains(&"optimizer") && !labels(&items).contains(&"relu"));
+        });
+    }
+
+    #[test]
+    fn names_are_found_in_labels_blocks_and_dotted_paths() {
+        with_doc(TEXT, |doc, uri| {
+            // `fc1` in `place enc.fc1`: its label, then the segment of the path.
+            let defs = definition(doc, uri, Position::new(8, 13));
+            assert_eq!(defs[0].range.start, Position::new(4, 6));
+            let edit = rename(doc, uri, Position::new(3, 11), "encoder").unwrap();
+            let edits = &edit.changes.unwrap()[uri];
+            let starts: Vec<Position> = edits.iter().map(|e| e.range.start).collect();
+            assert_eq!(starts, [Position::new(3, 10), Position::new(8, 8)]);
+            assert!(rename(doc, uri, Position::new(9, 5), "x").is_none());
+            let outline = symbols(doc);
+            let model = &outline[0].children.as_ref().unwrap()[0];
+            assert_eq!(model.children.as_ref().unwrap()[0].name, "enc");
+            let folds: Vec<(u32, u32)> = folding(doc)
+                .iter()
+                .map(|f| (f.start_line, f.end_line))
+                .collect();
+            assert_eq!(folds, [(0, 10), (1, 7), (3, 6)]);
+        });
+    }
+}
