@@ -1,11 +1,10 @@
-//! Requests answered from one document: hover, completion, navigation, outline, quick fixes.
+//! Requests answered from one document: hover, navigation, outline, quick fixes.
 
 use std::collections::HashMap;
 
 use lsp_types::{
-    CodeAction, CodeActionKind, CompletionItem, CompletionItemKind, DocumentSymbol, FoldingRange,
-    Hover, HoverContents, Location, MarkupContent, MarkupKind, Position, Range, SymbolKind,
-    TextEdit, Uri, WorkspaceEdit,
+    CodeAction, CodeActionKind, DocumentSymbol, FoldingRange, Hover, HoverContents, Location,
+    MarkupContent, MarkupKind, Position, Range, SymbolKind, TextEdit, Uri, WorkspaceEdit,
 };
 
 use super::engine::Doc;
@@ -13,7 +12,7 @@ use super::words;
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
-fn is_word(c: char) -> bool {
+pub(super) fn is_word(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
@@ -68,188 +67,8 @@ pub fn hover(doc: &Doc, position: Position) -> Option<Hover> {
     words::document(word).map(markdown)
 }
 
-/// The keyword of each block open at `at`, outermost first (strings and comments skipped).
-fn enclosing(text: &str, at: usize) -> Vec<String> {
-    let mut stack = Vec::new();
-    let mut statement_start = 0;
-    let mut chars = text[..at].char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '"' => {
-                while let Some((_, c)) = chars.next() {
-                    if c == '\\' {
-                        chars.next();
-                    } else if c == '"' {
-                        break;
-                    }
-                }
-            }
-            '#' => {
-                for (_, c) in chars.by_ref() {
-                    if c == '\n' {
-                        break;
-                    }
-                }
-                statement_start = i;
-            }
-            '{' => {
-                stack.push(statement_keyword(&text[statement_start..i]));
-                statement_start = i + 1;
-            }
-            '}' => {
-                stack.pop();
-                statement_start = i + 1;
-            }
-            '\n' => statement_start = i + 1,
-            _ => {}
-        }
-    }
-    stack
-}
-
-/// The keyword of a statement's text: its first word, after an optional `label:`.
-fn statement_keyword(text: &str) -> String {
-    let mut parts = text.split(|c: char| !is_word(c)).filter(|w| !w.is_empty());
-    let first = parts.next().unwrap_or_default();
-    let label = text
-        .trim_start()
-        .strip_prefix(first)
-        .is_some_and(|rest| rest.trim_start().starts_with(':'));
-    if label {
-        parts.next().unwrap_or_default().to_string()
-    } else {
-        first.to_string()
-    }
-}
-
-fn item(label: &str, kind: CompletionItemKind, detail: Option<String>) -> CompletionItem {
-    CompletionItem {
-        label: label.to_string(),
-        kind: Some(kind),
-        detail,
-        ..Default::default()
-    }
-}
-
-/// What may be written at a position: keywords, layer kinds, choices, parameters, devices,
-/// layer names.
-pub fn completion(doc: &Doc, position: Position) -> Vec<CompletionItem> {
-    let text = &doc.text;
-    let at = doc.index.offset(text, position);
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let before = &text[line_start..at];
-    // Inside a call's parentheses: its named parameters.
-    let mut depth = 0i32;
-    for (i, c) in before.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' if depth > 0 => depth -= 1,
-            '(' => {
-                let name: String = before[..i]
-                    .chars()
-                    .rev()
-                    .take_while(|c| is_word(*c))
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                return words::parameters(&name)
-                    .into_iter()
-                    .map(|p| CompletionItem {
-                        insert_text: Some(format!("{p}: ")),
-                        ..item(
-                            p,
-                            CompletionItemKind::FIELD,
-                            Some(format!("{name} parameter")),
-                        )
-                    })
-                    .collect();
-            }
-            _ => {}
-        }
-    }
-    let tokens: Vec<&str> = before.split_whitespace().collect();
-    let typing = before.ends_with(|c: char| is_word(c) || c == ':');
-    // Completed tokens before the one being typed.
-    let done = if typing {
-        &tokens[..tokens.len().saturating_sub(1)]
-    } else {
-        &tokens[..]
-    };
-    let done: Vec<&str> = done
-        .iter()
-        .copied()
-        .filter(|t| !t.ends_with(':') || done.first() != Some(t))
-        .collect();
-    let blocks = enclosing(text, line_start);
-    let Some(&keyword) = done.first() else {
-        let block = blocks.last().map(String::as_str);
-        let layers = matches!(block, Some("model" | "block" | "residual"));
-        return words::statements(block)
-            .into_iter()
-            .map(|w| {
-                let is_kind = layers && !["input", "block", "residual"].contains(&w);
-                let kind = if is_kind {
-                    CompletionItemKind::CLASS
-                } else {
-                    CompletionItemKind::KEYWORD
-                };
-                item(w, kind, words::document(w).map(|d| d.replace("**", "")))
-            })
-            .collect();
-    };
-    let devices = || {
-        ["cpu", "cuda", "cuda:0", "cuda:1", "auto"]
-            .into_iter()
-            .map(|d| item(d, CompletionItemKind::VALUE, Some("device".into())))
-            .collect()
-    };
-    match keyword {
-        "device" => devices(),
-        "place" | "prune" | "quantize" if done.last() == Some(&"on") => devices(),
-        "place" | "prune" | "quantize" => {
-            let mut names = Vec::new();
-            if let Some(file) = &doc.ast {
-                walk(&file.statements, &mut |s| {
-                    if let Some(label) = &s.label {
-                        names.push(label.name.clone());
-                    }
-                    if let Some((name, _)) = block_name(s) {
-                        names.push(name.to_string());
-                    }
-                });
-            }
-            let mut items: Vec<CompletionItem> = names
-                .iter()
-                .map(|n| {
-                    item(
-                        n,
-                        CompletionItemKind::REFERENCE,
-                        Some("layer or block".into()),
-                    )
-                })
-                .collect();
-            if keyword == "place" && done.len() > 1 {
-                items.push(item("on", CompletionItemKind::KEYWORD, None));
-            }
-            items
-        }
-        _ if done.len() == 1 => words::choices(keyword)
-            .into_iter()
-            .map(|(n, p)| {
-                item(
-                    n,
-                    CompletionItemKind::ENUM_MEMBER,
-                    Some(format!("{keyword} {n}({})", p.join(", "))),
-                )
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
 /// Calls `f` on every statement, depth first.
-fn walk<'a>(statements: &'a [Statement], f: &mut dyn FnMut(&'a Statement)) {
+pub(super) fn walk<'a>(statements: &'a [Statement], f: &mut dyn FnMut(&'a Statement)) {
     for s in statements {
         f(s);
         if let Some(body) = &s.body {
@@ -259,7 +78,7 @@ fn walk<'a>(statements: &'a [Statement], f: &mut dyn FnMut(&'a Statement)) {
 }
 
 /// The name of a `block NAME { ... }` statement, with its span.
-fn block_name(s: &Statement) -> Option<(&str, Span)> {
+pub(super) fn block_name(s: &Statement) -> Option<(&str, Span)> {
     match (s.keyword.name.as_str(), s.values.first()) {
         (
             "block",
@@ -518,42 +337,17 @@ pub fn code_actions(doc: &Doc, uri: &Uri, range: Range) -> Vec<CodeAction> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::lsp::engine::Engine;
 
-    const TEXT: &str = "experiment \"x\" {\n  model {\n    input [8]\n    block enc {\n      fc1: linear(4)\n      \n    }\n  }\n  place enc.fc1 on cpu\n  optimizer adam(lr: 1e-3)\n}\n";
+    pub(crate) const TEXT: &str = "experiment \"x\" {\n  model {\n    input [8]\n    block enc {\n      fc1: linear(4)\n      \n    }\n  }\n  place enc.fc1 on cpu\n  optimizer adam(lr: 1e-3)\n}\n";
 
-    fn with_doc(text: &str, f: impl FnOnce(&Doc, &Uri)) {
+    pub(crate) fn with_doc(text: &str, f: impl FnOnce(&Doc, &Uri)) {
         let uri: Uri = "file:///t/x.exp".parse().unwrap();
         let mut engine = Engine::default();
         engine.open(uri.clone(), 1, text.to_string());
         f(engine.doc(&uri).unwrap(), &uri);
-    }
-
-    fn labels(items: &[CompletionItem]) -> Vec<&str> {
-        items.iter().map(|i| i.label.as_str()).collect()
-    }
-
-    #[test]
-    fn completion_follows_the_enclosing_block_and_the_keyword() {
-        with_doc(TEXT, |doc, _| {
-            let in_block = labels(&completion(doc, Position::new(5, 6)).clone()).join(" ");
-            assert!(
-                in_block.contains("linear") && in_block.contains("conv2d"),
-                "{in_block}"
-            );
-            let items = completion(doc, Position::new(9, 12));
-            assert!(labels(&items).contains(&"rmsprop"));
-            let items = completion(doc, Position::new(9, 17));
-            assert!(labels(&items).contains(&"betas"), "{:?}", labels(&items));
-            let items = completion(doc, Position::new(8, 8));
-            assert!(labels(&items).contains(&"fc1") && labels(&items).contains(&"enc"));
-            let items = completion(doc, Position::new(8, 19));
-            assert!(labels(&items).contains(&"cuda:0"));
-            let items = completion(doc, Position::new(1, 2));
-            assert!(labels(&items).contains(&"optimizer") && !labels(&items).contains(&"relu"));
-        });
     }
 
     #[test]

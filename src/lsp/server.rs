@@ -22,7 +22,7 @@ use lsp_types::{
 };
 
 use super::engine::{analyze, Engine};
-use super::features;
+use super::{completion, features};
 
 /// How long checking waits after the last change, so that typing is not checked key by key.
 pub const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -211,7 +211,7 @@ fn answer(engine: &Engine, request: Request) -> Answer {
             let p: lsp_types::CompletionParams = params(request, Completion::METHOD)?;
             let at = p.text_document_position;
             let doc = engine.doc(&at.text_document.uri).ok_or_else(closed)?;
-            json(features::completion(doc, at.position))
+            json(completion::completion(doc, at.position))
         }
         GotoDefinition::METHOD => {
             let p: lsp_types::GotoDefinitionParams = params(request, GotoDefinition::METHOD)?;
