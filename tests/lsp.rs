@@ -278,6 +278,7 @@ fn hover_completion_definition_and_rename_answer_from_the_document() {
 
     // Definition of `fc2` from its use in `place`.
     client.change(3, &text);
+    assert_eq!(client.diagnostics(3), Vec::<Value>::new());
     let def = client.at("textDocument/definition", 11, 9, json!({}));
     let start = &def["result"][0]["range"]["start"];
     assert_eq!(

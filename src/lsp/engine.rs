@@ -22,7 +22,8 @@ pub struct Doc {
     pub version: i32,
     /// Its line starts.
     pub index: LineIndex,
-    /// Its syntax tree, or the last one that parsed (for navigation while the text is broken).
+    /// The syntax tree of the newest analysed version that parsed (navigation uses it while
+    /// the text is broken or not yet analysed; its spans are checked against the text).
     pub ast: Option<ast::File>,
     /// The newest analysis stored for it.
     pub analysis: Option<Analysis>,
@@ -38,6 +39,8 @@ pub struct Analysis {
     pub diagnostics: Vec<(lsp_types::Diagnostic, Diagnostic)>,
     /// The first trial's layers in this file, when it checked.
     pub layers: Option<Vec<Layer>>,
+    /// The file's syntax tree, when it parsed.
+    pub tree: Option<ast::File>,
 }
 
 /// A document to check, with every open document's text (they override the disk).
@@ -97,7 +100,6 @@ impl Engine {
             doc.ast = old.ast;
             doc.layers = old.layers;
         }
-        reparse(&mut doc);
         self.docs.insert(uri.as_str().to_string(), (uri, doc));
     }
 
@@ -107,7 +109,6 @@ impl Engine {
             doc.index = LineIndex::new(&text);
             doc.text = text;
             doc.version = version;
-            reparse(doc);
         }
     }
 
@@ -138,7 +139,7 @@ impl Engine {
     }
 
     /// Keeps an analysis unless a newer one is stored; true when kept.
-    pub fn store(&mut self, uri: &Uri, analysis: Analysis) -> bool {
+    pub fn store(&mut self, uri: &Uri, mut analysis: Analysis) -> bool {
         let Some((_, doc)) = self.docs.get_mut(uri.as_str()) else {
             return false;
         };
@@ -149,17 +150,14 @@ impl Engine {
         {
             return false;
         }
-        if let Some(layers) = &analysis.layers {
-            doc.layers = layers.clone();
+        if let Some(layers) = analysis.layers.take() {
+            doc.layers = layers;
+        }
+        if let Some(tree) = analysis.tree.take() {
+            doc.ast = Some(tree);
         }
         doc.analysis = Some(analysis);
         true
-    }
-}
-
-fn reparse(doc: &mut Doc) {
-    if let Ok(file) = crate::syntax::parse(FileId(0), &doc.text) {
-        doc.ast = Some(file);
     }
 }
 
@@ -260,5 +258,6 @@ pub fn analyze(job: &Job) -> Analysis {
         version: job.version,
         diagnostics,
         layers,
+        tree: checked.tree,
     }
 }

@@ -339,7 +339,7 @@ pub fn code_actions(doc: &Doc, uri: &Uri, range: Range) -> Vec<CodeAction> {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::lsp::engine::Engine;
+    use crate::lsp::engine::{analyze, Engine};
 
     pub(crate) const TEXT: &str = "experiment \"x\" {\n  model {\n    input [8]\n    block enc {\n      fc1: linear(4)\n      \n    }\n  }\n  place enc.fc1 on cpu\n  optimizer adam(lr: 1e-3)\n}\n";
 
@@ -347,6 +347,8 @@ pub(crate) mod tests {
         let uri: Uri = "file:///t/x.exp".parse().unwrap();
         let mut engine = Engine::default();
         engine.open(uri.clone(), 1, text.to_string());
+        let analysis = analyze(&engine.job(&uri).unwrap());
+        assert!(engine.store(&uri, analysis));
         f(engine.doc(&uri).unwrap(), &uri);
     }
 
