@@ -121,7 +121,6 @@ impl Client {
             let m = self.next();
             if m["method"] == "textDocument/publishDiagnostics" && m["params"]["version"] == version
             {
-                assert_eq!(m["params"]["uri"], URI);
                 return m["params"]["diagnostics"]
                     .as_array()
                     .expect("a list")
@@ -131,7 +130,11 @@ impl Client {
     }
 
     fn open(&mut self, text: &str) {
-        let doc = json!({"uri": URI, "languageId": "kiln", "version": 1, "text": text});
+        self.open_at(URI, text);
+    }
+
+    fn open_at(&mut self, uri: &str, text: &str) {
+        let doc = json!({"uri": uri, "languageId": "kiln", "version": 1, "text": text});
         self.notify("textDocument/didOpen", json!({ "textDocument": doc }));
     }
 
@@ -330,4 +333,24 @@ fn a_syntax_error_is_published_and_hover_keeps_the_last_good_analysis() {
         .unwrap_or_default();
     assert!(shown.contains("[256]"), "{hover}");
     assert_eq!(client.exit(), Some(0));
+}
+
+#[test]
+fn a_base_named_by_extends_is_read_from_disk() {
+    let dir = std::env::temp_dir().join(format!("kiln-lsp-extends-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let base = BAD.replace("lineer", "linear").replace("fc3 on", "fc2 on");
+    std::fs::write(dir.join("base.exp"), base).expect("base file");
+    let child = "extends \"base.exp\"\nexperiment \"child\" {\n  seed 7\n}\n";
+    let mut client = Client::start();
+    client.open_at(&format!("file://{}/child.exp", dir.display()), child);
+    assert_eq!(client.diagnostics(1), Vec::<Value>::new());
+    let missing = child.replace("base.exp", "missing.exp");
+    client.open_at(&format!("file://{}/other.exp", dir.display()), &missing);
+    let diags = client.diagnostics(1);
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(diags[0]["code"], "K0122");
+    assert_eq!(range(&diags[0]), (0, 8, 0, 21));
+    assert_eq!(client.exit(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
 }
