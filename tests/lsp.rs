@@ -218,6 +218,21 @@ fn diagnostics_are_published_on_open_and_cleared_by_a_fix() {
     let fixed = BAD.replace("lineer", "linear").replace("fc3 on", "fc2 on");
     client.change(2, &fixed);
     assert_eq!(client.diagnostics(2), Vec::<Value>::new());
+
+    // Closing the document clears its diagnostics.
+    client.change(3, BAD);
+    assert_eq!(client.diagnostics(3).len(), 2);
+    client.notify(
+        "textDocument/didClose",
+        json!({"textDocument": {"uri": URI}}),
+    );
+    loop {
+        let m = client.next();
+        if m["method"] == "textDocument/publishDiagnostics" && m["params"]["version"].is_null() {
+            assert_eq!(m["params"]["diagnostics"], json!([]));
+            break;
+        }
+    }
     assert_eq!(client.exit(), Some(0));
 }
 

@@ -94,7 +94,10 @@ fn check_loop(engine: &Mutex<Engine>, queue: &mpsc::Receiver<Uri>, send: impl Fn
                 .map(|(d, _)| d.clone())
                 .collect();
             let version = analysis.version;
-            if lock(engine).store(&uri, analysis) {
+            // Published under the lock, so that a document closed meanwhile is not published
+            // after its diagnostics were cleared.
+            let mut documents = lock(engine);
+            if documents.store(&uri, analysis) {
                 let params = PublishDiagnosticsParams::new(uri, diagnostics, Some(version));
                 let note = Notification::new(PublishDiagnostics::METHOD.into(), params);
                 if !send(note.into()) {
@@ -136,7 +139,17 @@ fn serve(
                     .map_err(|e| e.to_string())?;
             }
             Message::Notification(note) => {
-                let _ = catch_unwind(AssertUnwindSafe(|| notify(&mut lock(engine), jobs, note)));
+                let closed =
+                    catch_unwind(AssertUnwindSafe(|| notify(&mut lock(engine), jobs, note)));
+                if let Ok(Some(uri)) = closed {
+                    // A closed document's diagnostics are cleared from the editor.
+                    let params = PublishDiagnosticsParams::new(uri, Vec::new(), None);
+                    let note = Notification::new(PublishDiagnostics::METHOD.into(), params);
+                    connection
+                        .sender
+                        .send(note.into())
+                        .map_err(|e| e.to_string())?;
+                }
             }
             Message::Response(_) => {}
         }
@@ -144,7 +157,8 @@ fn serve(
     Ok(())
 }
 
-fn notify(engine: &mut Engine, jobs: &mpsc::Sender<Uri>, note: Notification) {
+/// Applies a notification to the documents; returns the document it closed, if any.
+fn notify(engine: &mut Engine, jobs: &mpsc::Sender<Uri>, note: Notification) -> Option<Uri> {
     match note.method.as_str() {
         DidOpenTextDocument::METHOD => {
             if let Ok(p) =
@@ -171,10 +185,12 @@ fn notify(engine: &mut Engine, jobs: &mpsc::Sender<Uri>, note: Notification) {
                 note.extract::<lsp_types::DidCloseTextDocumentParams>(DidCloseTextDocument::METHOD)
             {
                 engine.close(&p.text_document.uri);
+                return Some(p.text_document.uri);
             }
         }
         _ => {}
     }
+    None
 }
 
 type Answer = Result<serde_json::Value, (ErrorCode, String)>;
