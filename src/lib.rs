@@ -4,12 +4,14 @@
 //! strategies; every problem as a [`diagnostic::Diagnostic`]) -> [`ir`] (the typed experiment,
 //! which every later stage reads) -> `plan` (its costs); [`rundir`] defines the files of a run
 //! directory, which `kiln-runtime` writes and `kiln report` reads; [`supervise`] watches the
-//! processes that train. Only `cli` (in `main.rs`) talks to the outside world. See `ARCHITECTURE.md`.
+//! processes that train; [`lsp`] answers editors. Only `cli` (in `main.rs`) and `lsp::server` talk to
+//! the outside world. See `ARCHITECTURE.md`.
 
 pub mod check;
 pub mod datafile;
 pub mod diagnostic;
 pub mod ir;
+pub mod lsp;
 pub mod plan;
 pub mod rundir;
 pub mod span;

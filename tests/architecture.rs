@@ -165,3 +165,19 @@ fn the_graph_finds_a_planted_cycle() {
     graph.insert("c".into(), BTreeSet::new());
     assert_eq!(cycle_from(&graph, "a"), None);
 }
+
+#[test]
+fn the_language_server_sits_on_top_of_the_checker() {
+    // `lsp` reads the checker's results and answers editors; only the command line starts it,
+    // and like `kiln check` it never reaches libtorch (`runtime`).
+    let graph = graph();
+    for (module, deps) in &graph {
+        assert!(
+            module == "cli" || !deps.contains("lsp"),
+            "{module} imports lsp; only the command line may"
+        );
+    }
+    let lsp = graph.get("lsp").cloned().unwrap_or_default();
+    assert!(lsp.contains("check"), "lsp does not check through check");
+    assert!(!lsp.contains("runtime"), "lsp imports runtime");
+}

@@ -29,6 +29,15 @@ use crate::syntax::ast::{Block, Statement, ValueKind};
 
 pub use fs::{FsLoader, MAX_SOURCE_BYTES};
 
+/// The words of the language by the block they belong to, for editors (completion, hover).
+pub mod words {
+    pub use super::compress::KEYWORDS as COMPRESS;
+    pub use super::data::KEYWORDS as DATA;
+    pub use super::experiment::KEYWORDS as EXPERIMENT;
+    pub use super::settings::TRAIN_KEYWORDS as TRAIN;
+    pub use super::settings::{loss_names, optimizer_names, schedule_names};
+}
+
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {
     /// The bytes of the file at `path`, or why it cannot be read.
@@ -63,6 +72,8 @@ pub struct Checked {
     pub trials: Vec<Experiment>,
     /// How many trials the sweep grid has (1 without sweeps).
     pub trial_count: usize,
+    /// The checked file's syntax tree, when it parsed (an editor navigates it).
+    pub tree: Option<crate::syntax::ast::File>,
 }
 
 impl Checked {
@@ -78,10 +89,12 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
     let mut diags = Vec::new();
     let mut trials = Vec::new();
     let mut trial_count = 0;
+    let mut tree = None;
     let root = Load {
         loader,
         sources: &mut sources,
         diags: &mut diags,
+        tree: &mut tree,
     }
     .experiment(path, None, &mut Vec::new());
     if let Some(exp) = root {
@@ -164,6 +177,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
         diagnostics: diags,
         trials,
         trial_count,
+        tree,
     }
 }
 
@@ -236,6 +250,8 @@ struct Load<'a> {
     loader: &'a dyn Loader,
     sources: &'a mut Sources,
     diags: &'a mut Vec<Diagnostic>,
+    /// Where the checked file's tree is kept.
+    tree: &'a mut Option<crate::syntax::ast::File>,
 }
 
 impl Load<'_> {
@@ -319,6 +335,9 @@ impl Load<'_> {
             return None;
         }
         let (id, file) = self.file(path, from)?;
+        if chain.is_empty() {
+            *self.tree = Some(file.clone());
+        }
         chain.push((canonical, lexical(path)));
         let mut experiments = Vec::new();
         let mut extends: Option<&Statement> = None;

@@ -117,6 +117,21 @@ const STRATEGIES: &[Choice<Strategy>] = &[
     ("ddp", Strategy::Ddp, &["backend", "world_size", "timeout"]),
 ];
 
+/// Optimizer names with their parameters in positional order (completion, hover).
+pub fn optimizer_names() -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
+    OPTIMIZERS.iter().map(|(n, _, p)| (*n, *p))
+}
+
+/// Schedule names with their parameters in positional order (completion, hover).
+pub fn schedule_names() -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
+    SCHEDULES.iter().map(|(n, _, p)| (*n, *p))
+}
+
+/// Loss names with their parameters in positional order (completion, hover).
+pub fn loss_names() -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
+    LOSSES.iter().map(|(n, _, p)| (*n, *p))
+}
+
 /// Keywords of the train block.
 pub const TRAIN_KEYWORDS: &[&str] = &[
     "epochs",

@@ -159,6 +159,7 @@ fn guarded(path: &Path, options: &Options) -> Checked {
             diagnostics: vec![d],
             trials: vec![],
             trial_count: 0,
+            tree: None,
         }
     })
 }

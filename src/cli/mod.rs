@@ -1,5 +1,5 @@
-//! The command line: argument parsing, file discovery, output. The only place, with the future
-//! language server, that does IO.
+//! The command line: argument parsing, file discovery, output. The only place, with the language
+//! server (`kiln::lsp::server`), that does IO.
 
 mod commands;
 mod fmt;
@@ -103,6 +103,8 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Serve the Language Server Protocol on stdin and stdout, for editors.
+    Lsp,
     /// Compare two runs side by side: results, settings and the experiment lines that differ.
     Compare {
         /// The first run directory (A).
@@ -178,6 +180,7 @@ pub fn main() -> i32 {
         }
         Command::Report { run_dir, all } => report::report(&run_dir, all),
         Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
+        Command::Lsp => kiln::lsp::server::run().map(|()| EXIT_OK),
     };
     match result {
         Ok(code) => code,

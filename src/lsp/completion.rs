@@ -1,0 +1,219 @@
+//! Completion: what may be written at a position, from the enclosing block and the keyword
+//! being completed.
+
+use lsp_types::{CompletionItem, CompletionItemKind, Position};
+
+use super::engine::Doc;
+use super::features::{block_name, is_word, walk};
+use super::words;
+
+/// The keyword of each block open at `at`, outermost first (strings and comments skipped).
+fn enclosing(text: &str, at: usize) -> Vec<String> {
+    let mut stack = Vec::new();
+    let mut statement_start = 0;
+    let mut chars = text[..at].char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => {
+                while let Some((_, c)) = chars.next() {
+                    if c == '\\' {
+                        chars.next();
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+            }
+            '#' => {
+                for (_, c) in chars.by_ref() {
+                    if c == '\n' {
+                        break;
+                    }
+                }
+                statement_start = i;
+            }
+            '{' => {
+                stack.push(statement_keyword(&text[statement_start..i]));
+                statement_start = i + 1;
+            }
+            '}' => {
+                stack.pop();
+                statement_start = i + 1;
+            }
+            '\n' => statement_start = i + 1,
+            _ => {}
+        }
+    }
+    stack
+}
+
+/// The keyword of a statement's text: its first word, after an optional `label:`.
+fn statement_keyword(text: &str) -> String {
+    let mut parts = text.split(|c: char| !is_word(c)).filter(|w| !w.is_empty());
+    let first = parts.next().unwrap_or_default();
+    let label = text
+        .trim_start()
+        .strip_prefix(first)
+        .is_some_and(|rest| rest.trim_start().starts_with(':'));
+    if label {
+        parts.next().unwrap_or_default().to_string()
+    } else {
+        first.to_string()
+    }
+}
+
+fn item(label: &str, kind: CompletionItemKind, detail: Option<String>) -> CompletionItem {
+    CompletionItem {
+        label: label.to_string(),
+        kind: Some(kind),
+        detail,
+        ..Default::default()
+    }
+}
+
+/// What may be written at a position: keywords, layer kinds, choices, parameters, devices,
+/// layer names.
+pub fn completion(doc: &Doc, position: Position) -> Vec<CompletionItem> {
+    let text = &doc.text;
+    let at = doc.index.offset(text, position);
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let before = &text[line_start..at];
+    // Inside a call's parentheses: its named parameters.
+    let mut depth = 0i32;
+    for (i, c) in before.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' if depth > 0 => depth -= 1,
+            '(' => {
+                let name: String = before[..i]
+                    .chars()
+                    .rev()
+                    .take_while(|c| is_word(*c))
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .rev()
+                    .collect();
+                return words::parameters(&name)
+                    .into_iter()
+                    .map(|p| CompletionItem {
+                        insert_text: Some(format!("{p}: ")),
+                        ..item(
+                            p,
+                            CompletionItemKind::FIELD,
+                            Some(format!("{name} parameter")),
+                        )
+                    })
+                    .collect();
+            }
+            _ => {}
+        }
+    }
+    let tokens: Vec<&str> = before.split_whitespace().collect();
+    let typing = before.ends_with(|c: char| is_word(c) || c == ':');
+    // Completed tokens before the one being typed.
+    let done = if typing {
+        &tokens[..tokens.len().saturating_sub(1)]
+    } else {
+        &tokens[..]
+    };
+    let done: Vec<&str> = done
+        .iter()
+        .copied()
+        .filter(|t| !t.ends_with(':') || done.first() != Some(t))
+        .collect();
+    let blocks = enclosing(text, line_start);
+    let Some(&keyword) = done.first() else {
+        let block = blocks.last().map(String::as_str);
+        let layers = matches!(block, Some("model" | "block" | "residual"));
+        return words::statements(block)
+            .into_iter()
+            .map(|w| {
+                let is_kind = layers && !["input", "block", "residual"].contains(&w);
+                let kind = if is_kind {
+                    CompletionItemKind::CLASS
+                } else {
+                    CompletionItemKind::KEYWORD
+                };
+                item(w, kind, words::document(w).map(|d| d.replace("**", "")))
+            })
+            .collect();
+    };
+    let devices = || {
+        ["cpu", "cuda", "cuda:0", "cuda:1", "auto"]
+            .into_iter()
+            .map(|d| item(d, CompletionItemKind::VALUE, Some("device".into())))
+            .collect()
+    };
+    match keyword {
+        "device" => devices(),
+        "place" | "prune" | "quantize" if done.last() == Some(&"on") => devices(),
+        "place" | "prune" | "quantize" => {
+            let mut names = Vec::new();
+            if let Some(file) = &doc.ast {
+                walk(&file.statements, &mut |s| {
+                    if let Some(label) = &s.label {
+                        names.push(label.name.clone());
+                    }
+                    if let Some((name, _)) = block_name(s) {
+                        names.push(name.to_string());
+                    }
+                });
+            }
+            let mut items: Vec<CompletionItem> = names
+                .iter()
+                .map(|n| {
+                    item(
+                        n,
+                        CompletionItemKind::REFERENCE,
+                        Some("layer or block".into()),
+                    )
+                })
+                .collect();
+            if keyword == "place" && done.len() > 1 {
+                items.push(item("on", CompletionItemKind::KEYWORD, None));
+            }
+            items
+        }
+        _ if done.len() == 1 => words::choices(keyword)
+            .into_iter()
+            .map(|(n, p)| {
+                item(
+                    n,
+                    CompletionItemKind::ENUM_MEMBER,
+                    Some(format!("{keyword} {n}({})", p.join(", "))),
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lsp::features::tests::{with_doc, TEXT};
+
+    fn labels(items: &[CompletionItem]) -> Vec<&str> {
+        items.iter().map(|i| i.label.as_str()).collect()
+    }
+
+    #[test]
+    fn completion_follows_the_enclosing_block_and_the_keyword() {
+        with_doc(TEXT, |doc, _| {
+            let in_block = labels(&completion(doc, Position::new(5, 6)).clone()).join(" ");
+            assert!(
+                in_block.contains("linear") && in_block.contains("conv2d"),
+                "{in_block}"
+            );
+            let items = completion(doc, Position::new(9, 12));
+            assert!(labels(&items).contains(&"rmsprop"));
+            let items = completion(doc, Position::new(9, 17));
+            assert!(labels(&items).contains(&"betas"), "{:?}", labels(&items));
+            let items = completion(doc, Position::new(8, 8));
+            assert!(labels(&items).contains(&"fc1") && labels(&items).contains(&"enc"));
+            let items = completion(doc, Position::new(8, 19));
+            assert!(labels(&items).contains(&"cuda:0"));
+            let items = completion(doc, Position::new(1, 2));
+            assert!(labels(&items).contains(&"optimizer") && !labels(&items).contains(&"relu"));
+        });
+    }
+}
