@@ -332,6 +332,37 @@ fn hover_completion_definition_and_rename_answer_from_the_document() {
 }
 
 #[test]
+fn formatting_answers_the_canonical_layout_as_one_edit() {
+    let mut client = Client::start();
+    let messy = "experiment \"f\" {\n  data { source synthetic(inputs: normal([4]),targets: randint(2),count: 8) ; batch 4 }\n  model {\n        input [4]\n    fc: linear(2)   # the head\n  }\n  optimizer sgd(lr: 0.1)\n  train { epochs 1; loss cross_entropy }\n}\n";
+    client.open(messy);
+    let formatting = |client: &mut Client| {
+        client.request(
+            "textDocument/formatting",
+            json!({"textDocument": {"uri": URI}, "options": {"tabSize": 2, "insertSpaces": true}}),
+        )
+    };
+    let answer = formatting(&mut client);
+    let edits = answer["result"].as_array().expect("edits").clone();
+    assert_eq!(edits.len(), 1, "{answer}");
+    let formatted = edits[0]["newText"].as_str().expect("text").to_string();
+    assert_eq!(formatted, kiln::syntax::format(messy).expect("formats"));
+    assert!(
+        formatted.contains("fc: linear(2)  # the head\n"),
+        "{formatted}"
+    );
+    assert_eq!(
+        edits[0]["range"]["start"],
+        json!({"line": 0, "character": 0})
+    );
+    // Formatted text needs no edit.
+    client.change(2, &formatted);
+    let again = formatting(&mut client);
+    assert_eq!(again["result"], json!([]), "{again}");
+    assert_eq!(client.exit(), Some(0));
+}
+
+#[test]
 fn a_syntax_error_is_published_and_hover_keeps_the_last_good_analysis() {
     let mut client = Client::start();
     let text = BAD.replace("lineer", "linear").replace("fc3 on", "fc2 on");

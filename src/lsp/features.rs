@@ -374,3 +374,15 @@ pub(crate) mod tests {
         });
     }
 }
+
+/// The document in Kiln's canonical layout (`kiln fmt`), as one edit of the whole text; no edit
+/// when it is already formatted or does not parse (its syntax error is already published).
+pub fn formatting(doc: &Doc) -> Vec<TextEdit> {
+    match crate::syntax::format(&doc.text) {
+        Ok(formatted) if formatted != doc.text => vec![TextEdit {
+            range: doc.index.range(&doc.text, 0, doc.text.len()),
+            new_text: formatted,
+        }],
+        _ => Vec::new(),
+    }
+}

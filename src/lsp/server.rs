@@ -12,8 +12,8 @@ use lsp_types::notification::{
     PublishDiagnostics,
 };
 use lsp_types::request::{
-    CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, GotoDefinition,
-    HoverRequest, References, Rename, Request as _,
+    CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
+    GotoDefinition, HoverRequest, References, Rename, Request as _,
 };
 use lsp_types::{
     CodeActionProviderCapability, CompletionOptions, HoverProviderCapability, OneOf,
@@ -42,6 +42,7 @@ pub fn capabilities() -> ServerCapabilities {
         document_symbol_provider: Some(OneOf::Left(true)),
         folding_range_provider: Some(lsp_types::FoldingRangeProviderCapability::Simple(true)),
         code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
+        document_formatting_provider: Some(OneOf::Left(true)),
         ..Default::default()
     }
 }
@@ -271,6 +272,11 @@ fn answer(engine: &Engine, request: Request) -> Answer {
             let uri = p.text_document.uri;
             let doc = engine.doc(&uri).ok_or_else(closed)?;
             json(features::code_actions(doc, &uri, p.range))
+        }
+        Formatting::METHOD => {
+            let p: lsp_types::DocumentFormattingParams = params(request, Formatting::METHOD)?;
+            let doc = engine.doc(&p.text_document.uri).ok_or_else(closed)?;
+            json(features::formatting(doc))
         }
         other => Err((
             ErrorCode::MethodNotFound,
