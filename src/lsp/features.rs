@@ -336,6 +336,18 @@ pub fn code_actions(doc: &Doc, uri: &Uri, range: Range) -> Vec<CodeAction> {
     out
 }
 
+/// The document in Kiln's canonical layout (`kiln fmt`), as one edit of the whole text; no edit
+/// when it is already formatted or does not parse (its syntax error is already published).
+pub fn formatting(doc: &Doc) -> Vec<TextEdit> {
+    match crate::syntax::format(&doc.text) {
+        Ok(formatted) if formatted != doc.text => vec![TextEdit {
+            range: doc.index.range(&doc.text, 0, doc.text.len()),
+            new_text: formatted,
+        }],
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -372,17 +384,5 @@ pub(crate) mod tests {
                 .collect();
             assert_eq!(folds, [(0, 10), (1, 7), (3, 6)]);
         });
-    }
-}
-
-/// The document in Kiln's canonical layout (`kiln fmt`), as one edit of the whole text; no edit
-/// when it is already formatted or does not parse (its syntax error is already published).
-pub fn formatting(doc: &Doc) -> Vec<TextEdit> {
-    match crate::syntax::format(&doc.text) {
-        Ok(formatted) if formatted != doc.text => vec![TextEdit {
-            range: doc.index.range(&doc.text, 0, doc.text.len()),
-            new_text: formatted,
-        }],
-        _ => Vec::new(),
     }
 }
