@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks `kiln lsp` (release build) on a generated 2,000-line document, as an editor drives
-# it over stdio: the time from didChange to publishDiagnostics (as received, and less the 50 ms
-# debounce delay), and hover and completion round trips; medians over RUNS runs.
+# it over stdio: the time from didChange to publishDiagnostics, and hover and completion round
+# trips; medians over RUNS runs.
 # Needs bash, python3 and cargo. Usage: bash bench/lsp.sh   (RUNS=20 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -4,7 +4,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use lsp_server::{Connection, ErrorCode, Message, Notification, Request, Response};
 use lsp_types::notification::{
@@ -23,9 +22,6 @@ use lsp_types::{
 
 use super::engine::{analyze, Engine};
 use super::{completion, features};
-
-/// How long checking waits after the last change, so that typing is not checked key by key.
-pub const DEBOUNCE: Duration = Duration::from_millis(50);
 
 /// What the server offers.
 pub fn capabilities() -> ServerCapabilities {
@@ -73,11 +69,14 @@ fn lock(engine: &Mutex<Engine>) -> std::sync::MutexGuard<'_, Engine> {
     engine.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Checks documents as they change: after [`DEBOUNCE`] of quiet, each changed one, newest text.
+/// Checks documents as they change, newest text each time. A change after a quiet spell is
+/// checked at once; the changes that arrive while a check runs are merged into the next one (one
+/// check per document however many edits came meanwhile), so fast typing never builds a backlog
+/// and a pause gets its diagnostics after one check's time.
 fn check_loop(engine: &Mutex<Engine>, queue: &mpsc::Receiver<Uri>, send: impl Fn(Message) -> bool) {
     while let Ok(first) = queue.recv() {
         let mut pending = vec![first];
-        while let Ok(uri) = queue.recv_timeout(DEBOUNCE) {
+        while let Ok(uri) = queue.try_recv() {
             if !pending.contains(&uri) {
                 pending.push(uri);
             }
