@@ -36,16 +36,8 @@ impl Loader for FsLoader {
             })
         };
         let not_regular = |meta: &Metadata| {
-            let name = match kind(meta) {
-                FileKind::Directory => "a directory",
-                FileKind::Fifo => "a FIFO (named pipe)",
-                FileKind::CharDevice => "a character device",
-                FileKind::BlockDevice => "a block device",
-                FileKind::Socket => "a socket",
-                FileKind::Other => "a special file",
-            };
             // As the runtime, which refuses it as a missing file (K0502).
-            Probe::Missing(format!("it is {name}, not a regular file"))
+            Probe::Missing(format!("it is {}, not a regular file", kind(meta).name()))
         };
         // The kind first, without opening, as for experiment files.
         match std::fs::metadata(path) {

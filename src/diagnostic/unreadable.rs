@@ -36,21 +36,27 @@ pub enum FileKind {
     Other,
 }
 
+impl FileKind {
+    /// The kind in words, as in "a directory".
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Directory => "a directory",
+            FileKind::Fifo => "a FIFO (named pipe)",
+            FileKind::CharDevice => "a character device",
+            FileKind::BlockDevice => "a block device",
+            FileKind::Socket => "a socket",
+            FileKind::Other => "a special file",
+        }
+    }
+}
+
 impl Unreadable {
     /// Why, worded to follow "cannot read `path`: ".
     pub(super) fn reason(&self) -> String {
         match self {
             Unreadable::Io(error) => error.clone(),
             Unreadable::NotRegular(kind) => {
-                let name = match kind {
-                    FileKind::Directory => "a directory",
-                    FileKind::Fifo => "a FIFO (named pipe)",
-                    FileKind::CharDevice => "a character device",
-                    FileKind::BlockDevice => "a block device",
-                    FileKind::Socket => "a socket",
-                    FileKind::Other => "a special file",
-                };
-                format!("it is {name}, not a regular file")
+                format!("it is {}, not a regular file", kind.name())
             }
             Unreadable::TooLarge { size, limit } => format!(
                 "it is {} bytes ({}), over the {} limit for an experiment file",
