@@ -38,9 +38,7 @@ fn rule_name(rule: &Rule) -> &'static str {
         Rule::identifier => "a name",
         Rule::value => "a value",
         Rule::separator => "a newline or `;`",
-        Rule::file | Rule::statements | Rule::WHITESPACE | Rule::COMMENT | Rule::ident_char => {
-            "input"
-        }
+        Rule::file | Rule::statements | Rule::WHITESPACE | Rule::ident_char => "input",
     }
 }
 

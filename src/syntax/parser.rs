@@ -25,7 +25,7 @@ pub fn parse(file: FileId, text: &str) -> Result<File, Box<Diagnostic>> {
     let Some(root) = pairs.next() else {
         return Ok(File { statements: vec![] });
     };
-    let b = Builder { file };
+    let b = Builder { file, text };
     let statements = root
         .into_inner()
         .filter(|p| p.as_rule() == Rule::statement)
@@ -72,15 +72,31 @@ fn check_nesting(file: FileId, text: &str) -> Result<(), Box<Diagnostic>> {
     Ok(())
 }
 
-struct Builder {
+struct Builder<'t> {
     file: FileId,
+    /// The whole text parsed.
+    text: &'t str,
 }
 
-impl Builder {
-    /// The pair's span without the whitespace and comments pest skips after a rule's last
-    /// optional part (as after `value` in `value ~ ("->" ~ value)?`).
+impl Builder<'_> {
+    /// The pair's span. Only rules that end with their own token may use it: a rule that ends
+    /// in an optional part also holds the whitespace and comments pest skipped after its last
+    /// inner pair (see [`Builder::trimmed`]).
     fn span(&self, pair: &Pair<Rule>) -> Span {
-        Span::new(self.file, pair.as_span().start(), span_end(pair))
+        let s = pair.as_span();
+        Span::new(self.file, s.start(), s.end())
+    }
+
+    /// The span of a pair that ends in an optional part: from its start to the end of its last
+    /// inner pair (`inner_end`) when only skipped text follows that.
+    fn trimmed(&self, pair: &pest::Span<'_>, inner_end: usize) -> Span {
+        let end = pair.end();
+        let end = if only_skipped(self.text.get(inner_end..end).unwrap_or("")) {
+            inner_end
+        } else {
+            end
+        };
+        Span::new(self.file, pair.start(), end)
     }
 
     fn ident(&self, pair: Pair<Rule>) -> Ident {
@@ -91,19 +107,36 @@ impl Builder {
     }
 
     fn statement(&self, pair: Pair<Rule>) -> Statement {
-        let span = self.span(&pair);
+        let whole = pair.as_span();
         let mut label = None;
         let mut keyword = None;
         let mut args = None;
         let mut values = Vec::new();
         let mut body = None;
+        let mut inner_end = whole.start();
         for p in pair.into_inner() {
             match p.as_rule() {
                 // The first word is the keyword unless a second follows it after a `:`.
-                Rule::keyword => label = keyword.replace(self.ident(p)),
-                Rule::call_args => args = Some(self.args(p)),
-                Rule::value_expr => values.push(self.value_expr(p)),
-                Rule::block => body = Some(self.block(p)),
+                Rule::keyword => {
+                    let word = self.ident(p);
+                    inner_end = word.span.end as usize;
+                    label = keyword.replace(word);
+                }
+                Rule::call_args => {
+                    let a = self.args(p);
+                    inner_end = a.span.end as usize;
+                    args = Some(a);
+                }
+                Rule::value_expr => {
+                    let v = self.value_expr(p);
+                    inner_end = v.span.end as usize;
+                    values.push(v);
+                }
+                Rule::block => {
+                    let b = self.block(p);
+                    inner_end = b.span.end as usize;
+                    body = Some(b);
+                }
                 _ => unreachable!("statement holds only the rules above"),
             }
         }
@@ -113,7 +146,7 @@ impl Builder {
             args,
             values,
             body,
-            span,
+            span: self.trimmed(&whole, inner_end),
         }
     }
 
@@ -148,7 +181,7 @@ impl Builder {
     }
 
     fn value_expr(&self, pair: Pair<Rule>) -> Value {
-        let span = self.span(&pair);
+        let whole = pair.as_span();
         let mut inner = pair.into_inner();
         let first = self.value(
             inner
@@ -156,16 +189,20 @@ impl Builder {
                 .unwrap_or_else(|| unreachable!("value_expr has a value")),
         );
         match inner.next() {
-            Some(second) => Value {
-                kind: ValueKind::Arrow(Box::new(first), Box::new(self.value(second))),
-                span,
-            },
+            Some(second) => {
+                let second = self.value(second);
+                Value {
+                    span: self.trimmed(&whole, second.span.end as usize),
+                    kind: ValueKind::Arrow(Box::new(first), Box::new(second)),
+                }
+            }
             None => first,
         }
     }
 
     fn value(&self, pair: Pair<Rule>) -> Value {
-        let span = self.span(&pair);
+        let whole = pair.as_span();
+        let mut span = self.span(&pair);
         let kind = match pair.as_rule() {
             Rule::sweep => {
                 let inner = pair.into_inner().next().unwrap_or_else(|| unreachable!());
@@ -180,9 +217,12 @@ impl Builder {
             }
             Rule::quantity => {
                 let mut inner = pair.into_inner();
-                let number = inner.next().unwrap_or_else(|| unreachable!()).as_str();
-                let unit = inner.next().and_then(|u| Unit::parse(u.as_str()));
-                let clean: String = number.chars().filter(|&c| c != '_').collect();
+                let number = inner.next().unwrap_or_else(|| unreachable!());
+                let unit = inner.next();
+                let last_end = unit.as_ref().unwrap_or(&number).as_span().end();
+                span = self.trimmed(&whole, last_end);
+                let unit = unit.and_then(|u| Unit::parse(u.as_str()));
+                let clean: String = number.as_str().chars().filter(|&c| c != '_').collect();
                 ValueKind::Number {
                     value: clean.parse().unwrap_or(f64::NAN),
                     integer: !clean.contains(['.', 'e', 'E']),
@@ -207,28 +247,6 @@ impl Builder {
             _ => unreachable!("value alternatives are listed above"),
         };
         Value { kind, span }
-    }
-}
-
-/// Where a pair's own text ends: after its last inner pair when only skipped text follows it.
-fn span_end(pair: &Pair<Rule>) -> usize {
-    let end = pair.as_span().end();
-    // Only these rules end in an optional part; every other rule ends with its own token.
-    if !matches!(
-        pair.as_rule(),
-        Rule::statement | Rule::value_expr | Rule::quantity
-    ) {
-        return end;
-    }
-    let Some(last) = pair.clone().into_inner().last() else {
-        return end;
-    };
-    let inner_end = span_end(&last);
-    let input = pair.get_input();
-    if only_skipped(input.get(inner_end..end).unwrap_or("")) {
-        inner_end
-    } else {
-        end
     }
 }
 
