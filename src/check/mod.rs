@@ -97,6 +97,12 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
         tree: &mut tree,
     }
     .experiment(path, None, &mut Vec::new());
+    // An experiment without a base is checked where it stands in the tree: no copy.
+    let root = match root {
+        Some(Root::InTree(i)) => tree.as_ref().and_then(|t| t.statements.get(i)),
+        Some(Root::Merged(ref merged)) => Some(merged),
+        None => None,
+    };
     if let Some(exp) = root {
         let body = exp.body.as_ref().map_or(&[][..], |b| &b.statements[..]);
         let axes = sweep::axes(body, &mut diags);
@@ -128,7 +134,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     // Without sweeps the one trial is the experiment itself: no copy.
                     let substituted;
                     let (stmt, labels) = if axes.is_empty() {
-                        (&exp, Vec::new())
+                        (exp, Vec::new())
                     } else {
                         let (statements, labels) =
                             sweep::trial(body, &axes, i, |s| sources.slice(s).to_string());
@@ -245,6 +251,14 @@ fn apply_memory_overrides(e: &mut Experiment, options: &Options) {
     }
 }
 
+/// The checked experiment statement.
+enum Root {
+    /// The root file's statement at this index, which has no base.
+    InTree(usize),
+    /// The statement merged with its bases.
+    Merged(Statement),
+}
+
 /// Loads files and resolves `extends`.
 struct Load<'a> {
     loader: &'a dyn Loader,
@@ -313,13 +327,14 @@ impl Load<'_> {
         }
     }
 
-    /// The file's experiment statement, with its bases merged in.
+    /// The file's experiment statement, with its bases merged in. The root file's tree is kept
+    /// in `tree`.
     fn experiment(
         &mut self,
         path: &Path,
         from: Option<Span>,
         chain: &mut Vec<(PathBuf, PathBuf)>,
-    ) -> Option<Statement> {
+    ) -> Option<Root> {
         let canonical = self.loader.canonical(path);
         if let Some(pos) = chain.iter().position(|(c, _)| *c == canonical) {
             let as_written = lexical(path);
@@ -335,15 +350,13 @@ impl Load<'_> {
             return None;
         }
         let (id, file) = self.file(path, from)?;
-        if chain.is_empty() {
-            *self.tree = Some(file.clone());
-        }
+        let is_root = chain.is_empty();
         chain.push((canonical, lexical(path)));
         let mut experiments = Vec::new();
         let mut extends: Option<&Statement> = None;
-        for s in &file.statements {
+        for (i, s) in file.statements.iter().enumerate() {
             match s.keyword.name.as_str() {
-                "experiment" => experiments.push(s),
+                "experiment" => experiments.push((i, s)),
                 "extends" => {
                     if let Some(first) = extends {
                         self.report(Problem::DuplicateSetting {
@@ -368,12 +381,17 @@ impl Load<'_> {
             }
         }
         let result = match experiments.as_slice() {
-            [one] => match extends {
+            [(i, one)] => match extends {
                 // Without its base the experiment is incomplete: report only why the base failed.
-                Some(e) => self
-                    .base(e, path, chain)
-                    .map(|base| merge(base, (*one).clone(), id)),
-                None => Some((*one).clone()),
+                Some(e) => self.base(e, path, chain).map(|base| {
+                    let base = match base {
+                        Root::Merged(merged) => merged,
+                        Root::InTree(_) => unreachable!("only the root file stays in its tree"),
+                    };
+                    Root::Merged(merge(base, one, id))
+                }),
+                None if is_root => Some(Root::InTree(*i)),
+                None => Some(Root::Merged((*one).clone())),
             },
             [] => {
                 let end = self.sources.get(id).text.len();
@@ -383,8 +401,8 @@ impl Load<'_> {
                 });
                 None
             }
-            [first, rest @ ..] => {
-                for again in rest {
+            [(_, first), rest @ ..] => {
+                for (_, again) in rest {
                     self.report(Problem::ExperimentCount {
                         span: again.keyword.span,
                         first: Some(first.keyword.span),
@@ -394,6 +412,9 @@ impl Load<'_> {
             }
         };
         chain.pop();
+        if is_root {
+            *self.tree = Some(file);
+        }
         result
     }
 
@@ -402,7 +423,7 @@ impl Load<'_> {
         stmt: &Statement,
         path: &Path,
         chain: &mut Vec<(PathBuf, PathBuf)>,
-    ) -> Option<Statement> {
+    ) -> Option<Root> {
         let mut cx = cx::Cx::default();
         let value = cx.single(stmt);
         let rel = value.and_then(|v| cx.string(v));
@@ -454,7 +475,7 @@ fn same_knob(a: &str, b: &str) -> bool {
 
 /// Overrides the base experiment with the child's statements: a child statement replaces the
 /// base's statements of the same keyword; `data` and `train` blocks merge setting by setting.
-fn merge(base: Statement, child: Statement, child_file: FileId) -> Statement {
+fn merge(base: Statement, child: &Statement, child_file: FileId) -> Statement {
     let base_body = base.body.map(|b| b.statements).unwrap_or_default();
     let mut out = child.clone();
     if let (Some(body), Some(child_body)) = (&mut out.body, &child.body) {
