@@ -43,6 +43,14 @@ pub struct Analysis {
     pub tree: Option<ast::File>,
 }
 
+/// What storing an analysis replaced, to be dropped once the diagnostics are out.
+#[derive(Default)]
+pub struct Replaced {
+    layers: Vec<Layer>,
+    ast: Option<ast::File>,
+    analysis: Option<Analysis>,
+}
+
 /// A document to check, with every open document's text (they override the disk).
 pub struct Job {
     /// The document.
@@ -83,6 +91,19 @@ pub fn path_of(uri: &Uri) -> PathBuf {
         i += 1;
     }
     PathBuf::from(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The `file:` URI of a path.
+pub fn uri_of(path: &Path) -> Option<Uri> {
+    let mut s = String::from("file://");
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            s.push(b as char);
+        } else {
+            s.push_str(&format!("%{b:02X}"));
+        }
+    }
+    s.parse().ok()
 }
 
 impl Engine {
@@ -138,26 +159,29 @@ impl Engine {
         })
     }
 
-    /// Keeps an analysis unless a newer one is stored; true when kept.
-    pub fn store(&mut self, uri: &Uri, mut analysis: Analysis) -> bool {
+    /// Keeps an analysis unless a newer one is stored. Returns what it replaced (the caller
+    /// drops it after publishing: freeing a large tree takes milliseconds), or the analysis
+    /// itself when it was not kept.
+    pub fn store(&mut self, uri: &Uri, mut analysis: Analysis) -> Result<Replaced, Analysis> {
         let Some((_, doc)) = self.docs.get_mut(uri.as_str()) else {
-            return false;
+            return Err(analysis);
         };
         if doc
             .analysis
             .as_ref()
             .is_some_and(|a| a.version > analysis.version)
         {
-            return false;
+            return Err(analysis);
         }
+        let mut replaced = Replaced::default();
         if let Some(layers) = analysis.layers.take() {
-            doc.layers = layers;
+            replaced.layers = std::mem::replace(&mut doc.layers, layers);
         }
         if let Some(tree) = analysis.tree.take() {
-            doc.ast = Some(tree);
+            replaced.ast = doc.ast.replace(tree);
         }
-        doc.analysis = Some(analysis);
-        true
+        replaced.analysis = doc.analysis.replace(analysis);
+        Ok(replaced)
     }
 }
 
@@ -183,9 +207,11 @@ impl Loader for Overlay<'_> {
     }
 }
 
-/// Checks a document.
-pub fn analyze(job: &Job) -> Analysis {
-    let checked = check::check_path(&job.path, &Overlay { open: &job.open }, &Options::default());
+/// Checks a document. Also returns the rest of the checker's result, which the caller drops
+/// after publishing.
+pub fn analyze(job: &Job) -> (Analysis, check::Checked) {
+    let mut checked =
+        check::check_path(&job.path, &Overlay { open: &job.open }, &Options::default());
     // The checked file is always the first one read.
     let root = FileId(0);
     let text = job
@@ -254,10 +280,11 @@ pub fn analyze(job: &Job) -> Analysis {
             .cloned()
             .collect()
     });
-    Analysis {
+    let analysis = Analysis {
         version: job.version,
         diagnostics,
         layers,
-        tree: checked.tree,
-    }
+        tree: checked.tree.take(),
+    };
+    (analysis, checked)
 }

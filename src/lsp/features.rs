@@ -7,7 +7,7 @@ use lsp_types::{
     MarkupContent, MarkupKind, Position, Range, SymbolKind, TextEdit, Uri, WorkspaceEdit,
 };
 
-use super::engine::Doc;
+use super::engine::{path_of, uri_of, Doc};
 use super::words;
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
@@ -159,9 +159,36 @@ fn location(doc: &Doc, uri: &Uri, span: Span) -> Location {
     Location::new(uri.clone(), range)
 }
 
-/// The label that defines the layer or block name under the cursor.
+/// The file named by the `extends "..."` string under the cursor, when it exists.
+fn extends_target(doc: &Doc, uri: &Uri, at: usize) -> Option<Location> {
+    let file = doc.ast.as_ref()?;
+    let statement = file
+        .statements
+        .iter()
+        .find(|s| s.keyword.name == "extends")?;
+    let value = statement.values.first()?;
+    let (start, end) = (value.span.start as usize, value.span.end as usize);
+    let ValueKind::Str(relative) = &value.kind else {
+        return None;
+    };
+    // The tree may be older than the text: its span must still hold this string.
+    let written = doc.text.get(start..end)?;
+    if !(start..=end).contains(&at) || !written.starts_with('"') {
+        return None;
+    }
+    let path = path_of(uri).parent()?.join(relative);
+    path.is_file()
+        .then(|| Some(Location::new(uri_of(&path)?, Range::default())))
+        .flatten()
+}
+
+/// The label that defines the layer or block name under the cursor, or the base file of the
+/// `extends` string under it.
 pub fn definition(doc: &Doc, uri: &Uri, position: Position) -> Vec<Location> {
     let at = doc.index.offset(&doc.text, position);
+    if let Some(base) = extends_target(doc, uri, at) {
+        return vec![base];
+    }
     let Some((_, word)) = word_at(&doc.text, at) else {
         return Vec::new();
     };
@@ -186,19 +213,62 @@ pub fn references(doc: &Doc, uri: &Uri, position: Position, declaration: bool) -
         .collect()
 }
 
-/// Renames a layer or block name, its label and every use.
-pub fn rename(doc: &Doc, uri: &Uri, position: Position, new_name: &str) -> Option<WorkspaceEdit> {
+/// The range of the layer or block name under the cursor, which a rename would change; an
+/// explanation when there is none.
+pub fn prepare_rename(doc: &Doc, position: Position) -> Result<Range, String> {
+    let at = doc.index.offset(&doc.text, position);
+    let named = word_at(&doc.text, at).filter(|(_, word)| !occurrences(doc, word).0.is_empty());
+    match named {
+        Some((start, word)) => Ok(doc.index.range(&doc.text, start, start + word.len())),
+        None => Err("only the names of layers and blocks can be renamed".into()),
+    }
+}
+
+/// Renames a layer or block name, its label and every use. Refuses a new name that is not a
+/// name or that already names another layer or block (the file would no longer mean the same).
+pub fn rename(
+    doc: &Doc,
+    uri: &Uri,
+    position: Position,
+    new_name: &str,
+) -> Result<Option<WorkspaceEdit>, String> {
+    let at = doc.index.offset(&doc.text, position);
+    let Some((_, old)) = word_at(&doc.text, at) else {
+        return Ok(None);
+    };
+    let mut chars = new_name.chars();
+    let is_name = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !is_name {
+        return Err(format!(
+            "`{new_name}` is not a name: a name starts with a letter or `_` and holds only \
+             letters, digits and `_`"
+        ));
+    }
+    if new_name != old {
+        if let Some(taken) = occurrences(doc, new_name).0.first() {
+            let line = doc
+                .index
+                .range(&doc.text, taken.start as usize, taken.end as usize);
+            return Err(format!(
+                "`{new_name}` already names a layer or block (line {})",
+                line.start.line + 1
+            ));
+        }
+    }
     let edits: Vec<TextEdit> = references(doc, uri, position, true)
         .into_iter()
         .map(|l| TextEdit::new(l.range, new_name.to_string()))
         .collect();
     if edits.is_empty() {
-        return None;
+        return Ok(None);
     }
-    Some(WorkspaceEdit {
+    Ok(Some(WorkspaceEdit {
         changes: Some(HashMap::from([(uri.clone(), edits)])),
         ..Default::default()
-    })
+    }))
 }
 
 /// The outline: the experiment, its blocks and layers.
@@ -359,8 +429,8 @@ pub(crate) mod tests {
         let uri: Uri = "file:///t/x.exp".parse().unwrap();
         let mut engine = Engine::default();
         engine.open(uri.clone(), 1, text.to_string());
-        let analysis = analyze(&engine.job(&uri).unwrap());
-        assert!(engine.store(&uri, analysis));
+        let (analysis, _) = analyze(&engine.job(&uri).unwrap());
+        assert!(engine.store(&uri, analysis).is_ok());
         f(engine.doc(&uri).unwrap(), &uri);
     }
 
@@ -371,10 +441,22 @@ pub(crate) mod tests {
             let defs = definition(doc, uri, Position::new(8, 13));
             assert_eq!(defs[0].range.start, Position::new(4, 6));
             let edit = rename(doc, uri, Position::new(3, 11), "encoder").unwrap();
-            let edits = &edit.changes.unwrap()[uri];
+            let edits = &edit.unwrap().changes.unwrap()[uri];
             let starts: Vec<Position> = edits.iter().map(|e| e.range.start).collect();
             assert_eq!(starts, [Position::new(3, 10), Position::new(8, 8)]);
-            assert!(rename(doc, uri, Position::new(9, 5), "x").is_none());
+            assert!(rename(doc, uri, Position::new(9, 5), "x")
+                .unwrap()
+                .is_none());
+            // A name already taken, or not a name, is refused with the reason.
+            let taken = rename(doc, uri, Position::new(3, 11), "fc1").unwrap_err();
+            assert!(taken.contains("line 5"), "{taken}");
+            assert!(rename(doc, uri, Position::new(3, 11), "2x").is_err());
+            let range = prepare_rename(doc, Position::new(8, 13)).unwrap();
+            assert_eq!(
+                (range.start, range.end),
+                (Position::new(8, 10), Position::new(8, 13))
+            );
+            assert!(prepare_rename(doc, Position::new(9, 5)).is_err());
             let outline = symbols(doc);
             let model = &outline[0].children.as_ref().unwrap()[0];
             assert_eq!(model.children.as_ref().unwrap()[0].name, "enc");

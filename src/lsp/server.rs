@@ -12,7 +12,7 @@ use lsp_types::notification::{
 };
 use lsp_types::request::{
     CodeActionRequest, Completion, DocumentSymbolRequest, FoldingRangeRequest, Formatting,
-    GotoDefinition, HoverRequest, References, Rename, Request as _,
+    GotoDefinition, HoverRequest, PrepareRenameRequest, References, Rename, Request as _,
 };
 use lsp_types::{
     CodeActionProviderCapability, CompletionOptions, HoverProviderCapability, OneOf,
@@ -34,7 +34,10 @@ pub fn capabilities() -> ServerCapabilities {
         }),
         definition_provider: Some(OneOf::Left(true)),
         references_provider: Some(OneOf::Left(true)),
-        rename_provider: Some(OneOf::Left(true)),
+        rename_provider: Some(OneOf::Right(lsp_types::RenameOptions {
+            prepare_provider: Some(true),
+            work_done_progress_options: Default::default(),
+        })),
         document_symbol_provider: Some(OneOf::Left(true)),
         folding_range_provider: Some(lsp_types::FoldingRangeProviderCapability::Simple(true)),
         code_action_provider: Some(CodeActionProviderCapability::Simple(true)),
@@ -85,7 +88,7 @@ fn check_loop(engine: &Mutex<Engine>, queue: &mpsc::Receiver<Uri>, send: impl Fn
             let Some(job) = lock(engine).job(&uri) else {
                 continue;
             };
-            let Ok(analysis) = catch_unwind(AssertUnwindSafe(|| analyze(&job))) else {
+            let Ok((analysis, leftovers)) = catch_unwind(AssertUnwindSafe(|| analyze(&job))) else {
                 continue;
             };
             let diagnostics = analysis
@@ -97,13 +100,17 @@ fn check_loop(engine: &Mutex<Engine>, queue: &mpsc::Receiver<Uri>, send: impl Fn
             // Published under the lock, so that a document closed meanwhile is not published
             // after its diagnostics were cleared.
             let mut documents = lock(engine);
-            if documents.store(&uri, analysis) {
+            let replaced = documents.store(&uri, analysis);
+            if replaced.is_ok() {
                 let params = PublishDiagnosticsParams::new(uri, diagnostics, Some(version));
                 let note = Notification::new(PublishDiagnostics::METHOD.into(), params);
                 if !send(note.into()) {
                     return;
                 }
             }
+            drop(documents);
+            // Freed only now that the diagnostics are out.
+            drop((replaced, leftovers));
         }
     }
 }
@@ -253,7 +260,17 @@ fn answer(engine: &Engine, request: Request) -> Answer {
             let at = p.text_document_position;
             let uri = at.text_document.uri;
             let doc = engine.doc(&uri).ok_or_else(closed)?;
-            json(features::rename(doc, &uri, at.position, &p.new_name))
+            let edit = features::rename(doc, &uri, at.position, &p.new_name)
+                .map_err(|why| (ErrorCode::RequestFailed, why))?;
+            json(edit)
+        }
+        PrepareRenameRequest::METHOD => {
+            let at: lsp_types::TextDocumentPositionParams =
+                params(request, PrepareRenameRequest::METHOD)?;
+            let doc = engine.doc(&at.text_document.uri).ok_or_else(closed)?;
+            let range = features::prepare_rename(doc, at.position)
+                .map_err(|why| (ErrorCode::RequestFailed, why))?;
+            json(lsp_types::PrepareRenameResponse::Range(range))
         }
         DocumentSymbolRequest::METHOD => {
             let p: lsp_types::DocumentSymbolParams =
