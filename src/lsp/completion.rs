@@ -1,9 +1,11 @@
 //! Completion: what may be written at a position, from the enclosing block and the keyword
 //! being completed.
 
-use lsp_types::{CompletionItem, CompletionItemKind, Position};
+use std::path::Path;
 
-use super::engine::Doc;
+use lsp_types::{CompletionItem, CompletionItemKind, CompletionTextEdit, Position, TextEdit, Uri};
+
+use super::engine::{path_of, Doc};
 use super::features::{block_name, is_word, walk};
 use super::words;
 
@@ -70,13 +72,84 @@ fn item(label: &str, kind: CompletionItemKind, detail: Option<String>) -> Comple
     }
 }
 
+/// Where the string the cursor is in starts on its line (after its opening quote), if it is in
+/// one.
+fn open_string(before: &str) -> Option<usize> {
+    let mut open = None;
+    let mut chars = before.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' if open.is_some() => {
+                chars.next();
+            }
+            '"' => open = if open.is_some() { None } else { Some(i + 1) },
+            '#' if open.is_none() => return None,
+            _ => {}
+        }
+    }
+    open
+}
+
+/// The files and folders that complete the path typed so far in a string of the `data` block
+/// or of `extends` (only `.exp` files there), relative to the document's folder. Each replaces
+/// the last part of the path.
+fn paths(doc: &Doc, dir: &Path, at: usize, typed: &str, extends: bool) -> Vec<CompletionItem> {
+    let (folder, partial) = typed.rsplit_once('/').unwrap_or(("", typed));
+    let listed = if typed.starts_with('/') {
+        Path::new("/").join(folder)
+    } else {
+        dir.join(folder)
+    };
+    let Ok(entries) = std::fs::read_dir(&listed) else {
+        return Vec::new();
+    };
+    let range = doc.index.range(&doc.text, at - partial.len(), at);
+    let mut items: Vec<CompletionItem> = entries
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let hidden = name.starts_with('.') && !partial.starts_with('.');
+            if hidden || !name.starts_with(partial) {
+                return None;
+            }
+            let is_dir = entry.path().is_dir();
+            if !is_dir && extends && !name.ends_with(".exp") {
+                return None;
+            }
+            let (label, kind) = if is_dir {
+                (format!("{name}/"), CompletionItemKind::FOLDER)
+            } else {
+                (name, CompletionItemKind::FILE)
+            };
+            Some(CompletionItem {
+                text_edit: Some(CompletionTextEdit::Edit(TextEdit::new(
+                    range,
+                    label.clone(),
+                ))),
+                ..item(&label, kind, None)
+            })
+        })
+        .collect();
+    items.sort_by(|a, b| a.label.cmp(&b.label));
+    items
+}
+
 /// What may be written at a position: keywords, layer kinds, choices, parameters, devices,
-/// layer names.
-pub fn completion(doc: &Doc, position: Position) -> Vec<CompletionItem> {
+/// layer names, and file paths in the strings of data sources and `extends`.
+pub fn completion(doc: &Doc, uri: &Uri, position: Position) -> Vec<CompletionItem> {
     let text = &doc.text;
     let at = doc.index.offset(text, position);
     let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
     let before = &text[line_start..at];
+    if let Some(start) = open_string(before) {
+        let extends = statement_keyword(before) == "extends";
+        let in_data = enclosing(text, line_start).last().map(String::as_str) == Some("data");
+        let path = path_of(uri);
+        return match path.parent() {
+            Some(dir) if extends || in_data => paths(doc, dir, at, &before[start..], extends),
+            _ => Vec::new(),
+        };
+    }
     // Inside a call's parentheses: its named parameters.
     let mut depth = 0i32;
     for (i, c) in before.char_indices().rev() {
@@ -198,22 +271,48 @@ mod tests {
 
     #[test]
     fn completion_follows_the_enclosing_block_and_the_keyword() {
-        with_doc(TEXT, |doc, _| {
-            let in_block = labels(&completion(doc, Position::new(5, 6)).clone()).join(" ");
+        with_doc(TEXT, |doc, uri| {
+            let in_block = labels(&completion(doc, uri, Position::new(5, 6)).clone()).join(" ");
             assert!(
                 in_block.contains("linear") && in_block.contains("conv2d"),
                 "{in_block}"
             );
-            let items = completion(doc, Position::new(9, 12));
+            let items = completion(doc, uri, Position::new(9, 12));
             assert!(labels(&items).contains(&"rmsprop"));
-            let items = completion(doc, Position::new(9, 17));
+            let items = completion(doc, uri, Position::new(9, 17));
             assert!(labels(&items).contains(&"betas"), "{:?}", labels(&items));
-            let items = completion(doc, Position::new(8, 8));
+            let items = completion(doc, uri, Position::new(8, 8));
             assert!(labels(&items).contains(&"fc1") && labels(&items).contains(&"enc"));
-            let items = completion(doc, Position::new(8, 19));
+            let items = completion(doc, uri, Position::new(8, 19));
             assert!(labels(&items).contains(&"cuda:0"));
-            let items = completion(doc, Position::new(1, 2));
+            let items = completion(doc, uri, Position::new(1, 2));
             assert!(labels(&items).contains(&"optimizer") && !labels(&items).contains(&"relu"));
         });
+    }
+
+    #[test]
+    fn paths_complete_in_data_sources_and_extends() {
+        let dir = std::env::temp_dir().join(format!("kiln-lsp-paths-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("data/mnist")).unwrap();
+        std::fs::write(dir.join("data/train.npy"), b"").unwrap();
+        std::fs::write(dir.join("base.exp"), b"").unwrap();
+        std::fs::write(dir.join("notes.txt"), b"").unwrap();
+        let text =
+            "extends \"b\"\nexperiment \"x\" {\n  data {\n    source npy(\"data/t\")\n  }\n}\n";
+        let uri: Uri = format!("file://{}/x.exp", dir.display()).parse().unwrap();
+        let mut engine = crate::lsp::engine::Engine::default();
+        engine.open(uri.clone(), 1, text.to_string());
+        let doc = engine.doc(&uri).unwrap();
+        let items = completion(doc, &uri, Position::new(0, 10));
+        assert_eq!(labels(&items), ["base.exp"]);
+        let items = completion(doc, &uri, Position::new(3, 22));
+        assert_eq!(labels(&items), ["train.npy"]);
+        let Some(CompletionTextEdit::Edit(edit)) = &items[0].text_edit else {
+            panic!("a path completion replaces what was typed");
+        };
+        assert_eq!(edit.range.start, Position::new(3, 21));
+        let items = completion(doc, &uri, Position::new(3, 21));
+        assert_eq!(labels(&items), ["mnist/", "train.npy"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

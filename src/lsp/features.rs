@@ -454,7 +454,7 @@ pub(crate) mod tests {
             let range = prepare_rename(doc, Position::new(8, 13)).unwrap();
             assert_eq!(
                 (range.start, range.end),
-                (Position::new(8, 10), Position::new(8, 13))
+                (Position::new(8, 12), Position::new(8, 15))
             );
             assert!(prepare_rename(doc, Position::new(9, 5)).is_err());
             let outline = symbols(doc);

@@ -234,7 +234,11 @@ fn answer(engine: &Engine, request: Request) -> Answer {
             let p: lsp_types::CompletionParams = params(request, Completion::METHOD)?;
             let at = p.text_document_position;
             let doc = engine.doc(&at.text_document.uri).ok_or_else(closed)?;
-            json(completion::completion(doc, at.position))
+            json(completion::completion(
+                doc,
+                &at.text_document.uri,
+                at.position,
+            ))
         }
         GotoDefinition::METHOD => {
             let p: lsp_types::GotoDefinitionParams = params(request, GotoDefinition::METHOD)?;
