@@ -6,10 +6,11 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use kiln::check::{check_path, check_text, Checked, FsLoader, Loader, Options};
+use kiln::check::{check_path, check_text, FsLoader, Loader, Options};
 use kiln::datafile::{Format, Probe};
 use kiln::diagnostic::problem::Unreadable;
 use kiln::syntax::format;
+use support::formatting::{formatted, meaning};
 
 /// Reads the file system, except one file whose text is replaced.
 struct Overlay {
@@ -33,60 +34,6 @@ impl Loader for Overlay {
     fn data_header(&self, path: &Path, format: &Format) -> Probe {
         FsLoader.data_header(path, format)
     }
-}
-
-/// What a file means: its diagnostics' codes and severities, and the plan of each trial.
-fn meaning(checked: &Checked) -> (Vec<String>, Vec<String>) {
-    let codes = checked
-        .diagnostics
-        .iter()
-        .map(|d| format!("{:?} {:?}", d.code, d.severity()))
-        .collect();
-    let plans = checked
-        .trials
-        .iter()
-        .map(|t| serde_yaml::to_string(&kiln::plan::plan(t)).expect("plan as YAML"))
-        .collect();
-    (codes, plans)
-}
-
-/// The comments of a file, in order, without the space after them (`#` in strings is no comment).
-fn comments(text: &str) -> Vec<&str> {
-    let mut found = Vec::new();
-    let mut in_string = false;
-    let mut chars = text.char_indices();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '"' => in_string = !in_string,
-            '\\' if in_string => {
-                chars.next();
-            }
-            '\n' => in_string = false,
-            '#' if !in_string => {
-                let end = text[i..].find(['\n', '\r']).map_or(text.len(), |n| i + n);
-                found.push(text[i..end].trim_end());
-                while chars.clone().next().is_some_and(|(j, _)| j < end) {
-                    chars.next();
-                }
-            }
-            _ => {}
-        }
-    }
-    found
-}
-
-/// Formats `text`, checks that formatting again changes nothing and that the comments are kept,
-/// and returns the formatted text.
-fn formatted(name: &str, text: &str) -> String {
-    let once = format(text).unwrap_or_else(|d| panic!("{name}: does not format: {}", d.message));
-    let twice = format(&once).unwrap_or_else(|d| panic!("{name}: output does not parse: {d:?}"));
-    assert_eq!(once, twice, "{name}: formatting is not idempotent");
-    assert_eq!(comments(text), comments(&once), "{name}: comments changed");
-    assert!(once.is_empty() || once.ends_with('\n') && !once.ends_with("\n\n"));
-    for line in once.lines() {
-        assert_eq!(line, line.trim_end(), "{name}: trailing space");
-    }
-    once
 }
 
 fn corpus() -> Vec<PathBuf> {

@@ -3,12 +3,15 @@
 //! * `pathological_inputs_*` feed huge, empty, binary and deeply bracketed files to
 //!   [`kiln::check::check_text`] and to the `kiln` binary.
 //! * `fuzz_parser_and_checker` feeds at least [`FUZZ_INPUTS`] random and mutated inputs to the
-//!   parser and the checker. The inputs come from a seeded PRNG, so a failure is reproducible. The
+//!   parser and the checker, and formats every one that parses (`kiln fmt` must be idempotent,
+//!   keep the comments and keep the meaning). The inputs come from a seeded PRNG, so a failure is reproducible. The
 //!   loop runs in a child process (this test executable, re-run on the ignored `fuzz_worker`
 //!   test) under a memory limit, so that an abort, a stack overflow or a hang is reported with
 //!   its input instead of killing the test run. The fuzz settings can be changed with
 //!   `KILN_FUZZ_SEED`, `KILN_FUZZ_INPUTS` and `KILN_FUZZ_MAX_FAILURES`; `KILN_FUZZ_SKIP`
 //!   (comma-separated words) skips the inputs that contain one, to look past a known bug.
+
+mod support;
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -24,6 +27,7 @@ use kiln::check::{check_path, check_text, Checked, MemoryLoader, Options};
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::Code;
 use kiln::ir::Kind;
+use support::formatting;
 
 /// How long one pathological input may take, through the library or the binary. A guard against
 /// hangs, not a speed test.
@@ -99,7 +103,32 @@ fn exercise(bytes: &[u8]) -> usize {
         check_text(FUZZ_FILE, bytes.to_vec())
     };
     use_checked(&checked, true);
+    formats_faithfully(bytes, &checked);
     checked.trial_count
+}
+
+/// `kiln fmt`'s promises on every input that parses: idempotent, comments kept, meaning kept.
+fn formats_faithfully(bytes: &[u8], checked: &Checked) {
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return;
+    };
+    if kiln::syntax::parse(kiln::span::FileId(0), text).is_err() {
+        return;
+    }
+    let out = formatting::formatted("fuzzed input", text);
+    let again = if contains(bytes, b"extends") {
+        let mut loader = MemoryLoader::default();
+        loader.insert(FUZZ_FILE, out.clone().into_bytes());
+        loader.insert(BASE_FILE, SEEDS[0].1.as_bytes().to_vec());
+        check_path(Path::new(FUZZ_FILE), &loader, &Options::default())
+    } else {
+        check_text(FUZZ_FILE, out.clone().into_bytes())
+    };
+    assert_eq!(
+        formatting::meaning(checked),
+        formatting::meaning(&again),
+        "formatting changed the meaning: {text:?} -> {out:?}"
+    );
 }
 
 /// Renders the diagnostics (when asked) and plans every trial.
