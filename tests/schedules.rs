@@ -363,7 +363,7 @@ fn a_resumed_plateau_run_continues_exactly() {
     let source = r#"experiment "plateau-resume" {
   seed 5
   data {
-    source synthetic(count: 256, shape: [8], classes: 4)
+    source synthetic(inputs: normal([8]), targets: randint(4), count: 256)
     split(train: 0.75, val: 0.25)
     batch 16
   }
