@@ -166,7 +166,7 @@ fn cases() -> Vec<Case> {
             name: "plateau-accuracy",
             optimizer: "adamw(lr: 0.02)",
             torch_optimizer: json!({"kind": "adamw", "lr": 0.02}),
-            schedule: "reduce_on_plateau(metric: val_accuracy, factor: 0.3, patience: 0, threshold: 0.01, threshold_mode: abs, cooldown: 1, min_lr: 0.003)",
+            schedule: "reduce_on_plateau(monitor: val_accuracy, factor: 0.3, patience: 0, threshold: 0.01, threshold_mode: abs, cooldown: 1, min_lr: 0.003)",
             scheduler: json!({"kind": "plateau", "mode": "max", "factor": 0.3, "patience": 0,
                 "threshold": 0.01, "threshold_mode": "abs", "cooldown": 1, "min_lr": 0.003}),
             eval_every: Some(5),

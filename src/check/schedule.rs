@@ -61,7 +61,7 @@ pub(super) const SCHEDULES: &[Choice<Sched>] = &[
         "reduce_on_plateau",
         Sched::ReduceOnPlateau,
         &[
-            "metric",
+            "monitor",
             "mode",
             "factor",
             "patience",
@@ -239,7 +239,7 @@ fn plateau(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
         b.get(p)
             .map_or(Some(d), |v| cx.uint_min(v, &format!("`{p}`"), 0))
     };
-    let metric = b.get("metric").map_or(Some(PlateauMetric::ValLoss), |v| {
+    let metric = b.get("monitor").map_or(Some(PlateauMetric::ValLoss), |v| {
         cx.choice(v, "plateau metric", &["val_loss", "val_accuracy"])
             .map(|m| {
                 if m == "val_loss" {

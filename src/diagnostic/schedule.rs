@@ -49,7 +49,7 @@ pub(super) fn words(p: Problem) -> Diagnostic {
                 )
                 .label("no accuracy to watch")
                 .with(source, "these targets have no classes")
-                .help("watch `metric: val_loss`")
+                .help("watch `monitor: val_loss`")
             } else {
                 Diagnostic::new(
                     code,
