@@ -377,7 +377,7 @@ fn a_resumed_plateau_run_continues_exactly() {
   optimizer sgd(lr: 0.5, momentum: 0.9)
   schedule reduce_on_plateau(factor: 0.5, patience: 1, cooldown: 2, threshold: 0.01)
   train {
-    steps 800
+    steps 480
     loss cross_entropy
     eval_every 8 steps
     checkpoint(every: 16 steps, keep: 2)
@@ -389,7 +389,7 @@ fn a_resumed_plateau_run_continues_exactly() {
     let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&whole)]);
     assert!(o.status.success(), "{}", text(&o));
     let cut = dir.join("cut");
-    killed_run(&exp, &cut, 300);
+    killed_run(&exp, &cut, 160);
     let o = run(&["run", s(&exp), "--quiet", "--resume", s(&cut)]);
     assert!(o.status.success(), "{}", text(&o));
     let rates = |d: &Path| -> Vec<(u64, f64)> {
@@ -404,10 +404,10 @@ fn a_resumed_plateau_run_continues_exactly() {
             .collect()
     };
     let (a, b) = (rates(&whole), rates(&cut));
-    assert_eq!(a.len(), 800);
+    assert_eq!(a.len(), 480);
     let reduced = a.iter().filter(|(_, lr)| *lr < 0.5).count();
     assert!(
-        reduced > 0 && a[299].1 < 0.5,
+        reduced > 0 && a[159].1 < 0.5,
         "the rate was not reduced before the cut: {a:?}"
     );
     assert_eq!(a, b, "the resumed run's rates differ");
