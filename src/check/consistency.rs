@@ -281,7 +281,28 @@ fn lr_schedule(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Opti
                 },
             )
         }),
-        Schedule::Warmup { length: w } => reaches(w, false).then(|| {
+        Schedule::Linear {
+            length: Some(w), ..
+        } => reaches(w, false).then(|| {
+            (
+                at("length"),
+                Outlasts::Warmup {
+                    schedule: "linear",
+                    length: interval(w),
+                },
+            )
+        }),
+        Schedule::Sequence { ref milestones, .. } => {
+            milestones.iter().enumerate().find_map(|(i, &m)| {
+                reaches(m, true).then(|| {
+                    (
+                        super::schedule::milestone_span(value, i).unwrap_or(value.span),
+                        Outlasts::Milestone { at: interval(m) },
+                    )
+                })
+            })
+        }
+        Schedule::Warmup { length: w, .. } => reaches(w, false).then(|| {
             (
                 at("length"),
                 Outlasts::Warmup {
@@ -290,9 +311,11 @@ fn lr_schedule(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Opti
                 },
             )
         }),
-        Schedule::Constant | Schedule::Cosine { warmup: None, .. } | Schedule::OneCycle { .. } => {
-            None
-        }
+        Schedule::Constant
+        | Schedule::Cosine { warmup: None, .. }
+        | Schedule::OneCycle(_)
+        | Schedule::Linear { length: None, .. }
+        | Schedule::ReduceOnPlateau(_) => None,
     };
     if let Some((span, situation)) = found {
         cx.report(Problem::OutlastsTraining {

@@ -7,7 +7,8 @@ use super::compress::{check_combined, check_compress, check_placed, Training};
 use super::cx::Cx;
 use super::data::check_data;
 use super::model::{check_model, Feed, ModelOut};
-use super::settings::{check_optimizer, check_parallel, check_schedule, check_train, ParallelIn};
+use super::schedule::{check_plateau, check_schedule};
+use super::settings::{check_optimizer, check_parallel, check_train, ParallelIn};
 use crate::diagnostic::problem::{
     Arguments, Form, Ignored, Inconsistent, LossShape, OutOfRange, Unknown,
 };
@@ -145,7 +146,7 @@ pub fn check_experiment(
     let optimizer = require(cx, &["optimizer"], "optimizer adam(lr: 1e-3)")
         .and_then(|s| check_optimizer(cx, s));
     let schedule = get("schedule").map_or(Some(crate::ir::Schedule::Constant), |s| {
-        check_schedule(cx, s)
+        check_schedule(cx, s, optimizer.as_ref())
     });
     let train_stmt = require(cx, &["train"], "train { epochs 10; loss cross_entropy }");
     let train_in = train_stmt.and_then(|s| check_train(cx, s));
@@ -194,7 +195,8 @@ pub fn check_experiment(
         check_combined(cx, &compression, &parallel.parallel, parallel.span) && compress_ok;
 
     let mut train = train_in.train.clone();
-    let evaluation_ok = check_evaluation(cx, &data.data, &train, &train_in.given);
+    let evaluation_ok = check_evaluation(cx, &data.data, &train, &train_in.given)
+        & check_plateau(cx, &schedule, &data.data, get("schedule"));
     let loss_ok = check_loss(
         cx,
         &train.loss,

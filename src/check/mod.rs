@@ -13,6 +13,7 @@ mod fs;
 mod homes;
 pub mod layers;
 mod model;
+mod schedule;
 mod settings;
 mod shrink;
 mod sweep;
@@ -34,8 +35,9 @@ pub mod words {
     pub use super::compress::KEYWORDS as COMPRESS;
     pub use super::data::KEYWORDS as DATA;
     pub use super::experiment::KEYWORDS as EXPERIMENT;
+    pub use super::schedule::schedule_names;
     pub use super::settings::TRAIN_KEYWORDS as TRAIN;
-    pub use super::settings::{loss_names, optimizer_names, schedule_names};
+    pub use super::settings::{loss_names, optimizer_names};
 }
 
 /// Reads source files. The command line reads the file system; an editor reads its buffers.

@@ -8,7 +8,7 @@ use crate::diagnostic::problem::{Arguments, Expected, Inconsistent, OutOfRange};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{
     Backend, Checkpoint, Device, Duration, EarlyStop, Loss, Metric, Optimizer, OptimizerKind,
-    Parallel, PipelineSchedule, Precision, Schedule, Train,
+    Parallel, PipelineSchedule, Precision, Train,
 };
 use crate::span::Span;
 use crate::syntax::ast::{Args, Ident, Statement, Unit, Value, ValueKind};
@@ -48,27 +48,6 @@ const OPTIMIZERS: &[Choice<Opt>] = &[
         Opt::RmsProp,
         &["lr", "alpha", "eps", "momentum", "centered", "weight_decay"],
     ),
-];
-
-/// The learning-rate schedules.
-#[derive(Clone, Copy)]
-enum Sched {
-    Constant,
-    Step,
-    Exponential,
-    Cosine,
-    Warmup,
-    OneCycle,
-}
-
-/// Learning-rate schedules and their parameters.
-const SCHEDULES: &[Choice<Sched>] = &[
-    ("constant", Sched::Constant, &[]),
-    ("step", Sched::Step, &["every", "gamma"]),
-    ("exponential", Sched::Exponential, &["gamma"]),
-    ("cosine", Sched::Cosine, &["warmup", "min_lr"]),
-    ("warmup", Sched::Warmup, &["length"]),
-    ("one_cycle", Sched::OneCycle, &["max_lr", "pct_start"]),
 ];
 
 /// The losses.
@@ -122,11 +101,6 @@ pub fn optimizer_names() -> impl Iterator<Item = (&'static str, &'static [&'stat
     OPTIMIZERS.iter().map(|(n, _, p)| (*n, *p))
 }
 
-/// Schedule names with their parameters in positional order (completion, hover).
-pub fn schedule_names() -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
-    SCHEDULES.iter().map(|(n, _, p)| (*n, *p))
-}
-
 /// Loss names with their parameters in positional order (completion, hover).
 pub fn loss_names() -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
     LOSSES.iter().map(|(n, _, p)| (*n, *p))
@@ -160,7 +134,7 @@ pub fn calls() -> impl Iterator<Item = (&'static str, &'static str, &'static [&'
             .map(move |(word, _, params)| (setting, *word, *params))
     }
     of("optimizer", OPTIMIZERS)
-        .chain(of("schedule", SCHEDULES))
+        .chain(of("schedule", super::schedule::SCHEDULES))
         .chain(of("loss", LOSSES))
         .chain(of("parallel", STRATEGIES))
 }
@@ -228,6 +202,17 @@ pub fn callee<'s, T: Copy>(
     table: &[Choice<T>],
 ) -> Option<Called<'s, T>> {
     let v = cx.single(stmt)?;
+    callee_value(cx, v, code, what, table)
+}
+
+/// Reads a value that names a choice, bare (`cosine`) or called (`cosine(min_lr: 0)`).
+pub fn callee_value<'s, T: Copy>(
+    cx: &mut Cx,
+    v: &'s Value,
+    code: Code,
+    what: &str,
+    table: &[Choice<T>],
+) -> Option<Called<'s, T>> {
     let (ident, args) = match &v.kind {
         ValueKind::Call(name, args) => (name.clone(), Some(args)),
         ValueKind::Path(p) => (
@@ -373,74 +358,13 @@ pub fn check_optimizer(cx: &mut Cx, stmt: &Statement) -> Option<Optimizer> {
     })
 }
 
-fn duration_of(cx: &mut Cx, v: &Value, default: Unit) -> Option<Duration> {
+/// A duration (`5 steps`, `2 epochs`), a bare integer counting `default` units.
+pub(super) fn duration_of(cx: &mut Cx, v: &Value, default: Unit) -> Option<Duration> {
     let (n, unit) = cx.duration(v, default)?;
     Some(if unit == Unit::Epochs {
         Duration::Epochs(n)
     } else {
         Duration::Steps(n)
-    })
-}
-
-/// Checks `schedule NAME(args)`.
-pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
-    let Called {
-        word: kind,
-        tag: sched,
-        params,
-        args,
-        value: v,
-    } = callee(cx, stmt, Code::UnknownSchedule, "schedule", SCHEDULES)?;
-    let b = cx.bind(kind, args, v.span, params);
-    let need = |cx: &mut Cx, p: &str| {
-        let v = b.get(p);
-        if v.is_none() {
-            cx.missing(kind, p, b.span);
-        }
-        v
-    };
-    Some(match sched {
-        Sched::Constant => Schedule::Constant,
-        Sched::Step => {
-            let every = need(cx, "every").and_then(|v| duration_of(cx, v, Unit::Epochs));
-            let gamma = b.get("gamma").map_or(Some(0.1), |v| {
-                cx.number_in(v, "`gamma`", Range::UnitPositive)
-            });
-            Schedule::Step {
-                every: every?,
-                gamma: gamma?,
-            }
-        }
-        Sched::Exponential => Schedule::Exponential {
-            gamma: need(cx, "gamma")
-                .and_then(|v| cx.number_in(v, "`gamma`", Range::UnitPositive))?,
-        },
-        Sched::Cosine => {
-            let warmup = b
-                .get("warmup")
-                .map_or(Some(None), |v| duration_of(cx, v, Unit::Steps).map(Some));
-            let min_lr = b.get("min_lr").map_or(Some(0.0), |v| {
-                cx.number_in(v, "`min_lr`", Range::NonNegative)
-            });
-            Schedule::Cosine {
-                warmup: warmup?,
-                min_lr: min_lr?,
-            }
-        }
-        Sched::Warmup => Schedule::Warmup {
-            length: need(cx, "length").and_then(|v| duration_of(cx, v, Unit::Steps))?,
-        },
-        Sched::OneCycle => {
-            let max_lr =
-                need(cx, "max_lr").and_then(|v| cx.number_in(v, "`max_lr`", Range::Positive));
-            let pct = b.get("pct_start").map_or(Some(0.3), |v| {
-                cx.number_in(v, "`pct_start`", Range::UnitOpen)
-            });
-            Schedule::OneCycle {
-                max_lr: max_lr?,
-                pct_start: pct?,
-            }
-        }
     })
 }
 

@@ -181,6 +181,10 @@ codes! {
     OutlastsTraining = "K0412", "outlasts-training", Warning, "A schedule, pruning schedule, evaluation interval or early-stopping patience lasts longer than the training.";
     /// A data file is not on this machine.
     DataFileMissing = "K0414", "data-file-missing", Warning, "A data file named by the experiment cannot be found or opened here; it may be on the training machine, and `kiln run` refuses it (K0502).";
+    /// `reduce_on_plateau` with no validation metric to watch.
+    PlateauWithoutValidation = "K0415", "plateau-without-validation", Error, "`reduce_on_plateau` has no validation evaluations to watch (no validation split, or `val_accuracy` without classes).";
+    /// A `sequence` schedule whose parts do not fit together.
+    BadSequence = "K0416", "bad-sequence", Error, "A `sequence` schedule's milestones do not increase, do not number one fewer than its schedules, or it holds `reduce_on_plateau`.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";

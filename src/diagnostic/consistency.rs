@@ -46,6 +46,11 @@ pub enum Outlasts {
         /// The warmup.
         length: Interval,
     },
+    /// A `sequence` milestone at or after the end: the schedules from it on never run.
+    Milestone {
+        /// The milestone.
+        at: Interval,
+    },
     /// A gradual pruning schedule that reaches its amount after the end.
     GradualEnd {
         /// Its first pruning step.
@@ -147,14 +152,27 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 Outlasts::Warmup { schedule, length } => (
                     format!(
                         "the {} lasts {}, but training lasts {lasts}",
-                        if schedule == "cosine" { "`cosine` schedule's warmup" } else { "`warmup` schedule" },
+                        match schedule {
+                            "cosine" => "`cosine` schedule's warmup",
+                            "linear" => "`linear` schedule's change",
+                            _ => "`warmup` schedule",
+                        },
                         interval(length)
                     ),
                     if schedule == "cosine" {
                         "the cosine decay never starts".to_string()
+                    } else if schedule == "linear" {
+                        "the end factor is never reached".to_string()
                     } else {
                         "the full learning rate is never reached".to_string()
                     },
+                ),
+                Outlasts::Milestone { at } => (
+                    format!(
+                        "the `sequence` schedule's milestone comes after {}, but training lasts {lasts}",
+                        interval(at)
+                    ),
+                    "the schedules from here on never run".to_string(),
                 ),
                 Outlasts::GradualEnd { start, end } => (
                     format!("gradual pruning reaches its amount at step {end}, but training lasts {lasts}"),

@@ -19,6 +19,7 @@ mod ranges;
 pub mod render;
 mod runs;
 mod runtime;
+mod schedule;
 mod shapes;
 mod situation;
 mod strategy;

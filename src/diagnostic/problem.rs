@@ -15,6 +15,7 @@ pub use super::compress::{
 pub use super::consistency::{Interval, Outlasts, TrainingLength};
 pub use super::datafile::DataFit;
 pub use super::keywords::{Home, KeywordHint};
+pub use super::schedule::Sequence;
 pub use super::shapes::Window;
 pub use super::situation::{
     Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
@@ -576,6 +577,23 @@ pub enum Problem {
         /// The training's length.
         length: TrainingLength,
     },
+    /// K0415: `reduce_on_plateau` without validation evaluations to watch.
+    PlateauWithoutValidation {
+        /// The `schedule` statement.
+        span: Span,
+        /// The data source.
+        source: Span,
+        /// Whether it watches `val_accuracy` on targets without classes (rather than lacking
+        /// a validation split).
+        accuracy: bool,
+    },
+    /// K0416: a `sequence` schedule whose schedules and milestones do not fit together.
+    BadSequence {
+        /// The offending part.
+        span: Span,
+        /// What is wrong.
+        situation: Sequence,
+    },
     /// K0408: dropout on data-parallel replicas that share a device.
     DropoutSharedGenerator {
         /// The first dropout layer.
@@ -907,6 +925,8 @@ impl Problem {
             Problem::PipelineBatchNorm { .. } => Code::PipelineBatchNorm,
             Problem::DropoutSharedGenerator { .. } => Code::DropoutSharedGenerator,
             Problem::OutlastsTraining { .. } => Code::OutlastsTraining,
+            Problem::PlateauWithoutValidation { .. } => Code::PlateauWithoutValidation,
+            Problem::BadSequence { .. } => Code::BadSequence,
             Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
             Problem::DataMismatch { .. } => Code::DataMismatch,
             Problem::DataHeader { .. } => Code::DataHeader,

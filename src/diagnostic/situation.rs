@@ -462,6 +462,11 @@ pub enum Inconsistent {
         /// What puts the model on the CPU (the `device`, a placement, the replicas).
         cpu: Span,
     },
+    /// `one_cycle(cycle_momentum: true)` with an optimizer that has no momentum to cycle.
+    CycleMomentum {
+        /// The `optimizer` statement.
+        optimizer: Span,
+    },
     /// An experiment device that is none of the data-parallel replicas' devices.
     DeviceNotReplica {
         /// The experiment's device.

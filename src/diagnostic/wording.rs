@@ -246,6 +246,9 @@ impl Problem {
             p @ (Problem::NormalizeChannels { .. } | Problem::OutlastsTraining { .. }) => {
                 super::consistency::words(p)
             }
+            p @ (Problem::PlateauWithoutValidation { .. } | Problem::BadSequence { .. }) => {
+                super::schedule::words(p)
+            }
             p @ (Problem::DataMismatch { .. }
             | Problem::DataHeader { .. }
             | Problem::DataFileMissing { .. }) => super::datafile::words(p),

@@ -750,19 +750,92 @@ pub enum Schedule {
         warmup: Option<Duration>,
         /// Final rate.
         min_lr: f64,
+        /// The warmup's first factor of the rate (`LinearLR`'s `start_factor`); `None` for the
+        /// default ramp `(step + 1) / warmup`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        start: Option<f64>,
     },
-    /// Linear warmup from 0, then constant.
+    /// Linear warmup, then constant.
     Warmup {
         /// Warmup length.
         length: Duration,
+        /// The first factor of the rate (`LinearLR`'s `start_factor`); `None` for the default
+        /// ramp `(step + 1) / length`.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        start: Option<f64>,
     },
-    /// One-cycle: warm up to `max_lr`, then anneal.
-    OneCycle {
-        /// Peak rate.
-        max_lr: f64,
-        /// Fraction of training spent warming up.
-        pct_start: f64,
+    /// One-cycle (`OneCycleLR`): warm up to `max_lr`, then anneal.
+    OneCycle(OneCycle),
+    /// Linear change of the rate's factor (`LinearLR`).
+    Linear {
+        /// The factor at the first step.
+        start: f64,
+        /// The factor reached after `length`.
+        end: f64,
+        /// How long the change lasts; `None` for the whole training.
+        length: Option<Duration>,
     },
+    /// `ReduceLROnPlateau`, fed by the validation evaluations.
+    ReduceOnPlateau(Plateau),
+    /// Schedules one after another (`SequentialLR`): schedule `i + 1` starts at milestone `i`.
+    Sequence {
+        /// The schedules.
+        schedules: Vec<Schedule>,
+        /// Where each schedule after the first starts.
+        milestones: Vec<Duration>,
+    },
+}
+
+/// The settings of `one_cycle`, as `torch.optim.lr_scheduler.OneCycleLR` names them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OneCycle {
+    /// Peak rate.
+    pub max_lr: f64,
+    /// Fraction of training spent warming up.
+    pub pct_start: f64,
+    /// The first rate is `max_lr / div_factor`.
+    pub div_factor: f64,
+    /// The last rate is the first divided by `final_div_factor`.
+    pub final_div_factor: f64,
+    /// Whether the rate comes back down to the first rate before the final annealing.
+    pub three_phase: bool,
+    /// Cosine (`true`) or linear annealing.
+    pub cosine: bool,
+    /// The momentum (or Adam's beta1) range cycled inversely to the rate, as `(base, max)`;
+    /// `None` when momentum is not cycled.
+    pub momentum: Option<(f64, f64)>,
+}
+
+/// The settings of `reduce_on_plateau`, as `torch.optim.lr_scheduler.ReduceLROnPlateau` names
+/// them.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Plateau {
+    /// The validation metric watched.
+    pub metric: PlateauMetric,
+    /// Whether a larger metric is better.
+    pub maximize: bool,
+    /// The rate is multiplied by this on a plateau.
+    pub factor: f64,
+    /// Evaluations without improvement tolerated.
+    pub patience: u64,
+    /// The least improvement that counts.
+    pub threshold: f64,
+    /// Whether `threshold` is relative (`rel`) or absolute (`abs`).
+    pub relative: bool,
+    /// Evaluations to wait after a reduction before counting again.
+    pub cooldown: u64,
+    /// The rate never goes below this.
+    pub min_lr: f64,
+}
+
+/// What `reduce_on_plateau` watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlateauMetric {
+    /// The validation loss.
+    ValLoss,
+    /// The validation accuracy.
+    ValAccuracy,
 }
 
 /// Loss functions.

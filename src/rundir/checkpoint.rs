@@ -57,6 +57,22 @@ pub struct Position {
     pub samples: f64,
     /// Seconds spent waiting for data so far.
     pub wait_seconds: f64,
+    /// The state of a `reduce_on_plateau` schedule; `None` for other schedules.
+    pub plateau: Option<PlateauState>,
+}
+
+/// Where a `reduce_on_plateau` schedule stands, as `ReduceLROnPlateau`'s state holds it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(default)]
+pub struct PlateauState {
+    /// The current learning rate.
+    pub lr: f64,
+    /// The best metric so far; `None` before the first evaluation.
+    pub best: Option<f64>,
+    /// Evaluations since the metric last improved.
+    pub bad: u64,
+    /// Evaluations left in the cooldown after a reduction.
+    pub cooldown: u64,
 }
 
 /// One part of a run: from its start or a resume to the next resume or the end.

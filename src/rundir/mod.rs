@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use checkpoint::{Fingerprint, Position, Segment, Sidecar};
+pub use checkpoint::{Fingerprint, PlateauState, Position, Segment, Sidecar};
 pub use lock::{Holder, Lock, LockError, LOCK};
 pub use metrics::{EpochRecord, EvalRecord, MetricLine, StepRecord};
 pub use rank::{rank, rank_key};

@@ -29,6 +29,7 @@ pub mod plot;
 pub mod reference;
 pub mod report;
 pub mod run;
+pub mod schedule;
 pub mod state;
 pub mod step;
 pub mod summary;

@@ -1,13 +1,12 @@
-//! Optimizers and learning-rate schedules, with the update rules of `torch.optim` (single-tensor
+//! Optimizers, with the update rules of `torch.optim` (single-tensor
 //! implementations) so that runs match PyTorch step for step. Their state is plain tensors, so
 //! checkpoints hold it and a resumed run continues exactly.
 
 use tch::Tensor;
 
-use super::budget::Budget;
 use super::failure::At;
 use kiln::diagnostic::Diagnostic;
-use kiln::ir::{Duration, Optimizer, OptimizerKind, Schedule};
+use kiln::ir::{Optimizer, OptimizerKind};
 use kiln::span::Span;
 
 /// An optimizer with its per-parameter state.
@@ -17,6 +16,9 @@ pub struct Optim {
     pub state: Vec<Vec<(&'static str, Tensor)>>,
     /// Optimizer steps taken.
     pub steps: u64,
+    /// The momentum (SGD, RMSprop) or beta1 (Adam, AdamW) of the next step in place of the
+    /// configured one, as `OneCycleLR` sets it; `None` keeps the configured one.
+    pub momentum: Option<f64>,
 }
 
 impl Optim {
@@ -26,6 +28,7 @@ impl Optim {
             config: config.clone(),
             state: (0..params).map(|_| Vec::new()).collect(),
             steps: 0,
+            momentum: None,
         }
     }
 
@@ -49,6 +52,7 @@ impl Optim {
         self.steps += 1;
         let t = self.steps as i32;
         let wd = self.config.weight_decay;
+        let cycled = self.momentum;
         tch::no_grad(|| -> Result<(), Diagnostic> {
             for (i, p) in params.iter().enumerate() {
                 let g = p.grad();
@@ -63,6 +67,7 @@ impl Optim {
                         dampening,
                         nesterov,
                     } => {
+                        let momentum = &cycled.unwrap_or(*momentum);
                         let mut d = if wd != 0.0 {
                             g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
                         } else {
@@ -105,7 +110,7 @@ impl Optim {
                         if wd != 0.0 && decoupled {
                             p.f_mul_scalar_(1.0 - lr * wd).done_at(span)?;
                         }
-                        let (b1, b2) = *betas;
+                        let (b1, b2) = (cycled.unwrap_or(betas.0), betas.1);
                         let m = Self::slot(state, "exp_avg", &p, span)?;
                         m.f_lerp_(&g, 1.0 - b1).done_at(span)?;
                         let m = m.shallow_clone();
@@ -135,6 +140,7 @@ impl Optim {
                         momentum,
                         centered,
                     } => {
+                        let momentum = &cycled.unwrap_or(*momentum);
                         let g = if wd != 0.0 {
                             g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
                         } else {
@@ -293,77 +299,6 @@ impl LossScaler {
             self.good = 0;
         }
         finite
-    }
-}
-
-/// Learning rates over the run's [`Budget`].
-pub struct Lr {
-    base: f64,
-    schedule: Schedule,
-    /// Steps the schedule spans (at least one).
-    total: u64,
-    /// Steps an epoch (at least one).
-    per_epoch: u64,
-    budget: Budget,
-}
-
-impl Lr {
-    /// The schedule of an optimizer whose configured rate is `base`, over the experiment's full
-    /// length (`--max-steps` does not shorten it).
-    pub fn new(base: f64, schedule: &Schedule, budget: &Budget) -> Lr {
-        Lr {
-            base,
-            schedule: schedule.clone(),
-            total: budget.total.max(1),
-            per_epoch: budget.per_epoch.max(1),
-            budget: *budget,
-        }
-    }
-
-    fn steps(&self, d: Duration) -> u64 {
-        self.budget.steps(d)
-    }
-
-    /// The rate for optimizer step `step` (0-based).
-    pub fn at(&self, step: u64) -> f64 {
-        use std::f64::consts::PI;
-        let lr = self.base;
-        match &self.schedule {
-            Schedule::Constant => lr,
-            Schedule::Step { every, gamma } => {
-                lr * gamma.powi((step / self.steps(*every).max(1)) as i32)
-            }
-            Schedule::Exponential { gamma } => lr * gamma.powi((step / self.per_epoch) as i32),
-            Schedule::Warmup { length } => {
-                lr * ((step + 1) as f64 / self.steps(*length).max(1) as f64).min(1.0)
-            }
-            Schedule::Cosine { warmup, min_lr } => {
-                let w = warmup.map_or(0, |d| self.steps(d));
-                if step < w {
-                    lr * (step + 1) as f64 / w as f64
-                } else {
-                    let span = (self.total - w).max(1) as f64;
-                    let progress = ((step - w) as f64 / span).min(1.0);
-                    min_lr + (lr - min_lr) * (1.0 + (PI * progress).cos()) / 2.0
-                }
-            }
-            Schedule::OneCycle { max_lr, pct_start } => {
-                // torch.optim.lr_scheduler.OneCycleLR with cosine annealing and its defaults.
-                let initial = max_lr / 25.0;
-                let min = initial / 1e4;
-                let up = (pct_start * self.total as f64 - 1.0).max(1.0);
-                let down = (self.total as f64 - 1.0 - up).max(1.0);
-                let cos = |start: f64, end: f64, pct: f64| {
-                    end + (start - end) / 2.0 * ((PI * pct.min(1.0)).cos() + 1.0)
-                };
-                let s = step as f64;
-                if s <= up {
-                    cos(initial, *max_lr, s / up)
-                } else {
-                    cos(*max_lr, min, (s - up) / down)
-                }
-            }
-        }
     }
 }
 

@@ -419,6 +419,7 @@ mod tests {
         let cosine = Schedule::Cosine {
             warmup: Some(Duration::Epochs(1)),
             min_lr: 0.5,
+            start: None,
         };
         assert_eq!(words(&cosine), "cosine(min_lr: 0.5, warmup: 1 epochs)");
         assert_eq!(words(&vec![1, 2]), "[1, 2]");

@@ -16,9 +16,10 @@ use super::failure::At;
 use super::hooks::{
     each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
 };
-use super::optim::{Lr, Optim};
+use super::optim::Optim;
 use super::output::Output;
 use super::report::EpochRecord;
+use super::schedule::Lr;
 use super::state::{restore, Checkpoints};
 use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
@@ -189,7 +190,12 @@ impl Trainer<'_> {
         let budget = self.budget;
         let batch = exp.data.batch as i64;
         let objective = Objective::new(exp);
-        let lr = Lr::new(exp.optimizer.lr, &exp.schedule, &budget);
+        let mut lr = Lr::new(
+            exp.optimizer.lr,
+            &exp.schedule,
+            &budget,
+            exp.data.source_span,
+        );
         let mut stepper = Stepper::new(exp, self.model);
         if let Some(p) = &self.pruner {
             stepper.hooks.push(Box::new(p.keeper()));
@@ -201,6 +207,7 @@ impl Trainer<'_> {
             restore(self.model, &mut stepper.optim, &tensors, span)?;
             stepper.optim.steps = side.position.step;
             pos = side.position;
+            lr.resume(pos.plateau);
             self.out.truncate_metrics(pos.metrics_lines, pos.step)?;
         }
         // Time, samples and data wait count over every part of the run.
@@ -238,6 +245,7 @@ impl Trainer<'_> {
                 let (x, y) = next?;
                 self.compress_at(&objective, &mut stepper, pos.step, false)?;
                 let step_lr = lr.at(self.timeline.lr_step(pos.step));
+                stepper.optim.momentum = lr.momentum(self.timeline.lr_step(pos.step));
                 // Seeding each step makes dropout depend only on (seed, step): a resumed run
                 // draws the same masks as an uninterrupted one.
                 tch::manual_seed((exp.seed.wrapping_mul(1_000_003).wrapping_add(pos.step)) as i64);
@@ -272,6 +280,8 @@ impl Trainer<'_> {
                 if matches!(t.eval_every, Duration::Steps(n) if pos.step % n.max(1) == 0) {
                     let train_loss = pos.epoch_loss_sum / pos.epoch_seen.max(1.0);
                     if let Some((e, f)) = self.validate(&objective, &mut pos, train_loss, false)? {
+                        lr.observe(&e)?;
+                        pos.plateau = lr.plateau();
                         last_val = Some(e);
                         flow = flow.and(f);
                     }
@@ -316,6 +326,8 @@ impl Trainer<'_> {
                 if matches!(t.eval_every, Duration::Epochs(n) if pos.epoch % n.max(1) == 0) {
                     let train_loss = record.train_loss;
                     if let Some((e, f)) = self.validate(&objective, &mut pos, train_loss, false)? {
+                        lr.observe(&e)?;
+                        pos.plateau = lr.plateau();
                         last_val = Some(e);
                         flow = flow.and(f);
                     }

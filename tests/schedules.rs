@@ -1,0 +1,414 @@
+//! Learning-rate schedules against PyTorch's own `torch.optim.lr_scheduler` classes: from the
+//! same initial weights and batches, `kiln run` reproduces the learning rate and the loss of every
+//! step of a PyTorch loop that steps `OneCycleLR` (with its momentum cycling), `LinearLR`,
+//! `SequentialLR` or `ReduceLROnPlateau`; and a resumed `reduce_on_plateau` run continues as an
+//! uninterrupted one.
+//!
+//! `tests/schedules/reference.py` (run once, with the project's `.venv/bin/python`) builds a small
+//! MLP, saves its initial weights and a labelled point cloud as safetensors, and trains 50 steps
+//! per case. This test writes the matching `.exp` for each case, runs `kiln run --init` on the
+//! CPU and compares the records of `steps.jsonl` (and the validation losses of `metrics.jsonl`).
+
+mod support;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{json, Value};
+use support::{killed_run, run, s, scratch, text, write};
+
+/// Optimizer steps per case.
+const STEPS: usize = 50;
+/// Samples, of which `TRAIN` train and the rest validate.
+const SAMPLES: usize = 400;
+/// Training samples: `split(train: 0.8)` of `SAMPLES`.
+const TRAIN: usize = 320;
+/// Samples per batch.
+const BATCH: usize = 16;
+/// Largest relative difference allowed between Kiln's and PyTorch's loss at any step (fp32).
+const LOSS_RTOL: f64 = 1e-5;
+/// Rates: the same closed forms in f64 (PyTorch's chainable forms agree to rounding).
+const LR_RTOL: f64 = 1e-9;
+
+/// Both sides run libtorch on one CPU thread.
+const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
+
+/// One comparison: an optimizer and a schedule, written for Kiln and for PyTorch.
+struct Case {
+    name: &'static str,
+    /// `optimizer ...` in the `.exp` file.
+    optimizer: &'static str,
+    /// The optimizer as `reference.py` builds it.
+    torch_optimizer: Value,
+    /// `schedule ...` in the `.exp` file.
+    schedule: &'static str,
+    /// The scheduler as `reference.py` builds it.
+    scheduler: Value,
+    /// Validation every this many steps (for `reduce_on_plateau`).
+    eval_every: Option<usize>,
+}
+
+impl Case {
+    fn spec(&self, dir: &Path) -> Value {
+        json!({
+            "dir": dir,
+            "seed": 7,
+            "samples": SAMPLES,
+            "train": TRAIN,
+            "batch": BATCH,
+            "steps": STEPS,
+            "eval_every": self.eval_every,
+            "optimizer": self.torch_optimizer,
+            "scheduler": self.scheduler,
+        })
+    }
+
+    fn exp(&self) -> String {
+        let mut text = format!(
+            "experiment \"sched-{}\" {{\n  seed 7\n  data {{\n",
+            self.name
+        );
+        text += "    source safetensors(\"data.safetensors\", inputs: \"inputs\", targets: \"targets\", classes: 4)\n";
+        text += "    split(train: 0.8, val: 0.2)\n    shuffle false\n";
+        let _ = writeln!(text, "    batch {BATCH}\n  }}");
+        text += "  model {\n    input [8]\n    fc1: linear(8 -> 32)\n    relu\n    fc2: linear(32 -> 4)\n  }\n";
+        text += "  device cpu\n";
+        let _ = writeln!(text, "  optimizer {}", self.optimizer);
+        let _ = writeln!(text, "  schedule {}", self.schedule);
+        let _ = writeln!(
+            text,
+            "  train {{\n    steps {STEPS}\n    loss cross_entropy"
+        );
+        if let Some(n) = self.eval_every {
+            let _ = writeln!(text, "    metrics [accuracy]\n    eval_every {n} steps");
+        }
+        text += "  }\n}\n";
+        text
+    }
+}
+
+fn cases() -> Vec<Case> {
+    let sgd = json!({"kind": "sgd", "lr": 0.1, "momentum": 0.9});
+    vec![
+        Case {
+            name: "one-cycle-sgd",
+            optimizer: "sgd(lr: 0.1, momentum: 0.9)",
+            torch_optimizer: sgd.clone(),
+            schedule: "one_cycle(max_lr: 0.2)",
+            scheduler: json!({"kind": "one_cycle", "max_lr": 0.2}),
+            eval_every: None,
+        },
+        Case {
+            name: "one-cycle-adamw",
+            optimizer: "adamw(lr: 1e-3)",
+            torch_optimizer: json!({"kind": "adamw", "lr": 1e-3}),
+            schedule: "one_cycle(max_lr: 0.01)",
+            scheduler: json!({"kind": "one_cycle", "max_lr": 0.01}),
+            eval_every: None,
+        },
+        Case {
+            name: "one-cycle-options",
+            optimizer: "adam(lr: 1e-3)",
+            torch_optimizer: json!({"kind": "adam", "lr": 1e-3}),
+            schedule: "one_cycle(max_lr: 0.01, pct_start: 0.25, div_factor: 10, final_div_factor: 100, three_phase: true, anneal: linear, base_momentum: 0.8, max_momentum: 0.9)",
+            scheduler: json!({"kind": "one_cycle", "max_lr": 0.01, "pct_start": 0.25, "div_factor": 10.0,
+                "final_div_factor": 100.0, "three_phase": true, "anneal_strategy": "linear",
+                "base_momentum": 0.8, "max_momentum": 0.9}),
+            eval_every: None,
+        },
+        Case {
+            name: "one-cycle-no-momentum",
+            optimizer: "rmsprop(lr: 1e-3, momentum: 0.5)",
+            torch_optimizer: json!({"kind": "rmsprop", "lr": 1e-3, "momentum": 0.5}),
+            schedule: "one_cycle(max_lr: 0.005, cycle_momentum: false)",
+            scheduler: json!({"kind": "one_cycle", "max_lr": 0.005, "cycle_momentum": false}),
+            eval_every: None,
+        },
+        Case {
+            name: "linear",
+            optimizer: "sgd(lr: 0.1, momentum: 0.9)",
+            torch_optimizer: sgd.clone(),
+            schedule: "linear(start_factor: 1, end_factor: 0.05)",
+            scheduler: json!({"kind": "linear", "start_factor": 1.0, "end_factor": 0.05, "total_iters": STEPS}),
+            eval_every: None,
+        },
+        Case {
+            name: "sequence",
+            optimizer: "adam(lr: 0.01)",
+            torch_optimizer: json!({"kind": "adam", "lr": 0.01}),
+            schedule: "sequence([warmup(5 steps, start_factor: 0.1), linear(start_factor: 1, end_factor: 0.5, length: 10), cosine(min_lr: 1e-4)], milestones: [5 steps, 20 steps])",
+            scheduler: json!({"kind": "sequential", "milestones": [5, 20], "schedulers": [
+                {"kind": "linear", "start_factor": 0.1, "end_factor": 1.0, "total_iters": 5},
+                {"kind": "linear", "start_factor": 1.0, "end_factor": 0.5, "total_iters": 10},
+                {"kind": "cosine", "T_max": STEPS - 20, "eta_min": 1e-4}]}),
+            eval_every: None,
+        },
+        Case {
+            name: "cosine-warmup-start",
+            optimizer: "sgd(lr: 0.1, momentum: 0.9)",
+            torch_optimizer: sgd.clone(),
+            schedule: "cosine(warmup: 5 steps, min_lr: 1e-3, start_factor: 0.2)",
+            scheduler: json!({"kind": "sequential", "milestones": [5], "schedulers": [
+                {"kind": "linear", "start_factor": 0.2, "end_factor": 1.0, "total_iters": 5},
+                {"kind": "cosine", "T_max": STEPS - 5, "eta_min": 1e-3}]}),
+            eval_every: None,
+        },
+        Case {
+            name: "plateau-loss",
+            optimizer: "sgd(lr: 0.3, momentum: 0.9)",
+            torch_optimizer: json!({"kind": "sgd", "lr": 0.3, "momentum": 0.9}),
+            schedule: "reduce_on_plateau(factor: 0.5, patience: 0, threshold: 0.02)",
+            scheduler: json!({"kind": "plateau", "factor": 0.5, "patience": 0, "threshold": 0.02}),
+            eval_every: Some(5),
+        },
+        Case {
+            name: "plateau-accuracy",
+            optimizer: "adamw(lr: 0.02)",
+            torch_optimizer: json!({"kind": "adamw", "lr": 0.02}),
+            schedule: "reduce_on_plateau(monitor: val_accuracy, factor: 0.3, patience: 0, threshold: 0.01, threshold_mode: abs, cooldown: 1, min_lr: 0.003)",
+            scheduler: json!({"kind": "plateau", "mode": "max", "factor": 0.3, "patience": 0,
+                "threshold": 0.01, "threshold_mode": "abs", "cooldown": 1, "min_lr": 0.003}),
+            eval_every: Some(5),
+        },
+    ]
+}
+
+fn python() -> PathBuf {
+    let python = support::root().join(".venv/bin/python");
+    assert!(
+        python.is_file(),
+        "the schedule parity tests need PyTorch in `{}`: run `bash scripts/quickstart.sh`",
+        python.display()
+    );
+    python
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|x| x.as_f64().expect("a number"))
+        .collect()
+}
+
+/// The JSON lines of a file.
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+/// The worst relative difference of two series: (index, difference).
+fn worst(ours: &[f64], theirs: &[f64]) -> (usize, f64) {
+    ours.iter()
+        .zip(theirs)
+        .map(|(a, b)| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE))
+        .enumerate()
+        .fold((0, 0.0), |best, (i, d)| {
+            if d > best.1 || d.is_nan() {
+                (i, d)
+            } else {
+                best
+            }
+        })
+}
+
+#[test]
+fn schedules_match_pytorch_step_for_step() {
+    let scratch = scratch("schedules");
+    let cases = cases();
+    let dirs: Vec<PathBuf> = cases.iter().map(|c| scratch.join(c.name)).collect();
+    for dir in &dirs {
+        std::fs::create_dir_all(dir).expect("case directory");
+    }
+    let spec: Vec<Value> = cases.iter().zip(&dirs).map(|(c, d)| c.spec(d)).collect();
+    let spec_path = scratch.join("spec.json");
+    std::fs::write(&spec_path, serde_json::to_string(&spec).expect("json")).expect("spec");
+    let out = Command::new(python())
+        .arg(support::root().join("tests/schedules/reference.py"))
+        .arg(&spec_path)
+        .envs(SINGLE_THREADED)
+        .output()
+        .expect("python starts");
+    assert!(
+        out.status.success(),
+        "tests/schedules/reference.py failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut report = String::new();
+    let mut failures = Vec::new();
+    for (case, dir) in cases.iter().zip(&dirs) {
+        let exp = write(dir, "case.exp", &case.exp());
+        let reference: Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("reference.json")).expect("reference"),
+        )
+        .expect("reference json");
+        let (want, want_lr) = (floats(&reference["losses"]), floats(&reference["lrs"]));
+        let momenta = floats(&reference["momenta"]);
+        let run_dir = dir.join("run");
+        let o = support::kiln(&[
+            "run",
+            s(&exp),
+            "--device",
+            "cpu",
+            "--quiet",
+            "--run-dir",
+            s(&run_dir),
+            "--init",
+            s(&dir.join("init.safetensors")),
+        ])
+        .envs(SINGLE_THREADED)
+        .output()
+        .expect("kiln starts");
+        assert!(o.status.success(), "{}: {}", case.name, text(&o));
+        let steps = lines(&run_dir.join("steps.jsonl"));
+        let got: Vec<f64> = steps
+            .iter()
+            .map(|v| v["loss"].as_f64().expect("loss"))
+            .collect();
+        let got_lr: Vec<f64> = steps
+            .iter()
+            .map(|v| v["lr"].as_f64().expect("lr"))
+            .collect();
+        assert_eq!(
+            got.len(),
+            STEPS,
+            "{}: {} steps recorded",
+            case.name,
+            got.len()
+        );
+
+        // The comparison covers what the case is about only if it changes something.
+        let distinct = |xs: &[f64]| {
+            let mut v: Vec<u64> = xs.iter().map(|x| x.to_bits()).collect();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        assert!(
+            distinct(&want_lr) > 1,
+            "{}: PyTorch's rate never changes",
+            case.name
+        );
+        if case.scheduler.get("cycle_momentum").is_none() && case.name.starts_with("one-cycle") {
+            assert!(
+                distinct(&momenta) > 1,
+                "{}: momentum is not cycled",
+                case.name
+            );
+        }
+        if case.eval_every.is_some() {
+            let evals: Vec<f64> = lines(&run_dir.join("metrics.jsonl"))
+                .iter()
+                .filter(|v| v.get("train_loss").is_none())
+                .filter_map(|v| v["loss"].as_f64())
+                .collect();
+            let want_val = floats(&reference["val_losses"]);
+            let (i, d) = worst(&evals, &want_val);
+            if evals.len() < want_val.len() || d > LOSS_RTOL {
+                failures.push(format!(
+                    "{}: validation losses differ (evaluation {i}, {d:.3e}): Kiln {evals:?}, PyTorch {want_val:?}",
+                    case.name
+                ));
+            }
+        }
+        let (lr_i, lr_d) = worst(&got_lr, &want_lr);
+        let (i, d) = worst(&got, &want);
+        let _ = writeln!(
+            report,
+            "{:<24} worst loss rel diff {d:.2e} (step {}), worst lr rel diff {lr_d:.1e}, {} rates",
+            case.name,
+            i + 1,
+            distinct(&want_lr)
+        );
+        if lr_d > LR_RTOL {
+            failures.push(format!(
+                "{}: the rate of step {} differs: Kiln {:e}, PyTorch {:e}",
+                case.name,
+                lr_i + 1,
+                got_lr[lr_i],
+                want_lr[lr_i]
+            ));
+        }
+        if d.is_nan() || d > LOSS_RTOL {
+            failures.push(format!(
+                "{}: the loss of step {} differs: Kiln {:e}, PyTorch {:e} ({d:.3e}); files in {}",
+                case.name,
+                i + 1,
+                got[i],
+                want[i],
+                dir.display()
+            ));
+        }
+    }
+    eprintln!("{report}");
+    assert!(
+        failures.is_empty(),
+        "Kiln does not match PyTorch:\n{}\n\n{report}",
+        failures.join("\n")
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// A `reduce_on_plateau` run killed and resumed from a checkpoint takes the rates of an
+/// uninterrupted run: the schedule's state (rate, best value, counts) is in the checkpoint.
+#[test]
+fn a_resumed_plateau_run_continues_exactly() {
+    let dir = scratch("plateau-resume");
+    let source = r#"experiment "plateau-resume" {
+  seed 5
+  data {
+    source synthetic(inputs: normal([8]), targets: randint(4), count: 256)
+    split(train: 0.75, val: 0.25)
+    batch 16
+  }
+  model {
+    input [8]
+    linear(8 -> 32)
+    relu
+    linear(32 -> 4)
+  }
+  device cpu
+  optimizer sgd(lr: 0.5, momentum: 0.9)
+  schedule reduce_on_plateau(factor: 0.5, patience: 1, cooldown: 2, threshold: 0.01)
+  train {
+    steps 480
+    loss cross_entropy
+    eval_every 8 steps
+    checkpoint(every: 16 steps, keep: 2)
+  }
+}
+"#;
+    let exp = write(&dir, "plateau.exp", source);
+    let whole = dir.join("whole");
+    let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&whole)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let cut = dir.join("cut");
+    killed_run(&exp, &cut, 160);
+    let o = run(&["run", s(&exp), "--quiet", "--resume", s(&cut)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let rates = |d: &Path| -> Vec<(u64, f64)> {
+        lines(&d.join("steps.jsonl"))
+            .iter()
+            .map(|v| {
+                (
+                    v["step"].as_u64().expect("step"),
+                    v["lr"].as_f64().expect("lr"),
+                )
+            })
+            .collect()
+    };
+    let (a, b) = (rates(&whole), rates(&cut));
+    assert_eq!(a.len(), 480);
+    let reduced = a.iter().filter(|(_, lr)| *lr < 0.5).count();
+    assert!(
+        reduced > 0 && a[159].1 < 0.5,
+        "the rate was not reduced before the cut: {a:?}"
+    );
+    assert_eq!(a, b, "the resumed run's rates differ");
+}
