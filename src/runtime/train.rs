@@ -16,7 +16,7 @@ use super::failure::At;
 use super::hooks::{
     each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
 };
-use super::optim::{Lr, Optim};
+use super::optim::Lr;
 use super::output::Output;
 use super::report::EpochRecord;
 use super::state::{restore, Checkpoints};
@@ -388,7 +388,7 @@ impl Trainer<'_> {
             None => return Ok(()),
         };
         if fired.rewound {
-            stepper.optim = Optim::new(&self.exp.optimizer, stepper.optim.state.len());
+            stepper.optim.reset();
         }
         Ok(())
     }
