@@ -23,8 +23,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             )),
         Problem::EmptyGroup { span, selectors } => {
             let written: Vec<String> = selectors.iter().map(|s| format!("`{s}`")).collect();
+            let label = match written.as_slice() {
+                [] => "no layer, block or class is named".to_string(),
+                [one] => format!("{one} holds no parameter in this model"),
+                all => format!("{} hold no parameter in this model", all.join(", ")),
+            };
             new(span, "this parameter group selects no parameter".into())
-                .label(format!("{} select nothing in this model", written.join(", ")))
+                .label(label)
                 .help("remove the group, or select layers, blocks or classes that hold parameters")
         }
         _ => unreachable!("only parameter-group problems are worded here"),
