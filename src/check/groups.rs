@@ -162,26 +162,115 @@ fn resolve(cx: &mut Cx, ident: &Ident, model: &ModelOut, all: &[Tensor]) -> Opti
 
 #[cfg(test)]
 mod tests {
-    use crate::ir::{layers, tensors};
+    use crate::ir::{layers, tensors, Kind};
 
-    /// The tensors of every layer of every example add up to the parameters the layer checks
-    /// count, so the names groups select are those the runtime creates.
+    /// Experiments whose layers hold every kind of parameter.
+    const MODELS: [&str; 2] = [
+        "input [3, 16, 16]
+        conv2d(8, 3, groups: 1, bias: false)
+        batchnorm2d
+        prelu(num_parameters: 8)
+        conv2d(8, 3, groups: 4)
+        groupnorm(2)
+        flatten
+        linear(10, bias: false)
+        layernorm
+        linear(4)",
+        "input [8]
+        embedding(16, 12)
+        attention(heads: 2)
+        block encoder { t: transformer_block(heads: 3, hidden: 20) }
+        conv1d(6, 3, padding: 1)
+        batchnorm1d
+        mean(dim: 0)
+        linear(4)",
+    ];
+
+    fn experiment(model: &str, inputs: &str) -> String {
+        format!(
+            "experiment \"t\" {{
+              data {{ source synthetic(inputs: {inputs}, targets: randint(4), count: 64); batch 8 }}
+              model {{ {model} }}
+              optimizer adam
+              train {{ steps 1; loss cross_entropy }}
+            }}"
+        )
+    }
+
+    /// The tensors of every layer add up to the parameters the layer checks count, for every
+    /// kind with parameters, so the names groups select are those the runtime creates.
     #[test]
     fn tensors_add_up_to_every_layers_parameters() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/experiments");
-        let mut layers_seen = 0;
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let checked = crate::check::check_text(path.to_str().unwrap(), text);
-            for trial in &checked.trials {
-                for l in layers(&trial.model.nodes) {
-                    let sum: u64 = tensors(l).iter().map(|t| t.count).sum();
-                    assert_eq!(sum, l.params, "{}: {}", path.display(), l.name);
-                    layers_seen += 1;
+        let mut kinds = std::collections::HashSet::new();
+        let inputs = ["normal([3, 16, 16])", "randint(16, shape: [8])"];
+        for (model, inputs) in MODELS.iter().zip(inputs) {
+            let checked = crate::check::check_text("t.exp", experiment(model, inputs));
+            assert!(!checked.has_errors(), "{:?}", checked.diagnostics);
+            for l in layers(&checked.trials[0].model.nodes) {
+                let sum: u64 = tensors(l).iter().map(|t| t.count).sum();
+                assert_eq!(sum, l.params, "{}", l.name);
+                if l.params > 0 {
+                    kinds.insert(l.kind.kind());
                 }
             }
         }
-        assert!(layers_seen > 50, "only {layers_seen} layers checked");
+        for kind in [
+            Kind::Conv1d,
+            Kind::Conv2d,
+            Kind::BatchNorm1d,
+            Kind::GroupNorm,
+        ] {
+            assert!(kinds.contains(&kind), "{kind:?} not covered");
+        }
+        assert_eq!(kinds.len(), 11, "{kinds:?}");
+    }
+
+    /// Classes, layers and parameters select the tensors the runtime names, in the model's
+    /// order; a block's layers overlap its norms (K0226).
+    #[test]
+    fn selectors_pick_classes_layers_and_parameters() {
+        let check = |groups: &str| {
+            let text = experiment(MODELS[1], "randint(16, shape: [8])").replace(
+                "optimizer adam",
+                &format!("optimizer adam(groups: [{groups}])"),
+            );
+            crate::check::check_text("t.exp", text)
+        };
+        let checked = check(
+            "group(norms, embeddings, 6.bias, weight_decay: 0), group(1, 6.weight, lr: 1e-4)",
+        );
+        assert!(checked.diagnostics.is_empty(), "{:?}", checked.diagnostics);
+        let groups = &checked.trials[0].optimizer.groups;
+        let norm = |n: &str| format!("encoder.t.{n}");
+        let first = [
+            "0.weight".to_string(),
+            norm("norm1.weight"),
+            norm("norm1.bias"),
+            norm("norm2.weight"),
+            norm("norm2.bias"),
+            "4.weight".to_string(),
+            "4.bias".to_string(),
+            "6.bias".to_string(),
+        ];
+        assert_eq!(groups[0].params, first);
+        assert_eq!(groups[0].weight_decay, 0.0);
+        assert_eq!(groups[0].lr, 1e-3);
+        let second = [
+            "1.in_proj_weight",
+            "1.in_proj_bias",
+            "1.out_proj.weight",
+            "1.out_proj.bias",
+            "6.weight",
+        ];
+        assert_eq!(groups[1].params, second);
+        assert_eq!(groups[1].lr, 1e-4);
+        assert_eq!(groups[1].count, 3 * 144 + 36 + 144 + 12 + 12 * 4);
+
+        let overlap = check("group(norms, weight_decay: 0), group(encoder, lr: 1e-4)");
+        let codes: Vec<&str> = overlap.diagnostics.iter().map(|d| d.code.code()).collect();
+        assert_eq!(codes, ["K0226"]);
+        assert!(overlap.diagnostics[0]
+            .message
+            .contains("encoder.t.norm1.weight"));
     }
 }
