@@ -7,6 +7,10 @@
 //! learning rate, momentum and weight decay, under a step schedule. The reference also trains
 //! without groups, and the test checks that the groups change the losses by far more than the
 //! tolerance, so a run that ignored them would fail.
+//!
+//! A run with groups (one of them with AMSGrad, so parameters keep different state) resumes from
+//! its checkpoint to the records of an uninterrupted run, and a resume that changes the groups is
+//! refused. `kiln plan` shows the groups, in text and YAML.
 
 mod support;
 
@@ -14,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
-use support::{root, s, scratch, text};
+use support::{flat, killed_run, metrics, root, run, s, scratch, text, write, SMALL};
 
 /// Optimizer steps per case, one batch each (one epoch of the synthetic data).
 const STEPS: usize = 50;
@@ -234,4 +238,91 @@ fn grouped_losses_match_torch_optim_param_groups_step_for_step() {
         failures.join("\n")
     );
     let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// `SMALL` with groups: `fc1` keeps AMSGrad's extra state, the biases no weight decay.
+fn grouped_small() -> String {
+    SMALL.replace("steps 400", "steps 160").replace(
+        "adamw(lr: 3e-3)",
+        "adamw(lr: 3e-3, groups: [group(fc1, lr: 1e-3, betas: [0.8, 0.99], amsgrad: true), group(fc2.bias, weight_decay: 0)])",
+    )
+}
+
+#[test]
+fn a_grouped_run_resumes_to_the_records_of_an_uninterrupted_one() {
+    let dir = scratch("groups-resume");
+    let exp = write(&dir, "grouped.exp", &grouped_small());
+    let full = dir.join("whole");
+    let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&full)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let cut = dir.join("cut");
+    killed_run(&exp, &cut, 100);
+    let o = run(&["run", s(&exp), "--quiet", "--resume", s(&cut)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let steps = |d: &Path| std::fs::read_to_string(d.join("steps.jsonl")).expect("steps");
+    assert_eq!(steps(&full), steps(&cut));
+    assert_eq!(metrics(&full), metrics(&cut));
+
+    // Changing a group changes what the run computes.
+    let changed = write(
+        &dir,
+        "changed.exp",
+        &grouped_small().replace(
+            "group(fc2.bias, weight_decay: 0)",
+            "group(fc2.bias, weight_decay: 0.1)",
+        ),
+    );
+    let again = dir.join("again");
+    killed_run(&exp, &again, 40);
+    let o = run(&["run", s(&changed), "--quiet", "--resume", s(&again)]);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("K0507(resume-incompatible)"), "{t}");
+}
+
+#[test]
+fn the_plan_shows_each_group_with_its_settings_and_tensors() {
+    let dir = scratch("groups-plan");
+    let exp = write(&dir, "groups.exp", ADAMW);
+    let o = run(&["plan", s(&exp), "--format", "yaml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let plan: serde_yaml::Value = serde_yaml::from_slice(&o.stdout).expect("YAML");
+    let groups = plan["groups"].as_sequence().expect("groups");
+    let names = |g: &serde_yaml::Value| -> Vec<String> {
+        let tensors = g["tensors"].as_sequence().expect("tensors");
+        tensors
+            .iter()
+            .map(|t| t.as_str().expect("a name").to_string())
+            .collect()
+    };
+    assert_eq!(groups.len(), 2, "{plan:?}");
+    assert_eq!(
+        names(&groups[0]),
+        [
+            "embed.weight",
+            "norm.weight",
+            "norm.bias",
+            "fc.bias",
+            "head.bias"
+        ]
+    );
+    // 16 x 12 + 2 x 12 + 24 + 4 scalars without decay; the weights of `fc` and `head` keep it.
+    assert_eq!(groups[0]["params"].as_u64(), Some(244));
+    assert_eq!(groups[0]["weight_decay"].as_f64(), Some(0.0));
+    assert_eq!(names(&groups[1]), ["fc.weight", "head.weight"]);
+    assert_eq!(groups[1]["params"].as_u64(), Some(12 * 24 + 24 * 4));
+    assert_eq!(groups[1]["weight_decay"].as_f64(), Some(0.5));
+
+    let o = run(&["plan", s(&exp)]);
+    let t = text(&o);
+    assert!(
+        t.contains(
+            "biases, norms, embeddings: 244 parameters in 5 tensors; lr 0.01, weight_decay 0,"
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains("in no group: 384 parameters in 2 tensors; lr 0.01, weight_decay 0.5,"),
+        "{t}"
+    );
 }
