@@ -144,7 +144,7 @@ pub fn check_experiment(
         }
     });
     let optimizer = require(cx, &["optimizer"], "optimizer adam(lr: 1e-3)")
-        .and_then(|s| check_optimizer(cx, s));
+        .and_then(|s| check_optimizer(cx, s, model.as_ref()));
     let schedule = get("schedule").map_or(Some(crate::ir::Schedule::Constant), |s| {
         check_schedule(cx, s, optimizer.as_ref())
     });

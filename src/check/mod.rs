@@ -10,6 +10,7 @@ mod data;
 mod datafiles;
 mod experiment;
 mod fs;
+mod groups;
 mod homes;
 pub mod layers;
 mod model;

@@ -77,7 +77,7 @@ codes! {
     /// A name used as a choice that is not one of the allowed words.
     UnknownChoice = "K0113", "unknown-choice", Error, "A word that is not one of the values a setting accepts.";
     /// A reference to a layer, block or parameter that the model does not define.
-    UnknownReference = "K0114", "unknown-reference", Error, "A placement or compression target names no layer, block or parameter of the model.";
+    UnknownReference = "K0114", "unknown-reference", Error, "A placement, compression target or parameter group names no layer, block or parameter of the model.";
     /// The file declares no experiment, or more than one.
     ExperimentCount = "K0115", "experiment-count", Error, "A file must declare exactly one `experiment`.";
     /// A required setting is missing.
@@ -139,6 +139,8 @@ codes! {
     DataMismatch = "K0220", "data-mismatch", Error, "A data file's header disagrees with the experiment: sample shape, counts, targets, members or columns, or a split it leaves empty.";
     /// A data file's header is malformed or unsupported.
     DataHeader = "K0221", "data-header", Error, "A data file's header is malformed, truncated, or of a kind Kiln does not read.";
+    /// A parameter selected by two parameter groups.
+    GroupOverlap = "K0226", "group-overlap", Error, "A parameter is selected by two parameter groups of the optimizer; each parameter belongs to one group.";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
@@ -185,6 +187,8 @@ codes! {
     PlateauWithoutValidation = "K0415", "plateau-without-validation", Error, "`reduce_on_plateau` has no validation evaluations to watch (no validation split, or `val_accuracy` without classes).";
     /// A `sequence` schedule whose parts do not fit together.
     BadSequence = "K0416", "bad-sequence", Error, "A `sequence` schedule's milestones do not increase, do not number one fewer than its schedules, or it holds `reduce_on_plateau`.";
+    /// A parameter group that selects no parameter.
+    EmptyGroup = "K0419", "empty-group", Warning, "A parameter group of the optimizer selects no parameter of the model.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";

@@ -12,6 +12,7 @@ mod compress;
 mod consistency;
 mod datafile;
 mod distributed;
+mod groups;
 mod keywords;
 pub mod problem;
 mod pruning;

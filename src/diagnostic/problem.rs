@@ -721,6 +721,26 @@ pub enum Problem {
         /// Why it cannot be opened (`it does not exist`).
         reason: String,
     },
+    /// K0226: a parameter selected by two parameter groups.
+    GroupOverlap {
+        /// The selector of the later group that picks the parameter again.
+        span: Span,
+        /// The parameter, by `state_dict` name.
+        param: String,
+        /// The later group's selector, as written.
+        selector: String,
+        /// The earlier group's selector that picked it first.
+        first: Span,
+        /// That selector, as written.
+        first_selector: String,
+    },
+    /// K0419: a parameter group that selects no parameter.
+    EmptyGroup {
+        /// The group's `group(...)` call.
+        span: Span,
+        /// Its selectors, as written.
+        selectors: Vec<String>,
+    },
     /// K0510: the run directory holds another run or is being written.
     RunDirTaken {
         /// The experiment.
@@ -931,6 +951,8 @@ impl Problem {
             Problem::DataMismatch { .. } => Code::DataMismatch,
             Problem::DataHeader { .. } => Code::DataHeader,
             Problem::DataFileMissing { .. } => Code::DataFileMissing,
+            Problem::GroupOverlap { .. } => Code::GroupOverlap,
+            Problem::EmptyGroup { .. } => Code::EmptyGroup,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,
             Problem::NonFiniteLoss { .. } => Code::NonFiniteLoss,

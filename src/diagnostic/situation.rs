@@ -98,6 +98,8 @@ pub enum Expected {
     DeviceList,
     /// Adam's two betas.
     Betas,
+    /// The optimizer's parameter groups: a list of `group(...)` calls.
+    Groups,
     /// A name from a table (optimizer, schedule, loss, method), with the table.
     Callee {
         /// What the setting names (`an optimizer`).

@@ -252,6 +252,9 @@ impl Problem {
             p @ (Problem::DataMismatch { .. }
             | Problem::DataHeader { .. }
             | Problem::DataFileMissing { .. }) => super::datafile::words(p),
+            p @ (Problem::GroupOverlap { .. } | Problem::EmptyGroup { .. }) => {
+                super::groups::words(p)
+            }
             p @ (Problem::PruneLeavesNothing { .. } | Problem::CannotShrink { .. }) => {
                 super::pruning::words(p)
             }
@@ -392,6 +395,10 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
         Expected::Metric => ("a metric", "a metric: accuracy, top_k(k) or loss"),
         Expected::DeviceList => ("a list of devices", "`devices: [cuda:0, cuda:1]`"),
         Expected::Betas => ("two numbers", "`betas: [beta1, beta2]`"),
+        Expected::Groups => (
+            "a list of parameter groups",
+            "`groups: [group(biases, norms, weight_decay: 0)]`",
+        ),
         Expected::Callee { what, .. } => return (what.clone(), ""),
         Expected::Count { .. } => ("a plain number", "a plain number"),
     };

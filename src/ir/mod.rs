@@ -8,8 +8,10 @@ use serde::Serialize;
 use crate::span::Span;
 
 mod layer;
+mod params;
 
 pub use layer::{BatchNorm, Conv, Kind, LayerKind, Pool};
+pub use params::{tensors, Tensor, CLASSES};
 
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -645,6 +647,29 @@ pub struct Optimizer {
     pub span: Span,
     /// The learning rate's value, for NaN reports.
     pub lr_span: Span,
+    /// Parameter groups with settings of their own, in the order written; a parameter in none
+    /// of them takes the settings above.
+    pub groups: Vec<ParamGroup>,
+}
+
+/// A parameter group: parameters chosen by layer, block and class, with their own settings.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ParamGroup {
+    /// The selectors as written (`biases`, `encoder`, `fc1.weight`).
+    pub select: Vec<String>,
+    /// The algorithm with the group's settings (the same algorithm as the optimizer's).
+    pub kind: OptimizerKind,
+    /// Learning rate, scaled by the schedule as the optimizer's is.
+    pub lr: f64,
+    /// L2 penalty (decoupled for AdamW).
+    pub weight_decay: f64,
+    /// The parameters it holds, by `state_dict` name, in the model's order.
+    pub params: Vec<String>,
+    /// Their number of scalars.
+    pub count: u64,
+    /// The group's `group(...)` call.
+    #[serde(skip)]
+    pub span: Span,
 }
 
 /// Optimizer algorithms.
@@ -702,27 +727,33 @@ impl Optimizer {
         }
     }
 
-    /// Bytes of optimizer state per fp32 parameter.
+    /// Bytes of optimizer state per fp32 parameter: the most any group keeps.
     pub fn state_bytes_per_param(&self) -> u64 {
-        match self.kind {
-            OptimizerKind::Sgd { momentum, .. } => {
-                if momentum > 0.0 {
-                    4
-                } else {
-                    0
-                }
+        let groups = self.groups.iter().map(|g| state_bytes(&g.kind));
+        groups.fold(state_bytes(&self.kind), u64::max)
+    }
+}
+
+/// Bytes of optimizer state per fp32 parameter under `kind`.
+fn state_bytes(kind: &OptimizerKind) -> u64 {
+    match *kind {
+        OptimizerKind::Sgd { momentum, .. } => {
+            if momentum > 0.0 {
+                4
+            } else {
+                0
             }
-            OptimizerKind::Adam { amsgrad, .. } | OptimizerKind::AdamW { amsgrad, .. } => {
-                if amsgrad {
-                    12
-                } else {
-                    8
-                }
-            }
-            OptimizerKind::RmsProp {
-                momentum, centered, ..
-            } => 4 + if momentum > 0.0 { 4 } else { 0 } + if centered { 4 } else { 0 },
         }
+        OptimizerKind::Adam { amsgrad, .. } | OptimizerKind::AdamW { amsgrad, .. } => {
+            if amsgrad {
+                12
+            } else {
+                8
+            }
+        }
+        OptimizerKind::RmsProp {
+            momentum, centered, ..
+        } => 4 + if momentum > 0.0 { 4 } else { 0 } + if centered { 4 } else { 0 },
     }
 }
 

@@ -127,6 +127,17 @@ pub fn document(word: &str) -> Option<String> {
         }
         return Some(text);
     }
+    if word == "group" {
+        return Some(
+            "**group**: a parameter group of the optimizer, `groups: [group(selectors, settings)]`: \
+             layers, blocks, parameters (`fc1.bias`) or classes (biases, norms, embeddings), \
+             with the optimizer's settings of their own"
+                .to_string(),
+        );
+    }
+    if let Some((class, holds)) = crate::ir::CLASSES.iter().find(|(c, _)| *c == word) {
+        return Some(format!("**{class}**: parameter-group class: {holds}"));
+    }
     for keyword in ["optimizer", "schedule", "loss"] {
         if let Some((_, params)) = choices(keyword).into_iter().find(|(n, _)| *n == word) {
             return Some(format!(
@@ -150,6 +161,8 @@ mod tests {
         assert!(document("linear").unwrap().contains("layer `linear("));
         assert!(document("adam").unwrap().contains("optimizer `adam(lr"));
         assert!(document("epochs").is_some());
+        assert!(document("norms").unwrap().contains("layernorm"));
+        assert!(parameters("adamw").contains(&"groups"));
         assert_eq!(document("nonsense"), None);
         assert!(parameters("adam").contains(&"lr"));
         assert!(statements(Some("model")).contains(&"linear"));

@@ -10,6 +10,7 @@
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
 pub mod compress;
+pub mod groups;
 pub mod shrink;
 
 use serde::Serialize;
@@ -117,6 +118,10 @@ pub struct Plan {
     pub precision: Precision,
     /// Optimizer name.
     pub optimizer: String,
+    /// The optimizer's parameter groups, then the parameters in none (left out of YAML without
+    /// groups).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<groups::GroupRow>,
     /// Every layer.
     pub layers: Vec<LayerRow>,
     /// Totals.
@@ -365,6 +370,7 @@ pub fn plan(e: &Experiment) -> Plan {
         parallel: describe_parallel(&e.parallel),
         precision: e.train.precision,
         optimizer: e.optimizer.name().to_string(),
+        groups: groups::groups(e),
         layers: all
             .iter()
             .zip(&layer_devices)
@@ -652,6 +658,7 @@ pub fn to_text(p: &Plan) -> String {
             if s.in_flight == 1 { "" } else { "es" }
         );
     }
+    groups::write_text(&mut out, &p.groups);
     if let Some(c) = &p.compression {
         compress::write_text(&mut out, c);
     }

@@ -373,7 +373,8 @@ fn restore_run(
     Pruner::new(&exp, &nodes, &mut trained, timeline)?;
     let digest = data_digest(&splits).at(exp.data.source_span)?;
     let (side, tensors) = super::run::intact_checkpoint(&exp, dir, &fingerprint(&exp, &digest))?;
-    let mut optim = Optim::new(&exp.optimizer, trained.params.len());
+    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
+    let mut optim = Optim::new(&exp.optimizer, &names);
     restore(&trained, &mut optim, &tensors, exp.span)?;
     let compressed = finalize(&exp, &nodes, &trained, over)?;
     Ok(Restored {

@@ -9,9 +9,21 @@ use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Optimizer, OptimizerKind};
 use kiln::span::Span;
 
+/// The settings one parameter is updated with: its parameter group's, or the optimizer's own.
+#[derive(Clone, Debug, PartialEq)]
+struct Settings {
+    kind: OptimizerKind,
+    weight_decay: f64,
+    /// The group's learning rate over the optimizer's: the schedule's rate is multiplied by it,
+    /// as PyTorch's schedulers scale each group's initial rate by the same factor.
+    lr_scale: f64,
+}
+
 /// An optimizer with its per-parameter state.
 pub struct Optim {
     config: Optimizer,
+    /// Each parameter's settings, in the model's order.
+    settings: Vec<Settings>,
     /// Named state tensors per parameter (`exp_avg`, `momentum_buffer`, ...).
     pub state: Vec<Vec<(&'static str, Tensor)>>,
     /// Optimizer steps taken.
@@ -22,14 +34,48 @@ pub struct Optim {
 }
 
 impl Optim {
-    /// A fresh optimizer for `params` (state is created lazily, as in PyTorch).
-    pub fn new(config: &Optimizer, params: usize) -> Optim {
+    /// A fresh optimizer for the parameters named `names`, in the model's order, each with its
+    /// parameter group's settings (state is created lazily, as in PyTorch).
+    pub fn new<S: AsRef<str>>(config: &Optimizer, names: &[S]) -> Optim {
+        let own = Settings {
+            kind: config.kind.clone(),
+            weight_decay: config.weight_decay,
+            lr_scale: 1.0,
+        };
+        let settings = names
+            .iter()
+            .map(|name| {
+                let group = config
+                    .groups
+                    .iter()
+                    .find(|g| g.params.iter().any(|p| p == name.as_ref()));
+                group.map_or_else(
+                    || own.clone(),
+                    |g| Settings {
+                        kind: g.kind.clone(),
+                        weight_decay: g.weight_decay,
+                        lr_scale: if config.lr > 0.0 {
+                            g.lr / config.lr
+                        } else {
+                            1.0
+                        },
+                    },
+                )
+            })
+            .collect();
         Optim {
             config: config.clone(),
-            state: (0..params).map(|_| Vec::new()).collect(),
+            settings,
+            state: names.iter().map(|_| Vec::new()).collect(),
             steps: 0,
             momentum: None,
         }
+    }
+
+    /// Drops the state and the count of steps, as a fresh optimizer has none.
+    pub fn reset(&mut self) {
+        self.state.iter_mut().for_each(Vec::clear);
+        self.steps = 0;
     }
 
     /// The state tensors of a parameter, created as zeros when missing.
@@ -51,8 +97,8 @@ impl Optim {
         let span = self.config.span;
         self.steps += 1;
         let t = self.steps as i32;
-        let wd = self.config.weight_decay;
         let cycled = self.momentum;
+        let base = lr;
         tch::no_grad(|| -> Result<(), Diagnostic> {
             for (i, p) in params.iter().enumerate() {
                 let g = p.grad();
@@ -61,7 +107,11 @@ impl Optim {
                 }
                 let mut p = p.shallow_clone();
                 let state = &mut self.state[i];
-                match &self.config.kind {
+                let Some(settings) = self.settings.get(i) else {
+                    continue;
+                };
+                let (wd, lr) = (settings.weight_decay, base * settings.lr_scale);
+                match &settings.kind {
                     OptimizerKind::Sgd {
                         momentum,
                         dampening,
@@ -101,7 +151,7 @@ impl Optim {
                         eps,
                         amsgrad,
                     } => {
-                        let decoupled = matches!(self.config.kind, OptimizerKind::AdamW { .. });
+                        let decoupled = matches!(settings.kind, OptimizerKind::AdamW { .. });
                         let g = if wd != 0.0 && !decoupled {
                             g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
                         } else {

@@ -51,9 +51,20 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
         (
             "optimizer",
             format!(
-                "{}, weight_decay {}",
+                "{}, weight_decay {}{}",
                 words(&e.optimizer.kind),
-                e.optimizer.weight_decay
+                e.optimizer.weight_decay,
+                e.optimizer
+                    .groups
+                    .iter()
+                    .map(|g| format!(
+                        "; group of {}: {}, lr {}, weight_decay {}",
+                        g.select.join(", "),
+                        words(&g.kind),
+                        g.lr,
+                        g.weight_decay
+                    ))
+                    .collect::<String>()
             ),
         ),
         ("loss", words(&t.loss)),

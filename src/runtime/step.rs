@@ -249,14 +249,12 @@ pub struct Stepper {
 impl Stepper {
     /// A stepper for `model` with the optimizer and step settings of `exp`.
     pub fn new(exp: &Experiment, model: &dyn Model) -> Stepper {
-        let params: Vec<Tensor> = model
-            .params()
-            .into_iter()
-            .map(|(_, t)| t.shallow_clone())
-            .collect();
+        let named = model.params();
+        let names: Vec<&str> = named.iter().map(|(n, _)| *n).collect();
+        let params: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
         let t = &exp.train;
         Stepper {
-            optim: Optim::new(&exp.optimizer, params.len()),
+            optim: Optim::new(&exp.optimizer, &names),
             params,
             scaler: LossScaler::new(t.precision == kiln::ir::Precision::Fp16),
             accumulate: t.accumulate as i64,

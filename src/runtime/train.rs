@@ -16,7 +16,6 @@ use super::failure::At;
 use super::hooks::{
     each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
 };
-use super::optim::Optim;
 use super::output::Output;
 use super::report::EpochRecord;
 use super::schedule::Lr;
@@ -400,7 +399,7 @@ impl Trainer<'_> {
             None => return Ok(()),
         };
         if fired.rewound {
-            stepper.optim = Optim::new(&self.exp.optimizer, stepper.optim.state.len());
+            stepper.optim.reset();
         }
         Ok(())
     }
