@@ -12,6 +12,7 @@ mod compress;
 mod consistency;
 mod datafile;
 mod distributed;
+mod evaluation;
 mod keywords;
 pub mod problem;
 mod pruning;
