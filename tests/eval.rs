@@ -185,7 +185,7 @@ fn safetensors(path: &Path, tensors: &[(&str, &str, &[usize])]) {
         offset += bytes;
     }
     let mut head = serde_json::to_vec(&header).expect("header");
-    while head.len() % 8 != 0 {
+    while !head.len().is_multiple_of(8) {
         head.push(b' ');
     }
     let mut out = (head.len() as u64).to_le_bytes().to_vec();
