@@ -227,6 +227,11 @@ fn weights_that_do_not_fit_are_named() {
     // A checkpoint without its sidecar.
     let t = refused(&[f, "--checkpoint", s(&junk)], 2, "K0519");
     assert!(t.contains("sidecar"), "{t}");
+    // A checkpoint named as plain weights.
+    let d = finished(&dir, TINY);
+    let c = d.join("checkpoints").join("step-000000040.safetensors");
+    let t = refused(&[f, "--weights", s(&c)], 1, "K0520");
+    assert!(t.contains("name it with `--checkpoint`"), "{t}");
     // A tensor missing, one of another shape, one of another dtype: all named, at `fc1`.
     let w = dir.join("w.safetensors");
     safetensors(

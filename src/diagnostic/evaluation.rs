@@ -83,6 +83,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             path,
             mismatches,
             compresses,
+            checkpoint,
         } => {
             let each: Vec<String> = mismatches
                 .iter()
@@ -91,7 +92,9 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     Some(found) => format!("`{}` is {found}, the model needs {}", m.name, m.expected),
                 })
                 .collect();
-            let help = if compresses {
+            let help = if checkpoint {
+                "this file is a checkpoint of a run (its tensors are named `param/...`): name it with `--checkpoint`"
+            } else if compresses {
                 "the experiment compresses, so its model also holds the pruning masks and observers a run saves: evaluate a checkpoint of its run (`--checkpoint`, or the run directory), or evaluate plain weights with `--uncompressed`"
             } else {
                 "save the weights from the same model, with its layers' names (`fc1.weight`) and float32 tensors, e.g. `safetensors.torch.save_file(model.state_dict(), path)`"

@@ -822,6 +822,8 @@ pub enum Problem {
         mismatches: Vec<Mismatch>,
         /// Whether the experiment compresses, so its model also holds masks and observers.
         compresses: bool,
+        /// Whether the file is a run's checkpoint (its tensors are named `param/fc1.weight`).
+        checkpoint: bool,
     },
     /// K0521: the split `kiln eval` was asked for has no samples.
     SplitEmpty {

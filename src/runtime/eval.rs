@@ -377,9 +377,7 @@ fn human(r: &EvalReport) -> String {
         None => format!("weights: {}\n", r.weights.display()),
     };
     if let (Some(step), Some(end)) = (r.step, r.run_end) {
-        out += &format!(
-            "note: the run stopped at step {step} of {end}; this is its newest checkpoint\n"
-        );
+        out += &format!("note: the checkpoint is from step {step} of the run's {end}\n");
     }
     out += &format!("{} ({}): {}\n", r.split, r.model, line(&r.eval));
     if let Some(u) = &r.uncompressed {

@@ -51,6 +51,7 @@ pub fn load_strict(
             path: path.to_path_buf(),
             mismatches,
             compresses,
+            checkpoint: tensors.iter().any(|(n, _)| n.starts_with("param/")),
         }
         .diagnostic());
     }
