@@ -64,6 +64,14 @@ pub struct EvalOptions {
     /// placements.
     #[arg(long, value_parser = parse_device)]
     pub device: Option<kiln::ir::Device>,
+    /// libtorch's intra-op threads, 1 to 1024; a CPU evaluation equals a run's bit for bit with
+    /// the run's thread count.
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024),
+    )]
+    pub threads: Option<usize>,
     /// Output format: lines for people, or one JSON object (diagnostics as a JSON array).
     #[arg(long, value_enum, default_value_t = Format::Human)]
     pub format: Format,
@@ -137,6 +145,9 @@ enum Weights {
 
 /// Runs `kiln eval`; returns the exit status.
 pub fn eval_main(opts: &EvalOptions) -> i32 {
+    if let Some(n) = opts.threads {
+        tch::set_num_threads(n as i32);
+    }
     let run_dir = opts.target.is_dir().then(|| opts.target.clone());
     let checked = match &run_dir {
         Some(dir) => match run_experiment(dir, opts.file.as_deref()) {
