@@ -130,6 +130,18 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         Code::BackendUnavailable,
         "a runtime failure: NCCL needs CUDA devices",
     ),
+    (
+        Code::NoWeights,
+        "a failure of kiln eval, tested in tests/eval.rs",
+    ),
+    (
+        Code::WeightsMismatch,
+        "a failure of kiln eval, tested in tests/eval.rs",
+    ),
+    (
+        Code::SplitEmpty,
+        "a failure of kiln eval, tested in tests/eval.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

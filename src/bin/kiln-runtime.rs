@@ -1,5 +1,5 @@
 //! `kiln-runtime`: the part of Kiln that loads libtorch. `kiln` starts it for the commands that
-//! need libtorch (`kiln run`, `kiln env`), passing its arguments through.
+//! need libtorch (`kiln run`, `kiln eval`, `kiln export`, `kiln env`), passing its arguments through.
 
 use std::io::Write;
 
@@ -22,8 +22,9 @@ enum Command {
     Run(runtime::run::RunOptions),
     /// Print the libtorch version and the devices it sees.
     Env,
-    /// Evaluate a run's model (compressed, when the experiment compresses) on a split.
-    Eval(runtime::artifact::EvalOptions),
+    /// Evaluate given weights on a split of an experiment's data, without training: a run's
+    /// checkpoint (compressed, when the experiment compresses) or a safetensors file.
+    Eval(runtime::eval::EvalOptions),
     /// Write a run's model (compressed, when the experiment compresses) as safetensors with a
     /// manifest.
     Export(runtime::artifact::ExportOptions),
@@ -46,7 +47,7 @@ fn main() {
     let code = match cli.command {
         Command::Run(options) => runtime::run::main(&options),
         Command::Env => env(),
-        Command::Eval(options) => runtime::artifact::eval_main(&options),
+        Command::Eval(options) => runtime::eval::eval_main(&options),
         Command::Export(options) => runtime::artifact::export_main(&options),
     };
     std::process::exit(code);

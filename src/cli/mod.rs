@@ -79,11 +79,11 @@ enum Command {
     },
     /// Print the libtorch version and the devices it sees.
     Env,
-    /// Evaluate a run's model (compressed, when the experiment compresses) on a split;
-    /// `kiln eval --help` for options.
+    /// Evaluate given weights on a split without training: a run's checkpoint (compressed, when
+    /// the experiment compresses) or a safetensors file; `kiln eval --help` for options.
     #[command(disable_help_flag = true)]
     Eval {
-        /// The run directory and options, passed to `kiln-runtime eval`.
+        /// The run directory or experiment file and options, passed to `kiln-runtime eval`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },

@@ -224,4 +224,10 @@ codes! {
     RanksDiffer = "K0516", "ranks-differ", Error, "The ranks of a distributed run were started with different experiments or world sizes.";
     /// The distributed backend cannot run here.
     BackendUnavailable = "K0517", "backend-unavailable", Error, "The distributed backend cannot run on this machine.";
+    /// `kiln eval` has no weights it can read.
+    NoWeights = "K0519", "no-weights", Error, "`kiln eval` has no weights to evaluate: none were named, the weights file or checkpoint cannot be read, or the run directory holds no checkpoint.";
+    /// The weights given to `kiln eval` do not fit the model.
+    WeightsMismatch = "K0520", "weights-mismatch", Error, "The weights given to `kiln eval` lack a tensor of the experiment's model, or hold one of another shape or dtype.";
+    /// The split to evaluate has no samples.
+    SplitEmpty = "K0521", "split-empty", Error, "The split `kiln eval` was asked for has no samples in the experiment.";
 }

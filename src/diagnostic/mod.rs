@@ -13,6 +13,7 @@ mod consistency;
 mod datafile;
 mod distributed;
 mod groups;
+mod evaluation;
 mod keywords;
 pub mod problem;
 mod pruning;

@@ -14,6 +14,7 @@ pub use super::compress::{
 };
 pub use super::consistency::{Interval, Outlasts, TrainingLength};
 pub use super::datafile::DataFit;
+pub use super::evaluation::{Mismatch, NoWeights};
 pub use super::keywords::{Home, KeywordHint};
 pub use super::schedule::Sequence;
 pub use super::shapes::Window;
@@ -842,6 +843,35 @@ pub enum Problem {
         /// Why.
         detail: String,
     },
+    /// K0519: `kiln eval` has no weights it can read.
+    NoWeights {
+        /// The experiment.
+        span: Span,
+        /// Why there are none.
+        situation: NoWeights,
+    },
+    /// K0520: the weights given to `kiln eval` do not fit the experiment's model.
+    WeightsMismatch {
+        /// The first layer whose tensors do not fit (the experiment when none is known).
+        span: Span,
+        /// The weights file.
+        path: PathBuf,
+        /// Every tensor that does not fit.
+        mismatches: Vec<Mismatch>,
+        /// Whether the experiment compresses, so its model also holds masks and observers.
+        compresses: bool,
+        /// Whether the file is a run's checkpoint (its tensors are named `param/fc1.weight`).
+        checkpoint: bool,
+    },
+    /// K0521: the split `kiln eval` was asked for has no samples.
+    SplitEmpty {
+        /// The data source.
+        span: Span,
+        /// `train`, `val` or `test`.
+        split: String,
+        /// The splits that have samples.
+        available: Vec<String>,
+    },
 }
 
 /// Why a signal killed the runtime, as far as `kiln` can tell.
@@ -969,6 +999,9 @@ impl Problem {
             Problem::RendezvousFailed { .. } => Code::RendezvousFailed,
             Problem::RanksDiffer { .. } => Code::RanksDiffer,
             Problem::BackendUnavailable { .. } => Code::BackendUnavailable,
+            Problem::NoWeights { .. } => Code::NoWeights,
+            Problem::WeightsMismatch { .. } => Code::WeightsMismatch,
+            Problem::SplitEmpty { .. } => Code::SplitEmpty,
         }
     }
 }

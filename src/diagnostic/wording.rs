@@ -277,6 +277,10 @@ impl Problem {
             | Problem::RendezvousFailed { .. }
             | Problem::RanksDiffer { .. }
             | Problem::BackendUnavailable { .. }) => super::distributed::words(p),
+
+            p @ (Problem::NoWeights { .. }
+            | Problem::WeightsMismatch { .. }
+            | Problem::SplitEmpty { .. }) => super::evaluation::words(p),
         }
     }
 }

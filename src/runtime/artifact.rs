@@ -1,6 +1,6 @@
-//! `kiln eval` and `kiln export`: a run's model made again from its newest intact checkpoint,
-//! compressed as the experiment says (deterministically, so it is the model the run measured),
-//! then evaluated on a split or written out as safetensors with a manifest.
+//! `kiln export`: a run's model made again from its newest intact checkpoint, compressed as the
+//! experiment says (deterministically, so it is the model the run measured), then written out
+//! as safetensors with a manifest.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -8,42 +8,22 @@ use std::path::{Path, PathBuf};
 use tch::{Kind, Tensor};
 
 use super::budget::Budget;
-use super::compress::finalize::{finalize, plain_copy, Final};
+use super::compress::finalize::{finalize, Final};
 use super::compress::pruner::Pruner;
 use super::compress::qat;
 use super::compress::timeline::Timeline;
-use super::data::{self, Splits};
+use super::data;
+use super::eval::run_experiment;
 use super::failure::At;
-use super::model::{self, Net};
+use super::model;
 use super::optim::Optim;
 use super::state::{data_digest, fingerprint, restore};
-use super::step::{Local, Objective};
-use super::train::{evaluate, Eval};
-use kiln::check::{check_path, Checked, FsLoader, Options};
+use kiln::check::Checked;
 use kiln::diagnostic::problem::Resume;
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::{Experiment, Node};
+use kiln::ir::Experiment;
 use kiln::span::Span;
-
-/// Options of `kiln eval`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct EvalOptions {
-    /// The run directory.
-    pub run_dir: PathBuf,
-    /// The split to evaluate: `test`, `val` or `train`.
-    #[arg(long, default_value = "test")]
-    pub split: String,
-    /// Evaluate the checkpoint's weights unquantized and unshrunk too, side by side.
-    #[arg(long)]
-    pub uncompressed: bool,
-    /// The experiment file, when it has moved since the run (the run records its path).
-    #[arg(long)]
-    pub file: Option<PathBuf>,
-    /// Put every layer on this device instead of the experiment's placements.
-    #[arg(long)]
-    pub device: Option<String>,
-}
 
 /// Options of `kiln export`.
 #[derive(clap::Args, Debug, Clone)]
@@ -61,17 +41,8 @@ pub struct ExportOptions {
 /// The run's model, restored and compressed.
 struct Restored {
     exp: Experiment,
-    nodes: Vec<Node>,
-    trained: Net,
     compressed: Final,
-    splits: Splits,
     step: u64,
-    end: u64,
-}
-
-/// Runs `kiln eval`; returns the exit status.
-pub fn eval_main(opts: &EvalOptions) -> i32 {
-    finish(eval(opts))
 }
 
 /// Runs `kiln export`; returns the exit status.
@@ -108,73 +79,6 @@ fn finish(result: Result<(), Failure>) -> i32 {
             1
         }
     }
-}
-
-fn eval(opts: &EvalOptions) -> Result<(), Failure> {
-    let over = match &opts.device {
-        Some(d) => Some(
-            d.parse::<kiln::ir::Device>()
-                .map(model::tch_device)
-                .map_err(Failure::Usage)?,
-        ),
-        None => None,
-    };
-    let (checked, trial) = experiment(&opts.run_dir, opts.file.as_deref())?;
-    let r =
-        restore_run(&checked, trial, &opts.run_dir, over).map_err(|d| Failure::of(&d, &checked))?;
-    let split = match opts.split.as_str() {
-        "test" => r.splits.test.as_ref(),
-        "val" => r.splits.val.as_ref(),
-        "train" => Some(&r.splits.train),
-        other => {
-            return Err(Failure::Usage(format!(
-                "`--split {other}`: the splits are `train`, `val` and `test`"
-            )))
-        }
-    };
-    let Some(data) = split else {
-        return Err(Failure::Usage(format!(
-            "the experiment has no `{}` split",
-            opts.split
-        )));
-    };
-    let objective = Objective::new(&r.exp);
-    let device = r.compressed.net.input_device();
-    let at = |net: &Net| evaluate(&r.exp, net, &Local, device, &objective, data);
-    let fail = |d: Diagnostic| Failure::of(&d, &checked);
-    let after = at(&r.compressed.net).map_err(fail)?;
-    let mut out = String::new();
-    if r.step < r.end {
-        out += &format!(
-            "note: the run stopped at step {} of {}; this is its newest checkpoint\n",
-            r.step, r.end
-        );
-    }
-    let label = if r.exp.compression.is_empty() {
-        "model"
-    } else {
-        "compressed"
-    };
-    out += &format!("{} ({label}): {}\n", opts.split, line(&after));
-    if opts.uncompressed && !r.exp.compression.is_empty() {
-        let plain = plain_copy(&r.exp, &r.nodes, &r.trained, over).map_err(fail)?;
-        let before = at(&plain).map_err(fail)?;
-        out += &format!("{} (uncompressed): {}\n", opts.split, line(&before));
-    }
-    let _ = write!(std::io::stdout(), "{out}");
-    Ok(())
-}
-
-/// An evaluation as one line: `loss 0.2123, accuracy 94.80%`.
-fn line(e: &Eval) -> String {
-    let mut s = format!("loss {:.6}", e.loss);
-    if let Some(a) = e.accuracy {
-        s += &format!(", accuracy {:.4}%", 100.0 * a);
-    }
-    if let Some((k, a)) = e.top_k {
-        s += &format!(", top-{k} {:.4}%", 100.0 * a);
-    }
-    s
 }
 
 fn export(opts: &ExportOptions) -> Result<(), Failure> {
@@ -313,19 +217,19 @@ const FORMATS: &[&str] = &[
     "Kp, Np: K and N rounded up to the multiple a kernel needs (zero padding); every other tensor is a plain fp32 parameter or buffer under its PyTorch state_dict name",
 ];
 
-/// The checked experiment a run directory was made from, and its trial number.
+/// The checked experiment a run directory was made from (see [`run_experiment`]), and its trial
+/// number.
 fn experiment(dir: &Path, file: Option<&Path>) -> Result<(Checked, Option<usize>), Failure> {
-    let source = kiln::rundir::read_source(dir).map_err(|e| Failure::Usage(e.to_string()))?;
-    let path = file.map_or(source.file, Path::to_path_buf);
-    let checked = check_path(&path, &FsLoader, &Options::default());
+    let (checked, trial) = run_experiment(dir, file).map_err(Failure::Usage)?;
     if checked.has_errors() {
+        let path = checked.sources.get(kiln::span::FileId(0)).path.clone();
         return Err(Failure::Usage(format!(
             "`{}` has errors now; `kiln check {}` lists them",
             path.display(),
             path.display()
         )));
     }
-    Ok((checked, source.trial))
+    Ok((checked, trial))
 }
 
 /// The run's model at its newest intact checkpoint and its compressed form; refused when the
@@ -379,11 +283,7 @@ fn restore_run(
     let compressed = finalize(&exp, &nodes, &trained, over)?;
     Ok(Restored {
         step: side.position.step,
-        end: timeline.end,
         exp,
-        nodes,
-        trained,
         compressed,
-        splits,
     })
 }

@@ -368,12 +368,12 @@ fn eprint(text: &str) {
 }
 
 /// Resolves where the model runs, checking that the devices exist here.
-fn resolve_devices(
+pub(super) fn resolve_devices(
     exp: &Experiment,
     nodes: &[kiln::ir::Node],
-    opts: &RunOptions,
+    device: Option<kiln::ir::Device>,
 ) -> Result<Option<tch::Device>, Diagnostic> {
-    if let Some(d) = opts.device {
+    if let Some(d) = device {
         let d = tch_device(d);
         check_device(d, exp.device_span, "--device")?;
         if exp.train.precision == Precision::Fp16 && d == tch::Device::Cpu {
@@ -453,7 +453,7 @@ fn run_trial(
     rank: Option<&Rank>,
 ) -> Result<(Outcome, PathBuf), Diagnostic> {
     let nodes = super::parallel::placed(exp);
-    let mut over = resolve_devices(exp, &nodes, opts)?;
+    let mut over = resolve_devices(exp, &nodes, opts.device)?;
     let writes = rank.is_none_or(|r| r.rank == 0);
     let mut backend = ddp::Backend::Gloo;
     if let Some(r) = rank {

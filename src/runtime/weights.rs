@@ -1,0 +1,150 @@
+//! Weights from outside a run, for `kiln eval`: a safetensors file loaded strictly (every
+//! parameter and buffer of the model by its `state_dict` name, with its shape and dtype, as
+//! `load_state_dict(strict=True)` does) and a checkpoint named by its path. Every failure is a
+//! diagnostic naming the file and the tensors.
+
+use std::path::Path;
+
+use tch::{Kind, Tensor};
+
+use super::checkpoint::Saved;
+use super::failure::At;
+use super::model::Net;
+use kiln::diagnostic::problem::{Mismatch, NoWeights};
+use kiln::diagnostic::{Diagnostic, Problem};
+use kiln::ir::Experiment;
+
+/// Loads every parameter and buffer of `net` from the safetensors file `path`. A tensor that
+/// is missing, or of another shape or dtype, is K0520 (all of them named, at the first one's
+/// layer); a file that cannot be read is K0519. Tensors the model does not have are left out
+/// (a PyTorch `state_dict` may hold `num_batches_tracked`). `compresses` says the model holds
+/// compression's masks and observers, for the help.
+pub fn load_strict(
+    net: &Net,
+    path: &Path,
+    exp: &Experiment,
+    compresses: bool,
+) -> Result<(), Diagnostic> {
+    let tensors = read_tensors(path, exp)?;
+    let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+    let targets: Vec<(&str, &Tensor)> = net
+        .params
+        .iter()
+        .map(|p| (p.name.as_str(), &p.tensor))
+        .chain(net.buffers.iter().map(|b| (b.name.as_str(), &b.tensor)))
+        .collect();
+    let mut mismatches = Vec::new();
+    for (name, t) in &targets {
+        let found = find(name);
+        if found.is_some_and(|s| s.size() == t.size() && s.kind() == t.kind()) {
+            continue;
+        }
+        mismatches.push(Mismatch {
+            name: name.to_string(),
+            found: found.map(describe),
+            expected: describe(t),
+        });
+    }
+    if let Some(first) = mismatches.first() {
+        return Err(Problem::WeightsMismatch {
+            span: layer_span(exp, &first.name),
+            path: path.to_path_buf(),
+            mismatches,
+            compresses,
+            checkpoint: tensors.iter().any(|(n, _)| n.starts_with("param/")),
+        }
+        .diagnostic());
+    }
+    tch::no_grad(|| {
+        for (name, t) in &targets {
+            if let Some(src) = find(name) {
+                t.shallow_clone().f_copy_(src).at(exp.span)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The checkpoint at `path` (its tensors file, or its `.yaml` sidecar), verified against its
+/// sidecar's size and checksum; K0519 when it cannot be read or is damaged.
+pub fn read_checkpoint(path: &Path, exp: &Experiment) -> Result<Saved, Diagnostic> {
+    let sidecar = path.with_extension("yaml");
+    let unreadable = |detail: String| {
+        Problem::NoWeights {
+            span: exp.span,
+            situation: NoWeights::Unreadable {
+                path: path.to_path_buf(),
+                detail,
+            },
+        }
+        .diagnostic()
+    };
+    if !path.exists() {
+        return Err(unreadable("it does not exist".into()));
+    }
+    if !sidecar.is_file() {
+        return Err(unreadable(format!(
+            "a checkpoint has its sidecar `{}` beside it, and this one has none (plain weights are named with `--weights`)",
+            sidecar.display()
+        )));
+    }
+    let (side, tensors) = kiln::rundir::checkpoint::verify(&sidecar)
+        .map_err(|d| unreadable(format!("the checkpoint is damaged: {}", d.reason)))?;
+    Ok((side, read_tensors(&tensors, exp)?))
+}
+
+/// The tensors of a safetensors file, or why they cannot be read (K0519 at `exp`).
+fn read_tensors(path: &Path, exp: &Experiment) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+    let unreadable = |detail: String| {
+        Problem::NoWeights {
+            span: exp.span,
+            situation: NoWeights::Unreadable {
+                path: path.to_path_buf(),
+                detail,
+            },
+        }
+        .diagnostic()
+    };
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(unreadable("it does not exist".into()))
+        }
+        Err(e) => return Err(unreadable(e.to_string())),
+        // A FIFO would wait for a writer and a device may never end: neither is opened.
+        Ok(meta) if !meta.is_file() => return Err(unreadable("it is not a regular file".into())),
+        Ok(_) => {}
+    }
+    Tensor::read_safetensors(path)
+        .map_err(|e| unreadable(format!("it is not a safetensors file ({e})")))
+}
+
+/// The statement of the layer that owns the tensor `name` (the longest layer name that
+/// prefixes it); the experiment's when none does.
+fn layer_span(exp: &Experiment, name: &str) -> kiln::span::Span {
+    kiln::ir::layers(&exp.model.nodes)
+        .into_iter()
+        .filter(|l| {
+            name.strip_prefix(l.name.as_str())
+                .is_some_and(|rest| rest.starts_with('.'))
+        })
+        .max_by_key(|l| l.name.len())
+        .map_or(exp.span, |l| l.span)
+}
+
+/// A tensor's shape and dtype in PyTorch's words: `[4, 64] float32`.
+fn describe(t: &Tensor) -> String {
+    let kind = match t.kind() {
+        Kind::Float => "float32".to_string(),
+        Kind::Double => "float64".to_string(),
+        Kind::Half => "float16".to_string(),
+        Kind::BFloat16 => "bfloat16".to_string(),
+        Kind::Int64 => "int64".to_string(),
+        Kind::Int => "int32".to_string(),
+        Kind::Int16 => "int16".to_string(),
+        Kind::Int8 => "int8".to_string(),
+        Kind::Uint8 => "uint8".to_string(),
+        Kind::Bool => "bool".to_string(),
+        other => format!("{other:?}").to_lowercase(),
+    };
+    format!("{:?} {kind}", t.size())
+}
