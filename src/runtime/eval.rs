@@ -376,7 +376,8 @@ fn restore_saved(
         }
         .diagnostic());
     }
-    let mut optim = Optim::new(&exp.optimizer, trained.params.len());
+    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
+    let mut optim = Optim::new(&exp.optimizer, &names);
     restore(trained, &mut optim, &tensors, exp.span)?;
     Ok(side.position.step)
 }
