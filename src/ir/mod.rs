@@ -9,7 +9,7 @@ use crate::span::Span;
 
 mod layer;
 
-pub use layer::{BatchNorm, Conv, Kind, LayerKind, Pool};
+pub use layer::{BatchNorm, Block, BlockActivation, Conv, Kind, LayerKind, Pool};
 
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
