@@ -6,13 +6,15 @@
 //! `tests/layers/training.py` (one process, the project's `.venv/bin/python`) builds each model in
 //! PyTorch, saves its initial `state_dict` and 50 batches of labelled synthetic data, and trains
 //! with `torch.optim.SGD`; this test writes the matching `.exp`, runs `kiln run --init` on the CPU
-//! and compares the loss of every step, within 1e-5 relative.
+//! and compares the loss of every step, within 1e-5 relative, and `kiln plan`'s parameter count
+//! with PyTorch's.
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kiln::check::{check_path, FsLoader, Options};
 use serde_json::{json, Value};
 use support::{root, s, scratch};
 
@@ -143,6 +145,15 @@ fn layer_options_train_as_pytorch_for_fifty_steps() {
             &std::fs::read_to_string(case.join("reference.json")).expect("reference.json"),
         )
         .expect("reference json");
+        let checked = check_path(&file, &FsLoader, &Options::default());
+        assert!(!checked.has_errors(), "{name}: {:#?}", checked.diagnostics);
+        let params = kiln::plan::plan(&checked.trials[0]).totals.params;
+        if Some(params) != reference["params"].as_u64() {
+            failures.push(format!(
+                "{name}: kiln plan counts {params} parameters, PyTorch {}",
+                reference["params"]
+            ));
+        }
         let want = floats(&reference["losses"]);
         let got = kiln_losses(&runs);
         assert_eq!((got.len(), want.len()), (STEPS, STEPS), "{name}: steps");

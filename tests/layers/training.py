@@ -13,7 +13,8 @@ For each case it writes into `dir`:
     init.safetensors  the model's initial state_dict (F32 tensors only)
     data.safetensors  `inputs` [steps*batch, ...] float32 and `targets` [steps*batch] int64: normal
                       inputs labelled by a fixed random linear teacher, so that the loss falls
-    reference.json    {"losses": [...]}: the mean cross entropy of every step, before its update
+    reference.json    {"losses": [...], "params": int}: the mean cross entropy of every step,
+                      before its update, and the model's number of parameters
 
 Training is plain PyTorch: zero the gradients, forward in training mode, mean cross entropy,
 backward, `torch.optim.SGD(momentum=..., foreach=False)` step, one batch per step in file order.
@@ -122,7 +123,7 @@ def run(case):
         opt.step()
         losses.append(loss.item())
     with open(f"{case['dir']}/reference.json", "w") as f:
-        json.dump({"losses": losses}, f)
+        json.dump({"losses": losses, "params": sum(p.numel() for p in model.parameters())}, f)
 
 
 def main():
