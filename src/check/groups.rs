@@ -165,7 +165,7 @@ mod tests {
     use crate::ir::{layers, tensors, Kind};
 
     /// Experiments whose layers hold every kind of parameter.
-    const MODELS: [&str; 2] = [
+    const MODELS: [&str; 3] = [
         "input [3, 16, 16]
         conv2d(8, 3, groups: 1, bias: false)
         batchnorm2d
@@ -182,6 +182,13 @@ mod tests {
         block encoder { t: transformer_block(heads: 3, hidden: 20) }
         conv1d(6, 3, padding: 1)
         batchnorm1d
+        mean(dim: 0)
+        linear(4)",
+        "input [8]
+        embedding(16, 12)
+        transformer_block(heads: 3, hidden: 20, bias: false, norm: post)
+        conv1d(6, 3, padding: 1)
+        batchnorm1d(affine: false)
         mean(dim: 0)
         linear(4)",
     ];
@@ -202,7 +209,11 @@ mod tests {
     #[test]
     fn tensors_add_up_to_every_layers_parameters() {
         let mut kinds = std::collections::HashSet::new();
-        let inputs = ["normal([3, 16, 16])", "randint(16, shape: [8])"];
+        let inputs = [
+            "normal([3, 16, 16])",
+            "randint(16, shape: [8])",
+            "randint(16, shape: [8])",
+        ];
         for (model, inputs) in MODELS.iter().zip(inputs) {
             let checked = crate::check::check_text("t.exp", experiment(model, inputs));
             assert!(!checked.has_errors(), "{:?}", checked.diagnostics);

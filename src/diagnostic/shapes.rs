@@ -23,14 +23,24 @@ pub struct Window {
     pub padding: i64,
     /// The dilation (1 for pooling).
     pub dilation: i64,
+    /// Whether the division rounds up (pooling's `ceil_mode`; false for convolutions).
+    pub ceil_mode: bool,
 }
 
 impl Window {
-    /// The output size: `(input + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1`.
+    /// The output size: `(input + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1`,
+    /// the division rounded down; with `ceil_mode` rounded up, less one when the last window
+    /// would start in the right padding (at or past `input + padding`), as PyTorch counts it.
     pub fn output(&self) -> i64 {
-        (self.input + 2 * self.padding - self.dilation * (self.kernel - 1) - 1)
-            .div_euclid(self.stride.max(1))
-            + 1
+        let stride = self.stride.max(1);
+        let span = self.input + 2 * self.padding - self.dilation * (self.kernel - 1) - 1;
+        let up = if self.ceil_mode { stride - 1 } else { 0 };
+        let out = (span + up).div_euclid(stride) + 1;
+        if self.ceil_mode && (out - 1) * stride >= self.input + self.padding {
+            out - 1
+        } else {
+            out
+        }
     }
 
     /// The dimension's name: `length`, `height` or `width`.
@@ -51,6 +61,9 @@ impl Window {
         );
         if self.dilation != 1 {
             s.push_str(&format!(", dilation {}", self.dilation));
+        }
+        if self.ceil_mode {
+            s.push_str(", ceil_mode");
         }
         s
     }

@@ -138,7 +138,7 @@ pub enum LayerKind {
     MaxPool1d { pool: Pool },
     /// 2-D max pooling.
     MaxPool2d { pool: Pool },
-    /// 1-D average pooling (padding counted in the average, as PyTorch's default).
+    /// 1-D average pooling.
     AvgPool1d { pool: Pool },
     /// 2-D average pooling.
     AvgPool2d { pool: Pool },
@@ -195,13 +195,15 @@ pub enum LayerKind {
         dropout: f64,
         causal: bool,
     },
-    /// Pre-norm transformer block: attention and MLP, each residual.
+    /// Transformer block: attention and MLP, each residual, as `nn.TransformerEncoderLayer`.
     TransformerBlock {
         width: i64,
         heads: i64,
         hidden: i64,
         dropout: f64,
         causal: bool,
+        /// Where the layer norms stand, the MLP's activation, their eps and the biases.
+        block: Block,
     },
 }
 
@@ -273,6 +275,11 @@ pub struct Pool {
     pub stride: Vec<i64>,
     /// Padding per spatial dimension.
     pub padding: Vec<i64>,
+    /// Whether the output size rounds up (a last, partial window), as PyTorch's `ceil_mode`.
+    pub ceil_mode: bool,
+    /// Whether average pooling divides by the whole window, padding included (PyTorch's
+    /// `count_include_pad`); max pooling ignores it.
+    pub count_include_pad: bool,
 }
 
 /// Batch normalisation settings.
@@ -284,4 +291,45 @@ pub struct BatchNorm {
     pub eps: f64,
     /// Running statistics' update factor.
     pub momentum: f64,
+    /// Whether the layer has a learned `weight` and `bias`.
+    pub affine: bool,
+    /// Whether the layer keeps running statistics (used in evaluation); without them it
+    /// normalises with the batch's statistics in evaluation too.
+    pub track_running_stats: bool,
+}
+
+/// A transformer block's options, as `nn.TransformerEncoderLayer` names them.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Block {
+    /// Layer norms before each sublayer (`norm_first=True`), or after each residual sum.
+    pub norm_first: bool,
+    /// The MLP's activation.
+    pub activation: BlockActivation,
+    /// The layer norms' eps (`layer_norm_eps`).
+    pub eps: f64,
+    /// Whether the projections, the MLP and the layer norms have biases.
+    pub bias: bool,
+}
+
+/// The activation between a transformer block's two MLP layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockActivation {
+    /// ReLU.
+    Relu,
+    /// GELU (exact, with erf).
+    Gelu,
+    /// SiLU.
+    Silu,
+    /// Hyperbolic tangent.
+    Tanh,
+}
+
+impl BlockActivation {
+    /// Every activation, as the language names them.
+    pub const ALL: &'static [(&'static str, BlockActivation)] = &[
+        ("gelu", BlockActivation::Gelu),
+        ("relu", BlockActivation::Relu),
+        ("silu", BlockActivation::Silu),
+        ("tanh", BlockActivation::Tanh),
+    ];
 }

@@ -10,7 +10,7 @@ use crate::span::Span;
 mod layer;
 mod params;
 
-pub use layer::{BatchNorm, Conv, Kind, LayerKind, Pool};
+pub use layer::{BatchNorm, Block, BlockActivation, Conv, Kind, LayerKind, Pool};
 pub use params::{tensors, Tensor, CLASSES};
 
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.

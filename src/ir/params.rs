@@ -78,17 +78,28 @@ pub fn tensors(layer: &Layer) -> Vec<Tensor> {
         }
         LayerKind::Prelu { parameters, .. } => add("weight", *parameters, false, false),
         LayerKind::Embedding { vocab, dim } => add("weight", vocab * dim, false, true),
-        LayerKind::Attention { width, .. } => attention(&mut add, "", *width),
-        LayerKind::TransformerBlock { width, hidden, .. } => {
+        LayerKind::Attention { width, .. } => attention(&mut add, "", *width, true),
+        LayerKind::TransformerBlock {
+            width,
+            hidden,
+            block,
+            ..
+        } => {
             let (w, h) = (*width, *hidden);
-            attention(&mut add, "self_attn.", w);
+            attention(&mut add, "self_attn.", w, block.bias);
             add("linear1.weight", w * h, false, false);
-            add("linear1.bias", h, false, false);
+            if block.bias {
+                add("linear1.bias", h, false, false);
+            }
             add("linear2.weight", h * w, false, false);
-            add("linear2.bias", w, false, false);
+            if block.bias {
+                add("linear2.bias", w, false, false);
+            }
             for norm in ["norm1", "norm2"] {
                 add(&format!("{norm}.weight"), w, true, false);
-                add(&format!("{norm}.bias"), w, true, false);
+                if block.bias {
+                    add(&format!("{norm}.bias"), w, true, false);
+                }
             }
         }
         LayerKind::MaxPool1d { .. }
@@ -114,20 +125,24 @@ pub fn tensors(layer: &Layer) -> Vec<Tensor> {
     out
 }
 
-/// `nn.MultiheadAttention`'s parameters under `prefix`.
-fn attention(add: &mut impl FnMut(&str, i64, bool, bool), prefix: &str, width: i64) {
+/// `nn.MultiheadAttention`'s parameters under `prefix`, with or without its biases.
+fn attention(add: &mut impl FnMut(&str, i64, bool, bool), prefix: &str, width: i64, bias: bool) {
     add(
         &format!("{prefix}in_proj_weight"),
         3 * width * width,
         false,
         false,
     );
-    add(&format!("{prefix}in_proj_bias"), 3 * width, false, false);
+    if bias {
+        add(&format!("{prefix}in_proj_bias"), 3 * width, false, false);
+    }
     add(
         &format!("{prefix}out_proj.weight"),
         width * width,
         false,
         false,
     );
-    add(&format!("{prefix}out_proj.bias"), width, false, false);
+    if bias {
+        add(&format!("{prefix}out_proj.bias"), width, false, false);
+    }
 }

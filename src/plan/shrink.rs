@@ -380,16 +380,20 @@ impl<'m> Walk<'m> {
                 }
                 self.produce(l, conv.groups != 1)
             }
-            LayerKind::BatchNorm1d { .. } | LayerKind::BatchNorm2d { .. } => {
+            LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
                 if !channel {
                     refuse(self, Reason::Mixes(kind));
                 }
-                let t = vec![
-                    slice("weight", 0, 1, true),
-                    slice("bias", 0, 1, true),
-                    slice("running_mean", 0, 1, false),
-                    slice("running_var", 0, 1, false),
-                ];
+                let mut t = Vec::new();
+                if norm.affine {
+                    t.extend([slice("weight", 0, 1, true), slice("bias", 0, 1, true)]);
+                }
+                if norm.track_running_stats {
+                    t.extend([
+                        slice("running_mean", 0, 1, false),
+                        slice("running_var", 0, 1, false),
+                    ]);
+                }
                 self.member(var, l, Role::Follower, t, fill);
                 Flow::Units {
                     var,

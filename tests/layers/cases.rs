@@ -1,8 +1,9 @@
 //! The layer parity table: each case is a few lines of a `.exp` model block and the PyTorch
 //! modules that compute the same thing, named as Kiln names the layers (`l: linear(...)` is
 //! `("l", "nn.Linear(...)")`, so both have the weight `l.weight`). `reference.py` evaluates the
-//! PyTorch expressions; `SelfAttention`, `TransformerBlock`, `Reshape` and `Mean` are defined
-//! there. Layers without parameters get any name on the PyTorch side.
+//! PyTorch expressions; `SelfAttention`, `TransformerBlock`, `EncoderLayer` (PyTorch's own
+//! `nn.TransformerEncoderLayer`), `Reshape` and `Mean` are defined there. Layers without
+//! parameters get any name on the PyTorch side.
 
 /// Training or evaluation behaviour (dropout, batch statistics).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -90,7 +91,7 @@ impl Case {
 /// precision changes what they receive.
 pub fn cases() -> Vec<Case> {
     use Input::{Float, Int};
-    vec![
+    let mut cases = vec![
         case("linear", "bias", Float(&[16]), "l: linear(16 -> 8)", &[("l", "nn.Linear(16, 8)")]).bf16(),
         case("linear", "no-bias-3d", Float(&[5, 16]), "l: linear(8, bias: false)", &[("l", "nn.Linear(16, 8, bias=False)")]).bf16(),
         case("conv1d", "plain", Float(&[3, 20]), "l: conv1d(3 -> 6, 3)", &[("l", "nn.Conv1d(3, 6, 3)")]).bf16(),
@@ -271,5 +272,124 @@ pub fn cases() -> Vec<Case> {
             &[("e", "nn.Embedding(20, 8)"), ("m", "Mean(0)"), ("b", "nn.Linear(8, 4)")],
         )
         .bf16(),
+    ];
+    cases.extend(options());
+    cases
+}
+
+/// The layer options PyTorch users set: pooling's `ceil_mode` and `count_include_pad`, batch
+/// norm without `affine` weights or running statistics, and the transformer block's `norm`,
+/// `activation`, `eps` and `bias` (against `nn.TransformerEncoderLayer` itself where no dropout
+/// is drawn). They come after the other cases, so that those keep their seeds.
+fn options() -> Vec<Case> {
+    use Input::Float;
+    vec![
+        case("max_pool1d", "ceil-mode", Float(&[3, 16]), "max_pool1d(3, stride: 2, padding: 1, ceil_mode: true)", &[("p", "nn.MaxPool1d(3, stride=2, padding=1, ceil_mode=True)")]).both_modes(),
+        case(
+            "max_pool2d",
+            "ceil-mode-rectangular",
+            Float(&[2, 9, 10]),
+            "max_pool2d([3, 2], stride: [2, 3], ceil_mode: true)",
+            &[("p", "nn.MaxPool2d((3, 2), stride=(2, 3), ceil_mode=True)")],
+        )
+        .both_modes(),
+        case(
+            "avg_pool1d",
+            "ceil-mode-exclude-pad",
+            Float(&[3, 16]),
+            "avg_pool1d(4, stride: 3, padding: 2, ceil_mode: true, count_include_pad: false)",
+            &[("p", "nn.AvgPool1d(4, stride=3, padding=2, ceil_mode=True, count_include_pad=False)")],
+        )
+        .both_modes(),
+        case(
+            "avg_pool1d",
+            "ceil-mode-include-pad",
+            Float(&[3, 16]),
+            "avg_pool1d(4, stride: 3, padding: 2, ceil_mode: true)",
+            &[("p", "nn.AvgPool1d(4, stride=3, padding=2, ceil_mode=True)")],
+        ),
+        case(
+            "avg_pool2d",
+            "exclude-pad",
+            Float(&[2, 9, 10]),
+            "avg_pool2d(3, stride: 2, padding: 1, count_include_pad: false)",
+            &[("p", "nn.AvgPool2d(3, stride=2, padding=1, count_include_pad=False)")],
+        )
+        .both_modes(),
+        case(
+            "avg_pool2d",
+            "ceil-mode-exclude-pad",
+            Float(&[2, 8, 11]),
+            "avg_pool2d([3, 2], stride: [2, 3], padding: [1, 1], ceil_mode: true, count_include_pad: false)",
+            &[("p", "nn.AvgPool2d((3, 2), stride=(2, 3), padding=(1, 1), ceil_mode=True, count_include_pad=False)")],
+        )
+        .both_modes(),
+        case("batchnorm1d", "no-affine", Float(&[6, 7]), "l: batchnorm1d(affine: false)", &[("l", "nn.BatchNorm1d(6, affine=False)")]).both_modes(),
+        case(
+            "batchnorm1d",
+            "batch-statistics-only",
+            Float(&[6]),
+            "l: batchnorm1d(track_running_stats: false)",
+            &[("l", "nn.BatchNorm1d(6, track_running_stats=False)")],
+        )
+        .both_modes()
+        .batch(8),
+        case(
+            "batchnorm2d",
+            "neither",
+            Float(&[4, 5, 6]),
+            "l: batchnorm2d(eps: 1e-3, affine: false, track_running_stats: false)",
+            &[("l", "nn.BatchNorm2d(4, eps=1e-3, affine=False, track_running_stats=False)")],
+        )
+        .both_modes(),
+        case(
+            "batchnorm2d",
+            "no-affine-momentum",
+            Float(&[4, 5, 6]),
+            "l: batchnorm2d(momentum: 0.5, affine: false)",
+            &[("l", "nn.BatchNorm2d(4, momentum=0.5, affine=False)")],
+        )
+        .both_modes(),
+        case(
+            "transformer_block",
+            "post-relu-eps-no-bias-dropout",
+            Float(&[6, 8]),
+            "l: transformer_block(2, hidden: 16, norm: post, activation: relu, eps: 1e-6, bias: false)",
+            &[("l", "TransformerBlock(8, 2, 16, dropout=0.1, norm='post', activation='relu', eps=1e-6, bias=False)")],
+        )
+        .both_modes()
+        .bf16(),
+        case(
+            "transformer_block",
+            "pytorch-post-relu-eps-no-bias",
+            Float(&[6, 8]),
+            "l: transformer_block(2, hidden: 16, dropout: 0, norm: post, activation: relu, eps: 1e-6, bias: false)",
+            &[("l", "EncoderLayer(8, 2, 16, dropout=0.0, activation='relu', layer_norm_eps=1e-6, bias=False)")],
+        )
+        .both_modes(),
+        case(
+            "transformer_block",
+            "post-gelu-causal",
+            Float(&[6, 8]),
+            "l: transformer_block(2, hidden: 16, dropout: 0, causal: true, norm: post)",
+            &[("l", "TransformerBlock(8, 2, 16, dropout=0.0, causal=True, norm='post')")],
+        )
+        .both_modes(),
+        case(
+            "transformer_block",
+            "pytorch-pre-silu",
+            Float(&[6, 8]),
+            "l: transformer_block(4, hidden: 12, dropout: 0, activation: silu, eps: 1e-4)",
+            &[("l", "EncoderLayer(8, 4, 12, dropout=0.0, activation=F.silu, layer_norm_eps=1e-4, norm_first=True)")],
+        )
+        .both_modes(),
+        case(
+            "transformer_block",
+            "pre-tanh-no-bias",
+            Float(&[6, 8]),
+            "l: transformer_block(2, hidden: 16, activation: tanh, bias: false)",
+            &[("l", "TransformerBlock(8, 2, 16, activation='tanh', bias=False)")],
+        )
+        .both_modes(),
     ]
 }

@@ -61,8 +61,8 @@ class SelfAttention(nn.MultiheadAttention):
     query = key = value, so its parameters keep their names (`in_proj_weight`, `out_proj.bias`).
     The causal mask is the explicit additive one, not a flag."""
 
-    def __init__(self, width, heads, dropout=0.0, causal=False):
-        super().__init__(width, heads, dropout=dropout, batch_first=True)
+    def __init__(self, width, heads, dropout=0.0, causal=False, bias=True):
+        super().__init__(width, heads, dropout=dropout, bias=bias, batch_first=True)
         self.causal = causal
 
     def forward(self, x):
@@ -73,23 +73,46 @@ class SelfAttention(nn.MultiheadAttention):
         return out.contiguous()
 
 
-class TransformerBlock(nn.Module):
-    """Kiln's `transformer_block(heads, hidden, dropout, causal)`, pre-norm, from primitives:
-    x + dropout(attention(norm1(x))), then x + dropout(linear2(dropout(gelu(linear1(norm2(x))))))."""
+ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "tanh": torch.tanh}
 
-    def __init__(self, width, heads, hidden, dropout=0.1, causal=False):
+
+class TransformerBlock(nn.Module):
+    """Kiln's `transformer_block(heads, hidden, dropout, causal, norm, activation, eps, bias)`
+    from primitives, with nn.TransformerEncoderLayer's parameter names. Pre-norm:
+    x + dropout(attention(norm1(x))), then x + dropout(linear2(dropout(act(linear1(norm2(x)))))).
+    Post-norm: norm1(x + dropout(attention(x))), then norm2(x + dropout(linear2(...(x))))."""
+
+    def __init__(self, width, heads, hidden, dropout=0.1, causal=False, norm="pre",
+                 activation="gelu", eps=1e-5, bias=True):
         super().__init__()
-        self.self_attn = SelfAttention(width, heads, dropout, causal)
-        self.linear1 = nn.Linear(width, hidden)
-        self.linear2 = nn.Linear(hidden, width)
-        self.norm1 = nn.LayerNorm(width)
-        self.norm2 = nn.LayerNorm(width)
+        self.self_attn = SelfAttention(width, heads, dropout, causal, bias)
+        self.linear1 = nn.Linear(width, hidden, bias=bias)
+        self.linear2 = nn.Linear(hidden, width, bias=bias)
+        self.norm1 = nn.LayerNorm(width, eps=eps, bias=bias)
+        self.norm2 = nn.LayerNorm(width, eps=eps, bias=bias)
         self.dropout = nn.Dropout(dropout)
+        self.pre = norm == "pre"
+        self.activation = ACTIVATIONS[activation]
+
+    def attend(self, x):
+        return self.dropout(self.self_attn(x))
+
+    def mlp(self, x):
+        h = self.dropout(self.activation(self.linear1(x)))
+        return self.dropout(self.linear2(h))
 
     def forward(self, x):
-        x = x + self.dropout(self.self_attn(self.norm1(x)))
-        h = self.dropout(F.gelu(self.linear1(self.norm2(x))))
-        return x + self.dropout(self.linear2(h))
+        if self.pre:
+            x = x + self.attend(self.norm1(x))
+            return x + self.mlp(self.norm2(x))
+        x = self.norm1(x + self.attend(x))
+        return self.norm2(x + self.mlp(x))
+
+
+def EncoderLayer(width, heads, hidden, **options):
+    """nn.TransformerEncoderLayer itself on [batch, S, E], for cases without dropout (its
+    dropout after attention draws from a transposed view, Kiln's from a contiguous tensor)."""
+    return nn.TransformerEncoderLayer(width, heads, hidden, batch_first=True, **options)
 
 
 class Reshape(nn.Module):
@@ -114,8 +137,9 @@ class Mean(nn.Module):
         return x.mean(self.dim)
 
 
-NAMESPACE = {"nn": nn, "torch": torch, "SelfAttention": SelfAttention,
-             "TransformerBlock": TransformerBlock, "Reshape": Reshape, "Mean": Mean}
+NAMESPACE = {"nn": nn, "torch": torch, "F": F, "SelfAttention": SelfAttention,
+             "TransformerBlock": TransformerBlock, "EncoderLayer": EncoderLayer,
+             "Reshape": Reshape, "Mean": Mean}
 
 
 def perturb(model):

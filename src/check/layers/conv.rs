@@ -98,6 +98,7 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Che
             stride: conv.stride[i],
             padding: conv.padding[i],
             dilation: conv.dilation[i],
+            ceil_mode: false,
         };
         output.push(lc.window(window, &shape, flow)?);
     }

@@ -11,16 +11,18 @@ const BATCHNORM: &[super::Param] = &[
     inferred("num_features"),
     given("eps", "1e-5"),
     given("momentum", "0.1"),
+    given("affine", "true"),
+    given("track_running_stats", "true"),
 ];
 
-/// `batchnorm1d(num_features, eps, momentum)`.
+/// `batchnorm1d(num_features, eps, momentum, affine, track_running_stats)`.
 pub static BATCHNORM1D: Spec = Spec {
     params: BATCHNORM,
     note: None,
     shapes: "`[C]` or `[C, L]`, unchanged",
 };
 
-/// `batchnorm2d(num_features, eps, momentum)`.
+/// `batchnorm2d(num_features, eps, momentum, affine, track_running_stats)`.
 pub static BATCHNORM2D: Spec = Spec {
     params: BATCHNORM,
     note: None,
@@ -55,6 +57,8 @@ pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Opti
         .map(|f| (f, lc.at("num_features")));
     let eps = lc.num_or("eps", 1e-5, Range::Positive)?;
     let momentum = lc.num_or("momentum", 0.1, Range::Unit)?;
+    let affine = lc.bool_or("affine", true)?;
+    let track_running_stats = lc.bool_or("track_running_stats", true)?;
     let shape = lc.input(flow)?;
     let (ok, want) = if two_d {
         (shape.len() == 3, "[channels, height, width]")
@@ -82,13 +86,16 @@ pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Opti
         features,
         eps,
         momentum,
+        affine,
+        track_running_stats,
     };
     let kind = if two_d {
         LayerKind::BatchNorm2d { norm }
     } else {
         LayerKind::BatchNorm1d { norm }
     };
-    Some(Checked::new(kind, shape, 2 * features as u64, n))
+    let params = if affine { 2 * features as u64 } else { 0 };
+    Some(Checked::new(kind, shape, params, n))
 }
 
 pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {

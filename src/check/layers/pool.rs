@@ -5,20 +5,36 @@ use crate::diagnostic::problem::{OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{LayerKind, Pool};
 
-/// `max_pool1d` and `avg_pool1d`.
-pub static POOL1D: Spec = Spec {
+/// `max_pool1d(kernel_size, stride, padding, ceil_mode)`.
+pub static MAX_POOL1D: Spec = Spec {
+    params: AVG_POOL1D.params.split_at(4).0,
+    note: None,
+    shapes: "`[C, L]` -> `[C, L']`",
+};
+
+/// `max_pool2d`, with the parameters of `max_pool1d`.
+pub static MAX_POOL2D: Spec = Spec {
+    params: MAX_POOL1D.params,
+    note: Some("sizes are a number or `[h, w]`"),
+    shapes: "`[C, H, W]` -> `[C, H', W']`",
+};
+
+/// `avg_pool1d(kernel_size, stride, padding, ceil_mode, count_include_pad)`.
+pub static AVG_POOL1D: Spec = Spec {
     params: &[
         required("kernel_size"),
         given("stride", "= kernel"),
         given("padding", "0"),
+        given("ceil_mode", "false"),
+        given("count_include_pad", "true"),
     ],
     note: None,
     shapes: "`[C, L]` -> `[C, L']`",
 };
 
-/// `max_pool2d` and `avg_pool2d`.
-pub static POOL2D: Spec = Spec {
-    params: POOL1D.params,
+/// `avg_pool2d`, with the parameters of `avg_pool1d`.
+pub static AVG_POOL2D: Spec = Spec {
+    params: AVG_POOL1D.params,
     note: Some("sizes are a number or `[h, w]`"),
     shapes: "`[C, H, W]` -> `[C, H', W']`",
 };
@@ -52,6 +68,8 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
     let kernel = lc.sizes("kernel_size", dims, 1);
     let stride = lc.sizes("stride", dims, 1);
     let padding = lc.sizes("padding", dims, 0);
+    let ceil_mode = lc.bool_or("ceil_mode", false);
+    let count_include_pad = lc.bool_or("count_include_pad", true);
     let Some(kernel) = kernel? else {
         lc.cx.missing(lc.kind.name(), "kernel_size", lc.bound.span);
         return None;
@@ -60,6 +78,8 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
         stride: stride?.unwrap_or_else(|| kernel.clone()),
         padding: padding?.unwrap_or(vec![0; dims]),
         kernel,
+        ceil_mode: ceil_mode?,
+        count_include_pad: count_include_pad?,
     };
     for (p, k) in pool.padding.iter().zip(&pool.kernel) {
         if 2 * p > *k {
@@ -85,6 +105,7 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
             stride: pool.stride[i],
             padding: pool.padding[i],
             dilation: 1,
+            ceil_mode: pool.ceil_mode,
         };
         output.push(lc.window(window, &shape, flow)?);
     }
@@ -116,4 +137,43 @@ pub(super) fn check_adaptive(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> O
         LayerKind::AdaptiveAvgPool1d { output: size }
     };
     Some(Checked::new(kind, output, 0, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::diagnostic::problem::Window;
+
+    /// Output lengths with and without `ceil_mode`, as PyTorch 2.11's `nn.MaxPool1d` and
+    /// `nn.AvgPool1d` give them: (input, kernel, stride, padding, floor, ceil).
+    const TORCH: &[(i64, i64, i64, i64, i64, i64)] = &[
+        (2, 3, 2, 0, 0, 1),
+        (2, 3, 2, 1, 1, 2),
+        (5, 2, 2, 0, 2, 3),
+        (5, 3, 2, 1, 3, 3),
+        (6, 3, 3, 1, 2, 3),
+        (4, 3, 2, 1, 2, 3),
+        (1, 2, 2, 0, 0, 1),
+        (3, 4, 2, 2, 2, 3),
+        // The last window would start in the right padding, so it is dropped.
+        (5, 2, 2, 1, 3, 3),
+    ];
+
+    #[test]
+    fn output_sizes_are_pytorchs() {
+        for &(input, kernel, stride, padding, floor, ceil) in TORCH {
+            for (ceil_mode, want) in [(false, floor), (true, ceil)] {
+                let w = Window {
+                    axis: 0,
+                    rank: 1,
+                    input,
+                    kernel,
+                    stride,
+                    padding,
+                    dilation: 1,
+                    ceil_mode,
+                };
+                assert_eq!(w.output(), want, "{w:?}");
+            }
+        }
+    }
 }

@@ -105,7 +105,8 @@ fn resize_layer(l: &Layer, x: &Shape, outputs: &HashMap<&str, i64>) -> Layer {
         }
         LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
             norm.features = first;
-            (l.params, l.flops) = (2 * first as u64, n);
+            let params = if norm.affine { 2 * first as u64 } else { 0 };
+            (l.params, l.flops) = (params, n);
         }
         LayerKind::LayerNorm { shape, .. } => {
             *shape = x[x.len().saturating_sub(shape.len())..].to_vec();

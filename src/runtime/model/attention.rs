@@ -1,5 +1,6 @@
 //! `attention` (multi-head self-attention, as `nn.MultiheadAttention`) and
-//! `transformer_block` (as `nn.TransformerEncoderLayer(norm_first=True, activation="gelu")`).
+//! `transformer_block` (as `nn.TransformerEncoderLayer(norm_first, activation, layer_norm_eps,
+//! bias)`, by default `norm_first=True, activation="gelu"`).
 
 use tch::Tensor;
 
@@ -7,29 +8,44 @@ use super::{linear, norm, Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::problem::Torch;
 use kiln::diagnostic::{Diagnostic, Problem};
+use kiln::ir::{Block, BlockActivation};
 
 /// `nn.MultiheadAttention`'s parameters under `prefix`: `in_proj_weight` xavier-uniform,
 /// `in_proj_bias` 0, `out_proj.weight` as a linear layer, `out_proj.bias` 0.
 pub(super) fn init(i: &mut Init, prefix: &str, width: i64) -> Result<(), Diagnostic> {
+    init_projections(i, prefix, width, true)
+}
+
+/// `nn.MultiheadAttention(bias=bias)`'s parameters under `prefix`: the biases only when `bias`.
+fn init_projections(i: &mut Init, prefix: &str, width: i64, bias: bool) -> Result<(), Diagnostic> {
     let xavier = (6.0 / (width + 3 * width) as f64).sqrt();
     let t = i.uniform(&[3 * width, width], xavier)?;
     i.param(&format!("{prefix}in_proj_weight"), t);
-    let t = i.filled(&[3 * width], 0.0)?;
-    i.param(&format!("{prefix}in_proj_bias"), t);
+    if bias {
+        let t = i.filled(&[3 * width], 0.0)?;
+        i.param(&format!("{prefix}in_proj_bias"), t);
+    }
     let t = i.uniform(&[width, width], 1.0 / (width as f64).sqrt())?;
     i.param(&format!("{prefix}out_proj.weight"), t);
-    let t = i.filled(&[width], 0.0)?;
-    i.param(&format!("{prefix}out_proj.bias"), t);
+    if bias {
+        let t = i.filled(&[width], 0.0)?;
+        i.param(&format!("{prefix}out_proj.bias"), t);
+    }
     Ok(())
 }
 
-/// The parameters of `nn.TransformerEncoderLayer(norm_first=True)`.
-pub(super) fn init_block(i: &mut Init, width: i64, hidden: i64) -> Result<(), Diagnostic> {
-    init(i, "self_attn.", width)?;
-    linear::init(i, "linear1.", width, hidden, true)?;
-    linear::init(i, "linear2.", hidden, width, true)?;
-    norm::init_affine(i, "norm1.", &[width])?;
-    norm::init_affine(i, "norm2.", &[width])
+/// The parameters of `nn.TransformerEncoderLayer(bias=block.bias)`, in its order.
+pub(super) fn init_block(
+    i: &mut Init,
+    width: i64,
+    hidden: i64,
+    block: &Block,
+) -> Result<(), Diagnostic> {
+    init_projections(i, "self_attn.", width, block.bias)?;
+    linear::init(i, "linear1.", width, hidden, block.bias)?;
+    linear::init(i, "linear2.", hidden, width, block.bias)?;
+    norm::init_scale(i, "norm1.", &[width], block.bias)?;
+    norm::init_scale(i, "norm2.", &[width], block.bias)
 }
 
 /// Multi-head self-attention with the parameters under `prefix`; `dropout` applies to the
@@ -88,8 +104,10 @@ pub(super) fn forward(
     linear::forward(net, l, &format!("{prefix}out_proj."), &o)
 }
 
-/// A pre-norm transformer block: `x + dropout(attention(norm1(x)))`, then
-/// `x + dropout(linear2(dropout(gelu(linear1(norm2(x))))))`.
+/// A transformer block. Pre-norm: `x + dropout(attention(norm1(x)))`, then
+/// `x + dropout(linear2(dropout(act(linear1(norm2(x))))))`; post-norm:
+/// `norm1(x + dropout(attention(x)))`, then `norm2(x + dropout(linear2(...(x))))`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn block(
     net: &Net,
     l: &LayerRun,
@@ -97,24 +115,39 @@ pub(super) fn block(
     heads: i64,
     dropout: f64,
     causal: bool,
+    options: &Block,
     train: bool,
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let p = if train { dropout } else { 0.0 };
     let width = x.size().last().copied().unwrap_or(1);
-    let h = norm::layer(net, l, "norm1.", &[width], 1e-5, x)?;
-    let a = forward(net, l, "self_attn.", &h, heads, p, causal)?
-        .f_dropout(p, train)
-        .at(s)?;
-    let x = net.fp32_input(l, x)?.f_add(&net.fp32_input(l, &a)?).at(s)?;
-    let h = norm::layer(net, l, "norm2.", &[width], 1e-5, &x)?;
-    let h = linear::forward(net, l, "linear1.", &h)?
-        .f_gelu("none")
+    let norm = |prefix: &str, x: &Tensor| norm::layer(net, l, prefix, &[width], options.eps, x);
+    let add = |x: &Tensor, y: &Tensor| net.fp32_input(l, x)?.f_add(&net.fp32_input(l, y)?).at(s);
+    let attend = |h: &Tensor| {
+        forward(net, l, "self_attn.", h, heads, p, causal)?
+            .f_dropout(p, train)
+            .at(s)
+    };
+    let mlp = |h: &Tensor| {
+        let h = linear::forward(net, l, "linear1.", h)?;
+        let h = match options.activation {
+            BlockActivation::Relu => h.f_relu(),
+            BlockActivation::Gelu => h.f_gelu("none"),
+            BlockActivation::Silu => h.f_silu(),
+            BlockActivation::Tanh => h.f_tanh(),
+        }
         .at(s)?
         .f_dropout(p, train)
         .at(s)?;
-    let m = linear::forward(net, l, "linear2.", &h)?
-        .f_dropout(p, train)
-        .at(s)?;
-    x.f_add(&net.fp32_input(l, &m)?).at(s)
+        linear::forward(net, l, "linear2.", &h)?
+            .f_dropout(p, train)
+            .at(s)
+    };
+    if options.norm_first {
+        let x = add(x, &attend(&norm("norm1.", x)?)?)?;
+        add(&x, &mlp(&norm("norm2.", &x)?)?)
+    } else {
+        let x = norm("norm1.", &add(x, &attend(x)?)?)?;
+        norm("norm2.", &add(&x, &mlp(&x)?)?)
+    }
 }

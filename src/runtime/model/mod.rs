@@ -202,16 +202,19 @@ fn init(i: &mut Init) -> Result<(), Diagnostic> {
         } => linear::init(i, "", inputs, outputs, bias),
         LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv::init(i, &conv),
         LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
-            norm::init_batch(i, norm.features)
+            norm::init_batch(i, &norm)
         }
         LayerKind::LayerNorm { shape, .. } => norm::init_affine(i, "", &shape),
         LayerKind::GroupNorm { channels, .. } => norm::init_affine(i, "", &[channels]),
         LayerKind::Prelu { parameters, init } => activation::init_prelu(i, parameters, init),
         LayerKind::Embedding { vocab, dim } => embedding::init(i, vocab, dim),
         LayerKind::Attention { width, .. } => attention::init(i, "", width),
-        LayerKind::TransformerBlock { width, hidden, .. } => {
-            attention::init_block(i, width, hidden)
-        }
+        LayerKind::TransformerBlock {
+            width,
+            hidden,
+            block,
+            ..
+        } => attention::init_block(i, width, hidden, &block),
         LayerKind::MaxPool1d { .. }
         | LayerKind::MaxPool2d { .. }
         | LayerKind::AvgPool1d { .. }
@@ -284,8 +287,9 @@ fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, D
             heads,
             dropout,
             causal,
+            block,
             ..
-        } => attention::block(net, l, x, *heads, *dropout, *causal, train),
+        } => attention::block(net, l, x, *heads, *dropout, *causal, block, train),
     }
 }
 

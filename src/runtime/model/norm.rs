@@ -9,24 +9,51 @@ use kiln::ir::BatchNorm;
 
 /// An affine `weight` (ones) and `bias` (zeros) of `shape`, under `prefix`.
 pub(super) fn init_affine(i: &mut Init, prefix: &str, shape: &[i64]) -> Result<(), Diagnostic> {
+    init_scale(i, prefix, shape, true)
+}
+
+/// A `weight` (ones) of `shape` under `prefix`, and a `bias` (zeros) when `bias`.
+pub(super) fn init_scale(
+    i: &mut Init,
+    prefix: &str,
+    shape: &[i64],
+    bias: bool,
+) -> Result<(), Diagnostic> {
     let weight = i.filled(shape, 1.0)?;
     i.param(&format!("{prefix}weight"), weight);
-    let bias = i.filled(shape, 0.0)?;
-    i.param(&format!("{prefix}bias"), bias);
+    if bias {
+        let b = i.filled(shape, 0.0)?;
+        i.param(&format!("{prefix}bias"), b);
+    }
     Ok(())
 }
 
-/// `nn.BatchNorm*d`'s parameters and running statistics.
-pub(super) fn init_batch(i: &mut Init, features: i64) -> Result<(), Diagnostic> {
-    init_affine(i, "", &[features])?;
-    let mean = i.filled(&[features], 0.0)?;
-    i.buffer("running_mean", mean);
-    let var = i.filled(&[features], 1.0)?;
-    i.buffer("running_var", var);
+/// `nn.BatchNorm*d`'s parameters (when `affine`) and running statistics (when tracked).
+pub(super) fn init_batch(i: &mut Init, norm: &BatchNorm) -> Result<(), Diagnostic> {
+    let features = norm.features;
+    if norm.affine {
+        init_affine(i, "", &[features])?;
+    }
+    if norm.track_running_stats {
+        let mean = i.filled(&[features], 0.0)?;
+        i.buffer("running_mean", mean);
+        let var = i.filled(&[features], 1.0)?;
+        i.buffer("running_var", var);
+    }
     Ok(())
 }
 
-/// Batch normalisation: batch statistics (updating the running ones) when training.
+/// The layer's parameter of local name `name`, when it has one (a layer norm's bias).
+fn optional<'n>(net: &'n Net, l: &LayerRun, name: &str) -> Result<Option<&'n Tensor>, Diagnostic> {
+    if l.params.iter().any(|(n, _)| n == name) {
+        net.param(l, name).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Batch normalisation: batch statistics (updating the running ones) when training, and also
+/// in evaluation when the layer keeps no running statistics (as PyTorch).
 pub(super) fn batch(
     net: &Net,
     l: &LayerRun,
@@ -35,12 +62,25 @@ pub(super) fn batch(
     train: bool,
 ) -> Result<Tensor, Diagnostic> {
     let x = net.fp32_input(l, x)?;
+    let (weight, bias) = if norm.affine {
+        (Some(net.param(l, "weight")?), Some(net.param(l, "bias")?))
+    } else {
+        (None, None)
+    };
+    let (mean, var) = if norm.track_running_stats {
+        (
+            Some(net.buffer(l, "running_mean")?),
+            Some(net.buffer(l, "running_var")?),
+        )
+    } else {
+        (None, None)
+    };
     x.f_batch_norm(
-        Some(net.param(l, "weight")?),
-        Some(net.param(l, "bias")?),
-        Some(net.buffer(l, "running_mean")?),
-        Some(net.buffer(l, "running_var")?),
-        train,
+        weight,
+        bias,
+        mean,
+        var,
+        train || !norm.track_running_stats,
         norm.momentum,
         norm.eps,
         true,
@@ -48,7 +88,8 @@ pub(super) fn batch(
     .at(l.span)
 }
 
-/// Layer normalisation over the trailing `shape`, with the affine weights under `prefix`.
+/// Layer normalisation over the trailing `shape`, with the affine weights under `prefix` (the
+/// bias when the layer has one).
 pub(super) fn layer(
     net: &Net,
     l: &LayerRun,
@@ -61,7 +102,7 @@ pub(super) fn layer(
     x.f_layer_norm(
         shape,
         Some(net.param(l, &format!("{prefix}weight"))?),
-        Some(net.param(l, &format!("{prefix}bias"))?),
+        optional(net, l, &format!("{prefix}bias"))?,
         eps,
         true,
     )

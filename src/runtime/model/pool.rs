@@ -21,15 +21,16 @@ pub(super) fn max(
         pool.padding.as_slice(),
     );
     if two_d {
-        x.f_max_pool2d(k, s, p, dilation.as_slice(), false)
+        x.f_max_pool2d(k, s, p, dilation.as_slice(), pool.ceil_mode)
             .at(l.span)
     } else {
-        x.f_max_pool1d(k, s, p, dilation.as_slice(), false)
+        x.f_max_pool1d(k, s, p, dilation.as_slice(), pool.ceil_mode)
             .at(l.span)
     }
 }
 
-/// Average pooling of rank 2 (`two_d`) or 1; padding counts in the average, as in PyTorch.
+/// Average pooling of rank 2 (`two_d`) or 1; padding counts in the average unless
+/// `count_include_pad` is false, as in PyTorch.
 pub(super) fn avg(
     l: &LayerRun,
     pool: &Pool,
@@ -42,8 +43,10 @@ pub(super) fn avg(
         pool.padding.as_slice(),
     );
     if two_d {
-        x.f_avg_pool2d(k, s, p, false, true, None::<i64>).at(l.span)
+        x.f_avg_pool2d(k, s, p, pool.ceil_mode, pool.count_include_pad, None::<i64>)
+            .at(l.span)
     } else {
-        x.f_avg_pool1d(k, s, p, false, true).at(l.span)
+        x.f_avg_pool1d(k, s, p, pool.ceil_mode, pool.count_include_pad)
+            .at(l.span)
     }
 }
