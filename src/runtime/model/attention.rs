@@ -33,7 +33,9 @@ pub(super) fn init_block(i: &mut Init, width: i64, hidden: i64) -> Result<(), Di
 }
 
 /// Multi-head self-attention with the parameters under `prefix`; `dropout` applies to the
-/// attention weights.
+/// attention weights. `keep` (`[batch, sequence]`, false at padding) masks keys as
+/// `key_padding_mask` does with its negation.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn forward(
     net: &Net,
     l: &LayerRun,
@@ -42,6 +44,7 @@ pub(super) fn forward(
     heads: i64,
     dropout: f64,
     causal: bool,
+    keep: Option<&Tensor>,
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let &[b, n, e] = x.size().as_slice() else {
@@ -73,19 +76,34 @@ pub(super) fn forward(
         qkv.f_get(1).at(s)?,
         qkv.f_get(2).at(s)?,
     );
+    let mask = match keep {
+        Some(keep) => Some(key_mask(keep, b, n, causal).at(s)?),
+        None => None,
+    };
     let o = Tensor::f_scaled_dot_product_attention(
         &q,
         &k,
         &v,
-        None::<Tensor>,
+        mask,
         dropout,
-        causal,
+        causal && keep.is_none(),
         None::<f64>,
         false,
     )
     .at(s)?;
     let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
     linear::forward(net, l, &format!("{prefix}out_proj."), &o)
+}
+
+/// The boolean attention mask (true where a query may attend) of `[batch, 1, S or 1, S]`: the
+/// keys that `keep` marks as tokens, and under `causal` only those at or before the query.
+fn key_mask(keep: &Tensor, b: i64, n: i64, causal: bool) -> Result<Tensor, tch::TchError> {
+    let m = keep.f_view([b, 1, 1, n])?;
+    if !causal {
+        return Ok(m);
+    }
+    let past = Tensor::f_ones([n, n], (tch::Kind::Bool, keep.device()))?.f_tril(0)?;
+    m.f_logical_and(&past)
 }
 
 /// A pre-norm transformer block: `x + dropout(attention(norm1(x)))`, then
@@ -98,12 +116,13 @@ pub(super) fn block(
     dropout: f64,
     causal: bool,
     train: bool,
+    keep: Option<&Tensor>,
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let p = if train { dropout } else { 0.0 };
     let width = x.size().last().copied().unwrap_or(1);
     let h = norm::layer(net, l, "norm1.", &[width], 1e-5, x)?;
-    let a = forward(net, l, "self_attn.", &h, heads, p, causal)?
+    let a = forward(net, l, "self_attn.", &h, heads, p, causal, keep)?
         .f_dropout(p, train)
         .at(s)?;
     let x = net.fp32_input(l, x)?.f_add(&net.fp32_input(l, &a)?).at(s)?;
