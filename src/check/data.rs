@@ -209,7 +209,9 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
             Generator::Randint { high, shape } if shape.is_empty() => Targets::Classes(Some(*high)),
             Generator::Task(task) => {
                 let at = b.get("targets").map_or(v.span, |x| x.span);
-                Targets::Classes(Some(sequence_task(cx, *task, &inputs, at, input_span)?))
+                // After a problem, the classes are unknown rather than the source missing, so
+                // that the model is still checked against the inputs.
+                Targets::Classes(sequence_task(cx, *task, &inputs, at, input_span))
             }
             g => Targets::Values(g.shape().clone()),
         };
