@@ -14,7 +14,7 @@ pub static EMBEDDING: Spec = Spec {
         given("pad", "none"),
     ],
     note: None,
-    shapes: "integer ids `[...]` -> `[..., embedding_dim]`",
+    shapes: "integer ids `[...]` -> `[..., embedding_dim]`; the `pad` id's row starts at zero and is not trained (`padding_idx`), and attention and `mean(0)` skip its positions",
 };
 
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
