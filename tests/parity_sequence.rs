@@ -82,7 +82,11 @@ fn kiln_losses(name: &str, dir: &Path) -> Vec<f64> {
 #[test]
 fn sequence_losses_match_pytorch_step_for_step() {
     let python = root().join(".venv/bin/python");
-    assert!(python.is_file(), "the parity tests need {}", python.display());
+    assert!(
+        python.is_file(),
+        "the parity tests need {}",
+        python.display()
+    );
     let scratch = std::env::temp_dir().join(format!("kiln-seq-parity-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     let mut spec = Vec::new();
@@ -126,7 +130,10 @@ fn sequence_losses_match_pytorch_step_for_step() {
         assert_eq!((got.len(), want.len()), (STEPS, STEPS), "{name}: steps");
         let first: f64 = want[..5].iter().sum::<f64>() / 5.0;
         let last: f64 = want[STEPS - 5..].iter().sum::<f64>() / 5.0;
-        assert!(last < 0.9 * first, "{name}: the loss barely moves ({first} -> {last})");
+        assert!(
+            last < 0.9 * first,
+            "{name}: the loss barely moves ({first} -> {last})"
+        );
         for (step, (a, b)) in got.iter().zip(&want).enumerate() {
             let diff = (a - b).abs() / b.abs();
             if diff.is_nan() || diff > LOSS_RTOL {

@@ -190,7 +190,10 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
             counted(vocab, "row")
         ))
         .label(format!("must be below {vocab}"))
-        .help(format!("choose a padding id from 0 to {}", vocab.saturating_sub(1))),
+        .help(format!(
+            "choose a padding id from 0 to {}",
+            vocab.saturating_sub(1)
+        )),
         OutOfRange::Positions {
             max_len,
             length,

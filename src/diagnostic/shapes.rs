@@ -355,7 +355,10 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 )
             } else {
                 (
-                    format!("`{task}()` targets over these inputs have {}", counted(classes, "class")),
+                    format!(
+                        "`{task}()` targets over these inputs have {}",
+                        counted(classes, "class")
+                    ),
                     format!("samples of {shape}"),
                     "use at least 2 token ids and sequences of at least 2 tokens".to_string(),
                 )

@@ -362,8 +362,11 @@ pub enum SequenceTask {
 
 impl SequenceTask {
     /// Every task.
-    pub const ALL: &'static [SequenceTask] =
-        &[SequenceTask::Majority, SequenceTask::First, SequenceTask::Argmax];
+    pub const ALL: &'static [SequenceTask] = &[
+        SequenceTask::Majority,
+        SequenceTask::First,
+        SequenceTask::Argmax,
+    ];
 
     /// The task's word in the language, written as a call: `majority()`.
     pub fn name(self) -> &'static str {

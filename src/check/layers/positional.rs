@@ -54,7 +54,11 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, learned: bool) -> Option<C
         });
         return None;
     }
-    let params = if learned { max_len as f64 * e as f64 } else { 0.0 };
+    let params = if learned {
+        max_len as f64 * e as f64
+    } else {
+        0.0
+    };
     let kind = LayerKind::Positional {
         max_len,
         width: e,

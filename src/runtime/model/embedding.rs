@@ -7,12 +7,7 @@ use crate::runtime::failure::At;
 use kiln::diagnostic::Diagnostic;
 
 /// `nn.Embedding`'s table: `N(0, 1)`, with the `pad` row zeroed as `padding_idx` does.
-pub(super) fn init(
-    i: &mut Init,
-    vocab: i64,
-    dim: i64,
-    pad: Option<i64>,
-) -> Result<(), Diagnostic> {
+pub(super) fn init(i: &mut Init, vocab: i64, dim: i64, pad: Option<i64>) -> Result<(), Diagnostic> {
     let (device, span) = (i.run.device, i.run.span);
     let mut t = Tensor::f_empty([vocab, dim], (Kind::Float, device)).at(span)?;
     t.f_normal_(0.0, 1.0).done_at(span)?;

@@ -19,11 +19,17 @@ pub(super) fn keeps_sequence(y: &Tensor, keep: &Tensor) -> bool {
 pub(super) fn mean(l: &LayerRun, x: &Tensor, keep: Option<Tensor>) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let Some(keep) = keep else {
-        return x.f_mean_dim(Some([1i64].as_slice()), false, None::<Kind>).at(s);
+        return x
+            .f_mean_dim(Some([1i64].as_slice()), false, None::<Kind>)
+            .at(s);
     };
     let mut shape = keep.size();
     shape.resize(x.dim(), 1);
-    let w = keep.f_to_kind(x.kind()).at(s)?.f_reshape(shape.as_slice()).at(s)?;
+    let w = keep
+        .f_to_kind(x.kind())
+        .at(s)?
+        .f_reshape(shape.as_slice())
+        .at(s)?;
     let total = x
         .f_mul(&w)
         .at(s)?

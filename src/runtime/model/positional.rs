@@ -9,7 +9,12 @@ use kiln::diagnostic::Diagnostic;
 
 /// The learned table `weight` of `[max_len, width]`, `N(0, 1)` as `nn.Embedding`'s; the
 /// sinusoidal encoding has no tensors (it is computed, as a non-persistent buffer would be).
-pub(super) fn init(i: &mut Init, max_len: i64, width: i64, learned: bool) -> Result<(), Diagnostic> {
+pub(super) fn init(
+    i: &mut Init,
+    max_len: i64,
+    width: i64,
+    learned: bool,
+) -> Result<(), Diagnostic> {
     if learned {
         embedding::init(i, max_len, width, None)?;
     }
