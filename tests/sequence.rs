@@ -9,7 +9,8 @@ use support::*;
 #[test]
 fn sequence_argmax_learns_positions() {
     let runs = scratch("sequence-argmax");
-    let o = run(&[
+    // One libtorch thread: no OpenMP spinning when the test machine is busy.
+    let o = kiln(&[
         "run",
         "experiments/sequence_argmax.exp",
         "--device",
@@ -17,7 +18,10 @@ fn sequence_argmax_learns_positions() {
         "--quiet",
         "--runs-dir",
         s(&runs),
-    ]);
+    ])
+    .env("OMP_NUM_THREADS", "1")
+    .output()
+    .expect("kiln starts");
     assert!(o.status.success(), "{}", text(&o));
     let dir = std::fs::read_dir(runs.join("sequence-argmax"))
         .expect("the experiment's runs")
