@@ -108,6 +108,7 @@ fn key_mask(keep: &Tensor, b: i64, n: i64, causal: bool) -> Result<Tensor, tch::
 
 /// A pre-norm transformer block: `x + dropout(attention(norm1(x)))`, then
 /// `x + dropout(linear2(dropout(gelu(linear1(norm2(x))))))`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn block(
     net: &Net,
     l: &LayerRun,
