@@ -96,7 +96,8 @@ fn mnist_cnn() {
 #[test]
 fn sequence_transformer() {
     let p = plan_of("experiments/sequence_transformer.exp");
-    // E = 64, S = 32, H = 256, 4 heads.
+    // E = 64, S = 32, H = 256, 4 heads, 32 classes. Sinusoidal positions: no parameters, one
+    // addition per element, S*E = 2,048.
     // Block params: attention 4E^2 + 4E = 16,640; two layernorms 4E = 256;
     // MLP E*H + H + H*E + E = 33,088; total 49,984.
     // Block FLOPs: projections 8*S*E^2 = 1,048,576; scores and mixing 4*S^2*E = 262,144;
@@ -105,6 +106,7 @@ fn sequence_transformer() {
         rows(&p),
         vec![
             ("embed", "embedding", vec![32, 64], 16 * 64, 0),
+            ("pos", "sinusoidal", vec![32, 64], 0, 2_048),
             (
                 "encoder.layer1",
                 "transformer_block",
@@ -120,19 +122,19 @@ fn sequence_transformer() {
                 3_407_872
             ),
             ("norm", "layernorm", vec![32, 64], 128, 2_048),
-            ("3", "mean", vec![64], 0, 2_048),
-            ("head", "linear", vec![4], 260, 512),
+            ("4", "mean", vec![64], 0, 2_048),
+            ("head", "linear", vec![32], 64 * 32 + 32, 2 * 64 * 32),
         ]
     );
     let t = &p.totals;
-    assert_eq!(t.params, 1_024 + 2 * 49_984 + 128 + 260);
+    assert_eq!(t.params, 1_024 + 2 * 49_984 + 128 + 2_080);
     // AdamW: 8 bytes per parameter.
-    assert_eq!(t.optimizer_bytes, 8 * 101_380);
-    // bf16 activations (2 bytes): input 32 + 4 * 2,048 + 64 + 4 = 8,292 values per sample.
-    assert_eq!(t.activation_bytes, 8_292 * 128 * 2);
+    assert_eq!(t.optimizer_bytes, 8 * 103_200);
+    // bf16 activations (2 bytes): input 32 + 5 * 2,048 + 64 + 32 = 10,368 values per sample.
+    assert_eq!(t.activation_bytes, 10_368 * 128 * 2);
     assert_eq!(
         t.step_flops,
-        3 * (2 * 3_407_872 + 2_048 + 2_048 + 512) * 128
+        3 * (2 * 3_407_872 + 2_048 + 2_048 + 2_048 + 4_096) * 128
     );
 }
 

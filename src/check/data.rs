@@ -6,7 +6,7 @@ use super::cx::{Cx, Range};
 use super::experiment::duplicate;
 use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{DType, Data, Generator, Normalize, Shape, Source, Split, Targets};
+use crate::ir::{DType, Data, Generator, Normalize, SequenceTask, Shape, Source, Split, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
@@ -31,6 +31,9 @@ pub const GENERATORS: &[(&str, &[&str])] = &[
     ("normal", &["shape", "mean", "std"]),
     ("uniform", &["shape", "low", "high"]),
     ("randint", &["high", "shape"]),
+    ("majority", &[]),
+    ("first", &[]),
+    ("argmax", &[]),
 ];
 
 /// The checked data block with what the model checker needs.
@@ -204,6 +207,12 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
         };
         let t = match &targets {
             Generator::Randint { high, shape } if shape.is_empty() => Targets::Classes(Some(*high)),
+            Generator::Task(task) => {
+                let at = b.get("targets").map_or(v.span, |x| x.span);
+                // After a problem, the classes are unknown rather than the source missing, so
+                // that the model is still checked against the inputs.
+                Targets::Classes(sequence_task(cx, *task, &inputs, at, input_span))
+            }
             g => Targets::Values(g.shape().clone()),
         };
         let sample = Some((inputs.shape().clone(), input_span));
@@ -301,6 +310,9 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
         return None;
     };
     let b = cx.bind(kind, Some(args), name.span, params);
+    if let Some(task) = SequenceTask::ALL.iter().find(|t| t.name() == *kind) {
+        return Some(Generator::Task(*task));
+    }
     let shape = match b.get("shape") {
         Some(s) => cx.shape(s),
         None if *kind == "randint" => Some(vec![]),
@@ -352,6 +364,35 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
             }
         }
     })
+}
+
+/// The number of classes of `task` over `inputs`, which must be `randint(V, shape: [S])`
+/// giving at least two classes.
+fn sequence_task(
+    cx: &mut Cx,
+    task: SequenceTask,
+    inputs: &Generator,
+    span: Span,
+    input_span: Span,
+) -> Option<u64> {
+    let (integers, classes) = match inputs {
+        Generator::Randint { high, shape } if shape.len() == 1 => {
+            (true, task.classes(*high, shape[0].max(0) as u64))
+        }
+        Generator::Randint { .. } => (true, 0),
+        _ => (false, 0),
+    };
+    if classes >= 2 {
+        return Some(classes);
+    }
+    cx.report(Problem::SequenceTask {
+        span,
+        task: task.name().to_string(),
+        inputs: (inputs.shape().clone(), input_span),
+        integers,
+        classes,
+    });
+    None
 }
 
 fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<Split> {

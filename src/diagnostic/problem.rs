@@ -473,6 +473,20 @@ pub enum Problem {
         /// The data's sample shape and where it is declared.
         data: (Shape, Span),
     },
+    /// K0309: sequence-task targets over inputs that are not one sequence of token ids, or
+    /// that give fewer than two classes.
+    SequenceTask {
+        /// The targets.
+        span: Span,
+        /// The task's word.
+        task: String,
+        /// The inputs' per-sample shape and where they are written.
+        inputs: (Shape, Span),
+        /// Whether the inputs are integer ids.
+        integers: bool,
+        /// The classes the task would give.
+        classes: u64,
+    },
     /// K0308: a layer that shrinks a dimension to nothing.
     EmptyDimension {
         /// The layer.
@@ -964,6 +978,7 @@ impl Problem {
             Problem::ReshapeSize { .. } => Code::ReshapeSize,
             Problem::DtypeMismatch { .. } => Code::DtypeMismatch,
             Problem::DataShape { .. } => Code::DataShape,
+            Problem::SequenceTask { .. } => Code::SequenceTask,
             Problem::EmptyDimension { .. } => Code::EmptyDimension,
             Problem::DataParallelOneDevice { .. } => Code::DataParallelOneDevice,
             Problem::MemoryExceeded { .. } => Code::MemoryExceeded,

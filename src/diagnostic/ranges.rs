@@ -185,5 +185,36 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
         .label(counted(vocab, "row"))
         .with(producer.span, format!("ids below {bound}"))
         .help(format!("use at least {bound} embeddings")),
+        OutOfRange::PadId { pad, vocab } => new(format!(
+            "padding id {pad} is not a row of an embedding with {}",
+            counted(vocab, "row")
+        ))
+        .label(format!("must be below {vocab}"))
+        .help(format!(
+            "choose a padding id from 0 to {}",
+            vocab.saturating_sub(1)
+        )),
+        OutOfRange::Positions {
+            max_len,
+            length,
+            producer,
+        } => {
+            let (at, text) = produces(&producer);
+            new(format!(
+                "sequences of {length} tokens need {length} positions, the table has {max_len}"
+            ))
+            .label(format!("{max_len} positions"))
+            .with(at, text)
+            .help(format!("use `max_len` of at least {length}"))
+        }
+        OutOfRange::OddWidth { width, producer } => {
+            let (at, text) = produces(&producer);
+            new(format!(
+                "sinusoidal positions pair a sine with a cosine, so the width must be even, got {width}"
+            ))
+            .label("needs an even width")
+            .with(at, text)
+            .help("give the layer before it an even width")
+        }
     }
 }

@@ -210,6 +210,8 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 | Kind::Reshape
                 | Kind::Mean
                 | Kind::Embedding
+                | Kind::Positional
+                | Kind::Sinusoidal
                 | Kind::Attention
                 | Kind::TransformerBlock => format!("give `{layer}` {wants} input"),
             };
@@ -345,6 +347,40 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             format!("samples of {}", counted(shape.numel(), "value")),
         )
         .help("make `input` hold as many values as one sample of the data"),
+        Problem::SequenceTask {
+            span,
+            task,
+            inputs: (shape, at),
+            integers,
+            classes,
+        } => {
+            let (message, label, help) = if !integers {
+                (
+                    format!("`{task}()` targets are computed from token ids, but the inputs are real numbers"),
+                    "real-valued samples".to_string(),
+                    "draw the inputs with `randint(V, shape: [S])`".to_string(),
+                )
+            } else if shape.len() != 1 {
+                (
+                    format!("`{task}()` targets need one sequence of ids per sample, got {shape}"),
+                    format!("samples of {shape}"),
+                    "give the inputs one dimension: `randint(V, shape: [S])`".to_string(),
+                )
+            } else {
+                (
+                    format!(
+                        "`{task}()` targets over these inputs have {}",
+                        counted(classes, "class")
+                    ),
+                    format!("samples of {shape}"),
+                    "use at least 2 token ids and sequences of at least 2 tokens".to_string(),
+                )
+            };
+            new(span, message)
+                .label("needs a sequence of token ids")
+                .with(at, label)
+                .help(help)
+        }
         Problem::EmptyDimension {
             span,
             layer,

@@ -395,6 +395,29 @@ pub enum OutOfRange {
         /// Where the ids come from.
         producer: Producer,
     },
+    /// A padding id outside an embedding's rows.
+    PadId {
+        /// The padding id.
+        pad: u64,
+        /// Rows of the embedding.
+        vocab: u64,
+    },
+    /// A sequence longer than a positional table.
+    Positions {
+        /// Rows of the table.
+        max_len: u64,
+        /// Length of the sequence.
+        length: u64,
+        /// What flows into the layer.
+        producer: Producer,
+    },
+    /// Sinusoidal positions over an odd width.
+    OddWidth {
+        /// The width.
+        width: u64,
+        /// What flows into the layer.
+        producer: Producer,
+    },
 }
 
 /// The situations of K0124: a statement where it cannot stand.

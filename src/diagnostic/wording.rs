@@ -217,6 +217,7 @@ impl Problem {
             | Problem::ReshapeSize { .. }
             | Problem::DtypeMismatch { .. }
             | Problem::DataShape { .. }
+            | Problem::SequenceTask { .. }
             | Problem::EmptyDimension { .. }
             | Problem::HeadsIndivisible { .. }
             | Problem::NoOpLayer { .. }) => super::shapes::words(p),

@@ -34,6 +34,8 @@ pub enum Kind {
     Reshape,
     Mean,
     Embedding,
+    Positional,
+    Sinusoidal,
     Attention,
     TransformerBlock,
 }
@@ -69,6 +71,8 @@ impl Kind {
         Kind::Reshape,
         Kind::Mean,
         Kind::Embedding,
+        Kind::Positional,
+        Kind::Sinusoidal,
         Kind::Attention,
         Kind::TransformerBlock,
     ];
@@ -104,6 +108,8 @@ impl Kind {
             Kind::Reshape => "reshape",
             Kind::Mean => "mean",
             Kind::Embedding => "embedding",
+            Kind::Positional => "positional",
+            Kind::Sinusoidal => "sinusoidal",
             Kind::Attention => "attention",
             Kind::TransformerBlock => "transformer_block",
         }
@@ -186,8 +192,20 @@ pub enum LayerKind {
     Reshape { shape: Vec<i64> },
     /// Mean over one per-sample dimension.
     Mean { dim: i64 },
-    /// Token embedding.
-    Embedding { vocab: i64, dim: i64 },
+    /// Token embedding; ids equal to `pad` get a zero row that is not trained and are masked
+    /// out of attention and of the mean over the sequence.
+    Embedding {
+        vocab: i64,
+        dim: i64,
+        pad: Option<i64>,
+    },
+    /// Positions added to `[sequence, width]`: a learned table of `max_len` rows, or the fixed
+    /// sinusoids of Vaswani et al. when `learned` is false.
+    Positional {
+        max_len: i64,
+        width: i64,
+        learned: bool,
+    },
     /// Multi-head self-attention over `[sequence, width]`.
     Attention {
         width: i64,
@@ -239,6 +257,8 @@ impl LayerKind {
             LayerKind::Reshape { .. } => Kind::Reshape,
             LayerKind::Mean { .. } => Kind::Mean,
             LayerKind::Embedding { .. } => Kind::Embedding,
+            LayerKind::Positional { learned: true, .. } => Kind::Positional,
+            LayerKind::Positional { learned: false, .. } => Kind::Sinusoidal,
             LayerKind::Attention { .. } => Kind::Attention,
             LayerKind::TransformerBlock { .. } => Kind::TransformerBlock,
         }

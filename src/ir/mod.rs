@@ -346,7 +346,50 @@ pub enum Generator {
         /// Exclusive upper bound.
         high: u64,
     },
+    /// One class per sequence of `randint` inputs, computed from the tokens.
+    Task(SequenceTask),
 }
+
+/// A class computed from a sequence of token ids `x[0..S)` in `[0, V)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SequenceTask {
+    /// The most frequent id, the smallest on ties (`V` classes; order-blind).
+    Majority,
+    /// The first id, `x[0]` (`V` classes; depends on order).
+    First,
+    /// The position of the largest id, the first on ties (`S` classes; depends on order).
+    Argmax,
+}
+
+impl SequenceTask {
+    /// Every task.
+    pub const ALL: &'static [SequenceTask] = &[
+        SequenceTask::Majority,
+        SequenceTask::First,
+        SequenceTask::Argmax,
+    ];
+
+    /// The task's word in the language, written as a call: `majority()`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SequenceTask::Majority => "majority",
+            SequenceTask::First => "first",
+            SequenceTask::Argmax => "argmax",
+        }
+    }
+
+    /// The number of classes over sequences of `length` ids below `vocab`.
+    pub fn classes(self, vocab: u64, length: u64) -> u64 {
+        match self {
+            SequenceTask::Majority | SequenceTask::First => vocab,
+            SequenceTask::Argmax => length,
+        }
+    }
+}
+
+/// The per-sample shape of a class: a scalar.
+static SCALAR: Shape = Shape(Vec::new());
 
 impl Generator {
     /// The per-sample shape it generates.
@@ -355,6 +398,7 @@ impl Generator {
             Generator::Normal { shape, .. }
             | Generator::Uniform { shape, .. }
             | Generator::Randint { shape, .. } => shape,
+            Generator::Task(_) => &SCALAR,
         }
     }
 }

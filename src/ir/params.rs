@@ -14,7 +14,7 @@ pub const CLASSES: &[(&str, &str)] = &[
         "norms",
         "every parameter of batchnorm, layernorm and groupnorm layers and of the norms inside transformer blocks",
     ),
-    ("embeddings", "the tables of embedding layers"),
+    ("embeddings", "the tables of embedding and learned positional layers"),
 ];
 
 /// One trainable tensor of the model, as the runtime creates it.
@@ -77,7 +77,15 @@ pub fn tensors(layer: &Layer) -> Vec<Tensor> {
             add("bias", *channels, true, false);
         }
         LayerKind::Prelu { parameters, .. } => add("weight", *parameters, false, false),
-        LayerKind::Embedding { vocab, dim } => add("weight", vocab * dim, false, true),
+        LayerKind::Embedding { vocab, dim, .. } => add("weight", vocab * dim, false, true),
+        // A learned position table is an embedding (`embeddings` selects it, as GPT-2's `wpe`
+        // is usually kept out of weight decay); the sinusoidal one has no parameters.
+        LayerKind::Positional {
+            max_len,
+            width,
+            learned: true,
+        } => add("weight", max_len * width, false, true),
+        LayerKind::Positional { learned: false, .. } => {}
         LayerKind::Attention { width, .. } => attention(&mut add, "", *width, true),
         LayerKind::TransformerBlock {
             width,

@@ -99,7 +99,7 @@ fn shape_of(l: &Layer) -> Option<Shape2> {
             (conv.inputs / conv.groups.max(1)) as u64,
             u64::from(conv.bias) * conv.outputs as u64,
         ),
-        LayerKind::Embedding { vocab, dim } => (*vocab as u64, *dim as u64, 0),
+        LayerKind::Embedding { vocab, dim, .. } => (*vocab as u64, *dim as u64, 0),
         _ => return None,
     };
     Some(Shape2 {

@@ -336,6 +336,7 @@ impl<'m> Walk<'m> {
                     self.produce(l, conv.groups != 1)
                 }
                 LayerKind::Embedding { .. }
+                | LayerKind::Positional { .. }
                 | LayerKind::Attention { .. }
                 | LayerKind::TransformerBlock { .. }
                 | LayerKind::Reshape { .. } => Flow::Fixed(Some(l.kind.kind())),
@@ -529,6 +530,7 @@ impl<'m> Walk<'m> {
             }
             LayerKind::Reshape { .. }
             | LayerKind::Embedding { .. }
+            | LayerKind::Positional { .. }
             | LayerKind::Attention { .. }
             | LayerKind::TransformerBlock { .. } => {
                 refuse(self, Reason::Consumer(kind));

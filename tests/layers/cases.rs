@@ -391,5 +391,31 @@ fn options() -> Vec<Case> {
             &[("l", "TransformerBlock(8, 2, 16, activation='tanh', bias=False)")],
         )
         .both_modes(),
+        // Positions and padding, appended so that the cases above keep their seeds.
+        case("embedding", "pad", Int(&[7], 5), "l: embedding(5, 8, pad: 0)", &[("l", "nn.Embedding(5, 8, padding_idx=0)")]),
+        case("positional", "learned", Float(&[6, 8]), "l: positional(max_len: 10)", &[("l", "Positional(10, 8)")]).bf16(),
+        case("sinusoidal", "plain", Float(&[6, 8]), "sinusoidal", &[("p", "Sinusoidal(8)")]),
+        // Padding masks: ids equal to the embedding's `pad` are keys that no query attends to,
+        // as `key_padding_mask` and `src_key_padding_mask` make them, and `mean(0)` skips them.
+        case(
+            "attention",
+            "padding-mask",
+            Int(&[6], 5),
+            "e: embedding(5, 8, pad: 0)\nl: attention(2)",
+            &[("e", "nn.Embedding(5, 8, padding_idx=0)"), ("l", "SelfAttention(8, 2)")],
+        ),
+        case(
+            "transformer_block",
+            "padding-mask-mean",
+            Int(&[6], 5),
+            "e: embedding(5, 8, pad: 0)\np: positional(max_len: 6)\nl: transformer_block(2, hidden: 16, dropout: 0)\nmean(0)\nb: linear(3)",
+            &[
+                ("e", "nn.Embedding(5, 8, padding_idx=0)"),
+                ("p", "Positional(6, 8)"),
+                ("l", "nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, activation='gelu', norm_first=True, batch_first=True)"),
+                ("m", "Mean(0)"),
+                ("b", "nn.Linear(8, 3)"),
+            ],
+        ),
     ]
 }

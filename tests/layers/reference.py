@@ -27,6 +27,7 @@ masks on both sides (both link the same libtorch).
 """
 
 import json
+import math
 import struct
 import sys
 from collections import OrderedDict
@@ -65,9 +66,10 @@ class SelfAttention(nn.MultiheadAttention):
         super().__init__(width, heads, dropout=dropout, bias=bias, batch_first=True)
         self.causal = causal
 
-    def forward(self, x):
+    def forward(self, x, key_padding_mask=None):
         mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1]) if self.causal else None
-        out = super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+        out = super().forward(x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask,
+                              need_weights=False)[0]
         # With batch_first, the output is a transposed view. Kiln's is contiguous; so that a
         # dropout after it draws its mask in the same memory order, this one is made so too.
         return out.contiguous()
@@ -137,9 +139,61 @@ class Mean(nn.Module):
         return x.mean(self.dim)
 
 
+class Positional(nn.Module):
+    """Kiln's `positional(max_len)`: a learned table added to [batch, S, E], as GPT-2's wpe."""
+
+    def __init__(self, max_len, width):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(max_len, width))
+
+    def forward(self, x):
+        return x + self.weight[: x.shape[1]]
+
+
+class Sinusoidal(nn.Module):
+    """Kiln's `sinusoidal`: the PyTorch tutorial's PositionalEncoding without its dropout."""
+
+    def __init__(self, width, max_len=64):
+        super().__init__()
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
+        pe = torch.zeros(max_len, width)
+        pe[:, 0::2] = torch.sin(position * div_term)
+        pe[:, 1::2] = torch.cos(position * div_term)
+        self.pe = pe  # a plain attribute: Kiln keeps no tensor for it, so no buffer to compare
+
+    def forward(self, x):
+        return x + self.pe[: x.shape[1]]
+
+
+class Padded(nn.Sequential):
+    """Layers after an embedding with `padding_idx`: ids equal to it are keys no attention
+    attends to (`key_padding_mask`, `src_key_padding_mask`), and `Mean(0)` averages the other
+    positions, as Kiln's `embedding(..., pad: id)` makes them."""
+
+    def __init__(self, layers, pad):
+        super().__init__(layers)
+        self.pad = pad
+
+    def forward(self, x):
+        mask = x == self.pad
+        for m in self:
+            if isinstance(m, nn.TransformerEncoderLayer):
+                x = m(x, src_key_padding_mask=mask)
+            elif isinstance(m, SelfAttention):
+                x = m(x, key_padding_mask=mask)
+            elif isinstance(m, Mean) and m.dim == 1 and mask is not None:
+                keep = (~mask).to(x.dtype).unsqueeze(-1)
+                x = (x * keep).sum(1) / keep.sum(1)
+                mask = None
+            else:
+                x = m(x)
+        return x
+
+
 NAMESPACE = {"nn": nn, "torch": torch, "F": F, "SelfAttention": SelfAttention,
              "TransformerBlock": TransformerBlock, "EncoderLayer": EncoderLayer,
-             "Reshape": Reshape, "Mean": Mean}
+             "Reshape": Reshape, "Mean": Mean, "Positional": Positional, "Sinusoidal": Sinusoidal}
 
 
 def perturb(model):
@@ -158,7 +212,9 @@ def perturb(model):
 def run(spec):
     torch.manual_seed(spec["seed"])
     layers = OrderedDict((name, eval(expr, NAMESPACE)) for name, expr in spec["layers"])
-    model = nn.Sequential(layers)
+    pads = [m.padding_idx for m in layers.values()
+            if isinstance(m, nn.Embedding) and m.padding_idx is not None]
+    model = Padded(layers, pads[0]) if pads else nn.Sequential(layers)
     perturb(model)
     out = {k: v.clone() for k, v in model.state_dict().items() if v.dtype == torch.float32}
     shape = [spec["batch"], *spec["input"]["shape"]]

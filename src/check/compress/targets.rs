@@ -55,6 +55,7 @@ pub(super) fn has_weight(kind: &LayerKind) -> bool {
         | LayerKind::Flatten
         | LayerKind::Reshape { .. }
         | LayerKind::Mean { .. }
+        | LayerKind::Positional { .. }
         | LayerKind::Attention { .. }
         | LayerKind::TransformerBlock { .. } => false,
     }

@@ -1,22 +1,39 @@
 //! `embedding`: token ids to vectors.
 
-use super::{count, required, Checked, Flow, LayerCheck, Spec};
+use super::{count, given, required, Checked, Flow, LayerCheck, Spec};
 use crate::diagnostic::problem::OutOfRange;
 use crate::diagnostic::Problem;
 use crate::ir::{DType, LayerKind};
 
-/// `embedding(num_embeddings, embedding_dim)`.
+/// `embedding(num_embeddings, embedding_dim, pad)`; `pad` is `nn.Embedding`'s `padding_idx`
+/// and also masks those tokens out of attention and of `mean` over the sequence.
 pub static EMBEDDING: Spec = Spec {
-    params: &[required("num_embeddings"), required("embedding_dim")],
+    params: &[
+        required("num_embeddings"),
+        required("embedding_dim"),
+        given("pad", "none"),
+    ],
     note: None,
-    shapes: "integer ids `[...]` -> `[..., embedding_dim]`",
+    shapes: "integer ids `[...]` -> `[..., embedding_dim]`; the `pad` id's row starts at zero and is not trained (`padding_idx`), and attention and `mean(0)` skip its positions",
 };
 
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let vocab = lc.required_uint("num_embeddings", 1);
     let dim = lc.required_uint("embedding_dim", 1);
+    let pad = lc.opt_uint("pad", 0);
     let (vocab, vocab_span) = vocab?;
     let (dim, _) = dim?;
+    let pad = pad?;
+    if let Some(p) = pad.filter(|p| *p >= vocab) {
+        lc.cx.report(Problem::OutOfRange {
+            span: lc.at("pad"),
+            situation: OutOfRange::PadId {
+                pad: p as u64,
+                vocab: vocab as u64,
+            },
+        });
+        return None;
+    }
     let shape = lc.input(flow)?;
     if flow.dtype != DType::Int {
         lc.cx.report(Problem::DtypeMismatch {
@@ -44,7 +61,7 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     output.push(dim);
     let params = count(vocab as f64 * dim as f64);
     Some(Checked::new(
-        LayerKind::Embedding { vocab, dim },
+        LayerKind::Embedding { vocab, dim, pad },
         output,
         params,
         0,

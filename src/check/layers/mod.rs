@@ -11,6 +11,7 @@ mod embedding;
 mod linear;
 mod norm;
 mod pool;
+mod positional;
 mod shape;
 
 use super::cx::{Bound, Cx, Range};
@@ -98,6 +99,8 @@ pub fn spec(kind: Kind) -> &'static Spec {
         Kind::Reshape => &shape::RESHAPE,
         Kind::Mean => &shape::MEAN,
         Kind::Embedding => &embedding::EMBEDDING,
+        Kind::Positional => &positional::POSITIONAL,
+        Kind::Sinusoidal => &positional::SINUSOIDAL,
         Kind::Attention => &attention::ATTENTION,
         Kind::TransformerBlock => &attention::TRANSFORMER_BLOCK,
     }
@@ -185,6 +188,8 @@ pub fn check(cx: &mut Cx, kind: Kind, span: Span, bound: &Bound, flow: &Flow) ->
         Kind::Flatten => shape::check_flatten(&mut lc, flow),
         Kind::Reshape => shape::check_reshape(&mut lc, flow),
         Kind::Embedding => embedding::check(&mut lc, flow),
+        Kind::Positional => positional::check(&mut lc, flow, true),
+        Kind::Sinusoidal => positional::check(&mut lc, flow, false),
         Kind::Attention => attention::check(&mut lc, flow, false),
         Kind::TransformerBlock => attention::check(&mut lc, flow, true),
     }

@@ -152,6 +152,7 @@ fn resize_layer(l: &Layer, x: &Shape, outputs: &HashMap<&str, i64>) -> Layer {
         | LayerKind::LogSoftmax { .. } => l.flops = n,
         LayerKind::Reshape { .. }
         | LayerKind::Embedding { .. }
+        | LayerKind::Positional { .. }
         | LayerKind::Attention { .. }
         | LayerKind::TransformerBlock { .. } => y = l.output.clone(),
     }

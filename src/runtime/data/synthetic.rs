@@ -1,6 +1,7 @@
-//! Synthetic sources: samples drawn from torch's generator, as `torch.randn` and friends.
+//! Synthetic sources: samples drawn from torch's generator, as `torch.randn` and friends, and
+//! sequence tasks whose classes are computed from the drawn token ids.
 
-use kiln::ir::Generator;
+use kiln::ir::{Generator, SequenceTask};
 use kiln::span::Span;
 use tch::{Device, Kind, Tensor};
 
@@ -17,7 +18,10 @@ pub(super) fn read(
 ) -> Result<Raw, DataError> {
     tch::manual_seed(seed as i64);
     let x = generate(inputs, count, span)?;
-    let y = generate(targets, count, span)?;
+    let y = match targets {
+        Generator::Task(task) => classes(*task, inputs, &x, span)?,
+        g => generate(g, count, span)?,
+    };
     Ok(Raw::new(
         x,
         y,
@@ -77,8 +81,53 @@ fn generate(g: &Generator, count: u64, span: Span) -> Result<Tensor, DataError> 
             })?;
             Tensor::f_randint(high, size.as_slice(), (Kind::Int64, Device::Cpu)).at(span)?
         }
+        Generator::Task(task) => return Err(task_inputs(task, span)),
     };
     Ok(t)
+}
+
+/// The class of each sequence of ids `x` (`[count, S]`, drawn by `inputs`) under `task`:
+/// `majority` is the most frequent id (the smallest on ties), `first` is `x[0]`, `argmax` is
+/// the position of the largest id (the first on ties), as `torch.argmax` breaks ties.
+fn classes(
+    task: SequenceTask,
+    inputs: &Generator,
+    x: &Tensor,
+    span: Span,
+) -> Result<Tensor, DataError> {
+    let &Generator::Randint { high, ref shape } = inputs else {
+        return Err(task_inputs(task, span));
+    };
+    if shape.len() != 1 {
+        return Err(task_inputs(task, span));
+    }
+    match task {
+        SequenceTask::Majority => {
+            let vocab = i64::try_from(high).map_err(|_| task_inputs(task, span))?;
+            x.f_one_hot(vocab)
+                .at(span)?
+                .f_sum_dim_intlist(Some([1i64].as_slice()), false, None::<Kind>)
+                .at(span)?
+                .f_argmax(1, false)
+                .at(span)
+        }
+        SequenceTask::First => x.f_select(1, 0).at(span)?.f_contiguous().at(span),
+        SequenceTask::Argmax => x.f_argmax(1, false).at(span),
+    }
+}
+
+/// Sequence-task targets over inputs that are not `randint(V, shape: [S])` (the checker
+/// rejects these first).
+fn task_inputs(task: SequenceTask, span: Span) -> DataError {
+    invalid(
+        span,
+        format!(
+            "`{}()` targets need inputs drawn by `randint(V, shape: [S])`",
+            task.name()
+        ),
+        "needs a sequence of token ids",
+        "draw the inputs with `randint(V, shape: [S])`",
+    )
 }
 
 #[cfg(test)]
@@ -149,5 +198,34 @@ mod tests {
         assert!(floats(&s.train.targets)
             .iter()
             .all(|&v| (-1.0..3.0).contains(&v)));
+
+        // Sequence tasks: classes computed from each drawn sequence, as defined.
+        for task in SequenceTask::ALL {
+            let source = Source::Synthetic {
+                inputs: Generator::Randint {
+                    shape: vec![6].into(),
+                    high: 4,
+                },
+                targets: Generator::Task(*task),
+                count: 200,
+            };
+            let d = data(source, Targets::Classes(None), all_train());
+            let s = load(&d, &[6], DType::Int, Path::new("."), 3).unwrap();
+            let (x, y) = (ints(&s.train.inputs), ints(&s.train.targets));
+            assert_eq!(y.len(), 200);
+            for (seq, &class) in x.chunks(6).zip(&y) {
+                let want = match task {
+                    SequenceTask::Majority => (0..4)
+                        .max_by_key(|t| (seq.iter().filter(|v| *v == t).count(), -t))
+                        .unwrap(),
+                    SequenceTask::First => seq[0],
+                    SequenceTask::Argmax => {
+                        let top = *seq.iter().max().unwrap();
+                        seq.iter().position(|v| *v == top).unwrap() as i64
+                    }
+                };
+                assert_eq!(class, want, "{task:?} of {seq:?}");
+            }
+        }
     }
 }

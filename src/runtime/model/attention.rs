@@ -49,7 +49,9 @@ pub(super) fn init_block(
 }
 
 /// Multi-head self-attention with the parameters under `prefix`; `dropout` applies to the
-/// attention weights.
+/// attention weights. `keep` (`[batch, sequence]`, false at padding) masks keys as
+/// `key_padding_mask` does with its negation.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn forward(
     net: &Net,
     l: &LayerRun,
@@ -58,6 +60,7 @@ pub(super) fn forward(
     heads: i64,
     dropout: f64,
     causal: bool,
+    keep: Option<&Tensor>,
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let &[b, n, e] = x.size().as_slice() else {
@@ -89,19 +92,34 @@ pub(super) fn forward(
         qkv.f_get(1).at(s)?,
         qkv.f_get(2).at(s)?,
     );
+    let mask = match keep {
+        Some(keep) => Some(key_mask(keep, b, n, causal).at(s)?),
+        None => None,
+    };
     let o = Tensor::f_scaled_dot_product_attention(
         &q,
         &k,
         &v,
-        None::<Tensor>,
+        mask,
         dropout,
-        causal,
+        causal && keep.is_none(),
         None::<f64>,
         false,
     )
     .at(s)?;
     let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
     linear::forward(net, l, &format!("{prefix}out_proj."), &o)
+}
+
+/// The boolean attention mask (true where a query may attend) of `[batch, 1, S or 1, S]`: the
+/// keys that `keep` marks as tokens, and under `causal` only those at or before the query.
+fn key_mask(keep: &Tensor, b: i64, n: i64, causal: bool) -> Result<Tensor, tch::TchError> {
+    let m = keep.f_view([b, 1, 1, n])?;
+    if !causal {
+        return Ok(m);
+    }
+    let past = Tensor::f_ones([n, n], (tch::Kind::Bool, keep.device()))?.f_tril(0)?;
+    m.f_logical_and(&past)
 }
 
 /// A transformer block. Pre-norm: `x + dropout(attention(norm1(x)))`, then
@@ -117,6 +135,7 @@ pub(super) fn block(
     causal: bool,
     options: &Block,
     train: bool,
+    keep: Option<&Tensor>,
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let p = if train { dropout } else { 0.0 };
@@ -124,7 +143,7 @@ pub(super) fn block(
     let norm = |prefix: &str, x: &Tensor| norm::layer(net, l, prefix, &[width], options.eps, x);
     let add = |x: &Tensor, y: &Tensor| net.fp32_input(l, x)?.f_add(&net.fp32_input(l, y)?).at(s);
     let attend = |h: &Tensor| {
-        forward(net, l, "self_attn.", h, heads, p, causal)?
+        forward(net, l, "self_attn.", h, heads, p, causal, keep)?
             .f_dropout(p, train)
             .at(s)
     };

@@ -6,16 +6,30 @@ use super::{Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::Diagnostic;
 
-/// `nn.Embedding`'s table: `N(0, 1)`.
-pub(super) fn init(i: &mut Init, vocab: i64, dim: i64) -> Result<(), Diagnostic> {
+/// `nn.Embedding`'s table: `N(0, 1)`, with the `pad` row zeroed as `padding_idx` does.
+pub(super) fn init(i: &mut Init, vocab: i64, dim: i64, pad: Option<i64>) -> Result<(), Diagnostic> {
     let (device, span) = (i.run.device, i.run.span);
     let mut t = Tensor::f_empty([vocab, dim], (Kind::Float, device)).at(span)?;
     t.f_normal_(0.0, 1.0).done_at(span)?;
+    if let Some(p) = pad {
+        t.f_get(p).at(span)?.f_fill_(0.0).done_at(span)?;
+    }
     i.param("weight", t);
     Ok(())
 }
 
-/// Looks up each token id's row.
-pub(super) fn forward(net: &Net, l: &LayerRun, x: &Tensor) -> Result<Tensor, Diagnostic> {
-    Tensor::f_embedding(net.param(l, "weight")?, x, -1, false, false).at(l.span)
+/// Looks up each token id's row; the `pad` row gets no gradient (`padding_idx`). With a `pad`,
+/// `keep` becomes which positions hold other ids (`[batch, sequence]`, true for tokens), the
+/// mask that attention and the mean over the sequence apply downstream.
+pub(super) fn forward(
+    net: &Net,
+    l: &LayerRun,
+    x: &Tensor,
+    pad: Option<i64>,
+    keep: &mut Option<Tensor>,
+) -> Result<Tensor, Diagnostic> {
+    if let Some(p) = pad {
+        *keep = Some(x.f_ne(p).at(l.span)?);
+    }
+    Tensor::f_embedding(net.param(l, "weight")?, x, pad.unwrap_or(-1), false, false).at(l.span)
 }

@@ -13,8 +13,10 @@ mod attention;
 mod conv;
 mod embedding;
 mod linear;
+mod mask;
 mod norm;
 mod pool;
+mod positional;
 mod shape;
 
 use tch::{Device, Kind, Tensor};
@@ -207,7 +209,12 @@ fn init(i: &mut Init) -> Result<(), Diagnostic> {
         LayerKind::LayerNorm { shape, .. } => norm::init_affine(i, "", &shape),
         LayerKind::GroupNorm { channels, .. } => norm::init_affine(i, "", &[channels]),
         LayerKind::Prelu { parameters, init } => activation::init_prelu(i, parameters, init),
-        LayerKind::Embedding { vocab, dim } => embedding::init(i, vocab, dim),
+        LayerKind::Embedding { vocab, dim, pad } => embedding::init(i, vocab, dim, pad),
+        LayerKind::Positional {
+            max_len,
+            width,
+            learned,
+        } => positional::init(i, max_len, width, learned),
         LayerKind::Attention { width, .. } => attention::init(i, "", width),
         LayerKind::TransformerBlock {
             width,
@@ -237,8 +244,16 @@ fn init(i: &mut Init) -> Result<(), Diagnostic> {
     }
 }
 
-/// Runs one layer.
-fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
+/// Runs one layer. `keep` is the padding mask of the sequence (`[batch, sequence]`, true for
+/// tokens) once an `embedding` with a `pad` has set it: attention masks those keys and
+/// `mean(0)` averages the tokens only, ending the mask.
+fn forward(
+    net: &Net,
+    l: &LayerRun,
+    x: &Tensor,
+    train: bool,
+    keep: &mut Option<Tensor>,
+) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     match &l.kind {
         LayerKind::Linear { .. } => linear::layer(net, l, x, train),
@@ -270,10 +285,12 @@ fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, D
             .at(s),
         LayerKind::Flatten => x.f_flatten(1, -1).at(s),
         LayerKind::Reshape { shape } => shape::reshape(l, shape, x),
+        LayerKind::Mean { dim: 0 } if keep.is_some() => mask::mean(l, x, keep.take()),
         LayerKind::Mean { dim } => x
             .f_mean_dim(Some([dim + 1].as_slice()), false, None::<Kind>)
             .at(s),
-        LayerKind::Embedding { .. } => embedding::forward(net, l, x),
+        LayerKind::Embedding { pad, .. } => embedding::forward(net, l, x, *pad, keep),
+        LayerKind::Positional { learned, .. } => positional::forward(net, l, x, *learned),
         LayerKind::Attention {
             heads,
             dropout,
@@ -281,7 +298,7 @@ fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, D
             ..
         } => {
             let p = if train { *dropout } else { 0.0 };
-            attention::forward(net, l, "", x, *heads, p, *causal)
+            attention::forward(net, l, "", x, *heads, p, *causal, keep.as_ref())
         }
         LayerKind::TransformerBlock {
             heads,
@@ -289,7 +306,17 @@ fn forward(net: &Net, l: &LayerRun, x: &Tensor, train: bool) -> Result<Tensor, D
             causal,
             block,
             ..
-        } => attention::block(net, l, x, *heads, *dropout, *causal, block, train),
+        } => attention::block(
+            net,
+            l,
+            x,
+            *heads,
+            *dropout,
+            *causal,
+            block,
+            train,
+            keep.as_ref(),
+        ),
     }
 }
 
@@ -444,10 +471,18 @@ impl Net {
 
     /// Runs the model on a batch. `train` selects training behaviour (dropout, batch statistics).
     pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
-        self.run(&self.nodes, xs, train)
+        self.run(&self.nodes, xs, train, &mut None)
     }
 
-    fn run(&self, nodes: &[Lowered], xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
+    /// Runs `nodes` on `xs`; `keep` carries the padding mask from layer to layer while the
+    /// sequence stays the second dimension of what flows.
+    fn run(
+        &self,
+        nodes: &[Lowered],
+        xs: &Tensor,
+        train: bool,
+        keep: &mut Option<Tensor>,
+    ) -> Result<Tensor, Diagnostic> {
         let mut x = xs.shallow_clone();
         for node in nodes {
             x = match node {
@@ -457,10 +492,18 @@ impl Net {
                     } else {
                         x.f_to_device(l.device).at(l.span)?
                     };
-                    forward(self, l, &input, train)?
+                    if let Some(k) = keep.as_ref().filter(|k| k.device() != l.device) {
+                        let moved = k.f_to_device(l.device).at(l.span)?;
+                        *keep = Some(moved);
+                    }
+                    let y = forward(self, l, &input, train, keep)?;
+                    if keep.as_ref().is_some_and(|k| !mask::keeps_sequence(&y, k)) {
+                        *keep = None;
+                    }
+                    y
                 }
                 Lowered::Residual(inner, span) => {
-                    let y = self.run(inner, &x, train)?;
+                    let y = self.run(inner, &x, train, keep)?;
                     let x = if x.device() == y.device() {
                         x
                     } else {

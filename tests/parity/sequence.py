@@ -1,0 +1,132 @@
+"""PyTorch reference runs for `tests/parity_sequence.rs`: transformers over token sequences.
+
+Usage: sequence.py SPEC.json
+
+SPEC.json is a list of cases written by the Rust test, each
+    {"dir": ..., "model": "padded"|"sinusoidal", "seed": int, "vocab": int, "length": int,
+     "count": int, "batch": int, "steps": int, "lr": float, "weight_decay": float}
+
+For each case it draws the data as Kiln's `synthetic(inputs: randint(vocab, shape: [length]),
+targets: argmax(), count)` does (`torch.manual_seed(seed)`, `torch.randint`, then the position of
+the largest id), builds the model, and writes into `dir`:
+    init.safetensors  the model's initial state_dict (F32)
+    reference.json    {"losses": [...]}: the mean training loss of each step, before the update
+
+Training takes the batches in order (Kiln's `shuffle false`) and runs AdamW (`foreach=False`) at
+a constant learning rate.
+"""
+
+import json
+import math
+import struct
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+DTYPES = {torch.float32: "F32", torch.int64: "I64"}
+
+
+def save_safetensors(path, tensors):
+    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        data = t.numpy().tobytes()
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def sinusoids(length, width):
+    """The PyTorch tutorial's PositionalEncoding table, without its dropout."""
+    position = torch.arange(length).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, width, 2) * (-math.log(10000.0) / width))
+    pe = torch.zeros(length, width)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+class Padded(nn.Module):
+    """embed: embedding(V, 16, pad: 0); pos: positional(max_len: S);
+    block: transformer_block(2, hidden: 32, dropout: 0); norm: layernorm; mean(0); head: linear(S)"""
+
+    def __init__(self, vocab, length):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 16, padding_idx=0)
+        self.pos = nn.Module()
+        self.pos.weight = nn.Parameter(torch.randn(length, 16))
+        self.block = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu",
+                                                norm_first=True, batch_first=True)
+        self.norm = nn.LayerNorm(16)
+        self.head = nn.Linear(16, length)
+
+    def forward(self, tokens):
+        pad = tokens == 0
+        x = self.embed(tokens) + self.pos.weight[: tokens.shape[1]]
+        x = self.norm(self.block(x, src_key_padding_mask=pad))
+        keep = (~pad).float().unsqueeze(-1)
+        return self.head((x * keep).sum(1) / keep.sum(1))
+
+
+class Sinusoidal(nn.Module):
+    """embed: embedding(V, 16); sinusoidal; block: transformer_block(2, hidden: 32, dropout: 0,
+    causal: true); mean(0); head: linear(S)"""
+
+    def __init__(self, vocab, length):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, 16)
+        self.block = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, activation="gelu",
+                                                norm_first=True, batch_first=True)
+        self.head = nn.Linear(16, length)
+        self.register_buffer("pe", sinusoids(length, 16), persistent=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens) + self.pe[: tokens.shape[1]]
+        mask = nn.Transformer.generate_square_subsequent_mask(tokens.shape[1])
+        x = self.block(x, src_mask=mask, is_causal=True)
+        return self.head(x.mean(1))
+
+
+MODELS = {"padded": Padded, "sinusoidal": Sinusoidal}
+
+
+def run(case):
+    torch.manual_seed(case["seed"])
+    inputs = torch.randint(case["vocab"], (case["count"], case["length"]))
+    targets = inputs.argmax(1)
+    torch.manual_seed(case["seed"] + 1)
+    model = MODELS[case["model"]](case["vocab"], case["length"])
+    save_safetensors(f"{case['dir']}/init.safetensors", model.state_dict())
+    opt = torch.optim.AdamW(model.parameters(), lr=case["lr"], weight_decay=case["weight_decay"],
+                            foreach=False)
+    losses, b = [], case["batch"]
+    for step in range(case["steps"]):
+        opt.zero_grad(set_to_none=False)
+        x, y = inputs[step * b:(step + 1) * b], targets[step * b:(step + 1) * b]
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    with open(f"{case['dir']}/reference.json", "w") as f:
+        json.dump({"losses": losses}, f)
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        cases = json.load(f)
+    for case in cases:
+        run(case)
+
+
+if __name__ == "__main__":
+    main()
