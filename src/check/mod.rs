@@ -12,9 +12,11 @@ mod experiment;
 mod fs;
 mod homes;
 pub mod layers;
+mod loss;
 mod model;
 mod settings;
 mod shrink;
+mod split;
 mod sweep;
 
 use std::path::{Path, PathBuf};
