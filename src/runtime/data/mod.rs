@@ -28,6 +28,8 @@ mod idx;
 mod loader;
 mod npy;
 mod npz;
+#[cfg(test)]
+mod options_tests;
 mod safetensors;
 mod split;
 mod synthetic;
