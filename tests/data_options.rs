@@ -19,8 +19,8 @@ fn experiment(name: &str, data: &str, loss: &str) -> String {
 const SOURCE: &str = "    source synthetic(inputs: normal([6]), targets: randint(4), count: 150)";
 
 /// Runs `text` and returns its report.
-fn run_report(dir: &Path, name: &str, text: &str) -> serde_yaml::Value {
-    let file = write(dir, &format!("{name}.exp"), text);
+fn run_report(dir: &Path, name: &str, exp: &str) -> serde_yaml::Value {
+    let file = write(dir, &format!("{name}.exp"), exp);
     let runs = dir.join(format!("runs-{name}"));
     let o = run(&[
         "run",
