@@ -20,10 +20,16 @@ use crate::ir::{
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 
 /// Optimizer steps in one epoch of `samples` samples: batches of the training split, the last
-/// one partial.
+/// one partial, or left out with `drop_last`.
 fn per_epoch(data: &Data, samples: Option<u64>) -> Option<u64> {
     let (n, _, _) = data.split.counts(samples?);
-    (data.batch > 0).then(|| n.div_ceil(data.batch))
+    (data.batch > 0).then(|| {
+        if data.drop_last {
+            n / data.batch
+        } else {
+            n.div_ceil(data.batch)
+        }
+    })
 }
 
 /// Optimizer steps in `d`, when an epoch's steps are known or not needed.
@@ -413,7 +419,7 @@ fn evaluation(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Optio
             });
         }
     }
-    if s.data.split.val == 0.0 {
+    if !s.data.has_val() {
         return;
     }
     // Evaluations during training: every `n` steps, or at the end of every `n`-th whole epoch.

@@ -4,25 +4,37 @@ use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
 use super::experiment::duplicate;
-use crate::diagnostic::problem::{Arguments, Expected, Form, OutOfRange};
+use super::split::SplitOut;
+use crate::diagnostic::problem::{Arguments, Expected, Inconsistent, OutOfRange};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{DType, Data, Generator, Normalize, SequenceTask, Shape, Source, Split, Targets};
+use crate::ir::{DType, Data, Generator, Normalize, SequenceTask, Shape, Source, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
 /// Keywords of the data block.
-pub const KEYWORDS: &[&str] = &["source", "split", "batch", "shuffle", "normalize"];
+pub const KEYWORDS: &[&str] = &[
+    "source",
+    "split",
+    "batch",
+    "shuffle",
+    "normalize",
+    "drop_last",
+    "eval_batch",
+];
 
 /// Data sources and their parameters in positional order.
 pub const SOURCES: &[(&str, &[&str])] = &[
     ("synthetic", &["inputs", "targets", "count"]),
-    ("idx", &["images", "labels", "classes", "shape"]),
-    ("npy", &["inputs", "targets", "classes", "shape"]),
-    ("npz", &["path", "inputs", "targets", "classes", "shape"]),
+    ("idx", &["images", "labels", "classes", "shape", "scale"]),
+    ("npy", &["inputs", "targets", "classes", "shape", "scale"]),
+    (
+        "npz",
+        &["path", "inputs", "targets", "classes", "shape", "scale"],
+    ),
     ("csv", &["path", "target", "header", "classes"]),
     (
         "safetensors",
-        &["path", "inputs", "targets", "classes", "shape"],
+        &["path", "inputs", "targets", "classes", "shape", "scale"],
     ),
 ];
 
@@ -80,9 +92,24 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             example,
         });
     };
-    let source = match seen.get("source") {
-        Some(s) => check_source(cx, s),
-        None => {
+    let split = seen.get("split").map_or(Some(SplitOut::default()), |s| {
+        super::split::check_split(cx, s)
+    });
+    let source = match (
+        seen.get("source"),
+        split.as_ref().and_then(|s| s.train.as_ref()),
+    ) {
+        (Some(s), Some(train)) => {
+            cx.report(Problem::Inconsistent {
+                span: train.span,
+                situation: Inconsistent::TwoTrainingSources { source: s.span },
+            });
+            None
+        }
+        (Some(s), None) => check_source(cx, s),
+        (None, Some(train)) => Some(train.clone()),
+        (None, None) if split.is_none() => None,
+        (None, None) => {
             missing(
                 cx,
                 &["source"],
@@ -103,23 +130,36 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
     let shuffle = seen
         .get("shuffle")
         .map_or(Some(true), |s| cx.single(s).and_then(|v| cx.boolean(v)));
-    let split = seen.get("split").map_or(
-        Some(Split {
-            train: 1.0,
-            val: 0.0,
-            test: 0.0,
-        }),
-        |s| check_split(cx, s),
-    );
+    let drop_last = seen
+        .get("drop_last")
+        .map_or(Some(false), |s| cx.single(s).and_then(|v| cx.boolean(v)));
+    let eval_batch = seen.get("eval_batch").map_or(Some(None), |s| {
+        cx.single(s)
+            .and_then(|v| cx.uint_min(v, "the evaluation batch size", 1))
+            .map(Some)
+    });
     let normalize = match seen.get("normalize") {
         None => Some(None),
         Some(s) => check_normalize(cx, s).map(Some),
     };
-    let (source, source_span, sample, dtype, int_bound, targets) = source?;
+    let split = split?;
+    let source = source?;
     let (batch, batch_span) = batch?;
+    let (val, test) = (
+        super::split::held_out(cx, &split.val, "val", &source),
+        super::split::held_out(cx, &split.test, "test", &source),
+    );
+    let SourceOut {
+        source,
+        span: source_span,
+        sample,
+        dtype,
+        int_bound,
+        targets,
+        scale,
+    } = source;
     if let Source::Synthetic { count, .. } = &source {
-        let split = split.as_ref()?;
-        let train = (*count as f64 * split.train).floor() as u64;
+        let train = (*count as f64 * split.split.train).floor() as u64;
         if train < batch {
             cx.report(Problem::OutOfRange {
                 span: batch_span,
@@ -137,12 +177,18 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         data: Data {
             source,
             source_span,
-            split: split?,
+            split: split.split,
+            scale,
+            val: val?,
+            test: test?,
             batch,
             batch_span,
+            drop_last: drop_last?,
+            eval_batch: eval_batch?.unwrap_or(batch),
             shuffle: shuffle?,
             normalize: normalize?,
             targets,
+            ignore_label: None,
             read: None,
         },
         sample,
@@ -151,17 +197,32 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
     })
 }
 
-type SourceOut = (
-    Source,
-    Span,
-    Option<(Shape, Span)>,
-    DType,
-    Option<u64>,
-    Targets,
-);
+/// A checked source with what the model checker needs.
+#[derive(Clone)]
+pub(super) struct SourceOut {
+    /// The source.
+    pub source: Source,
+    /// Its call.
+    pub span: Span,
+    /// The declared per-sample input shape, when it declares one.
+    pub sample: Option<(Shape, Span)>,
+    /// Input element type.
+    pub dtype: DType,
+    /// Exclusive bound of integer inputs.
+    pub int_bound: Option<u64>,
+    /// What a target is.
+    pub targets: Targets,
+    /// What uint8 inputs are divided by (`scale`).
+    pub scale: Option<f64>,
+}
 
 fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
     let v = cx.single(stmt)?;
+    source_value(cx, v)
+}
+
+/// Checks a source call (`idx(...)`, `npy(...)`...).
+pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
     let (name, args) = match &v.kind {
         ValueKind::Call(name, args) => (name, Some(args)),
         ValueKind::Path(_) => {
@@ -216,18 +277,19 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
             g => Targets::Values(g.shape().clone()),
         };
         let sample = Some((inputs.shape().clone(), input_span));
-        return Some((
-            Source::Synthetic {
+        return Some(SourceOut {
+            source: Source::Synthetic {
                 inputs,
                 targets,
                 count,
             },
-            v.span,
+            span: v.span,
             sample,
             dtype,
             int_bound,
-            t,
-        ));
+            targets: t,
+            scale: None,
+        });
     }
     let string = |cx: &mut Cx, p: &str, default: &str| {
         b.get(p).map_or(Some(default.to_string()), |v| cx.string(v))
@@ -238,6 +300,11 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
     let shape = b
         .get("shape")
         .map_or(Some(None), |v| cx.shape(v).map(|s| Some((s, v.span))));
+    // IDX images are divided by 255 unless told otherwise; other formats keep their values.
+    let default_scale = (*kind == "idx").then_some(255.0);
+    let scale = b
+        .get("scale")
+        .map_or(Some(default_scale), |v| check_scale(cx, v));
     let source = match *kind {
         "idx" => {
             let images = need(cx, "images").and_then(|v| cx.string(v));
@@ -289,14 +356,27 @@ fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
         Some(c) => Targets::Classes(Some(c)),
         None => Targets::Unknown,
     };
-    Some((
+    Some(SourceOut {
         source,
-        v.span,
-        shape?.map(|(s, at)| (s.into(), at)),
-        DType::Float,
-        None,
+        span: v.span,
+        sample: shape?.map(|(s, at)| (s.into(), at)),
+        dtype: DType::Float,
+        int_bound: None,
         targets,
-    ))
+        scale: scale?,
+    })
+}
+
+/// `scale: 255` (what uint8 inputs are divided by, above 0) or `scale: none`.
+fn check_scale(cx: &mut Cx, v: &Value) -> Option<Option<f64>> {
+    match &v.kind {
+        ValueKind::Path(p) if p == "none" => Some(None),
+        ValueKind::Path(_) => {
+            cx.wrong_type(v, Expected::Scale);
+            None
+        }
+        _ => cx.number_in(v, "`scale`", Range::Positive).map(Some),
+    }
 }
 
 fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
@@ -393,51 +473,6 @@ fn sequence_task(
         classes,
     });
     None
-}
-
-fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<Split> {
-    cx.plain_statement(stmt, true);
-    let b = cx.bind(
-        "split",
-        stmt.args.as_ref(),
-        stmt.keyword.span,
-        &["train", "val", "test"],
-    );
-    if stmt.args.is_none() || !stmt.values.is_empty() {
-        cx.report(Problem::WrongArguments {
-            span: stmt.span,
-            situation: Arguments::Form(Form::Split),
-        });
-        return None;
-    }
-    let frac = |cx: &mut Cx, p: &str| {
-        b.get(p).map_or(Some(0.0), |v| {
-            cx.number_in(v, &format!("the `{p}` fraction"), Range::Unit)
-        })
-    };
-    let (train, val, test) = (frac(cx, "train"), frac(cx, "val"), frac(cx, "test"));
-    let split = Split {
-        train: train?,
-        val: val?,
-        test: test?,
-    };
-    let sum = split.train + split.val + split.test;
-    if sum > 1.0 + 1e-9 {
-        cx.report(Problem::OutOfRange {
-            span: b.span,
-            situation: OutOfRange::SplitSum { sum },
-        });
-        return None;
-    }
-    if split.train == 0.0 {
-        let at = b.get("train").map_or(b.span, |v| v.span);
-        cx.report(Problem::OutOfRange {
-            span: at,
-            situation: OutOfRange::EmptyTrainSplit,
-        });
-        return None;
-    }
-    Some(split)
 }
 
 fn check_normalize(cx: &mut Cx, stmt: &Statement) -> Option<Normalize> {

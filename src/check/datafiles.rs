@@ -11,7 +11,7 @@ use super::cx::Cx;
 use super::data::SOURCES;
 use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
-use crate::diagnostic::problem::DataFit;
+use crate::diagnostic::problem::{DataFit, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::{Experiment, ReadData, Source, Targets};
 use crate::span::{Sources, Span};
@@ -32,14 +32,29 @@ struct Spans {
 }
 
 impl Spans {
-    fn find(stmt: &Statement) -> Option<Spans> {
+    /// The spans of the source of `split` (`train`, `val` or `test`): the `source` statement,
+    /// or the split's own source in `split(...)`.
+    fn find(stmt: &Statement, split: &str) -> Option<Spans> {
         fn find<'s>(stmts: &'s [Statement], kw: &str) -> Option<&'s Statement> {
             stmts.iter().find(|s| s.keyword.name == kw)
         }
         let body = &stmt.body.as_ref()?.statements;
         let data = &find(body, "data")?.body.as_ref()?.statements;
-        let source = find(data, "source")?;
-        let ValueKind::Call(name, args) = &source.values.first()?.kind else {
+        let own = find(data, "split").and_then(|s| {
+            let bound = Cx::default().bind(
+                "split",
+                s.args.as_ref(),
+                s.keyword.span,
+                &["train", "val", "test"],
+            );
+            bound.get(split).cloned()
+        });
+        let call = match (find(data, "source"), own) {
+            (_, Some(v)) if matches!(v.kind, ValueKind::Call(..)) => v,
+            (Some(source), _) if split == "train" => source.values.first()?.clone(),
+            _ => return None,
+        };
+        let ValueKind::Call(name, args) = &call.kind else {
             return None;
         };
         let (kind, params) = SOURCES.iter().find(|(k, _)| *k == name.name)?;
@@ -82,12 +97,43 @@ pub(super) fn verify(
     loader: &dyn Loader,
     headers: &mut Headers,
 ) {
-    if matches!(e.data.source, Source::Synthetic { .. }) {
-        return;
+    for (split, held) in [("val", e.data.val.clone()), ("test", e.data.test.clone())] {
+        if let Some(held) = held {
+            verify_source(cx, e, stmt, sources, loader, headers, &held.source, split);
+        }
     }
-    let Some(spans) = Spans::find(stmt) else {
-        return;
-    };
+    if let Some(samples) = verify_source(
+        cx,
+        e,
+        stmt,
+        sources,
+        loader,
+        headers,
+        &e.data.source.clone(),
+        "train",
+    ) {
+        let (samples, sample) = samples;
+        e.data.read = Some(ReadData { samples, sample });
+    }
+}
+
+/// Reads the headers of the source of `split` and checks them against the experiment; the
+/// sample count (when known) and the sample shape when everything fits.
+#[allow(clippy::too_many_arguments)]
+fn verify_source(
+    cx: &mut Cx,
+    e: &Experiment,
+    stmt: &Statement,
+    sources: &Sources,
+    loader: &dyn Loader,
+    headers: &mut Headers,
+    source: &Source,
+    split: &str,
+) -> Option<(Option<u64>, Vec<u64>)> {
+    if matches!(source, Source::Synthetic { .. }) {
+        return None;
+    }
+    let spans = Spans::find(stmt, split)?;
     let dir = sources
         .get(e.data.source_span.file)
         .path
@@ -101,16 +147,10 @@ pub(super) fn verify(
         spans: &spans,
         fallback: e.data.source_span,
     };
-    let Some((inputs, targets)) = files.sides(&e.data.source) else {
-        return;
-    };
-    let samples = fit(files.cx, e, &spans, &inputs, &targets);
-    if let Some(samples) = samples {
-        e.data.read = Some(ReadData {
-            samples,
-            sample: inputs.shape[1..].to_vec(),
-        });
-    }
+    let (inputs, targets) = files.sides(source)?;
+    let own = split != "train";
+    let samples = fit(files.cx, e, &spans, source, own, &inputs, &targets)?;
+    Some((samples, inputs.shape[1..].to_vec()))
 }
 
 /// Reads a source's files.
@@ -372,7 +412,16 @@ impl Files<'_, '_> {
 
 /// Checks what the headers declare against the experiment; the sample count (`None` inside when
 /// unknown) when everything fits.
-fn fit(cx: &mut Cx, e: &Experiment, spans: &Spans, x: &Side, y: &Side) -> Option<Option<u64>> {
+/// A split's own source (`own`) takes all its samples: no fractions to check.
+fn fit(
+    cx: &mut Cx,
+    e: &Experiment,
+    spans: &Spans,
+    source: &Source,
+    own: bool,
+    x: &Side,
+    y: &Side,
+) -> Option<Option<u64>> {
     let mismatch = |cx: &mut Cx, side: &Side, situation: DataFit| {
         cx.report(Problem::DataMismatch {
             span: side.span,
@@ -388,7 +437,7 @@ fn fit(cx: &mut Cx, e: &Experiment, spans: &Spans, x: &Side, y: &Side) -> Option
     }
     let (n, m) = (x.shape[0], y.shape[0]);
     if n != m {
-        let what = if matches!(e.data.source, Source::Idx { .. }) {
+        let what = if matches!(source, Source::Idx { .. }) {
             "labels"
         } else {
             "targets"
@@ -449,8 +498,8 @@ fn fit(cx: &mut Cx, e: &Experiment, spans: &Spans, x: &Side, y: &Side) -> Option
         }
         _ => {}
     }
-    if n == u64::MAX {
-        return Some(None);
+    if n == u64::MAX || own {
+        return Some((n != u64::MAX).then_some(n));
     }
     split_fits(cx, e, spans, n).then_some(Some(n))
 }
@@ -465,6 +514,19 @@ fn split_fits(cx: &mut Cx, e: &Experiment, spans: &Spans, n: u64) -> bool {
     let train = count(split.train, n);
     let val = count(split.val, n - train);
     let test = count(split.test, n - train - val);
+    if e.data.drop_last && train < e.data.batch {
+        // Every batch of an epoch would be partial, and dropped.
+        cx.report(Problem::OutOfRange {
+            span: e.data.batch_span,
+            situation: OutOfRange::BatchOverSamples {
+                batch: e.data.batch,
+                train,
+                count: n,
+                source: e.data.source_span,
+            },
+        });
+        return false;
+    }
     let at = spans.split.unwrap_or(e.data.source_span);
     for (name, fraction, got) in [
         ("training", split.train, train),

@@ -274,7 +274,10 @@ pub fn check_experiment(
         tags,
         seed,
         trial,
-        data: data.data,
+        data: crate::ir::Data {
+            ignore_label: train.loss.ignore_index(),
+            ..data.data
+        },
         model: crate::ir::Model {
             input: model.input,
             input_dtype: feed.dtype,
@@ -503,13 +506,7 @@ fn check_loss(
     let Some(out) = &model.output else {
         return true;
     };
-    let name = match loss {
-        Loss::CrossEntropy { .. } => "cross_entropy",
-        Loss::Nll => "nll",
-        Loss::Mse => "mse",
-        Loss::L1 => "l1",
-        Loss::BceWithLogits => "bce_with_logits",
-    };
+    let name = super::loss::name(loss);
     let err = |cx: &mut Cx, situation: LossShape| {
         cx.report(Problem::LossShape {
             span: loss_span,
@@ -520,8 +517,11 @@ fn check_loss(
         });
         false
     };
+    if let Some(situation) = super::loss::option_sizes(loss, out) {
+        return err(cx, situation);
+    }
     match loss {
-        Loss::CrossEntropy { .. } | Loss::Nll => {
+        Loss::CrossEntropy { .. } | Loss::Nll { .. } => {
             if let Some(at) = model
                 .ends_in_softmax
                 .filter(|_| matches!(loss, Loss::CrossEntropy { .. }))
@@ -559,15 +559,15 @@ fn check_loss(
             }
             true
         }
-        Loss::Mse | Loss::L1 | Loss::BceWithLogits => {
+        Loss::Mse | Loss::L1 | Loss::BceWithLogits { .. } => {
             let want: Vec<i64> = match targets {
                 Targets::Values(shape) => shape.to_vec(),
                 Targets::Classes(Some(classes))
-                    if *classes > 2 && matches!(loss, Loss::BceWithLogits) =>
+                    if *classes > 2 && matches!(loss, Loss::BceWithLogits { .. }) =>
                 {
                     return err(cx, LossShape::BinaryOnClasses { classes: *classes });
                 }
-                Targets::Classes(_) if matches!(loss, Loss::BceWithLogits) => vec![],
+                Targets::Classes(_) if matches!(loss, Loss::BceWithLogits { .. }) => vec![],
                 Targets::Classes(_) => {
                     return err(cx, LossShape::ValuesOnClasses);
                 }
@@ -640,7 +640,7 @@ fn check_evaluation(
     given: &HashMap<&'static str, Span>,
 ) -> bool {
     let mut ok = true;
-    let no_val = data.split.val == 0.0;
+    let no_val = !data.has_val();
     if let (true, Some(es), Some(at)) = (no_val, &train.early_stop, given.get("early_stop")) {
         if es.metric.starts_with("val_") {
             cx.report(Problem::Inconsistent {

@@ -13,10 +13,12 @@ mod fs;
 mod groups;
 mod homes;
 pub mod layers;
+mod loss;
 mod model;
 mod schedule;
 mod settings;
 mod shrink;
+mod split;
 mod sweep;
 
 use std::path::{Path, PathBuf};

@@ -4,12 +4,13 @@ use std::collections::HashMap;
 
 use super::cx::{Bound, Cx, Range};
 use super::experiment::duplicate;
+use super::loss::{check_loss, LOSSES};
 use super::model::ModelOut;
 use crate::diagnostic::problem::{Arguments, Expected, Inconsistent, OutOfRange};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{
-    Backend, Checkpoint, Device, Duration, EarlyStop, Loss, Metric, Optimizer, OptimizerKind,
-    Parallel, PipelineSchedule, Precision, Train,
+    Backend, Checkpoint, Device, Duration, EarlyStop, Metric, Optimizer, OptimizerKind, Parallel,
+    PipelineSchedule, Precision, Train,
 };
 use crate::span::Span;
 use crate::syntax::ast::{Args, Ident, Statement, Unit, Value, ValueKind};
@@ -64,29 +65,6 @@ const OPTIMIZERS: &[Choice<Opt>] = &[
             "groups",
         ],
     ),
-];
-
-/// The losses.
-#[derive(Clone, Copy)]
-enum LossName {
-    CrossEntropy,
-    Mse,
-    L1,
-    BceWithLogits,
-    Nll,
-}
-
-/// Losses and their parameters.
-const LOSSES: &[Choice<LossName>] = &[
-    (
-        "cross_entropy",
-        LossName::CrossEntropy,
-        &["label_smoothing"],
-    ),
-    ("mse", LossName::Mse, &[]),
-    ("l1", LossName::L1, &[]),
-    ("bce_with_logits", LossName::BceWithLogits, &[]),
-    ("nll", LossName::Nll, &[]),
 ];
 
 /// The parallel strategies.
@@ -639,28 +617,6 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
             .iter()
             .filter_map(|k| get(k).map(|s| (*k, s.keyword.span)))
             .collect(),
-    })
-}
-
-fn check_loss(cx: &mut Cx, stmt: &Statement) -> Option<Loss> {
-    let Called {
-        word: kind,
-        tag: loss,
-        params,
-        args,
-        value: v,
-    } = callee(cx, stmt, Code::UnknownLoss, "loss", LOSSES)?;
-    let b = cx.bind(kind, args, v.span, params);
-    Some(match loss {
-        LossName::CrossEntropy => Loss::CrossEntropy {
-            label_smoothing: b.get("label_smoothing").map_or(Some(0.0), |v| {
-                cx.number_in(v, "label smoothing", Range::UnitOpen)
-            })?,
-        },
-        LossName::Mse => Loss::Mse,
-        LossName::L1 => Loss::L1,
-        LossName::BceWithLogits => Loss::BceWithLogits,
-        LossName::Nll => Loss::Nll,
     })
 }
 

@@ -270,6 +270,19 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     "needs two or more class scores".to_string(),
                     "end the model with `linear(classes)`, or use `bce_with_logits` for a binary target".to_string(),
                 ),
+                LossShape::WeightCount { option, given, wants } => (
+                    format!(
+                        "`{option}` gives {} but the model outputs {} per sample",
+                        counted(given as u64, "value"),
+                        counted(wants as u64, "score")
+                    ),
+                    format!("needs {}", counted(wants as u64, "value")),
+                    if option == "pos_weight" {
+                        format!("give one `pos_weight` for all scores, or {wants}, one per score")
+                    } else {
+                        format!("give one class weight per class score: {wants}")
+                    },
+                ),
                 LossShape::Shapes { targets } => (
                     format!("`{loss}` compares the output {out} with targets {targets}"),
                     format!("needs output {targets}"),

@@ -92,6 +92,10 @@ pub enum Expected {
     Source,
     /// A data generator call.
     Generator,
+    /// A uint8 scaling: a number above 0 or `none`.
+    Scale,
+    /// A split's fraction or its own source.
+    SplitPart,
     /// A metric.
     Metric,
     /// A list of devices.
@@ -132,7 +136,7 @@ pub enum Form {
     Prune,
     /// `quantize fc1 int8(per_channel)`.
     Quantize,
-    /// `split(train: 0.8, val: 0.2)`.
+    /// `split(train: 0.8, val: 0.2)` or `split(train: npy(...), val: npy(...))`.
     Split,
 }
 
@@ -492,6 +496,27 @@ pub enum Inconsistent {
         /// The `optimizer` statement.
         optimizer: Span,
     },
+    /// The training data given both by `source` and by `split(train: SOURCE)`.
+    TwoTrainingSources {
+        /// The `source` statement.
+        source: Span,
+    },
+    /// A split given as a fraction where there is no `source` to take it from.
+    FractionWithoutSource {
+        /// The split (`val`, `test`).
+        split: &'static str,
+        /// The training split's own source.
+        train: Span,
+    },
+    /// A split's own source declares other classes or another sample shape than training's.
+    SplitSourcesDiffer {
+        /// The split (`val`, `test`).
+        split: &'static str,
+        /// `classes` or `shape`.
+        what: &'static str,
+        /// The training source.
+        train: Span,
+    },
     /// An experiment device that is none of the data-parallel replicas' devices.
     DeviceNotReplica {
         /// The experiment's device.
@@ -562,6 +587,15 @@ pub enum LossShape {
     },
     /// A classification loss on one score per sample.
     OneClass,
+    /// A loss option with one value per score (`weight`, `pos_weight`) of another length.
+    WeightCount {
+        /// The option.
+        option: &'static str,
+        /// Values given.
+        given: usize,
+        /// Values the output asks for.
+        wants: i64,
+    },
     /// A regression loss whose output and target shapes differ.
     Shapes {
         /// Target shape.

@@ -335,6 +335,24 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
         .label("nothing to cycle")
         .with(optimizer, "no momentum (SGD and RMSprop have it only with `momentum` above 0)")
         .help("give the optimizer `momentum: 0.9`, or drop `cycle_momentum: true`"),
+        Inconsistent::TwoTrainingSources { source } => {
+            with_message("the training samples are given twice: by `source` and by `split`".into())
+                .label("a training source here")
+                .with(source, "and another here")
+                .help("keep `source` and give `split` fractions, or remove `source` and give each split its own source")
+        }
+        Inconsistent::FractionWithoutSource { split, train } => with_message(format!(
+            "`{split}` is a fraction of `source`, but there is no `source`"
+        ))
+        .label("a fraction of nothing")
+        .with(train, "training has its own source")
+        .help(format!("give `{split}` its own source too, for example `{split}: npy(inputs: \"x.npy\", targets: \"y.npy\")`")),
+        Inconsistent::SplitSourcesDiffer { split, what, train } => with_message(format!(
+            "the `{split}` source declares other `{what}` than the training source"
+        ))
+        .label(format!("other `{what}`"))
+        .with(train, "the training source")
+        .help(format!("every split feeds the same model: give the same `{what}`, or leave it out of the `{split}` source")),
         Inconsistent::DeviceNotReplica { device, replicas } => with_message(format!(
             "the experiment's device `{device}` is none of the data-parallel replicas' devices"
         ))

@@ -397,6 +397,14 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
             "a generator",
             "a generator such as `normal([784])` or `randint(10)`",
         ),
+        Expected::Scale => (
+            "a divisor or `none`",
+            "`scale: 255` (bytes divided by 255) or `scale: none` (kept)",
+        ),
+        Expected::SplitPart => (
+            "a fraction or a data source",
+            "a fraction such as `0.2`, or a source such as `npy(inputs: \"x.npy\", targets: \"y.npy\")`",
+        ),
         Expected::Metric => ("a metric", "a metric: accuracy, top_k(k) or loss"),
         Expected::DeviceList => ("a list of devices", "`devices: [cuda:0, cuda:1]`"),
         Expected::Betas => ("two numbers", "`betas: [beta1, beta2]`"),

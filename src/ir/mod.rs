@@ -176,16 +176,30 @@ pub struct Data {
     pub source_span: Span,
     /// Fractions of the samples for each split.
     pub split: Split,
+    /// Input scaling of `source` (see [`HeldOut::scale`]).
+    pub scale: Option<f64>,
+    /// The validation split's own source, when `split` names one instead of a fraction.
+    pub val: Option<HeldOut>,
+    /// The test split's own source, when `split` names one instead of a fraction.
+    pub test: Option<HeldOut>,
     /// Global batch size.
     pub batch: u64,
     /// The `batch` statement, for out-of-memory reports.
     pub batch_span: Span,
+    /// Whether an epoch leaves out its last, partial training batch (`drop_last`, false by
+    /// default as in PyTorch's `DataLoader`).
+    pub drop_last: bool,
+    /// Samples per evaluation batch (`eval_batch`, the training `batch` by default).
+    pub eval_batch: u64,
     /// Whether to reshuffle the training split every epoch.
     pub shuffle: bool,
     /// Per-channel (or scalar) normalisation of inputs.
     pub normalize: Option<Normalize>,
     /// What a target is.
     pub targets: Targets,
+    /// The class label the loss ignores (its `ignore_index`), which the data may hold besides
+    /// the classes.
+    pub ignore_label: Option<i64>,
     /// What `kiln check` read from the data files' headers; `None` for synthetic data and for
     /// files it could not read (absent here, or a loader that reads no data files).
     pub read: Option<ReadData>,
@@ -201,6 +215,24 @@ impl Data {
             _ => self.read.as_ref().and_then(|r| r.samples),
         }
     }
+
+    /// Whether there is a validation split: a fraction of `source`, or its own source.
+    pub fn has_val(&self) -> bool {
+        self.split.val > 0.0 || self.val.is_some()
+    }
+}
+
+/// A split's own source (`split(val: npy(...))`): all of its samples go to that split, in file
+/// order.
+#[derive(Clone, Debug)]
+pub struct HeldOut {
+    /// Where the samples come from.
+    pub source: Source,
+    /// The source's call, for runtime data errors.
+    pub span: Span,
+    /// What uint8 inputs are divided by as they are read (`scale: 255`); `None` keeps them
+    /// (`scale: none`). By default 255 for IDX files and `None` for every other format.
+    pub scale: Option<f64>,
 }
 
 /// What the checker read from the headers of a source's files.
@@ -914,22 +946,98 @@ pub enum PlateauMetric {
 }
 
 /// Loss functions.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Loss {
     /// Cross-entropy over class logits.
     CrossEntropy {
         /// Label smoothing in [0, 1).
         label_smoothing: f64,
+        /// A weight per class (`weight`), as `F.cross_entropy`'s.
+        weight: Option<Vec<f64>>,
+        /// Targets equal to this contribute nothing (`ignore_index`, -100 by default).
+        ignore_index: i64,
     },
     /// Mean squared error.
     Mse,
     /// Mean absolute error.
     L1,
     /// Binary cross-entropy on logits.
-    BceWithLogits,
+    BceWithLogits {
+        /// The weight of positive targets, one value or one per output (`pos_weight`).
+        pos_weight: Option<Vec<f64>>,
+    },
     /// Negative log-likelihood over log-probabilities.
-    Nll,
+    Nll {
+        /// A weight per class (`weight`), as `F.nll_loss`'s.
+        weight: Option<Vec<f64>>,
+        /// Targets equal to this contribute nothing (`ignore_index`, -100 by default).
+        ignore_index: i64,
+    },
+}
+
+impl Serialize for Loss {
+    /// As the loss was written, its options at their defaults left out: `"mse"`, `"nll"`,
+    /// `{"cross_entropy": {"label_smoothing": 0.0}}`, `{"nll": {"weight": [...]}}`.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut options: Vec<(&str, serde_json::Value)> = Vec::new();
+        let mut class_options = |weight: &Option<Vec<f64>>, ignore_index: i64| {
+            if let Some(w) = weight {
+                options.push(("weight", serde_json::json!(w)));
+            }
+            if ignore_index != -100 {
+                options.push(("ignore_index", serde_json::json!(ignore_index)));
+            }
+        };
+        let name = match self {
+            Loss::CrossEntropy {
+                label_smoothing,
+                weight,
+                ignore_index,
+            } => {
+                class_options(weight, *ignore_index);
+                options.insert(0, ("label_smoothing", serde_json::json!(label_smoothing)));
+                "cross_entropy"
+            }
+            Loss::Nll {
+                weight,
+                ignore_index,
+            } => {
+                class_options(weight, *ignore_index);
+                "nll"
+            }
+            Loss::BceWithLogits { pos_weight } => {
+                if let Some(p) = pos_weight {
+                    options.push(("pos_weight", serde_json::json!(p)));
+                }
+                "bce_with_logits"
+            }
+            Loss::Mse => "mse",
+            Loss::L1 => "l1",
+        };
+        if options.is_empty() {
+            return s.serialize_str(name);
+        }
+        let fields: serde_json::Map<String, serde_json::Value> = options
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry(name, &fields)?;
+        map.end()
+    }
+}
+
+impl Loss {
+    /// The target that contributes nothing, for the class losses.
+    pub fn ignore_index(&self) -> Option<i64> {
+        match self {
+            Loss::CrossEntropy { ignore_index, .. } | Loss::Nll { ignore_index, .. } => {
+                Some(*ignore_index)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Metrics.

@@ -20,7 +20,7 @@ const KEYWORDS: &[(&str, &str)] = &[
     ("seed", "The seed for every random generator."),
     (
         "data",
-        "The data pipeline: source, split, batch, shuffle, normalize.",
+        "The data pipeline: source, split, batch, shuffle, normalize, drop_last, eval_batch.",
     ),
     (
         "model",
@@ -56,6 +56,14 @@ const KEYWORDS: &[(&str, &str)] = &[
         "Where samples come from: a file or `synthetic(...)`.",
     ),
     ("batch", "Samples per optimizer step."),
+    (
+        "drop_last",
+        "Leave out each epoch's last, partial training batch (false by default).",
+    ),
+    (
+        "eval_batch",
+        "Samples per evaluation batch (the training batch by default).",
+    ),
     (
         "epochs",
         "How long to train, in passes over the training split.",

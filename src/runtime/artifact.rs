@@ -266,12 +266,7 @@ fn restore_run(
         &base,
         exp.seed,
     )?;
-    let budget = Budget::new(
-        &exp.train,
-        splits.train.len().max(0) as u64,
-        exp.data.batch,
-        None,
-    )?;
+    let budget = Budget::new(&exp.train, splits.used(&exp.data), exp.data.batch, None)?;
     let timeline = Timeline::new(&exp, &budget);
     qat::install(&exp, &mut trained)?;
     Pruner::new(&exp, &nodes, &mut trained, timeline)?;

@@ -507,7 +507,7 @@ fn run_trial(
     )?;
     let mut budget = Budget::new(
         &exp.train,
-        splits.train.len().max(0) as u64,
+        splits.used(&exp.data),
         exp.data.batch,
         opts.max_steps,
     )?;

@@ -81,7 +81,16 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
                 e.data.batch, t.micro_batch, t.accumulate
             ),
         ),
-        ("shuffle", e.data.shuffle.to_string()),
+        (
+            "shuffle",
+            // `drop_last` changes the batches an epoch trains on; said only when set, so that
+            // the fingerprints of earlier runs stay the same.
+            format!(
+                "{}{}",
+                e.data.shuffle,
+                if e.data.drop_last { ", drop_last" } else { "" }
+            ),
+        ),
         ("precision", t.precision.to_string()),
         ("strategy", words(&e.parallel)),
         ("compression", compression.join("; ")),

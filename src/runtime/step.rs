@@ -159,6 +159,20 @@ pub struct Objective {
     span: Span,
 }
 
+/// A list of loss option values as an fp32 tensor on `device`.
+fn weights(
+    values: &Option<Vec<f64>>,
+    device: tch::Device,
+) -> Result<Option<Tensor>, tch::TchError> {
+    values
+        .as_ref()
+        .map(|v| {
+            let v: Vec<f32> = v.iter().map(|&x| x as f32).collect();
+            Tensor::f_from_slice(&v)?.f_to_device(device)
+        })
+        .transpose()
+}
+
 impl Objective {
     /// The objective of `exp`; its failures point at the `loss` statement.
     pub fn new(exp: &Experiment) -> Objective {
@@ -170,34 +184,106 @@ impl Objective {
 
     /// Whether targets are class indices (accuracy is defined).
     pub fn classes(&self) -> bool {
-        matches!(self.loss, Loss::CrossEntropy { .. } | Loss::Nll)
+        matches!(self.loss, Loss::CrossEntropy { .. } | Loss::Nll { .. })
     }
 
-    /// The mean loss of a batch, in fp32.
+    /// The mean loss of a batch, in fp32, as the `torch.nn.functional` loss of the same name
+    /// with `reduction="mean"` computes it: with class weights or ignored targets, the sum over
+    /// the batch divided by the weights of the targets not ignored.
     pub fn loss(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Diagnostic> {
+        self.reduced(out, y, Reduction::Mean)
+    }
+
+    /// `(sum, weight)` of a batch: the loss summed over its samples and what the mean divides
+    /// it by (the weights of the class targets not ignored; the samples otherwise), so that
+    /// a split's mean loss is `sum of sums / sum of weights` whatever its batches.
+    pub fn sums(&self, out: &Tensor, y: &Tensor) -> Result<(f64, f64), Diagnostic> {
+        let span = self.span;
+        let n = out.size().first().copied().unwrap_or(0) as f64;
+        let (weight, ignore_index) = match &self.loss {
+            Loss::CrossEntropy {
+                weight,
+                ignore_index,
+                ..
+            }
+            | Loss::Nll {
+                weight,
+                ignore_index,
+            } => (weight, *ignore_index),
+            _ => {
+                let mean = self.loss(out, y)?.f_double_value(&[]).at(span)?;
+                return Ok((mean * n, n));
+            }
+        };
+        let sum = self
+            .reduced(out, y, Reduction::Sum)?
+            .f_double_value(&[])
+            .at(span)?;
+        let kept = y.f_ne(ignore_index).at(span)?;
+        let total = match weights(weight, y.device()).at(span)? {
+            Some(w) => {
+                let safe = y.f_where_scalarother(&kept, 0).at(span)?;
+                w.f_index_select(0, &safe.f_reshape([-1]).at(span)?)
+                    .at(span)?
+                    .f_mul(&kept.f_reshape([-1]).at(span)?)
+                    .at(span)?
+                    .f_sum(Kind::Double)
+                    .at(span)?
+            }
+            None => kept.f_sum(Kind::Double).at(span)?,
+        };
+        Ok((sum, total.f_double_value(&[]).at(span)?))
+    }
+
+    /// The loss of a batch with `reduction`.
+    fn reduced(
+        &self,
+        out: &Tensor,
+        y: &Tensor,
+        reduction: Reduction,
+    ) -> Result<Tensor, Diagnostic> {
         let span = self.span;
         let out = if out.kind() == Kind::Float {
             out.shallow_clone()
         } else {
             out.f_to_kind(Kind::Float).at(span)?
         };
+        let device = out.device();
         match &self.loss {
-            Loss::CrossEntropy { label_smoothing } => out
-                .f_cross_entropy_loss(y, None::<Tensor>, Reduction::Mean, -100, *label_smoothing)
+            Loss::CrossEntropy {
+                label_smoothing,
+                weight,
+                ignore_index,
+            } => out
+                .f_cross_entropy_loss(
+                    y,
+                    weights(weight, device).at(span)?,
+                    reduction,
+                    *ignore_index,
+                    *label_smoothing,
+                )
                 .at(span),
-            Loss::Nll => out
-                .f_nll_loss(y, None::<Tensor>, Reduction::Mean, -100)
+            Loss::Nll {
+                weight,
+                ignore_index,
+            } => out
+                .f_nll_loss(
+                    y,
+                    weights(weight, device).at(span)?,
+                    reduction,
+                    *ignore_index,
+                )
                 .at(span),
-            Loss::Mse => out.f_mse_loss(y, Reduction::Mean).at(span),
-            Loss::L1 => out.f_l1_loss(y, Reduction::Mean).at(span),
-            Loss::BceWithLogits => {
+            Loss::Mse => out.f_mse_loss(y, reduction).at(span),
+            Loss::L1 => out.f_l1_loss(y, reduction).at(span),
+            Loss::BceWithLogits { pos_weight } => {
                 let y = y.f_to_kind(Kind::Float).at(span)?;
                 let out = out.f_reshape(y.size()).at(span)?;
                 out.f_binary_cross_entropy_with_logits(
                     &y,
                     None::<Tensor>,
-                    None::<Tensor>,
-                    Reduction::Mean,
+                    weights(pos_weight, device).at(span)?,
+                    reduction,
                 )
                 .at(span)
             }

@@ -103,15 +103,17 @@ pub fn evaluate(
     });
     let classes = objective.classes();
     tch::no_grad(|| {
-        let (mut loss, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0);
-        let loader = Loader::new(&part, exp.data.batch as i64, false, 0, 0, 0, device)?
+        let (mut loss, mut weight, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        let loader = Loader::new(&part, exp.data.eval_batch as i64, false, 0, 0, 0, device)?
             .at(exp.data.batch_span);
         for batch in loader {
             let (x, y) = batch?;
             let out = model.forward(&x, false)?;
             let y = y.f_to_device(out.device()).at(span)?;
             let n = x.size().first().copied().unwrap_or(0) as f64;
-            loss += objective.loss(&out, &y)?.f_double_value(&[]).at(span)? * n;
+            let (sum, w) = objective.sums(&out, &y)?;
+            loss += sum;
+            weight += w;
             if classes {
                 correct += objective.correct(&out, &y)?;
                 if let Some(k) = top_k {
@@ -130,12 +132,13 @@ pub fn evaluate(
             }
             seen += n;
         }
-        let mut sums = [loss, correct, in_top, seen];
+        let mut sums = [loss, weight, correct, in_top, seen];
         backprop.reduce(&mut sums)?;
-        let [loss, correct, in_top, seen] = sums;
+        let [loss, weight, correct, in_top, seen] = sums;
         let seen = seen.max(1.0);
         Ok(Eval {
-            loss: loss / seen,
+            // A split whose class targets are all ignored has no mean; it reports 0.
+            loss: if weight > 0.0 { loss / weight } else { 0.0 },
             accuracy: classes.then_some(correct / seen),
             top_k: top_k.filter(|_| classes).map(|k| (k, in_top / seen)),
         })
@@ -217,9 +220,10 @@ impl Trainer<'_> {
         let mut last_val: Option<Eval> = None;
         'epochs: while pos.step < budget.stop {
             let epoch = pos.epoch;
-            let mut loader = Loader::new(
+            let mut loader = Loader::training(
                 &self.splits.train,
                 batch,
+                exp.data.drop_last,
                 exp.data.shuffle,
                 exp.seed,
                 epoch,

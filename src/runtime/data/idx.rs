@@ -165,14 +165,17 @@ fn read_idx(file: &DataFile, role: IdxRole, span: Span) -> Result<Idx, DataError
     Ok(Idx { dims, body })
 }
 
-/// Reads MNIST-style images and labels: inputs as grey levels in [0, 1], or the bytes as token
-/// ids.
+/// Reads MNIST-style images and labels: inputs as bytes divided by `scale` (grey levels in
+/// [0, 1] with 255, as torchvision's `ToTensor`; the bytes themselves with `None`), or the bytes
+/// as token ids.
 pub(super) fn read(
     images: &DataFile,
     labels: &DataFile,
     dtype: DType,
+    scale: Option<f64>,
     span: Span,
 ) -> Result<Raw, DataError> {
+    let divisor = scale.unwrap_or(1.0) as f32;
     let img = read_idx(images, IdxRole::Images, span)?;
     let lab = read_idx(labels, IdxRole::Labels, span)?;
     if img.dims[0] != lab.dims[0] {
@@ -191,7 +194,6 @@ pub(super) fn read(
     }
     let shape: Vec<i64> = img.dims.iter().map(|&d| d as i64).collect();
     let x = match dtype {
-        // Grey levels in [0, 1], as torchvision's `ToTensor`.
         DType::Float => {
             let mut pixels = vec![0f32; img.body.len()];
             pixels
@@ -199,7 +201,7 @@ pub(super) fn read(
                 .zip(img.body.par_chunks(BYTES_PER_TASK))
                 .for_each(|(out, bytes)| {
                     for (o, &b) in out.iter_mut().zip(bytes) {
-                        *o = f32::from(b) / 255.0;
+                        *o = f32::from(b) / divisor;
                     }
                 });
             Tensor::f_from_slice(&pixels)
@@ -211,7 +213,7 @@ pub(super) fn read(
     };
     let y = Tensor::f_from_data_size(&lab.body, &[shape[0]], Kind::Uint8).at(span)?;
     let mut raw = Raw::new(x, y, images.name(), labels.name());
-    // Bytes, scaled to [0, 1] or kept: never NaN or infinite.
+    // Bytes, divided by a positive number or kept: never NaN or infinite.
     raw.finite = true;
     Ok(raw)
 }

@@ -113,17 +113,37 @@ impl Loader {
         skip: usize,
         device: Device,
     ) -> Result<Loader, DataError> {
-        let background = matches!(device, Device::Cuda(_));
-        Self::start(
-            dataset, batch, shuffle, order_seed, epoch, skip, device, background,
+        Self::training(
+            dataset, batch, false, shuffle, order_seed, epoch, skip, device,
         )
     }
 
-    /// As [`Loader::new`], choosing whether a background thread prepares the batches.
+    /// As [`Loader::new`]; with `drop_last`, the epoch's last batch is left out when it is
+    /// partial (PyTorch's `DataLoader(drop_last=True)`): the samples at the end of the epoch's
+    /// order that do not fill a batch are not seen this epoch.
+    #[allow(clippy::too_many_arguments)]
+    pub fn training(
+        dataset: &Dataset,
+        batch: i64,
+        drop_last: bool,
+        shuffle: bool,
+        order_seed: u64,
+        epoch: u64,
+        skip: usize,
+        device: Device,
+    ) -> Result<Loader, DataError> {
+        let background = matches!(device, Device::Cuda(_));
+        Self::start(
+            dataset, batch, drop_last, shuffle, order_seed, epoch, skip, device, background,
+        )
+    }
+
+    /// As [`Loader::training`], choosing whether a background thread prepares the batches.
     #[allow(clippy::too_many_arguments)]
     fn start(
         dataset: &Dataset,
         batch: i64,
+        drop_last: bool,
         shuffle: bool,
         order_seed: u64,
         epoch: u64,
@@ -141,12 +161,14 @@ impl Loader {
             .help("give `batch` a positive number of samples"));
         }
         let len = usize::try_from(dataset.len()).unwrap_or(0);
-        let total = Self::batches_per_epoch(dataset.len(), batch);
-        let order: Arc<[i64]> = if shuffle {
-            permutation(len, epoch_seed(order_seed, epoch)).into()
+        let total = Self::batches(dataset.len(), batch, drop_last);
+        let mut order: Vec<i64> = if shuffle {
+            permutation(len, epoch_seed(order_seed, epoch))
         } else {
-            (0..len as i64).collect::<Vec<_>>().into()
+            (0..len as i64).collect()
         };
+        order.truncate(total.saturating_mul(batch as usize));
+        let order: Arc<[i64]> = order.into();
         let producer = Producer {
             inputs: dataset.inputs.shallow_clone(),
             targets: dataset.targets.shallow_clone(),
@@ -205,12 +227,18 @@ impl Loader {
         self
     }
 
-    /// Number of batches in the epoch (`ceil(len / batch)`), before skipping.
-    pub fn batches_per_epoch(len: i64, batch: i64) -> usize {
+    /// Number of batches in the epoch: `ceil(len / batch)`, or `floor(len / batch)` with
+    /// `drop_last`.
+    pub fn batches(len: i64, batch: i64, drop_last: bool) -> usize {
         if len <= 0 || batch <= 0 {
             return 0;
         }
-        usize::try_from((len + batch - 1) / batch).unwrap_or(usize::MAX)
+        let n = if drop_last {
+            len / batch
+        } else {
+            (len + batch - 1) / batch
+        };
+        usize::try_from(n).unwrap_or(usize::MAX)
     }
 
     /// Total seconds the consumer has spent blocked waiting for a batch.
@@ -310,7 +338,7 @@ mod tests {
         e: u64,
         skip: usize,
     ) -> Vec<Vec<i64>> {
-        Loader::start(d, batch, shuffle, seed, e, skip, Device::Cpu, true)
+        Loader::start(d, batch, false, shuffle, seed, e, skip, Device::Cpu, true)
             .unwrap()
             .map(|b| {
                 let (x, y) = b.unwrap();
@@ -328,10 +356,10 @@ mod tests {
     #[test]
     fn loader_covers_the_epoch() {
         let d = dataset(103);
-        assert_eq!(Loader::batches_per_epoch(103, 10), 11);
-        assert_eq!(Loader::batches_per_epoch(100, 10), 10);
-        assert_eq!(Loader::batches_per_epoch(0, 10), 0);
-        assert_eq!(Loader::batches_per_epoch(5, 10), 1);
+        assert_eq!(Loader::batches(103, 10, false), 11);
+        assert_eq!(Loader::batches(100, 10, false), 10);
+        assert_eq!(Loader::batches(0, 10, false), 0);
+        assert_eq!(Loader::batches(5, 10, false), 1);
 
         let batches = epoch(&d, 10, true, 7, 0, 0);
         assert_eq!(batches.len(), 11);
@@ -365,13 +393,33 @@ mod tests {
     }
 
     #[test]
+    fn drop_last_leaves_out_the_partial_batch() {
+        let d = dataset(103);
+        assert_eq!(Loader::batches(103, 10, true), 10);
+        assert_eq!(Loader::batches(100, 10, true), 10);
+        assert_eq!(Loader::batches(5, 10, true), 0);
+        let full = epoch(&d, 10, true, 7, 0, 0);
+        let dropped: Vec<Vec<i64>> = Loader::start(&d, 10, true, true, 7, 0, 0, Device::Cpu, false)
+            .unwrap()
+            .map(|b| ints(&b.unwrap().1))
+            .collect();
+        // The same order, less the last three samples.
+        assert_eq!(dropped, full[..10].to_vec());
+        let plain: Vec<Vec<i64>> = Loader::start(&d, 10, true, false, 7, 0, 0, Device::Cpu, true)
+            .unwrap()
+            .map(|b| ints(&b.unwrap().1))
+            .collect();
+        assert_eq!(plain.concat(), (0..100).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn loader_stops_when_dropped() {
         let n = 200_000;
         let d = Dataset {
             inputs: Tensor::zeros([n, 64], (Kind::Float, Device::Cpu)),
             targets: Tensor::zeros([n], (Kind::Int64, Device::Cpu)),
         };
-        let mut loader = Loader::start(&d, 16, true, 1, 0, 0, Device::Cpu, true)
+        let mut loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true)
             .unwrap()
             .at(Span::new(FileId(0), 30, 40));
         let (x, _) = loader.next().unwrap().unwrap();
@@ -382,11 +430,11 @@ mod tests {
         drop(loader);
         assert!(started.elapsed() < Duration::from_secs(2));
         // Dropped before its first batch, too.
-        let loader = Loader::start(&d, 16, true, 1, 0, 0, Device::Cpu, true).unwrap();
+        let loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true).unwrap();
         drop(loader);
         assert!(started.elapsed() < Duration::from_secs(2));
         // The wait is measured.
-        let mut loader = Loader::start(&d, 16, false, 1, 0, 0, Device::Cpu, true).unwrap();
+        let mut loader = Loader::start(&d, 16, false, false, 1, 0, 0, Device::Cpu, true).unwrap();
         for _ in 0..10 {
             let _ = loader.next().unwrap().unwrap();
         }

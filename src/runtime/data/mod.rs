@@ -28,6 +28,8 @@ mod idx;
 mod loader;
 mod npy;
 mod npz;
+#[cfg(test)]
+mod options_tests;
 mod safetensors;
 mod split;
 mod synthetic;
@@ -106,9 +108,58 @@ pub fn load(
     seed: u64,
 ) -> Result<Splits, DataError> {
     let span = data.source_span;
-    let raw = read_source(&data.source, input_dtype, base, seed, span)?;
-    let dataset = prepare(raw, data, input, input_dtype)?;
-    split::split(&dataset, &data.split, seed, span)
+    let raw = read_source(&data.source, data.scale, input_dtype, base, seed, span)?;
+    let dataset = prepare(raw, data, input, input_dtype, span)?;
+    let mut splits = split::split(&dataset, &data.split, seed, span)?;
+    // A split's own source: all its samples, in file order; synthetic ones from their own seed.
+    for (own, slot, stream) in [
+        (&data.val, &mut splits.val, VAL_STREAM),
+        (&data.test, &mut splits.test, TEST_STREAM),
+    ] {
+        if let Some(own) = own {
+            let raw = read_source(
+                &own.source,
+                own.scale,
+                input_dtype,
+                base,
+                seed ^ stream,
+                own.span,
+            )?;
+            *slot = Some(prepare(raw, data, input, input_dtype, own.span)?);
+        }
+    }
+    if data.drop_last && splits.train.len() < data.batch as i64 {
+        return Err(invalid(
+            data.batch_span,
+            format!(
+                "batch {} is larger than the {} training samples, and `drop_last` leaves out every partial batch",
+                data.batch,
+                splits.train.len()
+            ),
+            "no full batch",
+            "use a smaller batch, more samples, or `drop_last false`",
+        ));
+    }
+    Ok(splits)
+}
+
+/// Mixed into the seed of a validation split's own synthetic source, so that its samples differ
+/// from the training source's.
+const VAL_STREAM: u64 = 0x5EED_0000_0000_0001;
+/// Mixed into the seed of a test split's own synthetic source.
+const TEST_STREAM: u64 = 0x5EED_0000_0000_0002;
+
+impl Splits {
+    /// The training samples an epoch uses: all of them, or with `drop_last` as many as fill
+    /// whole batches.
+    pub fn used(&self, data: &Data) -> u64 {
+        let n = self.train.len().max(0) as u64;
+        if data.drop_last && data.batch > 0 {
+            n - n % data.batch
+        } else {
+            n
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -266,23 +317,27 @@ impl Raw {
 /// Reads the tensors of a source; file paths resolve against `base`.
 fn read_source(
     source: &Source,
+    scale: Option<f64>,
     dtype: DType,
     base: &Path,
     seed: u64,
     span: Span,
 ) -> Result<Raw, DataError> {
-    match source {
+    let raw = match source {
         Source::Synthetic {
             inputs,
             targets,
             count,
         } => synthetic::read(inputs, targets, *count, seed, span),
-        Source::Idx { images, labels } => idx::read(
-            &DataFile::new(base, images),
-            &DataFile::new(base, labels),
-            dtype,
-            span,
-        ),
+        Source::Idx { images, labels } => {
+            return idx::read(
+                &DataFile::new(base, images),
+                &DataFile::new(base, labels),
+                dtype,
+                scale,
+                span,
+            )
+        }
         Source::Npy { inputs, targets } => {
             let (fi, ft) = (DataFile::new(base, inputs), DataFile::new(base, targets));
             let x = npy::read(&fi, span)?;
@@ -304,7 +359,43 @@ fn read_source(
             inputs,
             targets,
         } => safetensors::read(&DataFile::new(base, path), inputs, targets, span),
+    }?;
+    scale_bytes(raw, scale, dtype, span)
+}
+
+/// Divides uint8 inputs by `scale` (for a model taking floats); a scale given for inputs of
+/// another element type is refused.
+fn scale_bytes(
+    mut raw: Raw,
+    scale: Option<f64>,
+    dtype: DType,
+    span: Span,
+) -> Result<Raw, DataError> {
+    let Some(divisor) = scale else {
+        return Ok(raw);
+    };
+    let kind = raw.inputs.f_kind().at(span)?;
+    if kind != Kind::Uint8 {
+        return Err(invalid(
+            span,
+            format!(
+                "`scale: {}` divides uint8 inputs, but {} holds {} values",
+                fmt_value(divisor),
+                raw.inputs_from,
+                kind_name(kind)
+            ),
+            "not bytes",
+            "remove `scale` (or write `scale: none`): values of other types are read as they are",
+        ));
     }
+    if dtype == DType::Float {
+        raw.inputs = raw
+            .inputs
+            .f_to_kind(Kind::Float)
+            .and_then(|x| x.f_div_scalar(divisor))
+            .at(span)?;
+    }
+    Ok(raw)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -334,8 +425,13 @@ fn first_fraction(t: &Tensor) -> Result<Option<(i64, f64)>, TchError> {
 }
 
 /// Checks the raw tensors against the model and the targets, and shapes them.
-fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset, DataError> {
-    let span = data.source_span;
+fn prepare(
+    raw: Raw,
+    data: &Data,
+    input: &[i64],
+    dtype: DType,
+    span: Span,
+) -> Result<Dataset, DataError> {
     let xs = raw.inputs.size();
     let ys = raw.targets.size();
     let Some(&n) = xs.first() else {
@@ -383,7 +479,7 @@ fn prepare(raw: Raw, data: &Data, input: &[i64], dtype: DType) -> Result<Dataset
     finite::check_source(&raw, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
     let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
-    let targets = shape_targets(&raw, n, &data.targets, span)?;
+    let targets = shape_targets(&raw, n, &data.targets, data.ignore_label, span)?;
     Ok(Dataset { inputs, targets })
 }
 
@@ -516,7 +612,13 @@ fn normalize(
 }
 
 /// `[N]` Int64 class indices (checked against the class count) or `[N, ..shape]` Float values.
-fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Tensor, DataError> {
+fn shape_targets(
+    raw: &Raw,
+    n: i64,
+    targets: &Targets,
+    ignore: Option<i64>,
+    span: Span,
+) -> Result<Tensor, DataError> {
     let from = &raw.targets_from;
     let y = &raw.targets;
     let ys = y.size();
@@ -548,14 +650,19 @@ fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Ten
             }
             let y = y.f_reshape([n]).at(span)?;
             if is_float(kind) {
-                float_labels(raw, &y, *classes, span)?;
+                float_labels(raw, &y, *classes, ignore, span)?;
             }
             let y = y.f_to_kind(Kind::Int64).at(span)?;
             if let Some(k) = classes {
                 let k = i64::try_from(*k).unwrap_or(i64::MAX);
+                // The loss's `ignore_index` is a label the data may hold besides the classes.
                 let outside = y
                     .f_lt(0)
                     .and_then(|low| low.f_logical_or(&y.f_ge(k)?))
+                    .and_then(|out| match ignore {
+                        Some(i) => out.f_logical_and(&y.f_ne(i)?),
+                        None => Ok(out),
+                    })
                     .at(span)?;
                 if let Some(i) = first_true(&outside).at(span)? {
                     let label = y.f_int64_value(&[i]).at(span)?;
@@ -611,7 +718,13 @@ fn shape_targets(raw: &Raw, n: i64, targets: &Targets, span: Span) -> Result<Ten
 /// Checks class labels stored as floats (`[N]`) before they become integers: each a whole
 /// number, inside `[0, classes)` when the class count is known, and small enough to be an index
 /// otherwise. A label is named by its real value (`1e30`, `-3.5`).
-fn float_labels(raw: &Raw, y: &Tensor, classes: Option<u64>, span: Span) -> Result<(), DataError> {
+fn float_labels(
+    raw: &Raw,
+    y: &Tensor,
+    classes: Option<u64>,
+    ignore: Option<i64>,
+    span: Span,
+) -> Result<(), DataError> {
     let from = &raw.targets_from;
     if let Some((i, v)) = first_fraction(y).at(span)? {
         return Err(invalid(
@@ -637,6 +750,10 @@ fn float_labels(raw: &Raw, y: &Tensor, classes: Option<u64>, span: Span) -> Resu
     let outside = y
         .f_lt(low)
         .and_then(|below| below.f_logical_or(&y.f_ge(high)?))
+        .and_then(|out| match ignore {
+            Some(i) => out.f_logical_and(&y.f_ne(i as f64)?),
+            None => Ok(out),
+        })
         .at(span)?;
     if let Some(i) = first_true(&outside).at(span)? {
         let label = y.f_double_value(&[i]).at(span)?;

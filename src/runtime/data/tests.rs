@@ -44,6 +44,8 @@ pub(super) fn source_span() -> Span {
 }
 
 pub(super) fn data(source: Source, targets: Targets, split: (f64, f64, f64)) -> Data {
+    // IDX images are divided by 255 by default, every other format's values kept.
+    let scale = matches!(source, Source::Idx { .. }).then_some(255.0);
     Data {
         source,
         source_span: source_span(),
@@ -52,11 +54,17 @@ pub(super) fn data(source: Source, targets: Targets, split: (f64, f64, f64)) -> 
             val: split.1,
             test: split.2,
         },
+        scale,
+        val: None,
+        test: None,
         batch: 4,
         batch_span: Span::new(FileId(0), 30, 40),
+        drop_last: false,
+        eval_batch: 4,
         shuffle: true,
         normalize: None,
         targets,
+        ignore_label: None,
         read: None,
     }
 }
