@@ -280,9 +280,10 @@ pub fn cases() -> Vec<Case> {
 /// The layer options PyTorch users set: pooling's `ceil_mode` and `count_include_pad`, batch
 /// norm without `affine` weights or running statistics, and the transformer block's `norm`,
 /// `activation`, `eps` and `bias` (against `nn.TransformerEncoderLayer` itself where no dropout
-/// is drawn). They come after the other cases, so that those keep their seeds.
+/// is drawn), then positions and padding masks. They come after the other cases, so that those
+/// keep their seeds.
 fn options() -> Vec<Case> {
-    use Input::Float;
+    use Input::{Float, Int};
     vec![
         case("max_pool1d", "ceil-mode", Float(&[3, 16]), "max_pool1d(3, stride: 2, padding: 1, ceil_mode: true)", &[("p", "nn.MaxPool1d(3, stride=2, padding=1, ceil_mode=True)")]).both_modes(),
         case(
