@@ -138,6 +138,11 @@ impl Engine {
         self.docs.remove(uri.as_str());
     }
 
+    /// Every open document with its URI.
+    pub fn docs(&self) -> impl Iterator<Item = (&Uri, &Doc)> {
+        self.docs.values().map(|(u, d)| (u, d))
+    }
+
     /// The document at `uri`, if open.
     pub fn doc(&self, uri: &Uri) -> Option<&Doc> {
         self.docs.get(uri.as_str()).map(|(_, d)| d)

@@ -1,13 +1,14 @@
 //! Requests answered from one document: hover, navigation, outline, quick fixes.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 
 use lsp_types::{
     CodeAction, CodeActionKind, DocumentSymbol, FoldingRange, Hover, HoverContents, Location,
     MarkupContent, MarkupKind, Position, Range, SymbolKind, TextEdit, Uri, WorkspaceEdit,
 };
 
-use super::engine::{path_of, uri_of, Doc};
+use super::engine::{path_of, uri_of, Doc, Engine};
 use super::words;
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
@@ -159,35 +160,56 @@ fn location(doc: &Doc, uri: &Uri, span: Span) -> Location {
     Location::new(uri.clone(), range)
 }
 
-/// The file named by the `extends "..."` string under the cursor, when it exists.
-fn extends_target(doc: &Doc, uri: &Uri, at: usize) -> Option<Location> {
+/// The document's `extends "..."` string, with the path it names, when the tree still fits the
+/// text.
+fn extends_string(doc: &Doc, uri: &Uri) -> Option<(Span, PathBuf)> {
     let file = doc.ast.as_ref()?;
     let statement = file
         .statements
         .iter()
         .find(|s| s.keyword.name == "extends")?;
     let value = statement.values.first()?;
-    let (start, end) = (value.span.start as usize, value.span.end as usize);
     let ValueKind::Str(relative) = &value.kind else {
         return None;
     };
     // The tree may be older than the text: its span must still hold this string.
-    let written = doc.text.get(start..end)?;
-    if !(start..=end).contains(&at) || !written.starts_with('"') {
+    let written = doc
+        .text
+        .get(value.span.start as usize..value.span.end as usize)?;
+    if !written.starts_with('"') {
         return None;
     }
-    let path = path_of(uri).parent()?.join(relative);
-    path.is_file()
-        .then(|| Some(Location::new(uri_of(&path)?, Range::default())))
-        .flatten()
+    Some((value.span, path_of(uri).parent()?.join(relative)))
+}
+
+/// The file named by the `extends "..."` string under the cursor, when it exists.
+fn extends_target(doc: &Doc, uri: &Uri, at: usize) -> Option<PathBuf> {
+    let (span, path) = extends_string(doc, uri)?;
+    let under = (span.start as usize..=span.end as usize).contains(&at);
+    std::fs::canonicalize(path).ok().filter(|_| under)
+}
+
+/// On an `extends` string: that string in every open document that extends the same file.
+pub fn extends_references(engine: &Engine, uri: &Uri, position: Position) -> Option<Vec<Location>> {
+    let doc = engine.doc(uri)?;
+    let target = extends_target(doc, uri, doc.index.offset(&doc.text, position))?;
+    let mut found: Vec<Location> = engine
+        .docs()
+        .filter_map(|(other_uri, other)| {
+            let (span, path) = extends_string(other, other_uri)?;
+            (std::fs::canonicalize(path).ok()? == target).then(|| location(other, other_uri, span))
+        })
+        .collect();
+    found.sort_by(|a, b| a.uri.as_str().cmp(b.uri.as_str()));
+    Some(found)
 }
 
 /// The label that defines the layer or block name under the cursor, or the base file of the
 /// `extends` string under it.
 pub fn definition(doc: &Doc, uri: &Uri, position: Position) -> Vec<Location> {
     let at = doc.index.offset(&doc.text, position);
-    if let Some(base) = extends_target(doc, uri, at) {
-        return vec![base];
+    if let Some(base) = extends_target(doc, uri, at).and_then(|p| uri_of(&p)) {
+        return vec![Location::new(base, Range::default())];
     }
     let Some((_, word)) = word_at(&doc.text, at) else {
         return Vec::new();
@@ -432,6 +454,52 @@ pub(crate) mod tests {
         let (analysis, _) = analyze(&engine.job(&uri).unwrap());
         assert!(engine.store(&uri, analysis).is_ok());
         f(engine.doc(&uri).unwrap(), &uri);
+    }
+
+    #[test]
+    fn an_extends_string_leads_to_its_base_and_to_the_files_sharing_it() {
+        let dir = std::env::temp_dir().join(format!("kiln-lsp-extends-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("base.exp"), "experiment \"base\" {}\n").unwrap();
+        let mut engine = Engine::default();
+        let uris: Vec<Uri> = ["a", "b", "c"]
+            .iter()
+            .map(|n| format!("file://{}/{n}.exp", dir.display()).parse().unwrap())
+            .collect();
+        let texts = [
+            "extends \"base.exp\"\nexperiment \"a\" {}\n",
+            "# the same base\nextends \"./base.exp\"\nexperiment \"b\" {}\n",
+            "extends \"other.exp\"\nexperiment \"c\" {}\n",
+        ];
+        for (uri, text) in uris.iter().zip(texts) {
+            engine.open(uri.clone(), 1, text.to_string());
+            let (analysis, _) = analyze(&engine.job(uri).unwrap());
+            assert!(engine.store(uri, analysis).is_ok());
+        }
+        let a = engine.doc(&uris[0]).unwrap();
+        let base = definition(a, &uris[0], Position::new(0, 12));
+        assert_eq!(base.len(), 1);
+        assert!(
+            base[0].uri.as_str().ends_with("/base.exp"),
+            "{:?}",
+            base[0].uri
+        );
+        // Off the string, and for a base that does not exist, there is no file to go to.
+        assert!(definition(a, &uris[0], Position::new(1, 3)).is_empty());
+        let c = engine.doc(&uris[2]).unwrap();
+        assert!(definition(c, &uris[2], Position::new(0, 12)).is_empty());
+        let found = extends_references(&engine, &uris[0], Position::new(0, 12)).unwrap();
+        let places: Vec<(&str, u32)> = found
+            .iter()
+            .map(|l| {
+                (
+                    l.uri.as_str().rsplit('/').next().unwrap(),
+                    l.range.start.line,
+                )
+            })
+            .collect();
+        assert_eq!(places, [("a.exp", 0), ("b.exp", 1)]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

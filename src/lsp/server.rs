@@ -252,6 +252,9 @@ fn answer(engine: &Engine, request: Request) -> Answer {
             let at = p.text_document_position;
             let uri = at.text_document.uri;
             let doc = engine.doc(&uri).ok_or_else(closed)?;
+            if let Some(found) = features::extends_references(engine, &uri, at.position) {
+                return json(found);
+            }
             json(features::references(
                 doc,
                 &uri,
