@@ -82,6 +82,10 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         "a runtime failure, tested in tests/run.rs",
     ),
     (
+        Code::WeightlessBatch,
+        "a runtime failure, tested in tests/loss_exact.rs",
+    ),
+    (
         Code::OutOfMemory,
         "a runtime failure, tested in tests/run.rs",
     ),

@@ -146,7 +146,7 @@ pub fn check_experiment(
     let optimizer = require(cx, &["optimizer"], "optimizer adam(lr: 1e-3)")
         .and_then(|s| check_optimizer(cx, s, model.as_ref()));
     let schedule = get("schedule").map_or(Some(crate::ir::Schedule::Constant), |s| {
-        check_schedule(cx, s, optimizer.as_ref())
+        check_schedule(cx, s)
     });
     let train_stmt = require(cx, &["train"], "train { epochs 10; loss cross_entropy }");
     let train_in = train_stmt.and_then(|s| check_train(cx, s));

@@ -1,14 +1,12 @@
 //! Learning-rate schedules: `schedule NAME(args)`, with the arguments and defaults of
 //! `torch.optim.lr_scheduler`'s classes, nested schedules in `sequence`, and the checks that
-//! involve the optimizer (momentum cycling) and the data (a validation split to watch).
+//! involve the data (a validation split to watch).
 
 use super::cx::{Cx, Range};
 use super::settings::{callee_value, duration_of, Called, Choice};
-use crate::diagnostic::problem::{Inconsistent, Sequence};
+use crate::diagnostic::problem::Sequence;
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{
-    Data, Duration, OneCycle, Optimizer, OptimizerKind, Plateau, PlateauMetric, Schedule, Targets,
-};
+use crate::ir::{Data, Duration, OneCycle, Plateau, PlateauMetric, Schedule, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
@@ -79,35 +77,15 @@ pub fn schedule_names() -> impl Iterator<Item = (&'static str, &'static [&'stati
     SCHEDULES.iter().map(|(n, _, p)| (*n, *p))
 }
 
-/// Checks `schedule NAME(args)`; `optimizer` (when it checked) decides whether `one_cycle`
-/// cycles momentum.
-pub fn check_schedule(
-    cx: &mut Cx,
-    stmt: &Statement,
-    optimizer: Option<&Optimizer>,
-) -> Option<Schedule> {
+/// Checks `schedule NAME(args)`. `one_cycle` cycles the momentum of every optimizer, as
+/// `OneCycleLR` does: SGD and RMSprop without momentum get one.
+pub fn check_schedule(cx: &mut Cx, stmt: &Statement) -> Option<Schedule> {
     let v = cx.single(stmt)?;
-    schedule(cx, v, optimizer, false)
-}
-
-/// Whether an optimizer has a momentum (or Adam's beta1) that `one_cycle` can cycle, as
-/// `OneCycleLR` does: SGD and RMSprop with momentum above 0, Adam and AdamW always.
-pub fn has_momentum(kind: &OptimizerKind) -> bool {
-    match kind {
-        OptimizerKind::Sgd { momentum, .. } | OptimizerKind::RmsProp { momentum, .. } => {
-            *momentum > 0.0
-        }
-        OptimizerKind::Adam { .. } | OptimizerKind::AdamW { .. } => true,
-    }
+    schedule(cx, v, false)
 }
 
 /// One schedule value, possibly inside a `sequence` (`nested`).
-fn schedule(
-    cx: &mut Cx,
-    v: &Value,
-    optimizer: Option<&Optimizer>,
-    nested: bool,
-) -> Option<Schedule> {
+fn schedule(cx: &mut Cx, v: &Value, nested: bool) -> Option<Schedule> {
     let Called {
         word: kind,
         tag: sched,
@@ -182,16 +160,6 @@ fn schedule(
             let base = num(cx, "base_momentum", 0.85, Range::UnitOpen);
             let max = num(cx, "max_momentum", 0.95, Range::UnitOpen);
             let cycle = cycle?;
-            let momentum = optimizer.is_none_or(|o| has_momentum(&o.kind));
-            if let (true, false, Some(o), Some(at)) =
-                (cycle, momentum, optimizer, b.get("cycle_momentum"))
-            {
-                cx.report(Problem::Inconsistent {
-                    span: at.span,
-                    situation: Inconsistent::CycleMomentum { optimizer: o.span },
-                });
-                return None;
-            }
             Schedule::OneCycle(OneCycle {
                 max_lr: max_lr?,
                 pct_start: pct?,
@@ -199,7 +167,7 @@ fn schedule(
                 final_div_factor: final_div?,
                 three_phase: three?,
                 cosine: cosine?,
-                momentum: (cycle && momentum).then_some((base?, max?)),
+                momentum: cycle.then_some((base?, max?)),
             })
         }
         Sched::Linear => {
@@ -224,7 +192,7 @@ fn schedule(
             }
             plateau(cx, &b)?
         }
-        Sched::Sequence => sequence(cx, &b, optimizer)?,
+        Sched::Sequence => sequence(cx, &b)?,
     })
 }
 
@@ -283,7 +251,7 @@ fn plateau(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
 
 /// `sequence([schedules...], milestones: [...])`: one milestone between each two schedules,
 /// increasing.
-fn sequence(cx: &mut Cx, b: &super::cx::Bound, optimizer: Option<&Optimizer>) -> Option<Schedule> {
+fn sequence(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
     let list = |cx: &mut Cx, p: &str| -> Option<Option<&Vec<Value>>> {
         let Some(v) = b.get(p) else {
             cx.missing("sequence", p, b.span);
@@ -312,7 +280,7 @@ fn sequence(cx: &mut Cx, b: &super::cx::Bound, optimizer: Option<&Optimizer>) ->
     let mut schedules = Vec::new();
     let mut ok = true;
     for item in items {
-        match schedule(cx, item, optimizer, true) {
+        match schedule(cx, item, true) {
             Some(s) => schedules.push(s),
             None => ok = false,
         }

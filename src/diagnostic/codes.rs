@@ -191,6 +191,8 @@ codes! {
     BadSequence = "K0416", "bad-sequence", Error, "A `sequence` schedule's milestones do not increase, do not number one fewer than its schedules, or it holds `reduce_on_plateau`.";
     /// A parameter group that selects no parameter.
     EmptyGroup = "K0419", "empty-group", Warning, "A parameter group of the optimizer selects no parameter of the model.";
+    /// A training batch whose class targets all weigh nothing.
+    WeightlessBatch = "K0420", "weightless-batch", Error, "Every class target of a training batch is ignored (`ignore_index`) or of a class weighted 0, so its mean loss is undefined.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";

@@ -756,6 +756,13 @@ pub enum Problem {
         /// Its selectors, as written.
         selectors: Vec<String>,
     },
+    /// K0420: a training batch whose class targets all weigh nothing.
+    WeightlessBatch {
+        /// The `loss` statement.
+        span: Span,
+        /// The loss's `ignore_index`.
+        ignore_index: i64,
+    },
     /// K0510: the run directory holds another run or is being written.
     RunDirTaken {
         /// The experiment.
@@ -998,6 +1005,7 @@ impl Problem {
             Problem::DataFileMissing { .. } => Code::DataFileMissing,
             Problem::GroupOverlap { .. } => Code::GroupOverlap,
             Problem::EmptyGroup { .. } => Code::EmptyGroup,
+            Problem::WeightlessBatch { .. } => Code::WeightlessBatch,
             Problem::DataMissing { .. } => Code::DataMissing,
             Problem::DataInvalid { .. } => Code::DataInvalid,
             Problem::NonFiniteLoss { .. } => Code::NonFiniteLoss,

@@ -1,4 +1,4 @@
-//! Wording of runtime problems (K0501 to K0509, K0511).
+//! Wording of runtime problems (K0420, K0501 to K0509, K0511).
 
 use std::path::Path;
 
@@ -82,6 +82,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         )
         .label(format!("learning rate {lr} at that step"))
         .help("lower the learning rate, clip gradients with `clip_norm 1.0`, or check the data for NaN and infinite values; the last checkpoint on disk is intact"),
+        Problem::WeightlessBatch { span, ignore_index } => new(
+            span,
+            format!("every target of a training batch is ignored (`ignore_index` {ignore_index}) or of a class weighted 0: its mean loss is undefined"),
+        )
+        .label("the batch's mean loss divides by its targets' weights, which add up to 0")
+        .help("use larger batches, give the batch's classes a weight above 0, or check the data's labels against `ignore_index`; the last checkpoint on disk is intact"),
         Problem::OutOfMemory {
             span,
             detail,

@@ -491,11 +491,6 @@ pub enum Inconsistent {
         /// What puts the model on the CPU (the `device`, a placement, the replicas).
         cpu: Span,
     },
-    /// `one_cycle(cycle_momentum: true)` with an optimizer that has no momentum to cycle.
-    CycleMomentum {
-        /// The `optimizer` statement.
-        optimizer: Span,
-    },
     /// The training data given both by `source` and by `split(train: SOURCE)`.
     TwoTrainingSources {
         /// The `source` statement.

@@ -329,12 +329,6 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
                 .help("use `precision bf16`, which the CPU runs, or run on `device cuda`")
                 .fix(span, "bf16")
         }
-        Inconsistent::CycleMomentum { optimizer } => with_message(
-            "`one_cycle` is asked to cycle momentum, but the optimizer has none".into(),
-        )
-        .label("nothing to cycle")
-        .with(optimizer, "no momentum (SGD and RMSprop have it only with `momentum` above 0)")
-        .help("give the optimizer `momentum: 0.9`, or drop `cycle_momentum: true`"),
         Inconsistent::TwoTrainingSources { source } => {
             with_message("the training samples are given twice: by `source` and by `split`".into())
                 .label("a training source here")

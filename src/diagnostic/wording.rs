@@ -263,6 +263,7 @@ impl Problem {
             | Problem::DataMissing { .. }
             | Problem::DataInvalid { .. }
             | Problem::NonFiniteLoss { .. }
+            | Problem::WeightlessBatch { .. }
             | Problem::OutOfMemory { .. }
             | Problem::Interrupted { .. }
             | Problem::TorchError { .. }

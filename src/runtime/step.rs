@@ -8,7 +8,7 @@ use tch::{Kind, Reduction, Tensor};
 use super::failure::At;
 use super::model::Net;
 use super::optim::{clip, LossScaler, Optim};
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Experiment, Loss};
 use kiln::span::Span;
 
@@ -62,17 +62,33 @@ pub struct Batch<'a> {
     pub accumulate: i64,
     /// The factor on the loss before backward (the fp16 loss scale; 1 otherwise).
     pub scale: f64,
+    /// What the whole batch's mean loss divides by, known before any forward pass.
+    pub whole: Whole,
     /// Where a failure points (the optimizer statement).
     pub span: Span,
+}
+
+/// What the mean loss of a whole batch divides by, so that every micro-batch, replica slice or
+/// rank's shard contributes its exact part of it: `Σ part = F.<loss>(batch, reduction="mean")`.
+#[derive(Debug, Clone, Copy)]
+pub struct Whole {
+    /// The batch's samples.
+    pub samples: f64,
+    /// For class targets, the weights of the batch's targets not ignored (class weights, or 1
+    /// each, over the targets not equal to `ignore_index`); `None` for other losses.
+    pub weight: Option<f64>,
 }
 
 /// What the forward passes of one batch computed.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pass {
-    /// The loss summed over the batch's samples.
+    /// The batch's mean loss times its samples (the sum over them without class weights or
+    /// ignored targets).
     pub loss_sum: f64,
-    /// Correct top-1 predictions, for class targets.
+    /// Correct top-1 predictions, for class targets, among those accuracy counts.
     pub correct: f64,
+    /// The class targets accuracy counts: those not equal to `ignore_index`.
+    pub counted: f64,
     /// The first non-finite micro-batch loss; the pass stopped there, before its backward.
     pub nonfinite: Option<f64>,
 }
@@ -112,21 +128,13 @@ impl Backprop for Local {
         objective: &Objective,
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
-        let n = batch.x.size().first().copied().unwrap_or(1);
-        micro_batches(batch, |xm, ym, m, pass| {
+        micro_batches(batch, |xm, ym, _, pass| {
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(batch.span)?;
-            let l = objective.loss(&out, &ym)?;
-            let value = l.f_double_value(&[]).at(batch.span)?;
-            if !value.is_finite() {
-                pass.nonfinite = Some(value);
+            let Some(part) = objective.part(&out, &ym, batch.whole, pass, 1.0)? else {
                 return Ok(());
-            }
-            pass.loss_sum += value * m as f64;
-            if objective.classes() {
-                pass.correct += objective.correct(&out, &ym)?;
-            }
-            l.f_mul_scalar(m as f64 / n as f64 * batch.scale)
+            };
+            part.f_mul_scalar(batch.scale)
                 .at(batch.span)?
                 .f_backward()
                 .at(batch.span)
@@ -194,6 +202,102 @@ impl Objective {
         self.reduced(out, y, Reduction::Mean)
     }
 
+    /// K0420: a training batch whose targets are all ignored or of classes weighted 0, whose
+    /// mean loss is undefined (PyTorch's is NaN, and so would every weight be after the step).
+    pub fn weightless(&self) -> Diagnostic {
+        let ignore_index = self.loss.ignore_index().unwrap_or(-100);
+        Problem::WeightlessBatch {
+            span: self.span,
+            ignore_index,
+        }
+        .diagnostic()
+    }
+
+    /// What the mean loss of the batch with targets `y` divides by (see [`Whole`]).
+    pub fn whole(&self, y: &Tensor) -> Result<Whole, Diagnostic> {
+        let samples = y.size().first().copied().unwrap_or(0) as f64;
+        let weight = match &self.loss {
+            Loss::CrossEntropy {
+                weight,
+                ignore_index,
+                ..
+            }
+            | Loss::Nll {
+                weight,
+                ignore_index,
+            } => Some(self.target_weight(y, weight, *ignore_index)?),
+            _ => None,
+        };
+        Ok(Whole { samples, weight })
+    }
+
+    /// The micro-batch `(out, y)`'s part of its whole batch's mean loss, as a tensor to
+    /// backward, counted into `pass` (loss and accuracy) `times` times (0 for a rank's stand-in
+    /// row); `None` when it is not finite (recorded in `pass`, nothing counted).
+    ///
+    /// Without per-target weights the part is the micro-batch's mean times its share of the
+    /// samples; with them, its summed loss over the whole batch's weight, so that the parts
+    /// add up to the whole batch's weighted mean however the batch is cut.
+    pub fn part(
+        &self,
+        out: &Tensor,
+        y: &Tensor,
+        whole: Whole,
+        pass: &mut Pass,
+        times: f64,
+    ) -> Result<Option<Tensor>, Diagnostic> {
+        let span = self.span;
+        let part = match whole.weight {
+            Some(total) => self
+                .reduced(out, y, Reduction::Sum)?
+                .f_div_scalar(total)
+                .at(span)?,
+            None => {
+                let m = y.size().first().copied().unwrap_or(0) as f64;
+                self.loss(out, y)?
+                    .f_mul_scalar(m / whole.samples.max(1.0))
+                    .at(span)?
+            }
+        };
+        let value = part.f_double_value(&[]).at(span)?;
+        if !value.is_finite() {
+            pass.nonfinite = Some(value);
+            return Ok(None);
+        }
+        pass.loss_sum += value * whole.samples * times;
+        if self.classes() {
+            let (correct, counted) = self.correct(out, y)?;
+            pass.correct += correct * times;
+            pass.counted += counted * times;
+        }
+        Ok(Some(part))
+    }
+
+    /// The weights of the class targets `y` not equal to `ignore_index`: `weight[y_i]` each, or
+    /// 1 without class weights.
+    fn target_weight(
+        &self,
+        y: &Tensor,
+        weight: &Option<Vec<f64>>,
+        ignore_index: i64,
+    ) -> Result<f64, Diagnostic> {
+        let span = self.span;
+        let kept = y.f_ne(ignore_index).at(span)?;
+        let total = match weights(weight, y.device()).at(span)? {
+            Some(w) => {
+                let safe = y.f_where_scalarother(&kept, 0).at(span)?;
+                w.f_index_select(0, &safe.f_reshape([-1]).at(span)?)
+                    .at(span)?
+                    .f_mul(&kept.f_reshape([-1]).at(span)?)
+                    .at(span)?
+                    .f_sum(Kind::Double)
+                    .at(span)?
+            }
+            None => kept.f_sum(Kind::Double).at(span)?,
+        };
+        total.f_double_value(&[]).at(span)
+    }
+
     /// `(sum, weight)` of a batch: the loss summed over its samples and what the mean divides
     /// it by (the weights of the class targets not ignored; the samples otherwise), so that
     /// a split's mean loss is `sum of sums / sum of weights` whatever its batches.
@@ -219,20 +323,7 @@ impl Objective {
             .reduced(out, y, Reduction::Sum)?
             .f_double_value(&[])
             .at(span)?;
-        let kept = y.f_ne(ignore_index).at(span)?;
-        let total = match weights(weight, y.device()).at(span)? {
-            Some(w) => {
-                let safe = y.f_where_scalarother(&kept, 0).at(span)?;
-                w.f_index_select(0, &safe.f_reshape([-1]).at(span)?)
-                    .at(span)?
-                    .f_mul(&kept.f_reshape([-1]).at(span)?)
-                    .at(span)?
-                    .f_sum(Kind::Double)
-                    .at(span)?
-            }
-            None => kept.f_sum(Kind::Double).at(span)?,
-        };
-        Ok((sum, total.f_double_value(&[]).at(span)?))
+        Ok((sum, self.target_weight(y, weight, ignore_index)?))
     }
 
     /// The loss of a batch with `reduction`.
@@ -290,16 +381,25 @@ impl Objective {
         }
     }
 
-    /// Correct top-1 predictions in a batch.
-    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
+    /// The targets accuracy counts in `y` (those not equal to `ignore_index`), as a mask.
+    pub fn counted(&self, y: &Tensor) -> Result<Tensor, Diagnostic> {
+        let ignored = self.loss.ignore_index().unwrap_or(i64::MIN);
+        y.f_ne(ignored).at(self.span)
+    }
+
+    /// `(correct, counted)` of a batch: its correct top-1 predictions among the targets
+    /// accuracy counts, and how many those are. A target equal to `ignore_index` is neither.
+    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<(f64, f64), Diagnostic> {
         let span = self.span;
+        let counted = self.counted(y)?;
         let pred = out.f_argmax(-1, false).at(span)?;
-        pred.f_eq_tensor(y)
+        let sum = |t: &Tensor| t.f_sum(Kind::Float).at(span)?.f_double_value(&[]).at(span);
+        let hits = pred
+            .f_eq_tensor(y)
             .at(span)?
-            .f_sum(Kind::Float)
-            .at(span)?
-            .f_double_value(&[])
-            .at(span)
+            .f_logical_and(&counted)
+            .at(span)?;
+        Ok((sum(&hits)?, sum(&counted)?))
     }
 }
 
@@ -313,8 +413,10 @@ pub struct Stepped {
     pub loss_sum: f64,
     /// Samples in the batch.
     pub samples: f64,
-    /// Correct top-1 predictions, for class targets.
+    /// Correct top-1 predictions, for class targets, among those accuracy counts.
     pub correct: f64,
+    /// The class targets accuracy counts (those not equal to `ignore_index`).
+    pub counted: f64,
 }
 
 /// Takes optimizer steps: the optimizer, the fp16 loss scaler and the settings of a step.
@@ -371,11 +473,16 @@ impl Stepper {
             }
         }
         let n = x.size().first().copied().unwrap_or(1);
+        let whole = objective.whole(y)?;
+        if whole.weight == Some(0.0) {
+            return Err(objective.weightless());
+        }
         let batch = Batch {
             x,
             y,
             accumulate: self.accumulate.min(n).max(1),
             scale: self.scaler.scale(),
+            whole,
             span,
         };
         let pass = backprop.backprop(model, objective, &batch)?;
@@ -385,6 +492,7 @@ impl Stepper {
                 loss_sum: value,
                 samples: n as f64,
                 correct: pass.correct,
+                counted: pass.counted,
             });
         }
         let loss = pass.loss_sum;
@@ -405,6 +513,7 @@ impl Stepper {
             loss_sum: loss,
             samples: n as f64,
             correct,
+            counted: pass.counted,
         })
     }
 }

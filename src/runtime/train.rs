@@ -103,25 +103,30 @@ pub fn evaluate(
     });
     let classes = objective.classes();
     tch::no_grad(|| {
-        let (mut loss, mut weight, mut correct, mut in_top, mut seen) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        // `counted`: the class targets accuracy counts, those not equal to `ignore_index`.
+        let (mut loss, mut weight, mut correct, mut in_top, mut counted) =
+            (0.0, 0.0, 0.0, 0.0, 0.0);
         let loader = Loader::new(&part, exp.data.eval_batch as i64, false, 0, 0, 0, device)?
             .at(exp.data.batch_span);
         for batch in loader {
             let (x, y) = batch?;
             let out = model.forward(&x, false)?;
             let y = y.f_to_device(out.device()).at(span)?;
-            let n = x.size().first().copied().unwrap_or(0) as f64;
             let (sum, w) = objective.sums(&out, &y)?;
             loss += sum;
             weight += w;
             if classes {
-                correct += objective.correct(&out, &y)?;
+                let (hits, n) = objective.correct(&out, &y)?;
+                correct += hits;
+                counted += n;
                 if let Some(k) = top_k {
                     let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
                     let hit = idx
                         .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
                         .at(span)?
                         .f_any_dim(-1, false)
+                        .at(span)?
+                        .f_logical_and(&objective.counted(&y)?)
                         .at(span)?;
                     in_top += hit
                         .f_sum(Kind::Float)
@@ -130,17 +135,16 @@ pub fn evaluate(
                         .at(span)?;
                 }
             }
-            seen += n;
         }
-        let mut sums = [loss, weight, correct, in_top, seen];
+        let mut sums = [loss, weight, correct, in_top, counted];
         backprop.reduce(&mut sums)?;
-        let [loss, weight, correct, in_top, seen] = sums;
-        let seen = seen.max(1.0);
+        let [loss, weight, correct, in_top, counted] = sums;
+        let counted = counted.max(1.0);
         Ok(Eval {
             // A split whose class targets are all ignored has no mean; it reports 0.
             loss: if weight > 0.0 { loss / weight } else { 0.0 },
-            accuracy: classes.then_some(correct / seen),
-            top_k: top_k.filter(|_| classes).map(|k| (k, in_top / seen)),
+            accuracy: classes.then_some(correct / counted),
+            top_k: top_k.filter(|_| classes).map(|k| (k, in_top / counted)),
         })
     })
 }
@@ -264,6 +268,7 @@ impl Trainer<'_> {
                 pos.batch_in_epoch += 1;
                 pos.epoch_loss_sum += s.loss_sum;
                 pos.epoch_correct += s.correct;
+                pos.epoch_counted += s.counted;
                 pos.epoch_seen += s.samples;
                 pos.samples += s.samples;
                 let elapsed = started.elapsed().as_secs_f64();
@@ -310,7 +315,7 @@ impl Trainer<'_> {
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
-                    .then_some(pos.epoch_correct / pos.epoch_seen.max(1.0)),
+                    .then_some(pos.epoch_correct / pos.epoch_counted.max(1.0)),
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
             };
@@ -325,6 +330,7 @@ impl Trainer<'_> {
                 pos.batch_in_epoch = 0;
                 pos.epoch_loss_sum = 0.0;
                 pos.epoch_correct = 0.0;
+                pos.epoch_counted = 0.0;
                 pos.epoch_seen = 0.0;
                 if matches!(t.eval_every, Duration::Epochs(n) if pos.epoch % n.max(1) == 0) {
                     let train_loss = record.train_loss;

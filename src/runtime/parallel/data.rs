@@ -9,8 +9,9 @@
 //! which belongs to the thread that uses it, down with it). At every step those replicas copy
 //! replica 0's weights (on their own threads, before their first slice) and buffers (from the
 //! loop's thread, while they wait), so they agree with it after initialisation, `--init`, a
-//! resume and every update. Each replica's loss is weighted by its slice's share of the batch, so
-//! the summed gradient is that of the batch's mean loss. Batch-norm layers normalise each slice
+//! resume and every update. Each replica's loss is its slice's part of the batch's mean loss (its
+//! share of the samples, or its summed loss over the whole batch's class-target weight), so the
+//! summed gradient is that of the batch's mean loss. Batch-norm layers normalise each slice
 //! with its own statistics; the running statistics kept are replica 0's (those of its slices), as
 //! `nn.DataParallel` keeps the primary module's.
 
@@ -21,7 +22,7 @@ use tch::{Device, Tensor};
 
 use super::super::failure::{torch_failure, At};
 use super::super::model::{self, tch_device, Net};
-use super::super::step::{micro_batches, Backprop, Batch, Model, Objective, Pass};
+use super::super::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::Experiment;
 use kiln::span::Span;
@@ -42,14 +43,15 @@ pub struct DataParallel {
     threads: Option<i32>,
 }
 
-/// What a replica's thread is asked to do: forward and backward of the slice `(x, y)`, its loss
-/// multiplied by `factor`; on a step's first micro-batch, after copying replica 0's weights (in
-/// the model's order) and zeroing the gradients.
+/// What a replica's thread is asked to do: forward and backward of the slice `(x, y)`, its part
+/// of the `whole` batch's mean loss multiplied by `scale`; on a step's first micro-batch, after
+/// copying replica 0's weights (in the model's order) and zeroing the gradients.
 struct Job {
     weights: Option<Vec<Tensor>>,
     x: Tensor,
     y: Tensor,
-    factor: f64,
+    whole: Whole,
+    scale: f64,
 }
 
 /// A replica on its own thread.
@@ -221,10 +223,8 @@ impl Backprop for DataParallel {
             Ok::<(), Diagnostic>(())
         })?;
         let mut first = true;
-        let n = batch.x.size().first().copied().unwrap_or(1);
         let parts = 1 + self.workers.len() as i64;
-        let factor =
-            |x: &Tensor| x.size().first().copied().unwrap_or(0) as f64 / n as f64 * batch.scale;
+        let (whole, scale) = (batch.whole, batch.scale);
         let pass = micro_batches(batch, |xm, ym, _, pass| {
             let xs = xm.f_tensor_split(parts, 0).at(span)?;
             let ys = ym.f_tensor_split(parts, 0).at(span)?;
@@ -235,14 +235,16 @@ impl Backprop for DataParallel {
             let sync = std::mem::take(&mut first);
             let jobs = slices.map(|(x, y)| Job {
                 weights: sync.then(|| handles(model.params())),
-                factor: factor(&x),
                 x,
                 y,
+                whole,
+                scale,
             });
-            let f0 = factor(&x0);
-            for r in self.all(jobs, span, || slice(model, objective, &x0, &y0, f0, span))? {
+            let here = || slice(model, objective, (&x0, &y0), (whole, scale), span);
+            for r in self.all(jobs, span, here)? {
                 pass.loss_sum += r.loss_sum;
                 pass.correct += r.correct;
+                pass.counted += r.counted;
                 if pass.nonfinite.is_none() {
                     pass.nonfinite = r.nonfinite;
                 }
@@ -275,7 +277,7 @@ fn serve(
         };
         let answer = synced
             .and_then(|()| job.x.f_to_device(net.input_device()).at(span))
-            .and_then(|x| slice(net, objective, &x, &job.y, job.factor, span));
+            .and_then(|x| slice(net, objective, (&x, &job.y), (job.whole, job.scale), span));
         if outbox.send(answer).is_err() {
             return;
         }
@@ -296,15 +298,14 @@ fn sync(net: &Net, weights: &[Tensor], span: Span) -> Result<(), Diagnostic> {
     })
 }
 
-/// Forward, loss and backward of one replica's slice `(x, y)`, the loss multiplied by `factor`
-/// (the slice's share of the batch times the loss scale) before backward. An empty slice (a
-/// batch smaller than the replicas) computes nothing.
+/// Forward, loss and backward of one replica's slice `(x, y)`: its part of the `whole` batch's
+/// mean loss, multiplied by `scale` (the loss scale) before backward. An empty slice (a batch
+/// smaller than the replicas) computes nothing.
 fn slice(
     model: &dyn Model,
     objective: &Objective,
-    x: &Tensor,
-    y: &Tensor,
-    factor: f64,
+    (x, y): (&Tensor, &Tensor),
+    (whole, scale): (Whole, f64),
     span: Span,
 ) -> Result<Pass, Diagnostic> {
     let m = x.size().first().copied().unwrap_or(0);
@@ -314,16 +315,8 @@ fn slice(
     }
     let out = model.forward(x, true)?;
     let y = y.f_to_device(out.device()).at(span)?;
-    let l = objective.loss(&out, &y)?;
-    let value = l.f_double_value(&[]).at(span)?;
-    if !value.is_finite() {
-        pass.nonfinite = Some(value);
-        return Ok(pass);
+    if let Some(part) = objective.part(&out, &y, whole, &mut pass, 1.0)? {
+        part.f_mul_scalar(scale).at(span)?.f_backward().at(span)?;
     }
-    pass.loss_sum = value * m as f64;
-    if objective.classes() {
-        pass.correct = objective.correct(&out, &y)?;
-    }
-    l.f_mul_scalar(factor).at(span)?.f_backward().at(span)?;
     Ok(pass)
 }

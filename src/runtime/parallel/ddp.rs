@@ -6,7 +6,9 @@
 //! and takes rows `[r·n/W, (r+1)·n/W)`. Its loss on a micro-batch of `m` rows is scaled by
 //! `m / n · W`, so the rank's gradient is `W/n · Σ` over its rows; the Reducer divides the sum
 //! over ranks by `W`, which leaves `1/n · Σ` over the whole batch: the gradient of the global
-//! batch's mean loss, as one process on the full batch computes it. Gradient accumulation runs
+//! batch's mean loss, as one process on the full batch computes it. With class weights or
+//! ignored targets the mean divides by the global batch's target weight instead of `n`: every
+//! rank reads it from the global batch's targets, which it holds, so it costs no collective. Gradient accumulation runs
 //! the first micro-batches without synchronising (DDP's `no_sync`), the last one with.
 //!
 //! Before the last backward the ranks agree on the step in one small all-reduce: the batch's
@@ -258,21 +260,13 @@ impl Backprop for Ddp {
             self.reducer
                 .prepare_forward()
                 .map_err(|e| self.lost(&e.0))?;
-            let m = xm.size().first().copied().unwrap_or(1);
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
-            let l = objective.loss(&out, &ym)?;
-            let value = l.f_double_value(&[]).at(span)?;
-            if !value.is_finite() {
-                pass.nonfinite = Some(value);
+            let Some(part) = objective.part(&out, &ym, batch.whole, &mut pass, weight)? else {
                 break;
-            }
-            pass.loss_sum += value * m as f64 * weight;
-            if objective.classes() {
-                pass.correct += objective.correct(&out, &ym)? * weight;
-            }
-            let scaled = l
-                .f_mul_scalar(m as f64 / n as f64 * w as f64 * batch.scale * weight)
+            };
+            let scaled = part
+                .f_mul_scalar(w as f64 * batch.scale * weight)
                 .at(span)?;
             if i + 1 < xs.len() {
                 let t = Instant::now();
@@ -286,16 +280,18 @@ impl Backprop for Ddp {
         let agreed = self.sum(&[
             pass.loss_sum,
             pass.correct,
+            pass.counted,
             flag(pass.nonfinite.is_some_and(f64::is_nan)),
             flag(pass.nonfinite.is_some_and(f64::is_infinite)),
             flag(self.signals.is_cancelled()),
         ])?;
         pass.loss_sum = agreed[0];
         pass.correct = agreed[1];
+        pass.counted = agreed[2];
         // A non-finite loss on any rank ends the step on every rank, before the reduction; a
         // rank whose own loss was finite reports the other's kind (NaN before infinity).
-        if agreed[2] > 0.0 || agreed[3] > 0.0 {
-            let seen = if agreed[2] > 0.0 {
+        if agreed[3] > 0.0 || agreed[4] > 0.0 {
+            let seen = if agreed[3] > 0.0 {
                 f64::NAN
             } else {
                 f64::INFINITY
@@ -303,7 +299,7 @@ impl Backprop for Ddp {
             pass.nonfinite = Some(pass.nonfinite.unwrap_or(seen));
             return Ok(pass);
         }
-        if agreed[4] > 0.0 {
+        if agreed[5] > 0.0 {
             self.stop
                 .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
         }

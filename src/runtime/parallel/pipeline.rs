@@ -21,7 +21,7 @@ use tch::{Device, Tensor};
 
 use crate::runtime::failure::{torch_failure, At};
 use crate::runtime::model::{tch_device, Net};
-use crate::runtime::step::{micro_batches, Backprop, Batch, Model, Objective, Pass};
+use crate::runtime::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, Parallel, PipelineSchedule};
 use kiln::span::Span;
@@ -117,13 +117,14 @@ impl Pipeline {
     }
 
     /// Runs `(x, y)` through the stages as micro-batches, each stage in its own thread, leaving
-    /// the gradient of `loss x samples / n x scale` in the model's parameters. `observe` sees
+    /// the gradient of their parts of the `whole` batch's mean loss times `scale` in the model's
+    /// parameters. `observe` sees
     /// every operation as a stage starts it.
     pub fn pass(
         &mut self,
         objective: &Objective,
         (x, y): (&Tensor, &Tensor),
-        (n, scale): (f64, f64),
+        (whole, scale): (Whole, f64),
         span: Span,
         observe: &(dyn Fn(usize, Op) + Sync),
     ) -> Result<Pass, Diagnostic> {
@@ -138,7 +139,7 @@ impl Pipeline {
         let end = End {
             objective,
             ys,
-            n,
+            whole,
             scale,
         };
         let mut end = Some(end);
@@ -165,6 +166,7 @@ impl Pipeline {
                     Ok(Ok(got)) => {
                         pass.loss_sum += got.loss_sum;
                         pass.correct += got.correct;
+                        pass.counted += got.counted;
                         pass.nonfinite = pass.nonfinite.or(got.nonfinite);
                     }
                     Ok(Err(d)) => failure = failure.or(Some(d)),
@@ -183,17 +185,17 @@ impl Backprop for Pipeline {
         objective: &Objective,
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
-        let n = batch.x.size().first().copied().unwrap_or(1) as f64;
         micro_batches(batch, |xm, ym, _, pass| {
             let got = self.pass(
                 objective,
                 (xm, ym),
-                (n, batch.scale),
+                (batch.whole, batch.scale),
                 batch.span,
                 &|_, _| {},
             )?;
             pass.loss_sum += got.loss_sum;
             pass.correct += got.correct;
+            pass.counted += got.counted;
             pass.nonfinite = got.nonfinite;
             Ok(())
         })
@@ -213,7 +215,7 @@ struct Io {
 struct End<'a> {
     objective: &'a Objective,
     ys: Vec<Tensor>,
-    n: f64,
+    whole: Whole,
     scale: f64,
 }
 
@@ -323,8 +325,8 @@ fn run_stage(
     Ok(pass)
 }
 
-/// The loss of micro-batch `j` on the last stage, scaled for backward (`samples / n x scale`),
-/// counted into `pass`; `None` when it is not finite (recorded in `pass`).
+/// The loss of micro-batch `j` on the last stage as its part of the whole batch's mean loss,
+/// scaled for backward, counted into `pass`; `None` when it is not finite (recorded in `pass`).
 fn loss(
     end: &End,
     j: usize,
@@ -336,20 +338,10 @@ fn loss(
         return Ok(None);
     };
     let y = y.f_to_device(out.device()).at(span)?;
-    let l = end.objective.loss(out, &y)?;
-    let value = l.f_double_value(&[]).at(span)?;
-    if !value.is_finite() {
-        pass.nonfinite = Some(value);
+    let Some(part) = end.objective.part(out, &y, end.whole, pass, 1.0)? else {
         return Ok(None);
-    }
-    let samples = y.size().first().copied().unwrap_or(1) as f64;
-    pass.loss_sum += value * samples;
-    if end.objective.classes() {
-        pass.correct += end.objective.correct(out, &y)?;
-    }
-    l.f_mul_scalar(samples / end.n * end.scale)
-        .at(span)
-        .map(Some)
+    };
+    part.f_mul_scalar(end.scale).at(span).map(Some)
 }
 
 #[cfg(test)]

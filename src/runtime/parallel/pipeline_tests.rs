@@ -128,6 +128,7 @@ fn stages_run_on_their_own_threads_at_once_and_give_the_one_device_gradients() {
         y: &y,
         accumulate: 2,
         scale: 1.0,
+        whole: objective.whole(&y).expect("the batch's weight"),
         span: exp.optimizer.span,
     };
     let local = gradients(|net| {
@@ -145,7 +146,13 @@ fn stages_run_on_their_own_threads_at_once_and_give_the_one_device_gradients() {
             events.lock().expect("lock").push((k, op, id));
         };
         let pass = pipe
-            .pass(&objective, (&x, &y), (16.0, 1.0), batch.span, &record)
+            .pass(
+                &objective,
+                (&x, &y),
+                (batch.whole, 1.0),
+                batch.span,
+                &record,
+            )
             .expect("pipelined pass");
         assert!(pass.nonfinite.is_none());
     });
@@ -204,6 +211,7 @@ fn a_non_finite_loss_ends_the_pass_on_every_stage() {
         y: &y,
         accumulate: 1,
         scale: 1.0,
+        whole: objective.whole(&y).expect("the batch's weight"),
         span: exp.optimizer.span,
     };
     for schedule in [PipelineSchedule::GPipe, PipelineSchedule::OneFOneB] {
