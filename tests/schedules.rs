@@ -1,8 +1,8 @@
 //! Learning-rate schedules against PyTorch's own `torch.optim.lr_scheduler` classes: from the
 //! same initial weights and batches, `kiln run` reproduces the learning rate and the loss of every
 //! step of a PyTorch loop that steps `OneCycleLR` (with its momentum cycling), `LinearLR`,
-//! `SequentialLR` or `ReduceLROnPlateau`; and a resumed `reduce_on_plateau` run continues as an
-//! uninterrupted one.
+//! `SequentialLR` or `ReduceLROnPlateau`; a resumed `reduce_on_plateau` run continues as an
+//! uninterrupted one; and under data parallelism, the pipeline and DDP it takes one device's rates.
 //!
 //! `tests/schedules/reference.py` (run once, with the project's `.venv/bin/python`) builds a small
 //! MLP, saves its initial weights and a labelled point cloud as safetensors, and trains 50 steps
@@ -324,4 +324,61 @@ fn a_resumed_plateau_run_continues_exactly() {
         "the rate was not reduced before the cut: {a:?}"
     );
     assert_eq!(a, b, "the resumed run's rates differ");
+}
+
+/// `reduce_on_plateau` under every strategy takes the rates of one device: the validations it
+/// watches are of the whole split, whichever devices or processes computed them.
+#[test]
+fn plateau_rates_are_those_of_one_device_under_every_strategy() {
+    let dir = scratch("plateau-strategies");
+    let exp = |name: &str, parallel: &str, stages: bool| {
+        let layers = if stages {
+            "    block stage1 {\n      fc1: linear(16)\n      tanh\n    }\n    block stage2 {\n      fc2: linear(3)\n    }\n"
+        } else {
+            "    fc1: linear(16)\n    tanh\n    fc2: linear(3)\n"
+        };
+        let source = format!(
+            "experiment \"{name}\" {{\n  seed 5\n  data {{\n    source synthetic(inputs: normal([8]), targets: randint(3), count: 500)\n    split(train: 0.8, val: 0.2)\n    batch 24\n  }}\n  model {{\n    input [8]\n{layers}  }}\n  device cpu\n  {parallel}\n  optimizer sgd(lr: 0.5, momentum: 0.9)\n  schedule reduce_on_plateau(factor: 0.5, patience: 0)\n  train {{\n    steps 60\n    loss cross_entropy\n    eval_every 5 steps\n  }}\n}}\n"
+        );
+        write(&dir, &format!("{name}.exp"), &source)
+    };
+    let records = |name: &str, parallel: &str, stages: bool| {
+        let file = exp(name, parallel, stages);
+        let run_dir = dir.join(name);
+        let o = support::kiln(&["run", s(&file), "--quiet", "--run-dir", s(&run_dir)])
+            .envs(parity::SINGLE_THREADED)
+            .output()
+            .expect("kiln starts");
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let steps = json_lines(&run_dir.join("steps.jsonl"));
+        let field = |f: &str| -> Vec<f64> {
+            steps
+                .iter()
+                .map(|v| v[f].as_f64().expect("a number"))
+                .collect()
+        };
+        (field("lr"), field("loss"))
+    };
+    let (lrs, losses) = records("single", "", false);
+    assert!(
+        lrs.iter().filter(|lr| **lr < 0.5).count() > 10,
+        "the rate is hardly reduced: {lrs:?}"
+    );
+    for (name, parallel, stages) in [
+        ("data", "parallel data(devices: [cpu, cpu])", false),
+        (
+            "pipeline",
+            "parallel pipeline(stages: 2, micro_batches: 4)",
+            true,
+        ),
+        ("ddp", "parallel ddp(backend: gloo, world_size: 2)", false),
+    ] {
+        let (got_lrs, got_losses) = records(name, parallel, stages);
+        assert_eq!(got_lrs, lrs, "{name}: the rates differ from one device's");
+        let (step, diff) = worst(&got_losses, &losses);
+        assert!(
+            diff < 1e-5,
+            "{name}: the loss of step {step} differs by {diff:e}"
+        );
+    }
 }
