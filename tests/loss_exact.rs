@@ -15,9 +15,9 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{json, Value};
+use support::parity::{self, floats, Steps};
 
 /// Optimizer steps per case.
 const STEPS: usize = 50;
@@ -63,24 +63,12 @@ fn weighted() -> Value {
     json!({"weight": [1.0, 2.0, 0.5, 3.0, 1.5], "ignore_index": 2, "label_smoothing": 0.1})
 }
 
-/// Runs `reference.py` on `specs`.
+/// Runs `reference.py` on `specs`, writing its spec into `scratch`.
 fn run_references(scratch: &Path, specs: Vec<Value>) {
-    let python = support::root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "this test needs the project's .venv with torch"
-    );
-    let spec_path = scratch.join("spec.json");
-    std::fs::write(&spec_path, Value::Array(specs).to_string()).expect("write the spec");
-    let out = Command::new(&python)
-        .arg(support::root().join("tests/loss_exact/reference.py"))
-        .arg(&spec_path)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "reference.py failed:\n{}",
-        support::text(&out)
+    parity::reference(
+        "tests/loss_exact/reference.py",
+        &Value::Array(specs),
+        scratch,
     );
 }
 
@@ -123,41 +111,36 @@ fn exp(case: &Case) -> String {
     )
 }
 
-/// Runs `exp` (from the weights `init`, when given) into the run directory `run`, asserting it succeeds.
-fn kiln_run(exp: &Path, init: Option<&Path>, run: &Path) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    command
-        .arg("run")
-        .arg(exp)
-        .args(["--quiet", "--threads", "1", "--run-dir"])
-        .arg(run);
-    if let Some(init) = init {
-        command.arg("--init").arg(init);
-    }
-    let out = command
-        .env("NO_COLOR", "1")
-        .envs([("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")])
-        .output()
-        .expect("kiln starts");
+/// Runs `exp` from the model's own initialisation into the run directory `run` (the ranks
+/// of a DDP experiment too), on one thread, and returns its per-step records.
+fn kiln_run(exp: &Path, run: &Path) -> Steps {
+    let out = support::kiln(&[
+        "run",
+        support::s(exp),
+        "--quiet",
+        "--run-dir",
+        support::s(run),
+    ])
+    .envs(parity::SINGLE_THREADED)
+    .output()
+    .expect("kiln starts");
     assert!(
         out.status.success(),
         "{}: `kiln run` failed:\n{}",
         exp.display(),
         support::text(&out)
     );
-}
-
-/// `(loss, lr)` of every step of a run.
-fn steps(run: &Path) -> Vec<(f64, f64)> {
-    std::fs::read_to_string(run.join("steps.jsonl"))
-        .expect("steps.jsonl")
-        .lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a step");
-            let f = |k: &str| v[k].as_f64().expect("a number");
-            (f("loss"), f("lr"))
-        })
-        .collect()
+    let records = parity::json_lines(&run.join("steps.jsonl"));
+    let field = |k: &str| -> Vec<f64> {
+        records
+            .iter()
+            .map(|v| v[k].as_f64().expect("a number"))
+            .collect()
+    };
+    Steps {
+        losses: field("loss"),
+        lrs: field("lr"),
+    }
 }
 
 /// The training accuracy of each epoch and the validation `(loss, accuracy)` of each
@@ -215,22 +198,19 @@ fn close(what: &str, a: f64, b: f64) {
 fn against_reference(dir: &Path, case: &Case) -> PathBuf {
     let file = support::write(dir, &format!("{}.exp", case.name), &exp(case));
     let run = dir.join(format!("run-{}", case.name));
-    kiln_run(&file, Some(&dir.join("init.safetensors")), &run);
-    let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
-    )
-    .expect("reference json");
-    let ours = steps(&run);
-    assert_eq!(ours.len(), STEPS, "{}: steps recorded", case.name);
-    let losses = reference["losses"].as_array().expect("losses");
-    let lrs = reference["lrs"].as_array().expect("rates");
-    for (i, (loss, lr)) in ours.iter().enumerate() {
-        let at = |what: &str| format!("{}: step {} {what}", case.name, i + 1);
-        close(&at("loss"), *loss, losses[i].as_f64().expect("a loss"));
-        close(&at("lr"), *lr, lrs[i].as_f64().expect("a rate"));
-    }
+    let ours = parity::train(&file, &dir.join("init.safetensors"), &run);
+    let reference = parity::json_file(&dir.join("reference.json"));
+    let failures: Vec<String> = [
+        ("loss", &ours.losses, floats(&reference["losses"])),
+        ("lr", &ours.lrs, floats(&reference["lrs"])),
+    ]
+    .into_iter()
+    .filter_map(|(what, a, b)| parity::compare(case.name, what, a, &b, RTOL))
+    .collect();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(ours.losses.len(), STEPS, "{}: steps recorded", case.name);
     assert!(
-        ours[0].0 != ours[STEPS - 1].0,
+        ours.losses[0] != ours.losses[STEPS - 1],
         "{}: the loss never changed",
         case.name
     );
@@ -384,16 +364,14 @@ fn data_parallel_and_ddp_match_one_device_with_class_weights_and_ignored_targets
     ] {
         let file = support::write(&dir, &format!("{name}.exp"), &synthetic(parallel));
         let run = dir.join(name);
-        kiln_run(&file, None, &run);
-        runs.push((name, steps(&run), metrics(&run)));
+        let steps = kiln_run(&file, &run);
+        runs.push((name, steps, metrics(&run)));
     }
     let (_, one, (train, val)) = &runs[0];
-    assert_eq!(one.len(), 20);
+    assert_eq!(one.losses.len(), 20);
     for (name, ours, (our_train, our_val)) in &runs[1..] {
-        assert_eq!(ours.len(), one.len(), "{name}: steps");
-        for (i, (a, b)) in ours.iter().zip(one).enumerate() {
-            close(&format!("{name}: step {} loss", i + 1), a.0, b.0);
-        }
+        let failure = parity::compare(name, "loss", &ours.losses, &one.losses, RTOL);
+        assert!(failure.is_none(), "{failure:?}");
         assert_eq!(our_train.len(), train.len(), "{name}: epochs");
         for ((_, a), (_, b)) in our_train.iter().zip(train) {
             close(&format!("{name}: train accuracy"), *a, *b);

@@ -5,7 +5,7 @@ Usage: reference.py SPEC.json
 SPEC.json is a list of cases written by the Rust test, each
     {"dir": ..., "args": {...} (F.cross_entropy's weight, ignore_index, label_smoothing),
      "outputs": int, "seed": int, "batch": int, "steps": int, "count": int, "val_count": int,
-     "ignore_fraction": float, "optimizer": {"kind": "sgd"|"rmsprop", "lr": float},
+     "ignore_fraction": float, "optimizer": {"kind": ..., "lr": float} (torchref.optimizer),
      "one_cycle": null | {"max_lr": float}}
 
 For each case it writes into `dir`:
@@ -24,30 +24,15 @@ For each case it writes into `dir`:
 """
 
 import json
-import struct
+import os
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-
-
-def save_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import cases, optimizer, save_safetensors  # noqa: E402
 
 
 def labels(n, k, ignore, fraction):
@@ -77,11 +62,7 @@ def run(case):
     vx, vy = torch.randn(case["val_count"], 8), labels(case["val_count"], k, ignore, case["ignore_fraction"])
     save_safetensors(f"{case['dir']}/train.safetensors", {"inputs": x, "targets": y})
     save_safetensors(f"{case['dir']}/val.safetensors", {"inputs": vx, "targets": vy})
-    o = case["optimizer"]
-    if o["kind"] == "sgd":
-        opt = torch.optim.SGD(model.parameters(), lr=o["lr"])
-    else:
-        opt = torch.optim.RMSprop(model.parameters(), lr=o["lr"])
+    opt = optimizer(model.parameters(), case["optimizer"])
     sched = None
     if case["one_cycle"]:
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=case["one_cycle"]["max_lr"], total_steps=case["steps"])
@@ -114,10 +95,8 @@ def run(case):
 
 
 def main():
-    torch.set_num_threads(1)
-    with open(sys.argv[1]) as f:
-        for case in json.load(f):
-            run(case)
+    for case in cases():
+        run(case)
 
 
 if __name__ == "__main__":
