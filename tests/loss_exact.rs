@@ -309,12 +309,14 @@ fn one_cycle_switches_momentum_on_for_sgd_and_rmsprop_as_torch_does() {
         ],
     );
     let plain = Case {
+        name: "one-cycle-sgd",
         schedule: "schedule one_cycle(max_lr: 0.1)",
         loss: "cross_entropy",
         ..BASE
     };
     against_reference(&sgd, &plain);
     let rms = Case {
+        name: "one-cycle-rmsprop",
         optimizer: "rmsprop(lr: 0.01)",
         schedule: "schedule one_cycle(max_lr: 0.01)",
         ..plain
