@@ -128,7 +128,7 @@ impl Backprop for Local {
         objective: &Objective,
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
-        micro_batches(batch, |xm, ym, _, pass| {
+        micro_batches(batch, |xm, ym, pass| {
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(batch.span)?;
             let Some(part) = objective.part(&out, &ym, batch.whole, pass, 1.0)? else {
@@ -142,18 +142,17 @@ impl Backprop for Local {
     }
 }
 
-/// Calls `f(x, y, samples, pass)` on each micro-batch of `batch` in order, until one leaves a
+/// Calls `f(x, y, pass)` on each micro-batch of `batch` in order, until one leaves a
 /// non-finite loss in the pass.
 pub fn micro_batches(
     batch: &Batch,
-    mut f: impl FnMut(&Tensor, &Tensor, i64, &mut Pass) -> Result<(), Diagnostic>,
+    mut f: impl FnMut(&Tensor, &Tensor, &mut Pass) -> Result<(), Diagnostic>,
 ) -> Result<Pass, Diagnostic> {
     let xs = batch.x.f_chunk(batch.accumulate, 0).at(batch.span)?;
     let ys = batch.y.f_chunk(batch.accumulate, 0).at(batch.span)?;
     let mut pass = Pass::default();
     for (xm, ym) in xs.iter().zip(&ys) {
-        let m = xm.size().first().copied().unwrap_or(1);
-        f(xm, ym, m, &mut pass)?;
+        f(xm, ym, &mut pass)?;
         if pass.nonfinite.is_some() {
             break;
         }

@@ -225,7 +225,7 @@ impl Backprop for DataParallel {
         let mut first = true;
         let parts = 1 + self.workers.len() as i64;
         let (whole, scale) = (batch.whole, batch.scale);
-        let pass = micro_batches(batch, |xm, ym, _, pass| {
+        let pass = micro_batches(batch, |xm, ym, pass| {
             let xs = xm.f_tensor_split(parts, 0).at(span)?;
             let ys = ym.f_tensor_split(parts, 0).at(span)?;
             let mut slices = xs.into_iter().zip(ys);

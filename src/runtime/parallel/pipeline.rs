@@ -185,7 +185,7 @@ impl Backprop for Pipeline {
         objective: &Objective,
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
-        micro_batches(batch, |xm, ym, _, pass| {
+        micro_batches(batch, |xm, ym, pass| {
             let got = self.pass(
                 objective,
                 (xm, ym),
