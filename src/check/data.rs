@@ -189,6 +189,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             normalize: normalize?,
             targets,
             ignore_label: None,
+            token_vocab: None,
             read: None,
         },
         sample,

@@ -118,7 +118,11 @@ pub fn check_experiment(
     let feed = match &data {
         Some(d) => Feed {
             shape: d.sample.clone(),
-            dtype: d.dtype,
+            dtype: super::tokens::feed_dtype(
+                &d.data.source,
+                d.dtype,
+                model_stmt.and_then(|s| s.body.as_ref()),
+            ),
             int_bound: d.int_bound,
         },
         None => Feed {
@@ -276,6 +280,7 @@ pub fn check_experiment(
         trial,
         data: crate::ir::Data {
             ignore_label: train.loss.ignore_index(),
+            token_vocab: super::tokens::file_vocab(&data.data.source, &nodes),
             ..data.data
         },
         model: crate::ir::Model {

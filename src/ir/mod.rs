@@ -200,6 +200,9 @@ pub struct Data {
     /// The class label the loss ignores (its `ignore_index`), which the data may hold besides
     /// the classes.
     pub ignore_label: Option<i64>,
+    /// The vocabulary of the model's first layer, an `embedding`, when a file source feeds it
+    /// token ids: the runtime refuses ids outside `[0, vocab)`.
+    pub token_vocab: Option<u64>,
     /// What `kiln check` read from the data files' headers; `None` for synthetic data and for
     /// files it could not read (absent here, or a loader that reads no data files).
     pub read: Option<ReadData>,

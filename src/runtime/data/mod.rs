@@ -35,6 +35,7 @@ mod split;
 mod synthetic;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -478,6 +479,9 @@ fn prepare(
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
+    if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
+        tokens::check_range(&raw, &inputs, vocab, span)?;
+    }
     let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
     let targets = shape_targets(&raw, n, &data.targets, data.ignore_label, span)?;
     Ok(Dataset { inputs, targets })
@@ -534,6 +538,7 @@ fn shape_inputs(
         }
         DType::Int if is_integer(kind) => x.f_to_kind(Kind::Int64).at(span),
         DType::Int if is_float(kind) => {
+            tokens::refuse_floats(raw, kind, span)?;
             if let Some((i, v)) = first_fraction(&x).at(span)? {
                 let sample = raw.sample(i / want.max(1));
                 return Err(invalid(
