@@ -535,6 +535,8 @@ pub enum Ignored {
     CheckpointAfterEnd,
     /// Accuracy measured on real-valued targets.
     AccuracyOnValues,
+    /// An attention `window` at least as long as the sequence: it masks nothing.
+    WindowCoversSequence,
 }
 
 /// The situations of K0211: a sweep that cannot be expanded.
