@@ -573,6 +573,12 @@ pub enum LossShape {
     ScalarOutput,
     /// A classification loss on an output of rank above one.
     NotFlat,
+    /// A classification loss on per-token targets whose output is not a score per class for
+    /// each token, `[..tokens, classes]`.
+    TokenScores {
+        /// The targets' per-sample shape.
+        tokens: Shape,
+    },
     /// Class count and output width differ.
     ClassCount {
         /// Classes in the data.

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tch::{Device, Kind};
+use tch::Device;
 
 use super::budget::Budget;
 use super::checkpoint::{Fingerprint, Position, Saved};
@@ -110,27 +110,17 @@ pub fn evaluate(
             let (x, y) = batch?;
             let out = model.forward(&x, false)?;
             let y = y.f_to_device(out.device()).at(span)?;
-            let n = x.size().first().copied().unwrap_or(0) as f64;
             let (sum, w) = objective.sums(&out, &y)?;
             loss += sum;
             weight += w;
             if classes {
+                // Accuracy counts the targets not ignored (every token of a class per token).
                 correct += objective.correct(&out, &y)?;
                 if let Some(k) = top_k {
-                    let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
-                    let hit = idx
-                        .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
-                        .at(span)?
-                        .f_any_dim(-1, false)
-                        .at(span)?;
-                    in_top += hit
-                        .f_sum(Kind::Float)
-                        .at(span)?
-                        .f_double_value(&[])
-                        .at(span)?;
+                    in_top += objective.in_top(&out, &y, k as i64)?;
                 }
+                seen += objective.counted(&y)?;
             }
-            seen += n;
         }
         let mut sums = [loss, weight, correct, in_top, seen];
         backprop.reduce(&mut sums)?;
