@@ -566,7 +566,13 @@ fn check_loss(
             }
             if let Some(c) = classes {
                 if scores != c as i64 {
-                    return err(cx, LossShape::ClassCount { classes: c });
+                    return err(
+                        cx,
+                        LossShape::ClassCount {
+                            classes: c,
+                            per_token: tokens.is_some(),
+                        },
+                    );
                 }
             }
             true

@@ -254,13 +254,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                         "keep the token dimension and end the model with `linear(classes)`, which scores each token, without pooling or `flatten`".to_string(),
                     )
                 }
-                LossShape::ClassCount { classes } => (
+                LossShape::ClassCount { classes, per_token } => (
                     format!(
                         "the data has {} but the model outputs {}",
                         counted(classes, "class"),
                         counted(out.last().copied().unwrap_or(0), "score")
                     ),
-                    format!("needs {} per sample", counted(classes, "score")),
+                    format!(
+                        "needs {} per {}",
+                        counted(classes, "score"),
+                        if per_token { "token" } else { "sample" }
+                    ),
                     format!("end the model with `linear({classes})`"),
                 ),
                 LossShape::ValuesOnClasses => (

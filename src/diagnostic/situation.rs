@@ -583,6 +583,8 @@ pub enum LossShape {
     ClassCount {
         /// Classes in the data.
         classes: u64,
+        /// Whether the classes are per token rather than per sample.
+        per_token: bool,
     },
     /// A regression loss on class labels.
     ValuesOnClasses,

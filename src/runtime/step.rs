@@ -365,6 +365,9 @@ pub struct Stepped {
     pub samples: f64,
     /// Correct top-1 predictions, for class targets.
     pub correct: f64,
+    /// The class targets not ignored, what accuracy divides `correct` by (the samples
+    /// otherwise).
+    pub counted: f64,
 }
 
 /// Takes optimizer steps: the optimizer, the fp16 loss scaler and the settings of a step.
@@ -429,12 +432,18 @@ impl Stepper {
             span,
         };
         let pass = backprop.backprop(model, objective, &batch)?;
+        let counted = if objective.classes() {
+            objective.counted(y)?
+        } else {
+            n as f64
+        };
         if let Some(value) = pass.nonfinite {
             return Ok(Stepped {
                 loss: value,
                 loss_sum: value,
                 samples: n as f64,
                 correct: pass.correct,
+                counted,
             });
         }
         let loss = pass.loss_sum;
@@ -455,6 +464,7 @@ impl Stepper {
             loss_sum: loss,
             samples: n as f64,
             correct,
+            counted,
         })
     }
 }

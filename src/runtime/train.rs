@@ -255,6 +255,7 @@ impl Trainer<'_> {
                 pos.epoch_loss_sum += s.loss_sum;
                 pos.epoch_correct += s.correct;
                 pos.epoch_seen += s.samples;
+                pos.epoch_counted += s.counted;
                 pos.samples += s.samples;
                 let elapsed = started.elapsed().as_secs_f64();
                 pos.seconds = base_seconds + elapsed;
@@ -300,7 +301,7 @@ impl Trainer<'_> {
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
-                    .then_some(pos.epoch_correct / pos.epoch_seen.max(1.0)),
+                    .then_some(pos.epoch_correct / pos.epoch_counted.max(f64::MIN_POSITIVE)),
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
             };
@@ -316,6 +317,7 @@ impl Trainer<'_> {
                 pos.epoch_loss_sum = 0.0;
                 pos.epoch_correct = 0.0;
                 pos.epoch_seen = 0.0;
+                pos.epoch_counted = 0.0;
                 if matches!(t.eval_every, Duration::Epochs(n) if pos.epoch % n.max(1) == 0) {
                     let train_loss = record.train_loss;
                     if let Some((e, f)) = self.validate(&objective, &mut pos, train_loss, false)? {
