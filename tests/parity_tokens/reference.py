@@ -11,9 +11,11 @@ For each case it draws the data as Kiln's `synthetic(inputs: randint(vocab, shap
 targets: TASK(), count)` does (`torch.manual_seed(seed)`, `torch.randint`, then the targets per
 token), builds the model, and writes into `dir`:
     init.safetensors  the model's initial state_dict (F32)
-    reference.json    {"losses": [...], "eval": {"loss": ..., "accuracy": ...}}: the mean
-                      training loss of each step, before the update; the initial model's loss
-                      over all the samples and its accuracy over the tokens not ignored
+    reference.json    {"losses": [...], "eval": {"loss": ..., "accuracy": ...},
+                       "train_accuracy": ...}: the mean training loss of each step, before the
+                      update; the initial model's loss over all the samples and its accuracy
+                      over the tokens not ignored; the fraction of correct tokens not ignored
+                      over the training steps (one epoch), each before its update
 
 The model scores every token, `[B, S, V]`, and the loss is PyTorch's over the flattened tokens,
 `F.cross_entropy(out.reshape(-1, V), y.reshape(-1), ...)`. Training takes the batches in order
@@ -96,16 +98,20 @@ def run(case):
         kept = targets != args.get("ignore_index", -100)
         hits = (out.argmax(-1) == targets) & kept
         evaluation = {"loss": loss.item(), "accuracy": hits.sum().item() / kept.sum().item()}
-    losses, b = [], case["batch"]
+    losses, b, hits, kept = [], case["batch"], 0, 0
     for step in range(case["steps"]):
         opt.zero_grad(set_to_none=False)
         x, y = inputs[step * b:(step + 1) * b], targets[step * b:(step + 1) * b]
-        loss = loss_fn(model(x).reshape(-1, vocab), y.reshape(-1), **args)
+        out = model(x)
+        loss = loss_fn(out.reshape(-1, vocab), y.reshape(-1), **args)
         loss.backward()
         opt.step()
         losses.append(loss.item())
+        counted = y != args.get("ignore_index", -100)
+        hits += ((out.argmax(-1) == y) & counted).sum().item()
+        kept += counted.sum().item()
     with open(f"{case['dir']}/reference.json", "w") as f:
-        json.dump({"losses": losses, "eval": evaluation}, f)
+        json.dump({"losses": losses, "eval": evaluation, "train_accuracy": hits / kept}, f)
 
 
 def main():
