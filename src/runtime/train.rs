@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tch::{Device, Kind};
+use tch::Device;
 
 use super::budget::Budget;
 use super::checkpoint::{Fingerprint, Position, Saved};
@@ -110,27 +110,17 @@ pub fn evaluate(
             let (x, y) = batch?;
             let out = model.forward(&x, false)?;
             let y = y.f_to_device(out.device()).at(span)?;
-            let n = x.size().first().copied().unwrap_or(0) as f64;
             let (sum, w) = objective.sums(&out, &y)?;
             loss += sum;
             weight += w;
             if classes {
+                // Accuracy counts the targets not ignored (every token of a class per token).
                 correct += objective.correct(&out, &y)?;
                 if let Some(k) = top_k {
-                    let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
-                    let hit = idx
-                        .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
-                        .at(span)?
-                        .f_any_dim(-1, false)
-                        .at(span)?;
-                    in_top += hit
-                        .f_sum(Kind::Float)
-                        .at(span)?
-                        .f_double_value(&[])
-                        .at(span)?;
+                    in_top += objective.in_top(&out, &y, k as i64)?;
                 }
+                seen += objective.counted(&y)?;
             }
-            seen += n;
         }
         let mut sums = [loss, weight, correct, in_top, seen];
         backprop.reduce(&mut sums)?;
@@ -265,6 +255,7 @@ impl Trainer<'_> {
                 pos.epoch_loss_sum += s.loss_sum;
                 pos.epoch_correct += s.correct;
                 pos.epoch_seen += s.samples;
+                pos.epoch_counted += s.counted;
                 pos.samples += s.samples;
                 let elapsed = started.elapsed().as_secs_f64();
                 pos.seconds = base_seconds + elapsed;
@@ -310,7 +301,7 @@ impl Trainer<'_> {
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
-                    .then_some(pos.epoch_correct / pos.epoch_seen.max(1.0)),
+                    .then_some(pos.epoch_correct / pos.epoch_counted.max(f64::MIN_POSITIVE)),
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
             };
@@ -326,6 +317,7 @@ impl Trainer<'_> {
                 pos.epoch_loss_sum = 0.0;
                 pos.epoch_correct = 0.0;
                 pos.epoch_seen = 0.0;
+                pos.epoch_counted = 0.0;
                 if matches!(t.eval_every, Duration::Epochs(n) if pos.epoch % n.max(1) == 0) {
                     let train_loss = record.train_loss;
                     if let Some((e, f)) = self.validate(&objective, &mut pos, train_loss, false)? {

@@ -616,7 +616,8 @@ fn normalize(
     x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
 }
 
-/// `[N]` Int64 class indices (checked against the class count) or `[N, ..shape]` Float values.
+/// `[N]` Int64 class indices (checked against the class count), `[N, ..shape]` Int64 class
+/// indices per token, or `[N, ..shape]` Float values.
 fn shape_targets(
     raw: &Raw,
     n: i64,
@@ -683,6 +684,26 @@ fn shape_targets(
                 }
             }
             Ok(y)
+        }
+        Targets::Tokens { shape, .. } => {
+            if per != shape.iter().product::<i64>() || !is_integer(kind) {
+                return Err(invalid(
+                    span,
+                    format!(
+                        "{from} holds {} per sample {}, but the targets are a class per token of {}",
+                        kind_name(kind),
+                        fmt_shape(&ys[1..]),
+                        fmt_shape(shape)
+                    ),
+                    "not a class per token",
+                    "give every split the same per-token targets",
+                ));
+            }
+            let mut s = vec![n];
+            s.extend_from_slice(shape);
+            y.f_reshape(s.as_slice())
+                .and_then(|y| y.f_to_kind(Kind::Int64))
+                .at(span)
         }
         Targets::Values(shape) => {
             let want: i64 = shape.iter().product();

@@ -295,15 +295,18 @@ fn forward(
             heads,
             dropout,
             causal,
+            window,
             ..
         } => {
             let p = if train { *dropout } else { 0.0 };
-            attention::forward(net, l, "", x, *heads, p, *causal, keep.as_ref())
+            let (causal, window) = (*causal, *window);
+            attention::forward(net, l, "", x, *heads, p, causal, window, keep.as_ref())
         }
         LayerKind::TransformerBlock {
             heads,
             dropout,
             causal,
+            window,
             block,
             ..
         } => attention::block(
@@ -313,6 +316,7 @@ fn forward(
             *heads,
             *dropout,
             *causal,
+            *window,
             block,
             train,
             keep.as_ref(),
@@ -472,6 +476,20 @@ impl Net {
     /// Runs the model on a batch. `train` selects training behaviour (dropout, batch statistics).
     pub fn forward(&self, xs: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         self.run(&self.nodes, xs, train, &mut None)
+    }
+
+    /// Runs a pipeline stage on a batch: `keep` is the padding mask an earlier stage's
+    /// `embedding` set (`[batch, sequence]`, true for tokens), and the mask that still flows at
+    /// the stage's end comes back with its output, for the next stage.
+    pub fn forward_masked(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        keep: Option<Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>), Diagnostic> {
+        let mut keep = keep;
+        let y = self.run(&self.nodes, xs, train, &mut keep)?;
+        Ok((y, keep))
     }
 
     /// Runs `nodes` on `xs`; `keep` carries the padding mask from layer to layer while the
