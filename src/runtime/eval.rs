@@ -21,7 +21,7 @@ use super::optim::Optim;
 use super::state::{data_digest, differences, fingerprint, restore};
 use super::step::{Local, Objective};
 use super::train::{evaluate, Eval};
-use super::weights::{load_strict, read_checkpoint};
+use super::weights::{load_strict, read_checkpoint, read_tensors};
 use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
 use kiln::datafile::{Format as DataFormat, Probe};
 use kiln::diagnostic::problem::{NoWeights, Resume, Unreadable};
@@ -303,9 +303,25 @@ fn run(
         qat::install(exp, &mut trained)?;
         Pruner::new(exp, &nodes, &mut trained, timeline)?;
     }
+    let mut exported = None;
     let (path, step) = match weights {
         Weights::File(path) => {
-            load_strict(&trained, path, exp, compresses && !plain)?;
+            let tensors = read_tensors(path, exp)?;
+            if super::exported::is_export(&trained, &tensors) {
+                if opts.uncompressed {
+                    return Err(Problem::ExportNotEvaluable {
+                        span: exp.span,
+                        path: path.clone(),
+                        tensor: None,
+                    }
+                    .diagnostic());
+                }
+                let mut net = model::build(&nodes, exp.train.precision, over)?;
+                super::exported::load(&mut net, path, &tensors, exp)?;
+                exported = Some(net);
+            } else {
+                load_strict(&trained, path, &tensors, exp, compresses && !plain)?;
+            }
             (path.clone(), None)
         }
         Weights::Checkpoint(path) => {
@@ -316,24 +332,34 @@ fn run(
             )
         }
         Weights::Run(dir) => {
-            let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
-            let Some(saved) = found.0 else {
-                return Err(Problem::NoWeights {
-                    span: exp.span,
-                    situation: NoWeights::EmptyRun {
-                        dir: dir.clone(),
-                        damaged: found.1.len(),
-                    },
-                }
-                .diagnostic());
-            };
-            let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
-            (path, Some(restore_saved(exp, &splits, &trained, saved)?))
+            let (last, damaged) = kiln::rundir::weights::newest(dir);
+            if let Some((side, path)) = last {
+                let tensors = read_tensors(&path, exp)?;
+                same_computation(exp, &splits, &side.fingerprint)?;
+                load_strict(&trained, &path, &tensors, exp, compresses)?;
+                (path, Some(side.position.step))
+            } else {
+                let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
+                let Some(saved) = found.0 else {
+                    return Err(Problem::NoWeights {
+                        span: exp.span,
+                        situation: NoWeights::EmptyRun {
+                            dir: dir.clone(),
+                            damaged: damaged.len() + found.1.len(),
+                        },
+                    }
+                    .diagnostic());
+                };
+                let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
+                (path, Some(restore_saved(exp, &splits, &trained, saved)?))
+            }
         }
     };
     let objective = Objective::new(exp);
     let at = |net: &Net| evaluate(exp, net, &Local, net.input_device(), &objective, data);
-    let (label, eval, uncompressed) = if !compresses {
+    let (label, eval, uncompressed) = if let Some(net) = &exported {
+        ("compressed", at(net)?, None)
+    } else if !compresses {
         ("model", at(&trained)?, None)
     } else if plain {
         ("uncompressed", at(&trained)?, None)
@@ -367,8 +393,22 @@ fn restore_saved(
     trained: &Net,
     (side, tensors): Saved,
 ) -> Result<u64, Diagnostic> {
+    same_computation(exp, splits, &side.fingerprint)?;
+    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
+    let mut optim = Optim::new(&exp.optimizer, &names);
+    restore(trained, &mut optim, &tensors, exp.span)?;
+    Ok(side.position.step)
+}
+
+/// Refuses (K0507) weights saved by a run whose experiment computed something else than `exp`
+/// does now: `print` is the fingerprint they were saved with.
+fn same_computation(
+    exp: &Experiment,
+    splits: &data::Splits,
+    print: &kiln::rundir::Fingerprint,
+) -> Result<(), Diagnostic> {
     let digest = data_digest(splits).at(exp.data.source_span)?;
-    let (refused, _) = differences(exp, &side.fingerprint, &fingerprint(exp, &digest));
+    let (refused, _) = differences(exp, print, &fingerprint(exp, &digest));
     if !refused.is_empty() {
         return Err(Problem::ResumeIncompatible {
             span: exp.span,
@@ -376,10 +416,7 @@ fn restore_saved(
         }
         .diagnostic());
     }
-    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
-    let mut optim = Optim::new(&exp.optimizer, &names);
-    restore(trained, &mut optim, &tensors, exp.span)?;
-    Ok(side.position.step)
+    Ok(())
 }
 
 /// The report as lines: what was evaluated, then `val (model): loss 0.212300, accuracy 94.8000%`.
