@@ -7,6 +7,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::Value;
+use support::parity;
 use support::{report, run, s, scratch, text, write};
 
 /// A tiny classifier on synthetic data with validation and test splits and a checkpoint.
@@ -112,15 +113,7 @@ fn eval_of_pytorch_weights_equals_pytorch() {
     let spec = serde_json::json!({
         "dir": dir, "seed": 11, "count": 203, "batch": 16, "split": [0.5, 0.3, 0.2],
     });
-    let spec_path = write(&dir, "spec.json", &spec.to_string());
-    let python = support::root().join(".venv/bin/python");
-    assert!(python.is_file(), "{} is missing", python.display());
-    let out = std::process::Command::new(&python)
-        .arg(support::root().join("tests/eval/reference.py"))
-        .arg(&spec_path)
-        .output()
-        .expect("python starts");
-    assert!(out.status.success(), "{}", text(&out));
+    parity::reference("tests/eval/reference.py", &spec, &dir);
     let exp = write(
         &dir,
         "torch.exp",
@@ -146,10 +139,7 @@ experiment "from-torch" {
 }
 "#,
     );
-    let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
-    )
-    .expect("JSON");
+    let reference = parity::json_file(&dir.join("reference.json"));
     let weights = dir.join("weights.safetensors");
     for split in ["val", "test"] {
         let v = eval_json(&[s(&exp), "--weights", s(&weights), "--split", split]);

@@ -15,10 +15,11 @@
 mod support;
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use serde_json::{json, Value};
-use support::{flat, killed_run, metrics, root, run, s, scratch, text, write, SMALL};
+use serde_json::json;
+use support::parity::{self, floats, worst};
+use support::{flat, killed_run, metrics, run, s, scratch, text, write, SMALL};
 
 /// Optimizer steps per case, one batch each (one epoch of the synthetic data).
 const STEPS: usize = 50;
@@ -26,9 +27,6 @@ const STEPS: usize = 50;
 const BATCH: usize = 16;
 /// Largest relative difference allowed between Kiln's and PyTorch's loss at any step.
 const LOSS_RTOL: f64 = 1e-5;
-
-/// Both sides run libtorch on one CPU thread, as in `tests/parity.rs`.
-const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
 
 /// The AdamW case: the transformer recipe in one line.
 const ADAMW: &str = r#"experiment "groups-adamw" {
@@ -83,81 +81,6 @@ const SGD: &str = r#"experiment "groups-sgd" {
 }
 "#;
 
-/// The project's Python, which has torch; a missing one fails the test, never skips it.
-fn python() -> PathBuf {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the parity tests need PyTorch in the project's virtualenv, and `{}` is missing: \
-         run `bash scripts/quickstart.sh` (or scripts/setup.sh) to create it",
-        python.display()
-    );
-    python
-}
-
-/// The numbers of a JSON array.
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-/// Kiln's loss per step, from the run's `steps.jsonl`.
-fn kiln_losses(name: &str, dir: &Path) -> Vec<f64> {
-    let runs = dir.join("runs");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("run")
-        .arg(dir.join("groups.exp"))
-        .args([
-            "--device",
-            "cpu",
-            "--quiet",
-            "--runs-dir",
-            s(&runs),
-            "--init",
-        ])
-        .arg(dir.join("init.safetensors"))
-        .env("NO_COLOR", "1")
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("kiln starts");
-    assert!(
-        out.status.success(),
-        "{name}: `kiln run` failed:\n{}",
-        text(&out)
-    );
-    let run = std::fs::read_dir(runs.join(name))
-        .expect("the experiment's runs")
-        .map(|e| e.expect("entry").path())
-        .find(|p| p.is_dir())
-        .expect("a run directory");
-    let steps = std::fs::read_to_string(run.join("steps.jsonl")).expect("steps.jsonl");
-    steps
-        .lines()
-        .map(|line| {
-            let v: Value = serde_json::from_str(line).expect("a JSON record");
-            v["loss"].as_f64().expect("a loss")
-        })
-        .collect()
-}
-
-/// The worst relative difference of two series: (step, difference), steps 1-based.
-fn worst(ours: &[f64], theirs: &[f64]) -> (usize, f64) {
-    ours.iter()
-        .zip(theirs)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE))
-        .enumerate()
-        .fold((0, 0.0), |best, (i, d)| {
-            if d > best.1 || d.is_nan() {
-                (i + 1, d)
-            } else {
-                best
-            }
-        })
-}
-
 #[test]
 fn grouped_losses_match_torch_optim_param_groups_step_for_step() {
     let scratch = scratch("groups-parity");
@@ -172,28 +95,13 @@ fn grouped_losses_match_torch_optim_param_groups_step_for_step() {
         std::fs::write(dir.join("groups.exp"), exp).expect("write .exp");
         spec.push(json!({"dir": dir, "case": case, "seed": seed, "batch": BATCH, "steps": STEPS}));
     }
-    let spec_path = scratch.join("spec.json");
-    std::fs::write(&spec_path, serde_json::to_string(&spec).expect("json")).expect("write spec");
-    let out = std::process::Command::new(python())
-        .arg(root().join("tests/groups/reference.py"))
-        .arg(&spec_path)
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "the PyTorch reference `tests/groups/reference.py` failed:\n{}",
-        text(&out)
-    );
+    parity::reference("tests/groups/reference.py", &json!(spec), &scratch);
 
     let mut report = String::new();
     let mut failures = Vec::new();
     for (name, ..) in cases {
         let dir = scratch.join(name);
-        let reference: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
-        )
-        .expect("reference json");
+        let reference = parity::json_file(&dir.join("reference.json"));
         let want = floats(&reference["losses"]);
         let ungrouped = floats(&reference["ungrouped"]);
         assert_eq!(
@@ -208,7 +116,12 @@ fn grouped_losses_match_torch_optim_param_groups_step_for_step() {
             effect > 100.0 * LOSS_RTOL,
             "{name}: the groups change PyTorch's losses by only {effect:e}"
         );
-        let got = kiln_losses(name, &dir);
+        let got = parity::train(
+            &dir.join("groups.exp"),
+            &dir.join("init.safetensors"),
+            &dir.join("run"),
+        )
+        .losses;
         assert_eq!(
             got.len(),
             STEPS,

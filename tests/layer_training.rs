@@ -11,12 +11,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use kiln::check::{check_path, FsLoader, Options};
 use serde_json::{json, Value};
-use support::{root, s, scratch};
+use support::parity::{self, floats};
+use support::scratch;
 
 /// Optimizer steps per case, one batch each.
 const STEPS: usize = 50;
@@ -26,9 +24,6 @@ const BATCH: usize = 16;
 const CLASSES: usize = 4;
 /// Largest relative difference allowed between Kiln's and PyTorch's loss at any step.
 const LOSS_RTOL: f64 = 1e-5;
-
-/// Both sides run libtorch on one CPU thread: the same kernels, reducing in the same order.
-const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
 
 /// The cases: a name `training.py` knows, the per-sample input shape and the model block's
 /// layers, named as `training.py`'s modules name their parameters.
@@ -67,41 +62,8 @@ fn exp(name: &str, input: &str, layers: &str) -> String {
     )
 }
 
-/// The numbers of a JSON array.
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-/// Kiln's loss per step, from the only run directory under `runs`.
-fn kiln_losses(runs: &Path) -> Vec<f64> {
-    let mut dirs: Vec<PathBuf> = std::fs::read_dir(runs)
-        .expect("runs directory")
-        .flat_map(|e| std::fs::read_dir(e.expect("entry").path()).expect("experiment directory"))
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.is_dir())
-        .collect();
-    assert_eq!(dirs.len(), 1, "one run directory in {}", runs.display());
-    let run = dirs.pop().expect("one run");
-    let text = std::fs::read_to_string(run.join("steps.jsonl")).expect("steps.jsonl");
-    text.lines()
-        .map(|line| {
-            let v: Value = serde_json::from_str(line).expect("a JSON line");
-            v["loss"].as_f64().expect("a loss")
-        })
-        .collect()
-}
-
 #[test]
 fn layer_options_train_as_pytorch_for_fifty_steps() {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "this test needs PyTorch in the project's virtualenv: run scripts/setup.sh"
-    );
     let dir = scratch("layer-training");
     let spec: Vec<Value> = CASES
         .iter()
@@ -114,37 +76,13 @@ fn layer_options_train_as_pytorch_for_fifty_steps() {
             })
         })
         .collect();
-    let spec_path = dir.join("spec.json");
-    std::fs::write(&spec_path, serde_json::to_string(&spec).expect("json")).expect("spec");
-    let out = Command::new(&python)
-        .arg(root().join("tests/layers/training.py"))
-        .arg(&spec_path)
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "tests/layers/training.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    parity::reference("tests/layers/training.py", &json!(spec), &dir);
 
     let mut failures = Vec::new();
     for (name, input, layers) in CASES {
         let case = dir.join(name);
         let file = support::write(&case, "case.exp", &exp(name, input, layers));
-        let runs = case.join("runs");
-        let out = support::kiln(&["run", s(&file), "--device", "cpu", "--quiet", "--runs-dir"])
-            .arg(&runs)
-            .arg("--init")
-            .arg(case.join("init.safetensors"))
-            .envs(SINGLE_THREADED)
-            .output()
-            .expect("kiln starts");
-        assert!(out.status.success(), "{name}: {}", support::text(&out));
-        let reference: Value = serde_json::from_str(
-            &std::fs::read_to_string(case.join("reference.json")).expect("reference.json"),
-        )
-        .expect("reference json");
+        let reference = parity::json_file(&case.join("reference.json"));
         let checked = check_path(&file, &FsLoader, &Options::default());
         assert!(!checked.has_errors(), "{name}: {:#?}", checked.diagnostics);
         let params = kiln::plan::plan(&checked.trials[0]).totals.params;
@@ -155,28 +93,12 @@ fn layer_options_train_as_pytorch_for_fifty_steps() {
             ));
         }
         let want = floats(&reference["losses"]);
-        let got = kiln_losses(&runs);
+        let got = parity::train(&file, &case.join("init.safetensors"), &case.join("run")).losses;
         assert_eq!((got.len(), want.len()), (STEPS, STEPS), "{name}: steps");
         let first = want[..5].iter().sum::<f64>();
         let last = want[STEPS - 5..].iter().sum::<f64>();
         assert!(last < 0.97 * first, "{name}: the loss barely moves");
-        let (step, diff) = got
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs() / b.abs())
-            .enumerate()
-            .fold(
-                (0, 0.0),
-                |w, (i, d)| if d > w.1 || d.is_nan() { (i + 1, d) } else { w },
-            );
-        eprintln!("{name:<18} worst loss rel diff {diff:.2e} (step {step})");
-        if diff.is_nan() || diff > LOSS_RTOL {
-            failures.push(format!(
-                "{name}: step {step}: Kiln {}, PyTorch {} (relative difference {diff:.2e})",
-                got[step - 1],
-                want[step - 1]
-            ));
-        }
+        failures.extend(parity::compare(name, "loss", &got, &want, LOSS_RTOL));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&dir);

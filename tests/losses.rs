@@ -7,10 +7,8 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use serde_json::{json, Value};
+use support::parity::{self, exp_value, floats};
 
 /// Optimizer steps per case, one batch each.
 const STEPS: usize = 50;
@@ -72,16 +70,6 @@ fn cases() -> Vec<Case> {
 }
 
 /// An argument as the `.exp` language writes it.
-fn exp_value(v: &Value) -> String {
-    match v {
-        Value::Array(items) => format!(
-            "[{}]",
-            items.iter().map(exp_value).collect::<Vec<_>>().join(", ")
-        ),
-        other => other.to_string(),
-    }
-}
-
 fn exp(case: &Case) -> String {
     let args: Vec<String> = case
         .args
@@ -106,57 +94,8 @@ fn exp(case: &Case) -> String {
     )
 }
 
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-/// The loss of every step of the run in `runs`.
-fn kiln_losses(dir: &Path, name: &str) -> Vec<f64> {
-    let runs = dir.join("runs");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("run")
-        .arg(dir.join("loss.exp"))
-        .args(["--device", "cpu", "--quiet", "--runs-dir"])
-        .arg(&runs)
-        .arg("--init")
-        .arg(dir.join("init.safetensors"))
-        .env("NO_COLOR", "1")
-        .envs([("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")])
-        .output()
-        .expect("kiln starts");
-    assert!(
-        out.status.success(),
-        "{name}: `kiln run` failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run: PathBuf = std::fs::read_dir(runs.join(name))
-        .expect("run directory")
-        .map(|e| e.expect("entry").path())
-        .find(|p| p.is_dir())
-        .expect("one run");
-    std::fs::read_to_string(run.join("steps.jsonl"))
-        .expect("steps.jsonl")
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).expect("a step")["loss"]
-                .as_f64()
-                .expect("a loss")
-        })
-        .collect()
-}
-
 #[test]
 fn loss_options_match_torch_functional_for_50_steps() {
-    let python = support::root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the loss parity test needs the project's .venv with torch"
-    );
     let scratch = support::scratch("losses-parity");
     let cases = cases();
     let spec: Vec<Value> = cases
@@ -169,36 +108,20 @@ fn loss_options_match_torch_functional_for_50_steps() {
                    "batch": BATCH, "steps": STEPS, "lr": 0.1, "ignore_fraction": c.ignore_fraction})
         })
         .collect();
-    let spec_path = scratch.join("spec.json");
-    std::fs::write(&spec_path, Value::Array(spec).to_string()).expect("write the spec");
-    let out = Command::new(&python)
-        .arg(support::root().join("tests/losses/reference.py"))
-        .arg(&spec_path)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "reference.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    parity::reference("tests/losses/reference.py", &Value::Array(spec), &scratch);
     for case in &cases {
         let dir = scratch.join(case.name);
-        let reference: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
+        let theirs = floats(&parity::json_file(&dir.join("reference.json"))["losses"]);
+        let ours = parity::train(
+            &dir.join("loss.exp"),
+            &dir.join("init.safetensors"),
+            &dir.join("run"),
         )
-        .expect("reference json");
-        let theirs = floats(&reference["losses"]);
-        let ours = kiln_losses(&dir, case.name);
+        .losses;
         assert_eq!(ours.len(), STEPS, "{}: steps recorded", case.name);
         assert_eq!(theirs.len(), STEPS, "{}: reference steps", case.name);
-        for (i, (a, b)) in ours.iter().zip(&theirs).enumerate() {
-            let rel = (a - b).abs() / b.abs().max(f64::MIN_POSITIVE);
-            assert!(
-                rel <= RTOL,
-                "{}: step {}: kiln {a} vs torch {b} (relative {rel:e})",
-                case.name,
-                i + 1
-            );
+        if let Some(failure) = parity::compare(case.name, "loss", &ours, &theirs, RTOL) {
+            panic!("{failure}");
         }
         // The losses move: the options are not trivially equal on both sides.
         assert!(

@@ -7,11 +7,13 @@
 //! case this test then writes the matching `.exp`, runs `kiln run --init init.safetensors` on the
 //! CPU and compares the loss of every step (recorded before the update) with PyTorch's.
 
+mod support;
+
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use serde_json::{json, Value};
+use support::parity::{self, exp_value, floats, worst};
 
 /// Optimizer steps per case, one batch each.
 const STEPS: usize = 50;
@@ -23,10 +25,6 @@ const WARMUP: usize = 5;
 const LOSS_RTOL: f64 = 1e-4;
 /// Learning rates are computed by the same formula in f64 on both sides.
 const LR_RTOL: f64 = 1e-12;
-
-/// Both sides run libtorch on one CPU thread: the same kernels in the same order, and no
-/// OpenMP spinning when the test machine is busy (two threads made a run up to 10x slower).
-const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Model {
@@ -137,26 +135,6 @@ impl Case {
     }
 }
 
-/// A JSON value written in the `.exp` language (numbers, booleans and lists of numbers).
-fn exp_value(v: &Value) -> String {
-    match v {
-        Value::Number(n) => {
-            let f = n.as_f64().expect("a number");
-            if f == 0.0 || (1e-3..1e3).contains(&f.abs()) {
-                format!("{f}")
-            } else {
-                format!("{f:e}")
-            }
-        }
-        Value::Bool(b) => b.to_string(),
-        Value::Array(items) => format!(
-            "[{}]",
-            items.iter().map(exp_value).collect::<Vec<_>>().join(", ")
-        ),
-        other => panic!("no .exp spelling for {other}"),
-    }
-}
-
 /// The eight cases: every optimizer with weight decay, on both models. Where torch.optim has
 /// further switches, the two models take different ones so that both code paths are compared.
 fn cases() -> Vec<Case> {
@@ -221,162 +199,30 @@ fn cases() -> Vec<Case> {
     out
 }
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The project's Python, which has torch; a missing one fails the test, never skips it.
-fn python() -> PathBuf {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the parity tests need PyTorch in the project's virtualenv, and `{}` is missing: \
-         run `bash scripts/quickstart.sh` (or scripts/setup.sh) to create it",
-        python.display()
-    );
-    python
-}
-
-/// The numbers of a JSON array.
-fn floats(v: &Value, what: &str) -> Vec<f64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("{what} is not an array"))
-        .iter()
-        .map(|x| x.as_f64().unwrap_or_else(|| panic!("{what} holds {x}")))
-        .collect()
-}
-
-/// The only subdirectory of `dir`.
-fn only_subdir(dir: &Path) -> PathBuf {
-    let dirs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.is_dir())
-        .collect();
-    assert_eq!(
-        dirs.len(),
-        1,
-        "expected one directory in {}, found {dirs:?}",
-        dir.display()
-    );
-    dirs.into_iter().next().expect("one directory")
-}
-
-/// Kiln's (loss, lr) per step, from the run's `steps.jsonl`.
-fn kiln_steps(case: &Case, dir: &Path) -> (Vec<f64>, Vec<f64>) {
-    let runs = dir.join("runs");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("run")
-        .arg(dir.join("parity.exp"))
-        .args(["--device", "cpu", "--quiet", "--runs-dir"])
-        .arg(&runs)
-        .arg("--init")
-        .arg(dir.join("init.safetensors"))
-        .env("NO_COLOR", "1")
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("kiln starts");
-    assert!(
-        out.status.success(),
-        "{}: `kiln run` failed ({}):\n{}{}",
-        case.name(),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run = only_subdir(&runs.join(case.name()));
-    let path = run.join("steps.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let (mut losses, mut lrs) = (Vec::new(), Vec::new());
-    for (i, line) in text.lines().enumerate() {
-        let v: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("{}:{}: {e}: {line}", path.display(), i + 1));
-        assert_eq!(
-            v["step"].as_u64(),
-            Some(i as u64 + 1),
-            "{}:{}: steps out of order: {line}",
-            path.display(),
-            i + 1
-        );
-        losses.push(
-            v["loss"]
-                .as_f64()
-                .unwrap_or_else(|| panic!("{}:{}: no loss: {line}", path.display(), i + 1)),
-        );
-        lrs.push(
-            v["lr"]
-                .as_f64()
-                .unwrap_or_else(|| panic!("{}:{}: no lr: {line}", path.display(), i + 1)),
-        );
-    }
-    (losses, lrs)
-}
-
-/// The worst relative difference of two series: (step, difference), steps 1-based.
-fn worst(ours: &[f64], theirs: &[f64]) -> (usize, f64) {
-    ours.iter()
-        .zip(theirs)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE))
-        .enumerate()
-        .fold((0, 0.0), |best, (i, d)| {
-            if d > best.1 || d.is_nan() {
-                (i + 1, d)
-            } else {
-                best
-            }
-        })
-}
-
 #[test]
 fn losses_match_pytorch_step_for_step() {
-    let python = python();
-    let scratch = std::env::temp_dir().join(format!("kiln-parity-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
+    let scratch = support::scratch("parity");
     let cases = cases();
-    let dirs: Vec<PathBuf> = cases.iter().map(|c| scratch.join(c.name())).collect();
+    let dirs: Vec<_> = cases.iter().map(|c| scratch.join(c.name())).collect();
     for dir in &dirs {
         std::fs::create_dir_all(dir).expect("scratch directory");
     }
-    let mnist = root().join("data/mnist");
+    let mnist = support::root().join("data/mnist");
     let spec: Vec<Value> = cases
         .iter()
         .zip(&dirs)
         .map(|(c, d)| c.spec(d, &mnist))
         .collect();
-    let spec_path = scratch.join("spec.json");
-    std::fs::write(
-        &spec_path,
-        serde_json::to_string_pretty(&spec).expect("json"),
-    )
-    .expect("write spec");
-
-    let out = Command::new(&python)
-        .arg(root().join("tests/parity/reference.py"))
-        .arg(&spec_path)
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "the PyTorch reference `tests/parity/reference.py` failed ({}) with {}:\n{}{}",
-        out.status,
-        python.display(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    parity::reference("tests/parity/reference.py", &json!(spec), &scratch);
 
     let mut report = String::new();
     let mut failures = Vec::new();
     for (case, dir) in cases.iter().zip(&dirs) {
         std::fs::write(dir.join("parity.exp"), case.exp()).expect("write .exp");
-        let reference: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
-        )
-        .expect("reference json");
-        let want = floats(&reference["losses"], "losses");
-        let want_lr = floats(&reference["lrs"], "lrs");
-        let norms = floats(&reference["grad_norms"], "grad_norms");
+        let reference = parity::json_file(&dir.join("reference.json"));
+        let want = floats(&reference["losses"]);
+        let want_lr = floats(&reference["lrs"]);
+        let norms = floats(&reference["grad_norms"]);
         assert_eq!(
             want.len(),
             STEPS,
@@ -404,7 +250,12 @@ fn losses_match_pytorch_step_for_step() {
             case.name()
         );
 
-        let (got, got_lr) = kiln_steps(case, dir);
+        let steps = parity::train(
+            &dir.join("parity.exp"),
+            &dir.join("init.safetensors"),
+            &dir.join("run"),
+        );
+        let (got, got_lr) = (steps.losses, steps.lrs);
         assert_eq!(
             got.len(),
             STEPS,

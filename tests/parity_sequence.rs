@@ -8,19 +8,16 @@
 //! activation="gelu")` with `src_key_padding_mask`, the tutorial's `PositionalEncoding` table and
 //! AdamW.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod support;
 
 use serde_json::{json, Value};
+use support::parity::{self, floats};
 
 const STEPS: usize = 50;
 const BATCH: usize = 16;
 const VOCAB: usize = 6;
 const LENGTH: usize = 8;
 const LOSS_RTOL: f64 = 1e-5;
-/// One CPU thread on both sides: the same kernels in the same order.
-const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
-
 /// The two models, as `.exp` model blocks named as `sequence.py`'s modules.
 const CASES: &[(&str, &str)] = &[
     (
@@ -40,55 +37,9 @@ fn exp(name: &str, model: &str) -> String {
     )
 }
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Kiln's loss per step, from the run's `steps.jsonl`.
-fn kiln_losses(name: &str, dir: &Path) -> Vec<f64> {
-    let runs = dir.join("runs");
-    let out = Command::new(env!("CARGO_BIN_EXE_kiln"))
-        .arg("run")
-        .arg(dir.join("parity.exp"))
-        .args(["--device", "cpu", "--quiet", "--runs-dir"])
-        .arg(&runs)
-        .arg("--init")
-        .arg(dir.join("init.safetensors"))
-        .env("NO_COLOR", "1")
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("kiln starts");
-    assert!(
-        out.status.success(),
-        "{name}: `kiln run` failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run: PathBuf = std::fs::read_dir(runs.join(format!("parity-{name}")))
-        .expect("the runs")
-        .next()
-        .expect("a run")
-        .expect("an entry")
-        .path();
-    let text = std::fs::read_to_string(run.join("steps.jsonl")).expect("steps.jsonl");
-    text.lines()
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).expect("a JSON line");
-            v["loss"].as_f64().expect("a loss")
-        })
-        .collect()
-}
-
 #[test]
 fn sequence_losses_match_pytorch_step_for_step() {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the parity tests need {}",
-        python.display()
-    );
-    let scratch = std::env::temp_dir().join(format!("kiln-seq-parity-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
+    let scratch = support::scratch("sequence-parity");
     let mut spec = Vec::new();
     for (name, model) in CASES {
         let dir = scratch.join(name);
@@ -100,33 +51,17 @@ fn sequence_losses_match_pytorch_step_for_step() {
             "weight_decay": 0.01,
         }));
     }
-    let spec_path = scratch.join("spec.json");
-    std::fs::write(&spec_path, Value::Array(spec).to_string()).expect("write spec");
-    let out = Command::new(&python)
-        .arg(root().join("tests/parity/sequence.py"))
-        .arg(&spec_path)
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "tests/parity/sequence.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    parity::reference("tests/parity/sequence.py", &Value::Array(spec), &scratch);
     let mut failures = Vec::new();
     for (name, _) in CASES {
         let dir = scratch.join(name);
-        let reference: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("reference.json")).expect("reference.json"),
+        let want = floats(&parity::json_file(&dir.join("reference.json"))["losses"]);
+        let got = parity::train(
+            &dir.join("parity.exp"),
+            &dir.join("init.safetensors"),
+            &dir.join("run"),
         )
-        .expect("reference json");
-        let want: Vec<f64> = reference["losses"]
-            .as_array()
-            .expect("losses")
-            .iter()
-            .map(|x| x.as_f64().expect("a loss"))
-            .collect();
-        let got = kiln_losses(name, &dir);
+        .losses;
         assert_eq!((got.len(), want.len()), (STEPS, STEPS), "{name}: steps");
         let first: f64 = want[..5].iter().sum::<f64>() / 5.0;
         let last: f64 = want[STEPS - 5..].iter().sum::<f64>() / 5.0;
@@ -134,16 +69,7 @@ fn sequence_losses_match_pytorch_step_for_step() {
             last < 0.9 * first,
             "{name}: the loss barely moves ({first} -> {last})"
         );
-        for (step, (a, b)) in got.iter().zip(&want).enumerate() {
-            let diff = (a - b).abs() / b.abs();
-            if diff.is_nan() || diff > LOSS_RTOL {
-                failures.push(format!(
-                    "{name}: step {}: Kiln {a:e}, PyTorch {b:e}, relative difference {diff:.3e}",
-                    step + 1
-                ));
-                break;
-            }
-        }
+        failures.extend(parity::compare(name, "loss", &got, &want, LOSS_RTOL));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&scratch);

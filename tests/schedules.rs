@@ -1,8 +1,8 @@
 //! Learning-rate schedules against PyTorch's own `torch.optim.lr_scheduler` classes: from the
 //! same initial weights and batches, `kiln run` reproduces the learning rate and the loss of every
 //! step of a PyTorch loop that steps `OneCycleLR` (with its momentum cycling), `LinearLR`,
-//! `SequentialLR` or `ReduceLROnPlateau`; and a resumed `reduce_on_plateau` run continues as an
-//! uninterrupted one.
+//! `SequentialLR` or `ReduceLROnPlateau`; a resumed `reduce_on_plateau` run continues as an
+//! uninterrupted one; and under data parallelism, the pipeline and DDP it takes one device's rates.
 //!
 //! `tests/schedules/reference.py` (run once, with the project's `.venv/bin/python`) builds a small
 //! MLP, saves its initial weights and a labelled point cloud as safetensors, and trains 50 steps
@@ -13,9 +13,9 @@ mod support;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{json, Value};
+use support::parity::{self, floats, json_lines, worst};
 use support::{killed_run, run, s, scratch, text, write};
 
 /// Optimizer steps per case.
@@ -30,9 +30,6 @@ const BATCH: usize = 16;
 const LOSS_RTOL: f64 = 1e-5;
 /// Rates: the same closed forms in f64 (PyTorch's chainable forms agree to rounding).
 const LR_RTOL: f64 = 1e-9;
-
-/// Both sides run libtorch on one CPU thread.
-const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
 
 /// One comparison: an optimizer and a schedule, written for Kiln and for PyTorch.
 struct Case {
@@ -174,48 +171,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn python() -> PathBuf {
-    let python = support::root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the schedule parity tests need PyTorch in `{}`: run `bash scripts/quickstart.sh`",
-        python.display()
-    );
-    python
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|x| x.as_f64().expect("a number"))
-        .collect()
-}
-
-/// The JSON lines of a file.
-fn lines(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
-/// The worst relative difference of two series: (index, difference).
-fn worst(ours: &[f64], theirs: &[f64]) -> (usize, f64) {
-    ours.iter()
-        .zip(theirs)
-        .map(|(a, b)| (a - b).abs() / b.abs().max(f64::MIN_POSITIVE))
-        .enumerate()
-        .fold((0, 0.0), |best, (i, d)| {
-            if d > best.1 || d.is_nan() {
-                (i, d)
-            } else {
-                best
-            }
-        })
-}
-
 #[test]
 fn schedules_match_pytorch_step_for_step() {
     let scratch = scratch("schedules");
@@ -225,56 +180,17 @@ fn schedules_match_pytorch_step_for_step() {
         std::fs::create_dir_all(dir).expect("case directory");
     }
     let spec: Vec<Value> = cases.iter().zip(&dirs).map(|(c, d)| c.spec(d)).collect();
-    let spec_path = scratch.join("spec.json");
-    std::fs::write(&spec_path, serde_json::to_string(&spec).expect("json")).expect("spec");
-    let out = Command::new(python())
-        .arg(support::root().join("tests/schedules/reference.py"))
-        .arg(&spec_path)
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("python starts");
-    assert!(
-        out.status.success(),
-        "tests/schedules/reference.py failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    parity::reference("tests/schedules/reference.py", &json!(spec), &scratch);
 
     let mut report = String::new();
     let mut failures = Vec::new();
     for (case, dir) in cases.iter().zip(&dirs) {
         let exp = write(dir, "case.exp", &case.exp());
-        let reference: Value = serde_json::from_str(
-            &std::fs::read_to_string(dir.join("reference.json")).expect("reference"),
-        )
-        .expect("reference json");
+        let reference = parity::json_file(&dir.join("reference.json"));
         let (want, want_lr) = (floats(&reference["losses"]), floats(&reference["lrs"]));
         let momenta = floats(&reference["momenta"]);
-        let run_dir = dir.join("run");
-        let o = support::kiln(&[
-            "run",
-            s(&exp),
-            "--device",
-            "cpu",
-            "--quiet",
-            "--run-dir",
-            s(&run_dir),
-            "--init",
-            s(&dir.join("init.safetensors")),
-        ])
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("kiln starts");
-        assert!(o.status.success(), "{}: {}", case.name, text(&o));
-        let steps = lines(&run_dir.join("steps.jsonl"));
-        let got: Vec<f64> = steps
-            .iter()
-            .map(|v| v["loss"].as_f64().expect("loss"))
-            .collect();
-        let got_lr: Vec<f64> = steps
-            .iter()
-            .map(|v| v["lr"].as_f64().expect("lr"))
-            .collect();
+        let steps = parity::train(&exp, &dir.join("init.safetensors"), &dir.join("run"));
+        let (got, got_lr) = (steps.losses, steps.lrs);
         assert_eq!(
             got.len(),
             STEPS,
@@ -303,7 +219,7 @@ fn schedules_match_pytorch_step_for_step() {
             );
         }
         if case.eval_every.is_some() {
-            let evals: Vec<f64> = lines(&run_dir.join("metrics.jsonl"))
+            let evals: Vec<f64> = json_lines(&dir.join("run/metrics.jsonl"))
                 .iter()
                 .filter(|v| v.get("train_loss").is_none())
                 .filter_map(|v| v["loss"].as_f64())
@@ -321,27 +237,24 @@ fn schedules_match_pytorch_step_for_step() {
         let (i, d) = worst(&got, &want);
         let _ = writeln!(
             report,
-            "{:<24} worst loss rel diff {d:.2e} (step {}), worst lr rel diff {lr_d:.1e}, {} rates",
+            "{:<24} worst loss rel diff {d:.2e} (step {i}), worst lr rel diff {lr_d:.1e}, {} rates",
             case.name,
-            i + 1,
             distinct(&want_lr)
         );
         if lr_d > LR_RTOL {
             failures.push(format!(
-                "{}: the rate of step {} differs: Kiln {:e}, PyTorch {:e}",
+                "{}: the rate of step {lr_i} differs: Kiln {:e}, PyTorch {:e}",
                 case.name,
-                lr_i + 1,
-                got_lr[lr_i],
-                want_lr[lr_i]
+                got_lr[lr_i - 1],
+                want_lr[lr_i - 1]
             ));
         }
         if d.is_nan() || d > LOSS_RTOL {
             failures.push(format!(
-                "{}: the loss of step {} differs: Kiln {:e}, PyTorch {:e} ({d:.3e}); files in {}",
+                "{}: the loss of step {i} differs: Kiln {:e}, PyTorch {:e} ({d:.3e}); files in {}",
                 case.name,
-                i + 1,
-                got[i],
-                want[i],
+                got[i - 1],
+                want[i - 1],
                 dir.display()
             ));
         }
@@ -393,7 +306,7 @@ fn a_resumed_plateau_run_continues_exactly() {
     let o = run(&["run", s(&exp), "--quiet", "--resume", s(&cut)]);
     assert!(o.status.success(), "{}", text(&o));
     let rates = |d: &Path| -> Vec<(u64, f64)> {
-        lines(&d.join("steps.jsonl"))
+        json_lines(&d.join("steps.jsonl"))
             .iter()
             .map(|v| {
                 (
@@ -411,4 +324,61 @@ fn a_resumed_plateau_run_continues_exactly() {
         "the rate was not reduced before the cut: {a:?}"
     );
     assert_eq!(a, b, "the resumed run's rates differ");
+}
+
+/// `reduce_on_plateau` under every strategy takes the rates of one device: the validations it
+/// watches are of the whole split, whichever devices or processes computed them.
+#[test]
+fn plateau_rates_are_those_of_one_device_under_every_strategy() {
+    let dir = scratch("plateau-strategies");
+    let exp = |name: &str, parallel: &str, stages: bool| {
+        let layers = if stages {
+            "    block stage1 {\n      fc1: linear(16)\n      tanh\n    }\n    block stage2 {\n      fc2: linear(3)\n    }\n"
+        } else {
+            "    fc1: linear(16)\n    tanh\n    fc2: linear(3)\n"
+        };
+        let source = format!(
+            "experiment \"{name}\" {{\n  seed 5\n  data {{\n    source synthetic(inputs: normal([8]), targets: randint(3), count: 500)\n    split(train: 0.8, val: 0.2)\n    batch 24\n  }}\n  model {{\n    input [8]\n{layers}  }}\n  device cpu\n  {parallel}\n  optimizer sgd(lr: 0.5, momentum: 0.9)\n  schedule reduce_on_plateau(factor: 0.5, patience: 0)\n  train {{\n    steps 60\n    loss cross_entropy\n    eval_every 5 steps\n  }}\n}}\n"
+        );
+        write(&dir, &format!("{name}.exp"), &source)
+    };
+    let records = |name: &str, parallel: &str, stages: bool| {
+        let file = exp(name, parallel, stages);
+        let run_dir = dir.join(name);
+        let o = support::kiln(&["run", s(&file), "--quiet", "--run-dir", s(&run_dir)])
+            .envs(parity::SINGLE_THREADED)
+            .output()
+            .expect("kiln starts");
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let steps = json_lines(&run_dir.join("steps.jsonl"));
+        let field = |f: &str| -> Vec<f64> {
+            steps
+                .iter()
+                .map(|v| v[f].as_f64().expect("a number"))
+                .collect()
+        };
+        (field("lr"), field("loss"))
+    };
+    let (lrs, losses) = records("single", "", false);
+    assert!(
+        lrs.iter().filter(|lr| **lr < 0.5).count() > 10,
+        "the rate is hardly reduced: {lrs:?}"
+    );
+    for (name, parallel, stages) in [
+        ("data", "parallel data(devices: [cpu, cpu])", false),
+        (
+            "pipeline",
+            "parallel pipeline(stages: 2, micro_batches: 4)",
+            true,
+        ),
+        ("ddp", "parallel ddp(backend: gloo, world_size: 2)", false),
+    ] {
+        let (got_lrs, got_losses) = records(name, parallel, stages);
+        assert_eq!(got_lrs, lrs, "{name}: the rates differ from one device's");
+        let (step, diff) = worst(&got_losses, &losses);
+        assert!(
+            diff < 1e-5,
+            "{name}: the loss of step {step} differs by {diff:e}"
+        );
+    }
 }

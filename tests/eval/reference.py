@@ -22,78 +22,15 @@ the order train, val, test, each split's samples kept in file order.
 """
 
 import json
-import math
-import struct
+import os
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-MASK = (1 << 64) - 1
-
-
-def save_safetensors(path, tensors):
-    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-class SplitMix64:
-    def __init__(self, seed):
-        self.state = seed & MASK
-
-    def next(self):
-        self.state = (self.state + 0x9E3779B97F4A7C15) & MASK
-        z = self.state
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-        return z ^ (z >> 31)
-
-    def below(self, bound):
-        """Uniform on [0, bound) without bias (Lemire)."""
-        m = self.next() * bound
-        if (m & MASK) < bound:
-            threshold = ((-bound) & MASK) % bound
-            while (m & MASK) < threshold:
-                m = self.next() * bound
-        return m >> 64
-
-
-def permutation(n, seed):
-    order = list(range(n))
-    rng = SplitMix64(seed)
-    for i in range(n - 1, 0, -1):
-        j = rng.below(i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
-
-
-def splits(n, fractions, seed):
-    order = permutation(n, seed ^ 0x5EED5B1170000001)
-    counts, left = [], n
-    for f in fractions:
-        c = min(int(math.floor(f * n * (1.0 + 1e-12))), left)
-        counts.append(c)
-        left -= c
-    out, start = [], 0
-    for c in counts:
-        out.append(sorted(order[start:start + c]))
-        start += c
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import save_safetensors, splits  # noqa: E402
 
 
 class Net(nn.Module):

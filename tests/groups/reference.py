@@ -19,31 +19,17 @@ The groups are built the way PyTorch users build them, not from Kiln's lists:
 """
 
 import json
-import struct
+import os
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import cases, save_safetensors  # noqa: E402
+
 VOCAB, TOKENS, CLASSES, FEATURES = 16, 8, 4, 16
-
-
-def save_safetensors(path, tensors):
-    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().astype("<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 class Tokens(nn.Module):
@@ -139,10 +125,8 @@ def run(case):
 
 
 def main():
-    torch.set_num_threads(1)
-    with open(sys.argv[1]) as f:
-        for case in json.load(f):
-            run(case)
+    for case in cases():
+        run(case)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ masks on both sides (both link the same libtorch).
 
 import json
 import math
-import struct
+import os
 import sys
 from collections import OrderedDict
 
@@ -36,25 +36,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-
-
-def save_safetensors(path, tensors):
-    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import save_safetensors  # noqa: E402
 
 
 class SelfAttention(nn.MultiheadAttention):

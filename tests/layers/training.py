@@ -21,13 +21,15 @@ backward, `torch.optim.SGD(momentum=..., foreach=False)` step, one batch per ste
 """
 
 import json
+import os
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from reference import save_safetensors
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import cases, save_safetensors  # noqa: E402
 
 
 class Transformer(nn.Module):
@@ -127,9 +129,7 @@ def run(case):
 
 
 def main():
-    with open(sys.argv[1]) as f:
-        cases = json.load(f)
-    for case in cases:
+    for case in cases():
         run(case)
 
 

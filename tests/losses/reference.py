@@ -16,30 +16,15 @@ For each case it writes into `dir`:
 """
 
 import json
-import struct
+import os
 import sys
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-
-
-def save_safetensors(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import cases, save_safetensors  # noqa: E402
 
 
 def run(case):
@@ -84,10 +69,8 @@ def run(case):
 
 
 def main():
-    torch.set_num_threads(1)
-    with open(sys.argv[1]) as f:
-        for case in json.load(f):
-            run(case)
+    for case in cases():
+        run(case)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ backward, `clip_grad_norm_`, then the optimizer step (torch.optim's single-tenso
 import gzip
 import json
 import math
+import os
 import struct
 import sys
 
@@ -32,25 +33,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-
-
-def save_safetensors(path, tensors):
-    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().astype(t.numpy().dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import cases, optimizer, save_safetensors  # noqa: E402
 
 
 class Mlp(nn.Module):
@@ -112,19 +96,6 @@ def cosine_lr(base, step, total, warmup, min_lr):
     return min_lr + (base - min_lr) * (1.0 + math.cos(math.pi * progress)) / 2.0
 
 
-def optimizer(params, o):
-    kind, common = o["kind"], dict(lr=o["lr"], weight_decay=o.get("weight_decay", 0.0), foreach=False)
-    if kind == "sgd":
-        return torch.optim.SGD(params, momentum=o.get("momentum", 0.0), dampening=o.get("dampening", 0.0), nesterov=o.get("nesterov", False), **common)
-    if kind == "adam":
-        return torch.optim.Adam(params, betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8), amsgrad=o.get("amsgrad", False), **common)
-    if kind == "adamw":
-        return torch.optim.AdamW(params, betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8), amsgrad=o.get("amsgrad", False), **common)
-    if kind == "rmsprop":
-        return torch.optim.RMSprop(params, alpha=o.get("alpha", 0.99), eps=o.get("eps", 1e-8), momentum=o.get("momentum", 0.0), centered=o.get("centered", False), **common)
-    raise ValueError(f"unknown optimizer {kind}")
-
-
 def run(case):
     torch.manual_seed(case["seed"])
     cls, shape = MODELS[case["model"]]
@@ -157,9 +128,7 @@ def run(case):
 
 
 def main():
-    with open(sys.argv[1]) as f:
-        cases = json.load(f)
-    for case in cases:
+    for case in cases():
         run(case)
 
 

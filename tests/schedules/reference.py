@@ -23,7 +23,7 @@ evaluation, every `eval_every` steps.
 """
 
 import json
-import struct
+import os
 import sys
 import warnings
 
@@ -32,57 +32,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.optim import lr_scheduler
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-MASK = (1 << 64) - 1
-SPLIT_STREAM = 0x5EED5B1170000001
-
-
-def save_safetensors(path, tensors):
-    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        t = t.detach().contiguous().cpu()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-class SplitMix64:
-    """Kiln's PRNG (`src/runtime/data/split.rs`)."""
-
-    def __init__(self, seed):
-        self.x = seed & MASK
-
-    def next(self):
-        self.x = (self.x + 0x9E3779B97F4A7C15) & MASK
-        z = self.x
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-        return z ^ (z >> 31)
-
-    def below(self, bound):
-        m = self.next() * bound
-        if (m & MASK) < bound:
-            threshold = ((-bound) & MASK) % bound
-            while (m & MASK) < threshold:
-                m = self.next() * bound
-        return m >> 64
-
-
-def permutation(n, seed):
-    order, rng = list(range(n)), SplitMix64(seed)
-    for i in range(n - 1, 0, -1):
-        j = rng.below(i + 1)
-        order[i], order[j] = order[j], order[i]
-    return order
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
+from torchref import cases, optimizer, permutation, save_safetensors, SPLIT_STREAM  # noqa: E402
 
 
 class Mlp(nn.Module):
@@ -95,20 +46,6 @@ class Mlp(nn.Module):
 
     def forward(self, x):
         return self.fc2(F.relu(self.fc1(x)))
-
-
-def optimizer(params, o):
-    kind, common = o["kind"], dict(lr=o["lr"], weight_decay=o.get("weight_decay", 0.0), foreach=False)
-    if kind == "sgd":
-        return torch.optim.SGD(params, momentum=o.get("momentum", 0.0), nesterov=o.get("nesterov", False), **common)
-    if kind == "adam":
-        return torch.optim.Adam(params, betas=tuple(o.get("betas", (0.9, 0.999))), **common)
-    if kind == "adamw":
-        common["weight_decay"] = o.get("weight_decay", 1e-2)
-        return torch.optim.AdamW(params, betas=tuple(o.get("betas", (0.9, 0.999))), **common)
-    if kind == "rmsprop":
-        return torch.optim.RMSprop(params, momentum=o.get("momentum", 0.0), **common)
-    raise ValueError(f"unknown optimizer {kind}")
 
 
 def scheduler(opt, s, steps):
@@ -190,10 +127,7 @@ def run(case):
 
 def main():
     warnings.simplefilter("ignore")
-    torch.set_num_threads(1)
-    with open(sys.argv[1]) as f:
-        cases = json.load(f)
-    for case in cases:
+    for case in cases():
         run(case)
 
 

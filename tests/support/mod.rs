@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod formatting;
+pub mod parity;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

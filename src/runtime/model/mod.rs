@@ -474,6 +474,20 @@ impl Net {
         self.run(&self.nodes, xs, train, &mut None)
     }
 
+    /// Runs a pipeline stage on a batch: `keep` is the padding mask an earlier stage's
+    /// `embedding` set (`[batch, sequence]`, true for tokens), and the mask that still flows at
+    /// the stage's end comes back with its output, for the next stage.
+    pub fn forward_masked(
+        &self,
+        xs: &Tensor,
+        train: bool,
+        keep: Option<Tensor>,
+    ) -> Result<(Tensor, Option<Tensor>), Diagnostic> {
+        let mut keep = keep;
+        let y = self.run(&self.nodes, xs, train, &mut keep)?;
+        Ok((y, keep))
+    }
+
     /// Runs `nodes` on `xs`; `keep` carries the padding mask from layer to layer while the
     /// sequence stays the second dimension of what flows.
     fn run(

@@ -200,11 +200,15 @@ impl Backprop for Pipeline {
     }
 }
 
+/// What one stage hands the next for a micro-batch: its output, and the padding mask of the
+/// sequence (`[batch, sequence]`, true for tokens) while one flows (see `Net::forward_masked`).
+type Acts = (Tensor, Option<Tensor>);
+
 /// A stage's ends of the channels, and stage 0's micro-batches.
 struct Io {
     xs: Vec<Tensor>,
-    acts_in: Option<Receiver<Tensor>>,
-    acts_out: Option<(Sender<Tensor>, Device)>,
+    acts_in: Option<Receiver<Acts>>,
+    acts_out: Option<(Sender<Acts>, Device)>,
     grads_in: Option<Receiver<Option<Tensor>>>,
     grads_out: Option<Sender<Option<Tensor>>>,
 }
@@ -261,18 +265,20 @@ fn run_stage(
         observe(k, *op);
         match *op {
             Op::Forward(j) => {
-                let input = match &io.acts_in {
+                let (input, keep) = match &io.acts_in {
                     None => match io.xs.get(j) {
-                        Some(x) => x.shallow_clone(),
+                        Some(x) => (x.shallow_clone(), None),
                         None => return Ok(pass),
                     },
                     Some(rx) => match rx.recv() {
-                        Ok(t) if t.is_floating_point() => t.f_set_requires_grad(true).at(span)?,
-                        Ok(t) => t,
+                        Ok((t, keep)) if t.is_floating_point() => {
+                            (t.f_set_requires_grad(true).at(span)?, keep)
+                        }
+                        Ok(acts) => acts,
                         Err(_) => return Ok(pass),
                     },
                 };
-                let out = stage.forward(&input, true)?;
+                let (out, keep) = stage.forward_masked(&input, true, keep)?;
                 let kept = match (&end, &io.acts_out) {
                     (Some(end), _) => {
                         let Some(loss) = loss(end, j, &out, &mut pass, span)? else {
@@ -282,7 +288,8 @@ fn run_stage(
                     }
                     (None, Some((tx, device))) => {
                         let sent = out.f_detach().at(span)?.f_to_device(*device).at(span)?;
-                        if tx.send(sent).is_err() {
+                        let keep = keep.map(|k| k.f_to_device(*device)).transpose().at(span)?;
+                        if tx.send((sent, keep)).is_err() {
                             return Ok(pass);
                         }
                         out
