@@ -319,20 +319,9 @@ fn weights_pruned_by_pytorch_evaluate_as_pytorch_evaluates_them() {
     let spec = serde_json::json!({
         "dir": dir, "seed": 11, "count": 203, "batch": 16, "split": [0.5, 0.3, 0.2],
     });
-    let spec_path = write(&dir, "spec.json", &spec.to_string());
-    let python = support::root().join(".venv/bin/python");
-    assert!(python.is_file(), "{} is missing", python.display());
-    let out = std::process::Command::new(&python)
-        .arg(support::root().join("tests/eval_weights/pruned.py"))
-        .arg(&spec_path)
-        .output()
-        .expect("python starts");
-    assert!(out.status.success(), "{}", text(&out));
+    support::parity::reference("tests/eval_weights/pruned.py", &spec, &dir);
     let exp = write(&dir, "torch.exp", FROM_TORCH);
-    let reference: Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join("pruned.json")).expect("pruned.json"),
-    )
-    .expect("JSON");
+    let reference = support::parity::json_file(&dir.join("pruned.json"));
     let weights = dir.join("pruned.safetensors");
     for split in ["val", "test"] {
         let v = eval_json(&[s(&exp), "--weights", s(&weights), "--split", split]);

@@ -20,8 +20,11 @@ import sys
 import torch
 import torch.nn.utils.prune as prune
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "eval"))
-from reference import Net, evaluate, save_safetensors, splits  # noqa: E402
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, os.pardir, "support"))
+sys.path.insert(0, os.path.join(HERE, os.pardir, "eval"))
+from reference import Net, evaluate  # noqa: E402
+from torchref import save_safetensors, splits  # noqa: E402
 
 
 def main():
