@@ -1,9 +1,11 @@
 //! `kiln eval`: the loss and metrics of given weights on a split of an experiment's data, with
-//! no training. The weights are a run's checkpoint (a run directory's newest, or one named with
-//! `--checkpoint`), compressed as the experiment says (deterministically, so it is the model the
-//! run measured), or a safetensors file with PyTorch `state_dict` names (`--weights`). The
-//! evaluation is the training loop's own ([`evaluate`]), so a run's final checkpoint gives its
-//! final validation metrics bit for bit.
+//! no training. The weights are a run directory's final weights (`weights.safetensors`, which
+//! every run writes when it ends; its newest checkpoint when it has none) or a checkpoint named
+//! with `--checkpoint`, compressed as the experiment says (deterministically, so it is the model
+//! the run measured); or a safetensors file (`--weights`) with PyTorch `state_dict` names
+//! (parameters pruned by `torch.nn.utils.prune` included), or the compressed model `kiln export`
+//! wrote, evaluated as it is stored. The evaluation is the training loop's own ([`evaluate`]),
+//! so a run's final weights give its final validation metrics bit for bit.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -35,7 +37,9 @@ pub struct EvalOptions {
     /// A run directory, or an experiment file (with `--weights` or `--checkpoint`).
     #[arg(value_name = "FILE|RUN_DIR")]
     pub target: PathBuf,
-    /// Weights to evaluate: a safetensors file with PyTorch `state_dict` names (`fc1.weight`).
+    /// Weights to evaluate: a safetensors file with PyTorch `state_dict` names (`fc1.weight`;
+    /// `fc1.weight_orig` and `fc1.weight_mask` of `torch.nn.utils.prune` too), or a
+    /// `model.safetensors` written by `kiln export`, evaluated as the compressed model it is.
     #[arg(long, value_name = "SAFETENSORS", conflicts_with = "checkpoint")]
     pub weights: Option<PathBuf>,
     /// A checkpoint of a run of the experiment: `RUN_DIR/checkpoints/step-N.safetensors` (or
@@ -139,7 +143,7 @@ enum Weights {
     File(PathBuf),
     /// A checkpoint named on the command line.
     Checkpoint(PathBuf),
-    /// The newest intact checkpoint of a run directory.
+    /// A run directory's newest intact final weights, or else its newest intact checkpoint.
     Run(PathBuf),
 }
 
