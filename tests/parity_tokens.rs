@@ -149,8 +149,12 @@ fn per_token_losses_match_pytorch_step_for_step() {
         }
 
         let run = dir.join("run");
-        let got =
-            parity::train(&dir.join("parity.exp"), &dir.join("init.safetensors"), &run).losses;
+        let got = parity::train(
+            &dir.join("parity.exp"),
+            Some(&dir.join("init.safetensors")),
+            &run,
+        )
+        .losses;
         let want = floats(&reference["losses"]);
         assert_eq!((got.len(), want.len()), (STEPS, STEPS), "{}: steps", c.name);
         let first: f64 = want[..5].iter().sum::<f64>() / 5.0;

@@ -227,9 +227,11 @@ codes! {
     /// The distributed backend cannot run here.
     BackendUnavailable = "K0517", "backend-unavailable", Error, "The distributed backend cannot run on this machine.";
     /// `kiln eval` has no weights it can read.
-    NoWeights = "K0519", "no-weights", Error, "`kiln eval` has no weights to evaluate: none were named, the weights file or checkpoint cannot be read, or the run directory holds no checkpoint.";
+    NoWeights = "K0519", "no-weights", Error, "`kiln eval` has no weights to evaluate: none were named, the weights file or checkpoint cannot be read, or the run directory holds neither final weights nor a checkpoint.";
     /// The weights given to `kiln eval` do not fit the model.
     WeightsMismatch = "K0520", "weights-mismatch", Error, "The weights given to `kiln eval` lack a tensor of the experiment's model, or hold one of another shape or dtype.";
     /// The split to evaluate has no samples.
     SplitEmpty = "K0521", "split-empty", Error, "The split `kiln eval` was asked for has no samples in the experiment.";
+    /// `kiln eval` cannot evaluate an exported model as asked.
+    ExportNotEvaluable = "K0522", "export-not-evaluable", Error, "`kiln eval` cannot evaluate an exported model as asked: a layer is stored as int4 or fp8, which cannot be read back, or `--uncompressed` was asked for.";
 }

@@ -19,7 +19,7 @@ use super::hooks::{
 use super::output::Output;
 use super::report::EpochRecord;
 use super::schedule::Lr;
-use super::state::{restore, Checkpoints};
+use super::state::{restore, state_dict, Checkpoints};
 use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
@@ -362,6 +362,10 @@ impl Trainer<'_> {
         if checkpoints.enabled() || !exp.compression.is_empty() {
             checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
         }
+        // Every run that ends keeps its final weights, for `kiln eval RUN_DIR`.
+        let side = checkpoints.sidecar(&pos);
+        self.out
+            .final_weights(&side, &state_dict(self.model), exp.optimizer.span)?;
         self.out.flush_steps()?;
         Ok(outcome)
     }
