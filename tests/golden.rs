@@ -146,6 +146,10 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         Code::SplitEmpty,
         "a failure of kiln eval, tested in tests/eval.rs",
     ),
+    (
+        Code::ExportNotEvaluable,
+        "a failure of kiln eval, tested in tests/eval_weights.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

@@ -118,7 +118,7 @@ fn grouped_losses_match_torch_optim_param_groups_step_for_step() {
         );
         let got = parity::train(
             &dir.join("groups.exp"),
-            &dir.join("init.safetensors"),
+            Some(&dir.join("init.safetensors")),
             &dir.join("run"),
         )
         .losses;

@@ -93,7 +93,12 @@ fn layer_options_train_as_pytorch_for_fifty_steps() {
             ));
         }
         let want = floats(&reference["losses"]);
-        let got = parity::train(&file, &case.join("init.safetensors"), &case.join("run")).losses;
+        let got = parity::train(
+            &file,
+            Some(&case.join("init.safetensors")),
+            &case.join("run"),
+        )
+        .losses;
         assert_eq!((got.len(), want.len()), (STEPS, STEPS), "{name}: steps");
         let first = want[..5].iter().sum::<f64>();
         let last = want[STEPS - 5..].iter().sum::<f64>();

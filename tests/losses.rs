@@ -114,7 +114,7 @@ fn loss_options_match_torch_functional_for_50_steps() {
         let theirs = floats(&parity::json_file(&dir.join("reference.json"))["losses"]);
         let ours = parity::train(
             &dir.join("loss.exp"),
-            &dir.join("init.safetensors"),
+            Some(&dir.join("init.safetensors")),
             &dir.join("run"),
         )
         .losses;

@@ -252,7 +252,7 @@ fn losses_match_pytorch_step_for_step() {
 
         let steps = parity::train(
             &dir.join("parity.exp"),
-            &dir.join("init.safetensors"),
+            Some(&dir.join("init.safetensors")),
             &dir.join("run"),
         );
         let (got, got_lr) = (steps.losses, steps.lrs);

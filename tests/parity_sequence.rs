@@ -58,7 +58,7 @@ fn sequence_losses_match_pytorch_step_for_step() {
         let want = floats(&parity::json_file(&dir.join("reference.json"))["losses"]);
         let got = parity::train(
             &dir.join("parity.exp"),
-            &dir.join("init.safetensors"),
+            Some(&dir.join("init.safetensors")),
             &dir.join("run"),
         )
         .losses;

@@ -252,7 +252,10 @@ fn pipeline_memory_per_stage() {
     // Adam (8 bytes of state per parameter). Stage 0 keeps min(2 - 0, 8) = 2 micro-batches, stage
     // 1 keeps 1. Stage 0 stores the input 784 and fc1, relu, dropout: 784 + 3 * 1024 = 3,856
     // values a sample; stage 1 the activation it received (1,024) and fc2, relu, fc3:
-    // 1,024 + 1,024 + 1,024 + 10 = 3,082.
+    // 1,024 + 1,024 + 1,024 + 10 = 3,082. Evaluation runs the whole batch of 256 through each
+    // stage without gradients, which the totals count instead: stage 0 holds the input and the
+    // relu's input and output, 784 + 2 * 1,024 = 2,832 values a sample; stage 1 fc2's or its
+    // relu's, 2,048.
     let p = plan_of("experiments/mnist_mlp_pipeline.exp");
     let names: Vec<(&str, &str)> = p
         .stages
@@ -287,7 +290,7 @@ fn pipeline_memory_per_stage() {
                 803_840,
                 8 * 803_840,
                 3_856 * 32 * 2 * 4,
-                16 * 803_840 + 3_856 * 32 * 2 * 4
+                16 * 803_840 + 2_832 * 256 * 4
             ),
             (
                 1,
@@ -295,13 +298,13 @@ fn pipeline_memory_per_stage() {
                 1_059_850,
                 8 * 1_059_850,
                 3_082 * 32 * 4,
-                16 * 1_059_850 + 3_082 * 32 * 4
+                16 * 1_059_850 + 2_048 * 256 * 4
             ),
         ]
     );
     let text = kiln::plan::to_text(&p);
     assert!(
-        text.contains("stage 1 (stage2.fc2 .. stage2.fc3) on cuda:1: 16.55 MiB"),
+        text.contains("stage 1 (stage2.fc2 .. stage2.fc3) on cuda:1: 18.17 MiB"),
         "{text}"
     );
 
@@ -353,12 +356,17 @@ fn pipeline_memory_per_stage() {
             72 * 8 * flight[1] * 4,
             12 * 8 * flight[2] * 4,
         ];
+        // Evaluation runs the whole batch of 32 through each stage without gradients: fc1's
+        // input and output (16 + 32), relu's (32 + 32), fc3's (8 + 4); the totals count the
+        // larger of the two.
+        let eval = [48 * 32 * 4, 64 * 32 * 4, 12 * 32 * 4];
+        let most = |i: usize| acts[i].max(eval[i]);
         assert_eq!(
             got,
             vec![
-                (Device::Cuda(0), flight[0], acts[0], 8 * 544 + acts[0]),
-                (Device::Cuda(1), flight[1], acts[1], 8 * 264 + acts[1]),
-                (Device::Cuda(2), flight[2], acts[2], 8 * 36 + acts[2]),
+                (Device::Cuda(0), flight[0], acts[0], 8 * 544 + most(0)),
+                (Device::Cuda(1), flight[1], acts[1], 8 * 264 + most(1)),
+                (Device::Cuda(2), flight[2], acts[2], 8 * 36 + most(2)),
             ],
             "{schedule}"
         );
@@ -413,7 +421,9 @@ experiment "dp" {
     assert_eq!(
         d,
         vec![
-            (Device::Cuda(0), 2_072, 2_072, 2_072, 3_008, 9_224),
+            // Replica 0 also evaluates, the whole batch of 24 without gradients: the input and
+            // the tanh's input and output, 12 + 16 + 16 = 44 values a sample, 4,224 bytes.
+            (Device::Cuda(0), 2_072, 2_072, 2_072, 3_008, 6_216 + 4_224),
             (Device::Cuda(2), 1_036, 1_036, 0, 1_504, 3_576),
         ]
     );

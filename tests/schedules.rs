@@ -189,7 +189,7 @@ fn schedules_match_pytorch_step_for_step() {
         let reference = parity::json_file(&dir.join("reference.json"));
         let (want, want_lr) = (floats(&reference["losses"]), floats(&reference["lrs"]));
         let momenta = floats(&reference["momenta"]);
-        let steps = parity::train(&exp, &dir.join("init.safetensors"), &dir.join("run"));
+        let steps = parity::train(&exp, Some(&dir.join("init.safetensors")), &dir.join("run"));
         let (got, got_lr) = (steps.losses, steps.lrs);
         assert_eq!(
             got.len(),
@@ -343,21 +343,8 @@ fn plateau_rates_are_those_of_one_device_under_every_strategy() {
         write(&dir, &format!("{name}.exp"), &source)
     };
     let records = |name: &str, parallel: &str, stages: bool| {
-        let file = exp(name, parallel, stages);
-        let run_dir = dir.join(name);
-        let o = support::kiln(&["run", s(&file), "--quiet", "--run-dir", s(&run_dir)])
-            .envs(parity::SINGLE_THREADED)
-            .output()
-            .expect("kiln starts");
-        assert!(o.status.success(), "{name}: {}", text(&o));
-        let steps = json_lines(&run_dir.join("steps.jsonl"));
-        let field = |f: &str| -> Vec<f64> {
-            steps
-                .iter()
-                .map(|v| v[f].as_f64().expect("a number"))
-                .collect()
-        };
-        (field("lr"), field("loss"))
+        let steps = parity::train(&exp(name, parallel, stages), None, &dir.join(name));
+        (steps.lrs, steps.losses)
     };
     let (lrs, losses) = records("single", "", false);
     assert!(

@@ -7,8 +7,8 @@
 mod support;
 
 use serde_json::Value;
-use support::parity::{json_lines, worst, SINGLE_THREADED};
-use support::{s, scratch, text, write};
+use support::parity::{self, json_lines, worst};
+use support::{scratch, write};
 
 /// The experiment under `parallel` (empty for one device).
 fn experiment(name: &str, parallel: &str) -> String {
@@ -60,26 +60,15 @@ struct Records {
 fn records(dir: &std::path::Path, name: &str, parallel: &str) -> Records {
     let file = write(dir, &format!("{name}.exp"), &experiment(name, parallel));
     let run_dir = dir.join(name);
-    let o = support::kiln(&["run", s(&file), "--quiet", "--run-dir", s(&run_dir)])
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("kiln starts");
-    assert!(o.status.success(), "{name}: {}", text(&o));
-    let steps = json_lines(&run_dir.join("steps.jsonl"));
-    let field = |f: &str| -> Vec<f64> {
-        steps
-            .iter()
-            .map(|v| v[f].as_f64().expect("a number"))
-            .collect()
-    };
+    let steps = parity::train(&file, None, &run_dir);
     let validations = json_lines(&run_dir.join("metrics.jsonl"))
         .into_iter()
         .filter(|v| v.get("train_loss").is_none())
         .map(|v| serde_json::json!([v["loss"], v["accuracy"]]))
         .collect();
     Records {
-        lrs: field("lr"),
-        losses: field("loss"),
+        lrs: steps.lrs,
+        losses: steps.losses,
         validations,
     }
 }

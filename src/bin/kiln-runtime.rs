@@ -23,7 +23,8 @@ enum Command {
     /// Print the libtorch version and the devices it sees.
     Env,
     /// Evaluate given weights on a split of an experiment's data, without training: a run's
-    /// checkpoint (compressed, when the experiment compresses) or a safetensors file.
+    /// final weights or checkpoint (compressed, when the experiment compresses), a safetensors
+    /// file or a `kiln export`.
     Eval(runtime::eval::EvalOptions),
     /// Write a run's model (compressed, when the experiment compresses) as safetensors with a
     /// manifest.

@@ -46,6 +46,9 @@ pub const GENERATORS: &[(&str, &[&str])] = &[
     ("majority", &[]),
     ("first", &[]),
     ("argmax", &[]),
+    ("copy", &[]),
+    ("reverse", &[]),
+    ("sort", &[]),
 ];
 
 /// The checked data block with what the model checker needs.
@@ -189,6 +192,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             normalize: normalize?,
             targets,
             ignore_label: None,
+            token_vocab: None,
             read: None,
         },
         sample,
@@ -272,7 +276,15 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
                 let at = b.get("targets").map_or(v.span, |x| x.span);
                 // After a problem, the classes are unknown rather than the source missing, so
                 // that the model is still checked against the inputs.
-                Targets::Classes(sequence_task(cx, *task, &inputs, at, input_span))
+                let classes = sequence_task(cx, *task, &inputs, at, input_span);
+                if task.per_token() {
+                    Targets::Tokens {
+                        classes,
+                        shape: inputs.shape().clone(),
+                    }
+                } else {
+                    Targets::Classes(classes)
+                }
             }
             g => Targets::Values(g.shape().clone()),
         };

@@ -13,7 +13,7 @@ use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
 use crate::diagnostic::problem::{DataFit, OutOfRange};
 use crate::diagnostic::Problem;
-use crate::ir::{Experiment, ReadData, Source, Targets};
+use crate::ir::{DType, Experiment, ReadData, Source, Targets};
 use crate::span::{Sources, Span};
 use crate::syntax::ast::{Statement, ValueKind};
 
@@ -84,6 +84,8 @@ struct Side {
     span: Span,
     /// The dimensions, the sample count first.
     shape: Vec<u64>,
+    /// The element type its header declares (`None` for CSV, whose cells are text).
+    elem: Option<Elem>,
 }
 
 /// Reads the headers of `e`'s data files and checks them against the experiment; records what
@@ -230,6 +232,7 @@ impl Files<'_, '_> {
             name,
             span,
             shape: a.shape,
+            elem: Some(a.elem),
         })
     }
 
@@ -400,11 +403,13 @@ impl Files<'_, '_> {
                 name: name.clone(),
                 span,
                 shape: vec![rows, columns as u64 - 1],
+                elem: None,
             },
             Side {
                 name,
                 span,
                 shape: vec![rows],
+                elem: None,
             },
         ))
     }
@@ -468,6 +473,16 @@ fn fit(
                 found: x.shape[1..].to_vec(),
                 input: e.model.input.clone(),
                 input_span: spans.input,
+            },
+        );
+        return None;
+    }
+    if let (DType::Int, Some(elem @ Elem::Float { .. })) = (e.model.input_dtype, &x.elem) {
+        mismatch(
+            cx,
+            x,
+            DataFit::TokenFloats {
+                found: elem.to_string(),
             },
         );
         return None;

@@ -118,7 +118,11 @@ pub fn check_experiment(
     let feed = match &data {
         Some(d) => Feed {
             shape: d.sample.clone(),
-            dtype: d.dtype,
+            dtype: super::tokens::feed_dtype(
+                &d.data.source,
+                d.dtype,
+                model_stmt.and_then(|s| s.body.as_ref()),
+            ),
             int_bound: d.int_bound,
         },
         None => Feed {
@@ -276,6 +280,7 @@ pub fn check_experiment(
         trial,
         data: crate::ir::Data {
             ignore_label: train.loss.ignore_index(),
+            token_vocab: super::tokens::file_vocab(&data.data.source, &nodes),
             ..data.data
         },
         model: crate::ir::Model {
@@ -531,8 +536,11 @@ fn check_loss(
                     loss: loss_span,
                 });
             }
-            let classes = match targets {
-                Targets::Classes(c) => *c,
+            // The class scores are the output's last dimension; the dimensions before it
+            // are the targets' own: none for a class per sample, `[S]` for one per token.
+            let (classes, tokens) = match targets {
+                Targets::Classes(c) => (*c, None),
+                Targets::Tokens { classes, shape } => (*classes, Some(shape)),
                 Targets::Values(shape) => {
                     return err(
                         cx,
@@ -541,20 +549,35 @@ fn check_loss(
                         },
                     );
                 }
-                Targets::Unknown => None,
+                Targets::Unknown => (None, None),
             };
-            if out.is_empty() {
+            if let Some(tokens) = tokens {
+                if out.len() != tokens.len() + 1 || out[..tokens.len()] != tokens[..] {
+                    return err(
+                        cx,
+                        LossShape::TokenScores {
+                            tokens: tokens.clone(),
+                        },
+                    );
+                }
+            } else if out.is_empty() {
                 return err(cx, LossShape::ScalarOutput);
-            }
-            if out.len() > 1 {
+            } else if out.len() > 1 {
                 return err(cx, LossShape::NotFlat);
             }
-            if out[0] == 1 {
+            let scores = out.last().copied().unwrap_or(0);
+            if scores == 1 {
                 return err(cx, LossShape::OneClass);
             }
             if let Some(c) = classes {
-                if out[0] != c as i64 {
-                    return err(cx, LossShape::ClassCount { classes: c });
+                if scores != c as i64 {
+                    return err(
+                        cx,
+                        LossShape::ClassCount {
+                            classes: c,
+                            per_token: tokens.is_some(),
+                        },
+                    );
                 }
             }
             true
@@ -568,7 +591,16 @@ fn check_loss(
                     return err(cx, LossShape::BinaryOnClasses { classes: *classes });
                 }
                 Targets::Classes(_) if matches!(loss, Loss::BceWithLogits { .. }) => vec![],
-                Targets::Classes(_) => {
+                Targets::Tokens {
+                    classes: Some(classes),
+                    ..
+                } if *classes > 2 && matches!(loss, Loss::BceWithLogits { .. }) => {
+                    return err(cx, LossShape::BinaryOnClasses { classes: *classes });
+                }
+                Targets::Tokens { shape, .. } if matches!(loss, Loss::BceWithLogits { .. }) => {
+                    shape.to_vec()
+                }
+                Targets::Classes(_) | Targets::Tokens { .. } => {
                     return err(cx, LossShape::ValuesOnClasses);
                 }
                 Targets::Unknown => return true,
@@ -673,7 +705,7 @@ fn check_evaluation(
         }
     }
     let classes = match &data.targets {
-        Targets::Classes(c) => Some(*c),
+        Targets::Classes(c) | Targets::Tokens { classes: c, .. } => Some(*c),
         _ => None,
     };
     for m in &train.metrics {

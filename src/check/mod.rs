@@ -20,6 +20,7 @@ mod settings;
 mod shrink;
 mod split;
 mod sweep;
+mod tokens;
 
 use std::path::{Path, PathBuf};
 

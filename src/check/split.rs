@@ -148,7 +148,12 @@ pub(super) fn held_out(
     let Some(own) = own else {
         return Some(None);
     };
-    let known = |t: &Targets| !matches!(t, Targets::Unknown | Targets::Classes(None));
+    let known = |t: &Targets| {
+        !matches!(
+            t,
+            Targets::Unknown | Targets::Classes(None) | Targets::Tokens { classes: None, .. }
+        )
+    };
     let differs = if known(&own.targets) && known(&train.targets) && own.targets != train.targets {
         Some("classes")
     } else {

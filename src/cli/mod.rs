@@ -79,8 +79,9 @@ enum Command {
     },
     /// Print the libtorch version and the devices it sees.
     Env,
-    /// Evaluate given weights on a split without training: a run's checkpoint (compressed, when
-    /// the experiment compresses) or a safetensors file; `kiln eval --help` for options.
+    /// Evaluate given weights on a split without training: a run's final weights or checkpoint
+    /// (compressed, when the experiment compresses) or a safetensors file; `kiln eval --help` for
+    /// options.
     #[command(disable_help_flag = true)]
     Eval {
         /// The run directory or experiment file and options, passed to `kiln-runtime eval`.

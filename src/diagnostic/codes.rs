@@ -159,7 +159,7 @@ codes! {
     /// A layer would produce an empty dimension.
     EmptyDimension = "K0308", "empty-dimension", Error, "A layer shrinks a dimension to zero or below (kernel larger than its input).";
     /// Sequence-task targets over inputs that are not one sequence of ids, or with one class.
-    SequenceTask = "K0309", "sequence-task", Error, "A sequence task's targets (`majority()`, `first()`, `argmax()`) need `randint` inputs of shape `[S]` and must give at least two classes.";
+    SequenceTask = "K0309", "sequence-task", Error, "A sequence task's targets (`majority()`, `first()`, `argmax()`, and per token `copy()`, `reverse()`, `sort()`) need `randint` inputs of shape `[S]` and must give at least two classes.";
 
     /// Data parallel over a single device.
     DataParallelOneDevice = "K0401", "data-parallel-one-device", Warning, "Data parallel over one device only adds overhead.";
@@ -229,9 +229,11 @@ codes! {
     /// The distributed backend cannot run here.
     BackendUnavailable = "K0517", "backend-unavailable", Error, "The distributed backend cannot run on this machine.";
     /// `kiln eval` has no weights it can read.
-    NoWeights = "K0519", "no-weights", Error, "`kiln eval` has no weights to evaluate: none were named, the weights file or checkpoint cannot be read, or the run directory holds no checkpoint.";
+    NoWeights = "K0519", "no-weights", Error, "`kiln eval` has no weights to evaluate: none were named, the weights file or checkpoint cannot be read, or the run directory holds neither final weights nor a checkpoint.";
     /// The weights given to `kiln eval` do not fit the model.
     WeightsMismatch = "K0520", "weights-mismatch", Error, "The weights given to `kiln eval` lack a tensor of the experiment's model, or hold one of another shape or dtype.";
     /// The split to evaluate has no samples.
     SplitEmpty = "K0521", "split-empty", Error, "The split `kiln eval` was asked for has no samples in the experiment.";
+    /// `kiln eval` cannot evaluate an exported model as asked.
+    ExportNotEvaluable = "K0522", "export-not-evaluable", Error, "`kiln eval` cannot evaluate an exported model as asked: a layer is stored as int4 or fp8, which cannot be read back, or `--uncompressed` was asked for.";
 }

@@ -55,6 +55,12 @@ pub enum DataFit {
         /// The `classes` argument, when written.
         classes: Option<Span>,
     },
+    /// Inputs stored as floats feed a model whose first layer, an `embedding`, takes integer
+    /// token ids.
+    TokenFloats {
+        /// The element type the header declares, in words (`32-bit floats`).
+        found: String,
+    },
     /// Real-valued targets of another size than declared.
     TargetSize {
         /// The per-sample shape of the targets.
@@ -231,6 +237,14 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
             };
             d.help("give one class index per sample, or drop `classes` for real-valued targets")
         }
+        DataFit::TokenFloats { found } => new(
+            span,
+            format!(
+                "{file} holds {found}, but the model's first layer, an `embedding`, takes integer token ids"
+            ),
+        )
+        .label("token ids stored as floats")
+        .help("store the ids as integers (int64, int32, int16, int8 or uint8), for example `np.save(path, ids.astype(np.int64))`"),
         DataFit::TargetSize { found, declared } => new(
             span,
             format!(

@@ -1,5 +1,5 @@
-//! Wording of the problems of `kiln eval` (K0519 to K0521): weights it cannot read, weights that
-//! do not fit the model, a split without samples.
+//! Wording of the problems of `kiln eval` (K0519 to K0522): weights it cannot read, weights that
+//! do not fit the model, a split without samples, an export it cannot evaluate as asked.
 
 use std::path::PathBuf;
 
@@ -21,11 +21,11 @@ pub enum NoWeights {
         /// Why, in a few words (`it does not exist`).
         detail: String,
     },
-    /// The run directory holds no intact checkpoint.
+    /// The run directory holds neither intact final weights nor an intact checkpoint.
     EmptyRun {
         /// The run directory.
         dir: PathBuf,
-        /// How many of its checkpoints are damaged.
+        /// How many of its final weights and checkpoints are damaged.
         damaged: usize,
     },
 }
@@ -66,16 +66,16 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             NoWeights::EmptyRun { dir, damaged } => {
                 let damaged = match damaged {
                     0 => String::new(),
-                    1 => " (its one checkpoint is damaged)".into(),
-                    n => format!(" (its {n} checkpoints are damaged)"),
+                    1 => " (the weights it saved are damaged)".into(),
+                    n => format!(" (the {n} weights files it saved are damaged)"),
                 };
                 Diagnostic::new(
                     code,
                     span,
                     format!("the run `{}` holds no weights to evaluate{damaged}", dir.display()),
                 )
-                .label("this run saved no checkpoint")
-                .help("a run keeps its weights when its train block has `checkpoint(every: ...)` (a compressing run always does); or name weights with `--weights`")
+                .label("this run saved no weights")
+                .help("a run saves its final weights (`weights.safetensors`) when it ends, and checkpoints when its train block has `checkpoint(every: ...)`; a run that has not ended yet can be resumed with `kiln run --resume`; or name weights with `--weights`")
             }
         },
         Problem::WeightsMismatch {
@@ -111,6 +111,28 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .label("this layer's tensors do not fit")
             .help(help)
         }
+        Problem::ExportNotEvaluable { span, path, tensor } => match tensor {
+            Some(tensor) => Diagnostic::new(
+                code,
+                span,
+                format!(
+                    "cannot evaluate the export `{}`: `{tensor}` is stored in a form that cannot be read back",
+                    path.display()
+                ),
+            )
+            .label("the model to evaluate")
+            .help("int4 weights are packed for the kernel of the machine that packed them, and fp8 weights need a GPU: evaluate the run directory instead (`kiln eval RUN_DIR`), which makes the compressed model again"),
+            None => Diagnostic::new(
+                code,
+                span,
+                format!(
+                    "`--uncompressed` with the export `{}`: an export holds the compressed model only",
+                    path.display()
+                ),
+            )
+            .label("the model to evaluate")
+            .help("leave out `--uncompressed` to evaluate the exported model, or evaluate the run directory with `--uncompressed` (`kiln eval RUN_DIR --uncompressed`)"),
+        },
         Problem::SplitEmpty {
             span,
             split,

@@ -884,6 +884,17 @@ pub enum Problem {
         /// Whether the file is a run's checkpoint (its tensors are named `param/fc1.weight`).
         checkpoint: bool,
     },
+    /// K0522: `kiln eval` cannot evaluate an exported model as asked: a layer is stored in a
+    /// form that cannot be read back, or its uncompressed form was asked for.
+    ExportNotEvaluable {
+        /// The experiment.
+        span: Span,
+        /// The exported weights file.
+        path: PathBuf,
+        /// The tensor stored in a form that cannot be read back; `None` when `--uncompressed`
+        /// was asked for.
+        tensor: Option<String>,
+    },
     /// K0521: the split `kiln eval` was asked for has no samples.
     SplitEmpty {
         /// The data source.
@@ -1025,6 +1036,7 @@ impl Problem {
             Problem::NoWeights { .. } => Code::NoWeights,
             Problem::WeightsMismatch { .. } => Code::WeightsMismatch,
             Problem::SplitEmpty { .. } => Code::SplitEmpty,
+            Problem::ExportNotEvaluable { .. } => Code::ExportNotEvaluable,
         }
     }
 }

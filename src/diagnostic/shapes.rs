@@ -246,13 +246,25 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     "needs [classes]".to_string(),
                     "add `flatten` or pool before the last `linear`".to_string(),
                 ),
-                LossShape::ClassCount { classes } => (
+                LossShape::TokenScores { tokens } => {
+                    let dims: String = tokens.iter().map(|d| format!("{d}, ")).collect();
+                    (
+                        format!("`{loss}` on targets of {tokens} per sample needs a score per class for each token, [{dims}classes], but the model outputs {out}"),
+                        format!("needs [{dims}classes]"),
+                        "keep the token dimension and end the model with `linear(classes)`, which scores each token, without pooling or `flatten`".to_string(),
+                    )
+                }
+                LossShape::ClassCount { classes, per_token } => (
                     format!(
                         "the data has {} but the model outputs {}",
                         counted(classes, "class"),
-                        counted(out.first().copied().unwrap_or(0), "score")
+                        counted(out.last().copied().unwrap_or(0), "score")
                     ),
-                    format!("needs {} per sample", counted(classes, "score")),
+                    format!(
+                        "needs {} per {}",
+                        counted(classes, "score"),
+                        if per_token { "token" } else { "sample" }
+                    ),
                     format!("end the model with `linear({classes})`"),
                 ),
                 LossShape::ValuesOnClasses => (

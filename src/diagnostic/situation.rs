@@ -530,6 +530,8 @@ pub enum Ignored {
     CheckpointAfterEnd,
     /// Accuracy measured on real-valued targets.
     AccuracyOnValues,
+    /// An attention `window` at least as long as the sequence: it masks nothing.
+    WindowCoversSequence,
 }
 
 /// The situations of K0211: a sweep that cannot be expanded.
@@ -568,10 +570,18 @@ pub enum LossShape {
     ScalarOutput,
     /// A classification loss on an output of rank above one.
     NotFlat,
+    /// A classification loss on per-token targets whose output is not a score per class for
+    /// each token, `[..tokens, classes]`.
+    TokenScores {
+        /// The targets' per-sample shape.
+        tokens: Shape,
+    },
     /// Class count and output width differ.
     ClassCount {
         /// Classes in the data.
         classes: u64,
+        /// Whether the classes are per token rather than per sample.
+        per_token: bool,
     },
     /// A regression loss on class labels.
     ValuesOnClasses,

@@ -236,6 +236,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     "ignored with a regression loss",
                     "drop accuracy metrics, or train a classifier",
                 ),
+                Ignored::WindowCoversSequence => (
+                    "the attention `window` covers the whole sequence",
+                    "every key is within the window: nothing is masked",
+                    "give a window shorter than the sequence, or drop `window`",
+                ),
             };
             new(span, message.into()).label(label).help(help)
         }

@@ -282,7 +282,8 @@ impl Problem {
 
             p @ (Problem::NoWeights { .. }
             | Problem::WeightsMismatch { .. }
-            | Problem::SplitEmpty { .. }) => super::evaluation::words(p),
+            | Problem::SplitEmpty { .. }
+            | Problem::ExportNotEvaluable { .. }) => super::evaluation::words(p),
         }
     }
 }

@@ -212,6 +212,8 @@ pub enum LayerKind {
         heads: i64,
         dropout: f64,
         causal: bool,
+        /// Local attention: a query attends only to keys fewer than this many positions away.
+        window: Option<i64>,
     },
     /// Transformer block: attention and MLP, each residual, as `nn.TransformerEncoderLayer`.
     TransformerBlock {
@@ -220,6 +222,8 @@ pub enum LayerKind {
         hidden: i64,
         dropout: f64,
         causal: bool,
+        /// Local attention, as in [`LayerKind::Attention`].
+        window: Option<i64>,
         /// Where the layer norms stand, the MLP's activation, their eps and the biases.
         block: Block,
     },

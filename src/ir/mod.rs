@@ -200,6 +200,9 @@ pub struct Data {
     /// The class label the loss ignores (its `ignore_index`), which the data may hold besides
     /// the classes.
     pub ignore_label: Option<i64>,
+    /// The vocabulary of the model's first layer, an `embedding`, when a file source feeds it
+    /// token ids: the runtime refuses ids outside `[0, vocab)`.
+    pub token_vocab: Option<u64>,
     /// What `kiln check` read from the data files' headers; `None` for synthetic data and for
     /// files it could not read (absent here, or a loader that reads no data files).
     pub read: Option<ReadData>,
@@ -291,6 +294,15 @@ pub enum Targets {
     Values(Shape),
     /// Not known statically (a file source without `classes` or `shape`).
     Unknown,
+    /// A class index per token: targets of per-sample shape `shape` (the inputs' shape), each
+    /// one of `classes` classes when known; the model gives a score per class for each token,
+    /// `[..shape, classes]`.
+    Tokens {
+        /// The number of classes, when known.
+        classes: Option<u64>,
+        /// The per-sample shape of the targets.
+        shape: Shape,
+    },
 }
 
 /// Where the samples come from.
@@ -378,11 +390,13 @@ pub enum Generator {
         /// Exclusive upper bound.
         high: u64,
     },
-    /// One class per sequence of `randint` inputs, computed from the tokens.
+    /// Classes computed from a sequence of `randint` inputs: one per sequence, or one per
+    /// token for the per-token tasks.
     Task(SequenceTask),
 }
 
-/// A class computed from a sequence of token ids `x[0..S)` in `[0, V)`.
+/// Classes computed from a sequence of token ids `x[0..S)` in `[0, V)`: one per sequence, or
+/// one per token (`copy`, `reverse`, `sort`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum SequenceTask {
@@ -392,6 +406,12 @@ pub enum SequenceTask {
     First,
     /// The position of the largest id, the first on ties (`S` classes; depends on order).
     Argmax,
+    /// Per token: the ids themselves, `y[i] = x[i]` (`V` classes per token).
+    Copy,
+    /// Per token: the ids in reverse order, `y[i] = x[S-1-i]` (`V` classes per token).
+    Reverse,
+    /// Per token: the ids sorted ascending, `y = sorted(x)` (`V` classes per token).
+    Sort,
 }
 
 impl SequenceTask {
@@ -400,6 +420,9 @@ impl SequenceTask {
         SequenceTask::Majority,
         SequenceTask::First,
         SequenceTask::Argmax,
+        SequenceTask::Copy,
+        SequenceTask::Reverse,
+        SequenceTask::Sort,
     ];
 
     /// The task's word in the language, written as a call: `majority()`.
@@ -408,13 +431,29 @@ impl SequenceTask {
             SequenceTask::Majority => "majority",
             SequenceTask::First => "first",
             SequenceTask::Argmax => "argmax",
+            SequenceTask::Copy => "copy",
+            SequenceTask::Reverse => "reverse",
+            SequenceTask::Sort => "sort",
         }
+    }
+
+    /// Whether the task gives a class per token (targets of the inputs' shape `[S]`) rather
+    /// than one per sequence.
+    pub fn per_token(self) -> bool {
+        matches!(
+            self,
+            SequenceTask::Copy | SequenceTask::Reverse | SequenceTask::Sort
+        )
     }
 
     /// The number of classes over sequences of `length` ids below `vocab`.
     pub fn classes(self, vocab: u64, length: u64) -> u64 {
         match self {
-            SequenceTask::Majority | SequenceTask::First => vocab,
+            SequenceTask::Majority
+            | SequenceTask::First
+            | SequenceTask::Copy
+            | SequenceTask::Reverse
+            | SequenceTask::Sort => vocab,
             SequenceTask::Argmax => length,
         }
     }
@@ -424,7 +463,8 @@ impl SequenceTask {
 static SCALAR: Shape = Shape(Vec::new());
 
 impl Generator {
-    /// The per-sample shape it generates.
+    /// The per-sample shape it generates; for a sequence task, a scalar (a per-token task's
+    /// targets take the inputs' shape, which the task alone does not know).
     pub fn shape(&self) -> &Shape {
         match self {
             Generator::Normal { shape, .. }

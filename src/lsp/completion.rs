@@ -5,6 +5,7 @@ use std::path::Path;
 
 use lsp_types::{CompletionItem, CompletionItemKind, CompletionTextEdit, Position, TextEdit, Uri};
 
+use super::calls;
 use super::engine::{path_of, Doc};
 use super::features::{block_name, is_word, walk};
 use super::words;
@@ -49,7 +50,7 @@ fn enclosing(text: &str, at: usize) -> Vec<String> {
 }
 
 /// The keyword of a statement's text: its first word, after an optional `label:`.
-fn statement_keyword(text: &str) -> String {
+pub(super) fn statement_keyword(text: &str) -> String {
     let mut parts = text.split(|c: char| !is_word(c)).filter(|w| !w.is_empty());
     let first = parts.next().unwrap_or_default();
     let label = text
@@ -150,35 +151,25 @@ pub fn completion(doc: &Doc, uri: &Uri, position: Position) -> Vec<CompletionIte
             _ => Vec::new(),
         };
     }
-    // Inside a call's parentheses: its named parameters.
-    let mut depth = 0i32;
-    for (i, c) in before.char_indices().rev() {
-        match c {
-            ')' => depth += 1,
-            '(' if depth > 0 => depth -= 1,
-            '(' => {
-                let name: String = before[..i]
-                    .chars()
-                    .rev()
-                    .take_while(|c| is_word(*c))
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                return words::parameters(&name)
-                    .into_iter()
-                    .map(|p| CompletionItem {
-                        insert_text: Some(format!("{p}: ")),
-                        ..item(
-                            p,
-                            CompletionItemKind::FIELD,
-                            Some(format!("{name} parameter")),
-                        )
-                    })
-                    .collect();
-            }
-            _ => {}
-        }
+    // Inside a call's parentheses: its named parameters, read from the statement's own table
+    // first (`schedule linear(...)` is the schedule, not the layer). In the list of a
+    // `sequence`, the schedules.
+    let (statement, opens) = calls::context(text, at);
+    if calls::in_sequence_list(&statement, &opens) {
+        return schedules();
+    }
+    if let Some(name) = calls::innermost_call(&opens) {
+        return words::parameters_in(&statement, name)
+            .into_iter()
+            .map(|p| CompletionItem {
+                insert_text: Some(format!("{p}: ")),
+                ..item(
+                    p,
+                    CompletionItemKind::FIELD,
+                    Some(format!("{name} parameter")),
+                )
+            })
+            .collect();
     }
     let tokens: Vec<&str> = before.split_whitespace().collect();
     let typing = before.ends_with(|c: char| is_word(c) || c == ':');
@@ -246,18 +237,28 @@ pub fn completion(doc: &Doc, uri: &Uri, position: Position) -> Vec<CompletionIte
             }
             items
         }
-        _ if done.len() == 1 => words::choices(keyword)
-            .into_iter()
-            .map(|(n, p)| {
-                item(
-                    n,
-                    CompletionItemKind::ENUM_MEMBER,
-                    Some(format!("{keyword} {n}({})", p.join(", "))),
-                )
-            })
-            .collect(),
+        _ if done.len() == 1 => choices(keyword),
         _ => Vec::new(),
     }
+}
+
+/// The choices of `keyword` (optimizers, schedules, losses), each with its parameters.
+fn choices(keyword: &str) -> Vec<CompletionItem> {
+    words::choices(keyword)
+        .into_iter()
+        .map(|(n, p)| {
+            item(
+                n,
+                CompletionItemKind::ENUM_MEMBER,
+                Some(format!("{keyword} {n}({})", p.join(", "))),
+            )
+        })
+        .collect()
+}
+
+/// The schedules a `sequence` may hold.
+fn schedules() -> Vec<CompletionItem> {
+    choices("schedule")
 }
 
 #[cfg(test)]
@@ -287,6 +288,44 @@ mod tests {
             assert!(labels(&items).contains(&"cuda:0"));
             let items = completion(doc, uri, Position::new(1, 2));
             assert!(labels(&items).contains(&"optimizer") && !labels(&items).contains(&"relu"));
+        });
+    }
+
+    #[test]
+    fn schedules_inside_a_sequence_complete_as_schedules() {
+        let text = "experiment \"x\" {\n  schedule sequence([\n    linear(),\n    warmup(length: 10), \n  ], milestones: [10])\n}\n";
+        with_doc(text, |doc, uri| {
+            // `linear(` inside the sequence is the schedule, not the layer.
+            let items = completion(doc, uri, Position::new(2, 11));
+            assert_eq!(
+                labels(&items),
+                ["start_factor", "end_factor", "length"],
+                "{:?}",
+                labels(&items)
+            );
+            assert_eq!(items[0].detail.as_deref(), Some("linear parameter"));
+            // Between the schedules of the list: the schedules.
+            let items = completion(doc, uri, Position::new(3, 24));
+            assert!(labels(&items).contains(&"cosine"), "{:?}", labels(&items));
+            assert!(!labels(&items).contains(&"schedules"));
+            assert!(!labels(&items).contains(&"sequence") || labels(&items).contains(&"step"));
+            // The sequence's own parameters after its list.
+            let items = completion(doc, uri, Position::new(4, 5));
+            assert!(
+                labels(&items).contains(&"milestones"),
+                "{:?}",
+                labels(&items)
+            );
+        });
+        // A schedule written alone: `linear` is the schedule too.
+        let text = "experiment \"x\" {\n  schedule linear(\n}\n";
+        with_doc(text, |doc, uri| {
+            let items = completion(doc, uri, Position::new(1, 18));
+            assert!(
+                labels(&items).contains(&"end_factor"),
+                "{:?}",
+                labels(&items)
+            );
         });
     }
 

@@ -45,7 +45,7 @@ fn markdown(value: String) -> Hover {
 /// A layer's shape, parameters, FLOPs and device, or a word's documentation.
 pub fn hover(doc: &Doc, position: Position) -> Option<Hover> {
     let at = doc.index.offset(&doc.text, position);
-    let (_, word) = word_at(&doc.text, at)?;
+    let (start, word) = word_at(&doc.text, at)?;
     let layer = doc
         .layers
         .iter()
@@ -65,7 +65,10 @@ pub fn hover(doc: &Doc, position: Position) -> Option<Hover> {
             return Some(markdown(text));
         }
     }
-    words::document(word).map(markdown)
+    // A schedule inside `sequence([...])`, or any call of a `schedule` statement, is read from
+    // the statement's own table (`linear` there is the schedule, not the layer).
+    let (statement, _) = super::calls::context(&doc.text, start);
+    words::document_in(&statement, word).map(markdown)
 }
 
 /// Calls `f` on every statement, depth first.

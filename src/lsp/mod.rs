@@ -5,6 +5,7 @@
 //! of their text and their last analysis. [`server`] is the message loop: it reads and writes
 //! JSON-RPC over stdio and checks documents on a worker thread.
 
+mod calls;
 mod completion;
 pub mod engine;
 mod features;

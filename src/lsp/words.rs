@@ -112,6 +112,30 @@ pub fn parameters(name: &str) -> Vec<&'static str> {
         .map_or_else(Vec::new, |(_, p)| p.to_vec())
 }
 
+/// The named parameters of a call to `name` written in a `keyword` statement: the keyword's
+/// own choice of that name first (`schedule linear(...)` is the schedule), else as
+/// [`parameters`] finds it.
+pub fn parameters_in(keyword: &str, name: &str) -> Vec<&'static str> {
+    match choices(keyword).into_iter().find(|(n, _)| *n == name) {
+        Some((_, params)) => params.to_vec(),
+        None => parameters(name),
+    }
+}
+
+/// Markdown documentation of a word written in a `keyword` statement: the keyword's own choice
+/// of that name first (`linear` in a `schedule` is the schedule), else as [`document`] finds it.
+pub fn document_in(keyword: &str, word: &str) -> Option<String> {
+    choice_document(keyword, word).or_else(|| document(word))
+}
+
+/// `**word**: schedule `word(params)``, when `word` is one of `keyword`'s choices.
+fn choice_document(keyword: &str, word: &str) -> Option<String> {
+    choices(keyword)
+        .into_iter()
+        .find(|(n, _)| *n == word)
+        .map(|(_, params)| format!("**{word}**: {keyword} `{word}({})`", params.join(", ")))
+}
+
 /// Markdown documentation of a word, if it is one of the language's.
 pub fn document(word: &str) -> Option<String> {
     if let Some(kind) = Kind::from_name(word) {
@@ -147,11 +171,8 @@ pub fn document(word: &str) -> Option<String> {
         return Some(format!("**{class}**: parameter-group class: {holds}"));
     }
     for keyword in ["optimizer", "schedule", "loss"] {
-        if let Some((_, params)) = choices(keyword).into_iter().find(|(n, _)| *n == word) {
-            return Some(format!(
-                "**{word}**: {keyword} `{word}({})`",
-                params.join(", ")
-            ));
+        if let Some(text) = choice_document(keyword, word) {
+            return Some(text);
         }
     }
     KEYWORDS

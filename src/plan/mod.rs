@@ -10,8 +10,11 @@
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
 pub mod compress;
+mod eval;
 pub mod groups;
+pub mod schedule;
 pub mod shrink;
+mod splits;
 
 use serde::Serialize;
 
@@ -51,6 +54,9 @@ pub struct Totals {
     pub optimizer_bytes: u64,
     /// Bytes of stored activations for one global batch.
     pub activation_bytes: u64,
+    /// Bytes an evaluation batch (`eval_batch`) keeps at once, without gradients (see
+    /// `docs/language.md`, "Memory").
+    pub eval_activation_bytes: u64,
     /// Forward FLOPs for one sample.
     pub forward_flops_per_sample: u64,
     /// Forward plus backward FLOPs for one optimizer step (the global batch).
@@ -74,7 +80,10 @@ pub struct DeviceNeed {
     pub optimizer_bytes: u64,
     /// Bytes of stored activations.
     pub activation_bytes: u64,
-    /// Sum of the above.
+    /// Bytes an evaluation batch keeps at once on this device (no gradients).
+    pub eval_activation_bytes: u64,
+    /// Weights, gradients and optimizer state, plus the larger of the training and the
+    /// evaluation activations.
     pub total_bytes: u64,
     /// Declared capacity, when known.
     pub capacity_bytes: Option<u64>,
@@ -108,8 +117,14 @@ pub struct Plan {
     pub input: Shape,
     /// The data: its source and what is known of its samples.
     pub data: DataRow,
+    /// A split's own source, for each split that `split(...)` gives one (left out of YAML
+    /// when none does).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<splits::SplitRow>,
     /// Global batch.
     pub batch: u64,
+    /// Samples per evaluation batch.
+    pub eval_batch: u64,
     /// Per-replica micro-batch.
     pub micro_batch: u64,
     /// Strategy, in words.
@@ -118,6 +133,8 @@ pub struct Plan {
     pub precision: Precision,
     /// Optimizer name.
     pub optimizer: String,
+    /// The learning-rate schedule, its parameters resolved.
+    pub schedule: schedule::ScheduleRow,
     /// The optimizer's parameter groups, then the parameters in none (left out of YAML without
     /// groups).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -244,6 +261,9 @@ pub fn plan(e: &Experiment) -> Plan {
         activation_bytes: per_sample_acts
             .saturating_mul(e.data.batch)
             .saturating_mul(act),
+        eval_activation_bytes: eval::whole(e, &all)
+            .saturating_mul(e.data.eval_batch)
+            .saturating_mul(act),
         forward_flops_per_sample: forward,
         step_flops: 3u64.saturating_mul(forward).saturating_mul(e.data.batch),
     };
@@ -261,6 +281,7 @@ pub fn plan(e: &Experiment) -> Plan {
             gradient_bytes: g,
             optimizer_bytes: o,
             activation_bytes: acts,
+            eval_activation_bytes: 0,
             total_bytes: sum([w, g, o, acts]),
             capacity_bytes: e
                 .memory
@@ -359,17 +380,34 @@ pub fn plan(e: &Experiment) -> Plan {
             out
         }
     };
+    let mut devices = devices;
+    let eval_bytes = |device: Device| {
+        eval::values_on(e, &all, &layer_devices, device)
+            .saturating_mul(e.data.eval_batch)
+            .saturating_mul(act)
+    };
+    for d in &mut devices {
+        let bytes = eval_bytes(d.device);
+        eval::add(d, bytes);
+    }
+    for s in &mut stage_needs {
+        let bytes = eval_bytes(s.memory.device);
+        eval::add(&mut s.memory, bytes);
+    }
     let communication = communication(e, &all, &layer_devices, totals.gradient_bytes);
     Plan {
         experiment: e.name.clone(),
         trial: e.trial.clone(),
         input: e.model.input.clone(),
         data: DataRow::of(&e.data),
+        splits: splits::rows(&e.data),
         batch: e.data.batch,
+        eval_batch: e.data.eval_batch,
         micro_batch: micro,
         parallel: describe_parallel(&e.parallel),
         precision: e.train.precision,
         optimizer: e.optimizer.name().to_string(),
+        schedule: schedule::row(&e.schedule),
         groups: groups::groups(e),
         layers: all
             .iter()
@@ -552,6 +590,19 @@ pub fn fmt_count(n: u64) -> String {
     out
 }
 
+/// `activations 1.00 MiB`, or the evaluation's when they are larger (they are counted instead).
+fn activations(d: &DeviceNeed) -> String {
+    if d.eval_activation_bytes > d.activation_bytes {
+        format!(
+            "evaluation activations {} (training {})",
+            fmt_bytes(d.eval_activation_bytes),
+            fmt_bytes(d.activation_bytes)
+        )
+    } else {
+        format!("activations {}", fmt_bytes(d.activation_bytes))
+    }
+}
+
 /// Renders a plan as a table for people.
 pub fn to_text(p: &Plan) -> String {
     use std::fmt::Write;
@@ -567,6 +618,9 @@ pub fn to_text(p: &Plan) -> String {
         p.input, p.batch, p.micro_batch, p.precision, p.optimizer
     );
     let _ = writeln!(out, "data       {}", p.data.describe());
+    splits::write_text(&mut out, &p.splits);
+    let _ = write!(out, "schedule   ");
+    schedule::write_text(&mut out, &p.schedule, 11);
     let _ = writeln!(out, "parallel   {}\n", p.parallel);
     let name_w = p
         .layers
@@ -605,6 +659,12 @@ pub fn to_text(p: &Plan) -> String {
     );
     let _ = writeln!(
         out,
+        "evaluation        {} per evaluation batch of {} (no gradients: input + widest layer)",
+        fmt_bytes(t.eval_activation_bytes),
+        p.eval_batch
+    );
+    let _ = writeln!(
+        out,
         "forward FLOPs     {} per sample",
         fmt_count(t.forward_flops_per_sample)
     );
@@ -626,7 +686,7 @@ pub fn to_text(p: &Plan) -> String {
             .map_or(String::new(), |c| format!(" of {}", fmt_bytes(c)));
         let _ = writeln!(
             out,
-            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + activations {}",
+            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + {}",
             d.device.to_string(),
             fmt_bytes(d.total_bytes),
             cap,
@@ -634,7 +694,7 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(d.weight_bytes),
             fmt_bytes(d.gradient_bytes),
             fmt_bytes(d.optimizer_bytes),
-            fmt_bytes(d.activation_bytes)
+            activations(d)
         );
     }
     if !p.stages.is_empty() {
@@ -644,7 +704,7 @@ pub fn to_text(p: &Plan) -> String {
         let d = &s.memory;
         let _ = writeln!(
             out,
-            "  stage {} ({} .. {}) on {}: {}  = weights {} + gradients {} + optimizer {} + activations {} ({} micro-batch{} in flight)",
+            "  stage {} ({} .. {}) on {}: {}  = weights {} + gradients {} + optimizer {} + {} ({} micro-batch{} in flight)",
             s.stage,
             s.first,
             s.last,
@@ -653,7 +713,7 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(d.weight_bytes),
             fmt_bytes(d.gradient_bytes),
             fmt_bytes(d.optimizer_bytes),
-            fmt_bytes(d.activation_bytes),
+            activations(d),
             s.in_flight,
             if s.in_flight == 1 { "" } else { "es" }
         );

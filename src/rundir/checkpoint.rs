@@ -40,7 +40,8 @@ pub struct Position {
     pub epoch_correct: f64,
     /// Training samples seen so far this epoch.
     pub epoch_seen: f64,
-    /// Training class targets accuracy counted so far this epoch (those not ignored).
+    /// The class targets not ignored so far this epoch, in samples (a sample of `S` tokens
+    /// counts `1/S` per token): what the training accuracy divides by.
     pub epoch_counted: f64,
     /// Best watched metric for early stopping.
     pub best: Option<f64>,

@@ -9,6 +9,8 @@
 //! - `report.yaml`: the [`Report`] of a finished run.
 //! - `checkpoints/`: a [`Sidecar`] per checkpoint beside its tensors file ([`checkpoint`]); the
 //!   tensors themselves are written by the runtime, which links libtorch.
+//! - `weights.safetensors` and `weights.yaml`: the final weights of a run that ended, under
+//!   PyTorch `state_dict` names ([`weights`]).
 //!
 //! A run directory is written by one process at a time: [`RunDir`] creates it exclusively (a new
 //! run never reuses a directory that holds a run) and holds its [`Lock`] until it is dropped.
@@ -24,6 +26,7 @@ mod rank;
 mod report;
 #[cfg(test)]
 mod tests;
+pub mod weights;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -66,6 +66,28 @@ pub fn write(
     Ok(meta)
 }
 
+/// Writes a run's final weights (`state_dict`, the model's parameters and buffers by their
+/// PyTorch names) into the run directory `dir` as the next version of
+/// [`kiln::rundir::weights`], with `sidecar` (the run's position and fingerprint) beside them;
+/// nothing is overwritten, and a failed write leaves no temporary file behind.
+pub fn write_final(
+    dir: &Path,
+    sidecar: &Sidecar,
+    state_dict: &[(String, Tensor)],
+    span: Span,
+) -> Result<PathBuf, Diagnostic> {
+    let name = kiln::rundir::weights::WEIGHTS;
+    let data = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let published = write_tensors(&tmp, &data, state_dict, span).and_then(|_| {
+        kiln::rundir::weights::publish(dir, &tmp, sidecar).map_err(|e| fail(e, span))
+    });
+    if published.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    published
+}
+
 /// Writes the tensors to `tmp` (on their way to `data`); returns the file's size and checksum.
 fn write_tensors(
     tmp: &Path,

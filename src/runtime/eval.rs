@@ -1,9 +1,11 @@
 //! `kiln eval`: the loss and metrics of given weights on a split of an experiment's data, with
-//! no training. The weights are a run's checkpoint (a run directory's newest, or one named with
-//! `--checkpoint`), compressed as the experiment says (deterministically, so it is the model the
-//! run measured), or a safetensors file with PyTorch `state_dict` names (`--weights`). The
-//! evaluation is the training loop's own ([`evaluate`]), so a run's final checkpoint gives its
-//! final validation metrics bit for bit.
+//! no training. The weights are a run directory's final weights (`weights.safetensors`, which
+//! every run writes when it ends; its newest checkpoint when it has none) or a checkpoint named
+//! with `--checkpoint`, compressed as the experiment says (deterministically, so it is the model
+//! the run measured); or a safetensors file (`--weights`) with PyTorch `state_dict` names
+//! (parameters pruned by `torch.nn.utils.prune` included), or the compressed model `kiln export`
+//! wrote, evaluated as it is stored. The evaluation is the training loop's own ([`evaluate`]),
+//! so a run's final weights give its final validation metrics bit for bit.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ use super::optim::Optim;
 use super::state::{data_digest, differences, fingerprint, restore};
 use super::step::{Local, Objective};
 use super::train::{evaluate, Eval};
-use super::weights::{load_strict, read_checkpoint};
+use super::weights::{load_strict, read_checkpoint, read_tensors};
 use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
 use kiln::datafile::{Format as DataFormat, Probe};
 use kiln::diagnostic::problem::{NoWeights, Resume, Unreadable};
@@ -35,7 +37,9 @@ pub struct EvalOptions {
     /// A run directory, or an experiment file (with `--weights` or `--checkpoint`).
     #[arg(value_name = "FILE|RUN_DIR")]
     pub target: PathBuf,
-    /// Weights to evaluate: a safetensors file with PyTorch `state_dict` names (`fc1.weight`).
+    /// Weights to evaluate: a safetensors file with PyTorch `state_dict` names (`fc1.weight`;
+    /// `fc1.weight_orig` and `fc1.weight_mask` of `torch.nn.utils.prune` too), or a
+    /// `model.safetensors` written by `kiln export`, evaluated as the compressed model it is.
     #[arg(long, value_name = "SAFETENSORS", conflicts_with = "checkpoint")]
     pub weights: Option<PathBuf>,
     /// A checkpoint of a run of the experiment: `RUN_DIR/checkpoints/step-N.safetensors` (or
@@ -139,7 +143,7 @@ enum Weights {
     File(PathBuf),
     /// A checkpoint named on the command line.
     Checkpoint(PathBuf),
-    /// The newest intact checkpoint of a run directory.
+    /// A run directory's newest intact final weights, or else its newest intact checkpoint.
     Run(PathBuf),
 }
 
@@ -303,9 +307,25 @@ fn run(
         qat::install(exp, &mut trained)?;
         Pruner::new(exp, &nodes, &mut trained, timeline)?;
     }
+    let mut exported = None;
     let (path, step) = match weights {
         Weights::File(path) => {
-            load_strict(&trained, path, exp, compresses && !plain)?;
+            let tensors = read_tensors(path, exp)?;
+            if super::exported::is_export(&trained, &tensors) {
+                if opts.uncompressed {
+                    return Err(Problem::ExportNotEvaluable {
+                        span: exp.span,
+                        path: path.clone(),
+                        tensor: None,
+                    }
+                    .diagnostic());
+                }
+                let mut net = model::build(&nodes, exp.train.precision, over)?;
+                super::exported::load(&mut net, path, &tensors, exp)?;
+                exported = Some(net);
+            } else {
+                load_strict(&trained, path, &tensors, exp, compresses && !plain)?;
+            }
             (path.clone(), None)
         }
         Weights::Checkpoint(path) => {
@@ -316,24 +336,34 @@ fn run(
             )
         }
         Weights::Run(dir) => {
-            let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
-            let Some(saved) = found.0 else {
-                return Err(Problem::NoWeights {
-                    span: exp.span,
-                    situation: NoWeights::EmptyRun {
-                        dir: dir.clone(),
-                        damaged: found.1.len(),
-                    },
-                }
-                .diagnostic());
-            };
-            let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
-            (path, Some(restore_saved(exp, &splits, &trained, saved)?))
+            let (last, damaged) = kiln::rundir::weights::newest(dir);
+            if let Some((side, path)) = last {
+                let tensors = read_tensors(&path, exp)?;
+                same_computation(exp, &splits, &side.fingerprint)?;
+                load_strict(&trained, &path, &tensors, exp, compresses)?;
+                (path, Some(side.position.step))
+            } else {
+                let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
+                let Some(saved) = found.0 else {
+                    return Err(Problem::NoWeights {
+                        span: exp.span,
+                        situation: NoWeights::EmptyRun {
+                            dir: dir.clone(),
+                            damaged: damaged.len() + found.1.len(),
+                        },
+                    }
+                    .diagnostic());
+                };
+                let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
+                (path, Some(restore_saved(exp, &splits, &trained, saved)?))
+            }
         }
     };
     let objective = Objective::new(exp);
     let at = |net: &Net| evaluate(exp, net, &Local, net.input_device(), &objective, data);
-    let (label, eval, uncompressed) = if !compresses {
+    let (label, eval, uncompressed) = if let Some(net) = &exported {
+        ("compressed", at(net)?, None)
+    } else if !compresses {
         ("model", at(&trained)?, None)
     } else if plain {
         ("uncompressed", at(&trained)?, None)
@@ -367,8 +397,22 @@ fn restore_saved(
     trained: &Net,
     (side, tensors): Saved,
 ) -> Result<u64, Diagnostic> {
+    same_computation(exp, splits, &side.fingerprint)?;
+    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
+    let mut optim = Optim::new(&exp.optimizer, &names);
+    restore(trained, &mut optim, &tensors, exp.span)?;
+    Ok(side.position.step)
+}
+
+/// Refuses (K0507) weights saved by a run whose experiment computed something else than `exp`
+/// does now: `print` is the fingerprint they were saved with.
+fn same_computation(
+    exp: &Experiment,
+    splits: &data::Splits,
+    print: &kiln::rundir::Fingerprint,
+) -> Result<(), Diagnostic> {
     let digest = data_digest(splits).at(exp.data.source_span)?;
-    let (refused, _) = differences(exp, &side.fingerprint, &fingerprint(exp, &digest));
+    let (refused, _) = differences(exp, print, &fingerprint(exp, &digest));
     if !refused.is_empty() {
         return Err(Problem::ResumeIncompatible {
             span: exp.span,
@@ -376,10 +420,7 @@ fn restore_saved(
         }
         .diagnostic());
     }
-    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
-    let mut optim = Optim::new(&exp.optimizer, &names);
-    restore(trained, &mut optim, &tensors, exp.span)?;
-    Ok(side.position.step)
+    Ok(())
 }
 
 /// The report as lines: what was evaluated, then `val (model): loss 0.212300, accuracy 94.8000%`.

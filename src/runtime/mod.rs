@@ -16,6 +16,7 @@ pub mod compress;
 pub mod data;
 pub mod dist;
 pub mod eval;
+pub mod exported;
 pub mod failure;
 pub mod hooks;
 pub mod launch;

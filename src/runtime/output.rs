@@ -30,6 +30,13 @@ pub trait Output {
         keep: u64,
         span: Span,
     ) -> Result<(), Diagnostic>;
+    /// Writes the final weights of a run that ended (its `state_dict`), with their sidecar.
+    fn final_weights(
+        &mut self,
+        side: &Sidecar,
+        state_dict: &[(String, Tensor)],
+        span: Span,
+    ) -> Result<(), Diagnostic>;
     /// The command that resumes the run, when this process writes its directory.
     fn resume_command(&self) -> Option<String>;
     /// The progress display (a quiet one shows nothing).
@@ -78,6 +85,16 @@ impl Output for RunOutput<'_> {
         checkpoint::write(&self.writer.checkpoint_dir(), side, tensors, keep, span).map(drop)
     }
 
+    fn final_weights(
+        &mut self,
+        side: &Sidecar,
+        state_dict: &[(String, Tensor)],
+        span: Span,
+    ) -> Result<(), Diagnostic> {
+        self.writer.flush_steps()?;
+        checkpoint::write_final(self.writer.dir(), side, state_dict, span).map(drop)
+    }
+
     fn resume_command(&self) -> Option<String> {
         Some(self.resume.clone())
     }
@@ -120,6 +137,15 @@ impl Output for Silent {
         _side: &Sidecar,
         _tensors: &[(String, Tensor)],
         _keep: u64,
+        _span: Span,
+    ) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    fn final_weights(
+        &mut self,
+        _side: &Sidecar,
+        _state_dict: &[(String, Tensor)],
         _span: Span,
     ) -> Result<(), Diagnostic> {
         Ok(())

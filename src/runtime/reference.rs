@@ -2,6 +2,7 @@
 //! with it. Only tests use it.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// The repository's root.
 pub fn root() -> &'static Path {
@@ -18,4 +19,13 @@ pub fn python(test: &str) -> PathBuf {
         python.display()
     );
     python
+}
+
+/// `.venv/bin/python` set to run a reference script: torch on one thread (as the tests run
+/// libtorch), and `tests/support` on its path for the shared `torchref` module.
+pub fn python_command(test: &str) -> Command {
+    let mut c = Command::new(python(test));
+    c.env("PYTHONPATH", root().join("tests/support"))
+        .envs([("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")]);
+    c
 }

@@ -320,6 +320,20 @@ pub fn tensors(model: &dyn Model, optim: &Optim) -> Vec<(String, Tensor)> {
     out
 }
 
+/// The model's `state_dict`: its parameters and buffers by their PyTorch names, as a run's final
+/// weights hold them.
+pub fn state_dict(model: &dyn Model) -> Vec<(String, Tensor)> {
+    let params = model.params().into_iter().map(|(n, t)| (n, t.detach()));
+    let buffers = model
+        .buffers()
+        .into_iter()
+        .map(|(n, t)| (n, t.shallow_clone()));
+    params
+        .chain(buffers)
+        .map(|(n, t)| (n.to_string(), t))
+        .collect()
+}
+
 /// Loads a checkpoint's tensors into the model and the optimizer.
 pub fn restore(
     model: &dyn Model,
@@ -410,6 +424,14 @@ impl Checkpoints {
     /// Whether a checkpoint is due after `step`.
     pub fn due(&self, step: u64) -> bool {
         self.every.is_some_and(|c| step.is_multiple_of(c))
+    }
+
+    /// The sidecar of a checkpoint (or of the final weights) taken at `pos`.
+    pub fn sidecar(&self, pos: &Position) -> Sidecar {
+        Sidecar {
+            position: pos.clone(),
+            ..self.sidecar.clone()
+        }
     }
 
     /// Writes one.

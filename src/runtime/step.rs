@@ -265,9 +265,8 @@ impl Objective {
         }
         pass.loss_sum += value * whole.samples * times;
         if self.classes() {
-            let (correct, counted) = self.correct(out, y)?;
-            pass.correct += correct * times;
-            pass.counted += counted * times;
+            pass.correct += self.correct(out, y)? * times;
+            pass.counted += self.counted(y)? * times;
         }
         Ok(Some(part))
     }
@@ -339,6 +338,16 @@ impl Objective {
             out.f_to_kind(Kind::Float).at(span)?
         };
         let device = out.device();
+        // A class per token: scores `[B, S, C]` against targets `[B, S]` are `B * S` samples,
+        // as `F.cross_entropy(out.reshape(-1, C), y.reshape(-1))`.
+        let (out, y) = match (&self.loss, out.size().as_slice()) {
+            (Loss::CrossEntropy { .. } | Loss::Nll { .. }, [_, _, .., c]) => (
+                out.f_reshape([-1, *c]).at(span)?,
+                y.f_reshape([-1]).at(span)?,
+            ),
+            _ => (out, y.shallow_clone()),
+        };
+        let y = &y;
         match &self.loss {
             Loss::CrossEntropy {
                 label_smoothing,
@@ -380,25 +389,56 @@ impl Objective {
         }
     }
 
-    /// The targets accuracy counts in `y` (those not equal to `ignore_index`), as a mask.
-    pub fn counted(&self, y: &Tensor) -> Result<Tensor, Diagnostic> {
-        let ignored = self.loss.ignore_index().unwrap_or(i64::MIN);
-        y.f_ne(ignored).at(self.span)
+    /// Correct top-1 predictions in a batch, in samples: with a class per token, the correct
+    /// tokens over the tokens of a sample, so that a sum over batches divided by their samples
+    /// is the fraction of correct tokens. Targets equal to `ignore_index` are never correct.
+    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
+        let pred = out.f_argmax(-1, false).at(self.span)?;
+        self.tally(&pred.f_eq_tensor(y).at(self.span)?, y)
     }
 
-    /// `(correct, counted)` of a batch: its correct top-1 predictions among the targets
-    /// accuracy counts, and how many those are. A target equal to `ignore_index` is neither.
-    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<(f64, f64), Diagnostic> {
+    /// Targets in the top `k` scores of a batch, in samples as [`Objective::correct`] counts
+    /// them.
+    pub fn in_top(&self, out: &Tensor, y: &Tensor, k: i64) -> Result<f64, Diagnostic> {
         let span = self.span;
-        let counted = self.counted(y)?;
-        let pred = out.f_argmax(-1, false).at(span)?;
-        let sum = |t: &Tensor| t.f_sum(Kind::Float).at(span)?.f_double_value(&[]).at(span);
-        let hits = pred
-            .f_eq_tensor(y)
+        let (_, idx) = out.f_topk(k, -1, true, true).at(span)?;
+        let hit = idx
+            .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
             .at(span)?
-            .f_logical_and(&counted)
+            .f_any_dim(-1, false)
             .at(span)?;
-        Ok((sum(&hits)?, sum(&counted)?))
+        self.tally(&hit, y)
+    }
+
+    /// The targets of a batch not ignored, in samples as [`Objective::correct`] counts them:
+    /// what accuracy divides by.
+    pub fn counted(&self, y: &Tensor) -> Result<f64, Diagnostic> {
+        let all = y
+            .f_ones_like()
+            .at(self.span)?
+            .f_to_kind(Kind::Bool)
+            .at(self.span)?;
+        self.tally(&all, y)
+    }
+
+    /// The targets of `y` where `hit` holds and that are not ignored, divided by the targets
+    /// per sample.
+    fn tally(&self, hit: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
+        let span = self.span;
+        let hit = match &self.loss {
+            Loss::CrossEntropy { ignore_index, .. } | Loss::Nll { ignore_index, .. } => hit
+                .f_logical_and(&y.f_ne(*ignore_index).at(span)?)
+                .at(span)?,
+            _ => hit.shallow_clone(),
+        };
+        let samples = y.size().first().copied().unwrap_or(1).max(1);
+        let per_sample = (y.numel() as i64 / samples).max(1) as f64;
+        let hits = hit
+            .f_sum(Kind::Double)
+            .at(span)?
+            .f_double_value(&[])
+            .at(span)?;
+        Ok(hits / per_sample)
     }
 }
 
@@ -414,7 +454,8 @@ pub struct Stepped {
     pub samples: f64,
     /// Correct top-1 predictions, for class targets, among those accuracy counts.
     pub correct: f64,
-    /// The class targets accuracy counts (those not equal to `ignore_index`).
+    /// The class targets not ignored, what accuracy divides `correct` by (the samples
+    /// otherwise).
     pub counted: f64,
 }
 

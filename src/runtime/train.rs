@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tch::{Device, Kind};
+use tch::Device;
 
 use super::budget::Budget;
 use super::checkpoint::{Fingerprint, Position, Saved};
@@ -19,7 +19,7 @@ use super::hooks::{
 use super::output::Output;
 use super::report::EpochRecord;
 use super::schedule::Lr;
-use super::state::{restore, Checkpoints};
+use super::state::{restore, state_dict, Checkpoints};
 use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
@@ -103,7 +103,7 @@ pub fn evaluate(
     });
     let classes = objective.classes();
     tch::no_grad(|| {
-        // `counted`: the class targets accuracy counts, those not equal to `ignore_index`.
+        // `counted`: the class targets accuracy counts (those not ignored), in samples.
         let (mut loss, mut weight, mut correct, mut in_top, mut counted) =
             (0.0, 0.0, 0.0, 0.0, 0.0);
         let loader = Loader::new(&part, exp.data.eval_batch as i64, false, 0, 0, 0, device)?
@@ -116,35 +116,23 @@ pub fn evaluate(
             loss += sum;
             weight += w;
             if classes {
-                let (hits, n) = objective.correct(&out, &y)?;
-                correct += hits;
-                counted += n;
+                // Accuracy counts the targets not ignored (every token of a class per token).
+                correct += objective.correct(&out, &y)?;
                 if let Some(k) = top_k {
-                    let (_, idx) = out.f_topk(k as i64, -1, true, true).at(span)?;
-                    let hit = idx
-                        .f_eq_tensor(&y.f_unsqueeze(-1).at(span)?)
-                        .at(span)?
-                        .f_any_dim(-1, false)
-                        .at(span)?
-                        .f_logical_and(&objective.counted(&y)?)
-                        .at(span)?;
-                    in_top += hit
-                        .f_sum(Kind::Float)
-                        .at(span)?
-                        .f_double_value(&[])
-                        .at(span)?;
+                    in_top += objective.in_top(&out, &y, k as i64)?;
                 }
+                counted += objective.counted(&y)?;
             }
         }
         let mut sums = [loss, weight, correct, in_top, counted];
         backprop.reduce(&mut sums)?;
         let [loss, weight, correct, in_top, counted] = sums;
-        let counted = counted.max(1.0);
+        // A split whose class targets are all ignored has no mean; it reports 0.
+        let mean = |sum: f64, over: f64| if over > 0.0 { sum / over } else { 0.0 };
         Ok(Eval {
-            // A split whose class targets are all ignored has no mean; it reports 0.
-            loss: if weight > 0.0 { loss / weight } else { 0.0 },
-            accuracy: classes.then_some(correct / counted),
-            top_k: top_k.filter(|_| classes).map(|k| (k, in_top / counted)),
+            loss: mean(loss, weight),
+            accuracy: classes.then_some(mean(correct, counted)),
+            top_k: top_k.filter(|_| classes).map(|k| (k, mean(in_top, counted))),
         })
     })
 }
@@ -315,7 +303,7 @@ impl Trainer<'_> {
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
-                    .then_some(pos.epoch_correct / pos.epoch_counted.max(1.0)),
+                    .then_some(pos.epoch_correct / pos.epoch_counted.max(f64::MIN_POSITIVE)),
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
             };
@@ -376,6 +364,10 @@ impl Trainer<'_> {
         if checkpoints.enabled() || !exp.compression.is_empty() {
             checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
         }
+        // Every run that ends keeps its final weights, for `kiln eval RUN_DIR`.
+        let side = checkpoints.sidecar(&pos);
+        self.out
+            .final_weights(&side, &state_dict(self.model), exp.optimizer.span)?;
         self.out.flush_steps()?;
         Ok(outcome)
     }

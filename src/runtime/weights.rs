@@ -1,7 +1,8 @@
 //! Weights from outside a run, for `kiln eval`: a safetensors file loaded strictly (every
 //! parameter and buffer of the model by its `state_dict` name, with its shape and dtype, as
-//! `load_state_dict(strict=True)` does) and a checkpoint named by its path. Every failure is a
-//! diagnostic naming the file and the tensors.
+//! `load_state_dict(strict=True)` does; a parameter pruned by `torch.nn.utils.prune` as its
+//! `_orig` times its `_mask`) and a checkpoint named by its path. Every failure is a diagnostic
+//! naming the file and the tensors.
 
 use std::path::Path;
 
@@ -14,36 +15,50 @@ use kiln::diagnostic::problem::{Mismatch, NoWeights};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;
 
-/// Loads every parameter and buffer of `net` from the safetensors file `path`. A tensor that
-/// is missing, or of another shape or dtype, is K0520 (all of them named, at the first one's
-/// layer); a file that cannot be read is K0519. Tensors the model does not have are left out
-/// (a PyTorch `state_dict` may hold `num_batches_tracked`). `compresses` says the model holds
-/// compression's masks and observers, for the help.
+/// Loads every parameter and buffer of `net` from `tensors`, read from the safetensors file
+/// `path`. A tensor that is missing, or of another shape or dtype, is K0520 (all of them named,
+/// at the first one's layer). A parameter saved after `torch.nn.utils.prune` (`weight_orig` and
+/// `weight_mask` in place of `weight`) is loaded as `weight_orig * weight_mask`, the weight
+/// PyTorch's forward uses. Tensors the model does not have are left out (a PyTorch `state_dict`
+/// may hold `num_batches_tracked`). `compresses` says the model holds compression's masks and
+/// observers, for the help.
 pub fn load_strict(
     net: &Net,
     path: &Path,
+    tensors: &[(String, Tensor)],
     exp: &Experiment,
     compresses: bool,
 ) -> Result<(), Diagnostic> {
-    let tensors = read_tensors(path, exp)?;
-    let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
+    load_except(net, path, tensors, exp, compresses, (&[], Vec::new()))
+}
+
+/// [`load_strict`] for the tensors of `net` not in `taken` (given otherwise), with `mismatches`
+/// already found in them reported first.
+pub fn load_except(
+    net: &Net,
+    path: &Path,
+    tensors: &[(String, Tensor)],
+    exp: &Experiment,
+    compresses: bool,
+    (taken, mut mismatches): (&[String], Vec<Mismatch>),
+) -> Result<(), Diagnostic> {
     let targets: Vec<(&str, &Tensor)> = net
         .params
         .iter()
         .map(|p| (p.name.as_str(), &p.tensor))
         .chain(net.buffers.iter().map(|b| (b.name.as_str(), &b.tensor)))
+        .filter(|(name, _)| !taken.iter().any(|t| t == name))
         .collect();
-    let mut mismatches = Vec::new();
+    let mut values = Vec::new();
     for (name, t) in &targets {
-        let found = find(name);
-        if found.is_some_and(|s| s.size() == t.size() && s.kind() == t.kind()) {
-            continue;
+        match value(tensors, name, t) {
+            Ok(v) => values.push((*t, v)),
+            Err(found) => mismatches.push(Mismatch {
+                name: name.to_string(),
+                found,
+                expected: describe(t),
+            }),
         }
-        mismatches.push(Mismatch {
-            name: name.to_string(),
-            found: found.map(describe),
-            expected: describe(t),
-        });
     }
     if let Some(first) = mismatches.first() {
         return Err(Problem::WeightsMismatch {
@@ -56,13 +71,42 @@ pub fn load_strict(
         .diagnostic());
     }
     tch::no_grad(|| {
-        for (name, t) in &targets {
-            if let Some(src) = find(name) {
-                t.shallow_clone().f_copy_(src).at(exp.span)?;
-            }
+        for (t, v) in &values {
+            t.shallow_clone().f_copy_(v).at(exp.span)?;
         }
         Ok(())
     })
+}
+
+/// What `tensors` give for the model's tensor `name`, which is like `t`: the tensor of that name,
+/// or for a parameter pruned by PyTorch `name_orig * name_mask`. Otherwise what was found in
+/// words (`None` for nothing).
+fn value(tensors: &[(String, Tensor)], name: &str, t: &Tensor) -> Result<Tensor, Option<String>> {
+    let find = |n: &str| tensors.iter().find(|(m, _)| m == n).map(|(_, t)| t);
+    let fits = |s: &Tensor| s.size() == t.size() && s.kind() == t.kind();
+    if let Some(s) = find(name) {
+        return if fits(s) {
+            Ok(s.shallow_clone())
+        } else {
+            Err(Some(describe(s)))
+        };
+    }
+    let (orig, mask) = (find(&format!("{name}_orig")), find(&format!("{name}_mask")));
+    match (orig, mask) {
+        (None, None) => Err(None),
+        (Some(o), Some(m)) if fits(o) && fits(m) => {
+            // The product PyTorch's pruning hook computes before each forward.
+            tch::no_grad(|| o.f_mul(m)).map_err(|e| Some(format!("not computable ({e})")))
+        }
+        (o, m) => {
+            let part = |t: Option<&Tensor>| t.map_or_else(|| "missing".to_string(), describe);
+            Err(Some(format!(
+                "pruned by PyTorch with `{name}_orig` {} and `{name}_mask` {}",
+                part(o),
+                part(m)
+            )))
+        }
+    }
 }
 
 /// The checkpoint at `path` (its tensors file, or its `.yaml` sidecar), verified against its
@@ -94,7 +138,7 @@ pub fn read_checkpoint(path: &Path, exp: &Experiment) -> Result<Saved, Diagnosti
 }
 
 /// The tensors of a safetensors file, or why they cannot be read (K0519 at `exp`).
-fn read_tensors(path: &Path, exp: &Experiment) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+pub fn read_tensors(path: &Path, exp: &Experiment) -> Result<Vec<(String, Tensor)>, Diagnostic> {
     let unreadable = |detail: String| {
         Problem::NoWeights {
             span: exp.span,
@@ -132,7 +176,7 @@ fn layer_span(exp: &Experiment, name: &str) -> kiln::span::Span {
 }
 
 /// A tensor's shape and dtype in PyTorch's words: `[4, 64] float32`.
-fn describe(t: &Tensor) -> String {
+pub fn describe(t: &Tensor) -> String {
     let kind = match t.kind() {
         Kind::Float => "float32".to_string(),
         Kind::Double => "float64".to_string(),

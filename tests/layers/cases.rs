@@ -274,6 +274,7 @@ pub fn cases() -> Vec<Case> {
         .bf16(),
     ];
     cases.extend(options());
+    cases.extend(masks());
     cases
 }
 
@@ -418,5 +419,70 @@ fn options() -> Vec<Case> {
                 ("b", "nn.Linear(8, 3)"),
             ],
         ),
+    ]
+}
+
+/// Local attention: `window: K` is the boolean `attn_mask` of `|i - j| >= K` (with `causal`,
+/// also `j > i`), combined with the padding mask. With ids in [0, 3) and pad 0, some queries
+/// have only padding within their window: PyTorch's attention gives them zeros (then the output
+/// projection's bias), and so does Kiln.
+fn masks() -> Vec<Case> {
+    use Input::{Float, Int};
+    vec![
+        case("attention", "window", Float(&[7, 8]), "l: attention(2, window: 3)", &[("l", "SelfAttention(8, 2, window=3)")]).both_modes().bf16(),
+        case(
+            "attention",
+            "window-causal-dropout",
+            Float(&[7, 8]),
+            "l: attention(2, dropout: 0.2, causal: true, window: 2)",
+            &[("l", "SelfAttention(8, 2, dropout=0.2, causal=True, window=2)")],
+        )
+        .both_modes(),
+        case(
+            "attention",
+            "window-padding",
+            Int(&[8], 3),
+            "e: embedding(3, 8, pad: 0)\nl: attention(2, window: 2)",
+            &[("e", "nn.Embedding(3, 8, padding_idx=0)"), ("l", "SelfAttention(8, 2, window=2)")],
+        )
+        .both_modes(),
+        case(
+            "attention",
+            "window-causal-padding",
+            Int(&[8], 3),
+            "e: embedding(3, 8, pad: 0)\nl: attention(4, causal: true, window: 2)",
+            &[("e", "nn.Embedding(3, 8, padding_idx=0)"), ("l", "SelfAttention(8, 4, causal=True, window=2)")],
+        )
+        .both_modes(),
+        case(
+            "transformer_block",
+            "window-dropout",
+            Float(&[7, 8]),
+            "l: transformer_block(2, hidden: 16, window: 3)",
+            &[("l", "TransformerBlock(8, 2, 16, window=3)")],
+        )
+        .both_modes()
+        .bf16(),
+        case(
+            "transformer_block",
+            "pytorch-window",
+            Float(&[7, 8]),
+            "l: transformer_block(2, hidden: 16, dropout: 0, norm: post, window: 2)",
+            &[("l", "LocalEncoderLayer(8, 2, 16, 2, dropout=0.0, activation='gelu')")],
+        )
+        .both_modes(),
+        case(
+            "transformer_block",
+            "pytorch-window-causal-padding-mean",
+            Int(&[8], 3),
+            "e: embedding(3, 8, pad: 0)\nl: transformer_block(2, hidden: 16, dropout: 0, causal: true, window: 2)\nmean(0)\nb: linear(3)",
+            &[
+                ("e", "nn.Embedding(3, 8, padding_idx=0)"),
+                ("l", "LocalEncoderLayer(8, 2, 16, 2, causal=True, dropout=0.0, activation='gelu', norm_first=True)"),
+                ("m", "Mean(0)"),
+                ("b", "nn.Linear(8, 3)"),
+            ],
+        )
+        .both_modes(),
     ]
 }

@@ -40,17 +40,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 from torchref import save_safetensors  # noqa: E402
 
 
-class SelfAttention(nn.MultiheadAttention):
-    """Kiln's `attention(heads, dropout, causal)` on [batch, S, E]: nn.MultiheadAttention with
-    query = key = value, so its parameters keep their names (`in_proj_weight`, `out_proj.bias`).
-    The causal mask is the explicit additive one, not a flag."""
+def local_mask(n, causal, window):
+    """Kiln's `window: K` as a boolean `attn_mask` (True = not allowed): query i attends to the
+    keys j with |i - j| < K, and with `causal` to those with i - K < j <= i."""
+    i = torch.arange(n)
+    offset = i[:, None] - i[None, :]
+    allowed = offset.abs() < window
+    if causal:
+        allowed &= offset >= 0
+    return ~allowed
 
-    def __init__(self, width, heads, dropout=0.0, causal=False, bias=True):
+
+class SelfAttention(nn.MultiheadAttention):
+    """Kiln's `attention(heads, dropout, causal, window)` on [batch, S, E]: nn.MultiheadAttention
+    with query = key = value, so its parameters keep their names (`in_proj_weight`,
+    `out_proj.bias`). The causal mask is the explicit additive one, not a flag; a `window` gives
+    the boolean mask of `local_mask`."""
+
+    def __init__(self, width, heads, dropout=0.0, causal=False, bias=True, window=None):
         super().__init__(width, heads, dropout=dropout, bias=bias, batch_first=True)
         self.causal = causal
+        self.window = window
 
     def forward(self, x, key_padding_mask=None):
-        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1]) if self.causal else None
+        if self.window is not None:
+            mask = local_mask(x.shape[1], self.causal, self.window)
+        elif self.causal:
+            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        else:
+            mask = None
         out = super().forward(x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask,
                               need_weights=False)[0]
         # With batch_first, the output is a transposed view. Kiln's is contiguous; so that a
@@ -62,15 +80,15 @@ ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "tanh": torch.tan
 
 
 class TransformerBlock(nn.Module):
-    """Kiln's `transformer_block(heads, hidden, dropout, causal, norm, activation, eps, bias)`
-    from primitives, with nn.TransformerEncoderLayer's parameter names. Pre-norm:
+    """Kiln's `transformer_block(heads, hidden, dropout, causal, norm, activation, eps, bias,
+    window)` from primitives, with nn.TransformerEncoderLayer's parameter names. Pre-norm:
     x + dropout(attention(norm1(x))), then x + dropout(linear2(dropout(act(linear1(norm2(x)))))).
     Post-norm: norm1(x + dropout(attention(x))), then norm2(x + dropout(linear2(...(x))))."""
 
     def __init__(self, width, heads, hidden, dropout=0.1, causal=False, norm="pre",
-                 activation="gelu", eps=1e-5, bias=True):
+                 activation="gelu", eps=1e-5, bias=True, window=None):
         super().__init__()
-        self.self_attn = SelfAttention(width, heads, dropout, causal, bias)
+        self.self_attn = SelfAttention(width, heads, dropout, causal, bias, window)
         self.linear1 = nn.Linear(width, hidden, bias=bias)
         self.linear2 = nn.Linear(hidden, width, bias=bias)
         self.norm1 = nn.LayerNorm(width, eps=eps, bias=bias)
@@ -98,6 +116,20 @@ def EncoderLayer(width, heads, hidden, **options):
     """nn.TransformerEncoderLayer itself on [batch, S, E], for cases without dropout (its
     dropout after attention draws from a transposed view, Kiln's from a contiguous tensor)."""
     return nn.TransformerEncoderLayer(width, heads, hidden, batch_first=True, **options)
+
+
+class LocalEncoderLayer(nn.TransformerEncoderLayer):
+    """nn.TransformerEncoderLayer on [batch, S, E] given Kiln's `window` (and `causal`) as its
+    boolean `src_mask`, for cases without dropout."""
+
+    def __init__(self, width, heads, hidden, window, causal=False, **options):
+        super().__init__(width, heads, hidden, batch_first=True, **options)
+        self.window = window
+        self.causal = causal
+
+    def forward(self, x, src_key_padding_mask=None):
+        mask = local_mask(x.shape[1], self.causal, self.window)
+        return super().forward(x, src_mask=mask, src_key_padding_mask=src_key_padding_mask)
 
 
 class Reshape(nn.Module):
@@ -176,6 +208,7 @@ class Padded(nn.Sequential):
 
 NAMESPACE = {"nn": nn, "torch": torch, "F": F, "SelfAttention": SelfAttention,
              "TransformerBlock": TransformerBlock, "EncoderLayer": EncoderLayer,
+             "LocalEncoderLayer": LocalEncoderLayer,
              "Reshape": Reshape, "Mean": Mean, "Positional": Positional, "Sinusoidal": Sinusoidal}
 
 

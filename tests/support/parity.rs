@@ -102,14 +102,15 @@ pub struct Steps {
     pub lrs: Vec<f64>,
 }
 
-/// Trains `exp` from the weights in `init` on the CPU, on one thread, into `run_dir`, and
-/// returns its per-step records; a failing run fails the test with its output.
-pub fn train(exp: &Path, init: &Path, run_dir: &Path) -> Steps {
-    let out = super::kiln(&["run", s(exp), "--device", "cpu", "--quiet"])
-        .args(["--run-dir", s(run_dir), "--init", s(init)])
-        .envs(SINGLE_THREADED)
-        .output()
-        .expect("kiln starts");
+/// Trains `exp` on the CPU, on one thread, into `run_dir`, from the weights in `init` if given,
+/// and returns its per-step records; a failing run fails the test with its output.
+pub fn train(exp: &Path, init: Option<&Path>, run_dir: &Path) -> Steps {
+    let mut command = super::kiln(&["run", s(exp), "--device", "cpu", "--quiet"]);
+    command.args(["--run-dir", s(run_dir)]);
+    if let Some(init) = init {
+        command.args(["--init", s(init)]);
+    }
+    let out = command.envs(SINGLE_THREADED).output().expect("kiln starts");
     assert!(
         out.status.success(),
         "{}: `kiln run` failed ({}):\n{}",

@@ -3,6 +3,7 @@
 The scripts next to each test (`tests/*/reference.py`, `tests/parity/sequence.py`, ...) import it
 with `sys.path.insert(0, <this folder>)`:
     save_safetensors  writes a state_dict or data file as Kiln reads it
+    load_safetensors  reads one that Kiln (or tch) wrote
     permutation       Kiln's SplitMix64 Fisher-Yates permutation (src/runtime/data/split.rs)
     splits            Kiln's split of `n` samples into fractions (docs/language.md, Data)
     optimizer         the torch.optim optimizer of a spec
@@ -16,7 +17,7 @@ import sys
 
 import torch
 
-DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32", torch.uint8: "U8"}
+DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32", torch.int8: "I8", torch.uint8: "U8"}
 MASK = (1 << 64) - 1
 SPLIT_STREAM = 0x5EED5B1170000001
 
@@ -37,6 +38,23 @@ def save_safetensors(path, tensors):
         f.write(text)
         for b in blobs:
             f.write(b)
+
+
+def load_safetensors(path):
+    """Reads a safetensors file into a dict of tensors (the virtualenv has no `safetensors`)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    kinds = {v: k for k, v in DTYPES.items()}
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = h["data_offsets"]
+        raw = bytearray(data[8 + n + a:8 + n + b])
+        out[name] = torch.frombuffer(raw, dtype=kinds[h["dtype"]]).reshape(h["shape"])
+    return out
 
 
 class SplitMix64:

@@ -2,21 +2,23 @@
 
 use super::{count, given, required, Checked, Flow, LayerCheck, Spec};
 use crate::check::cx::Range;
+use crate::diagnostic::problem::Ignored;
 use crate::diagnostic::Problem;
 use crate::ir::{Block, BlockActivation, LayerKind};
 
-/// `attention(heads, dropout, causal)`.
+/// `attention(heads, dropout, causal, window)`.
 pub static ATTENTION: Spec = Spec {
     params: &[
         required("heads"),
         given("dropout", "0"),
         given("causal", "false"),
+        given("window", "none"),
     ],
-    note: None,
+    note: Some("`window: K` lets query `i` attend to keys `j` with `i - K < j < i + K` (with `causal`, `i - K < j <= i`)"),
     shapes: "`[S, E]`, unchanged; multi-head self-attention, `heads` divides `E`",
 };
 
-/// `transformer_block(heads, hidden, dropout, causal, norm, activation, eps, bias)`.
+/// `transformer_block(heads, hidden, dropout, causal, norm, activation, eps, bias, window)`.
 pub static TRANSFORMER_BLOCK: Spec = Spec {
     params: &[
         required("heads"),
@@ -27,8 +29,9 @@ pub static TRANSFORMER_BLOCK: Spec = Spec {
         given("activation", "gelu"),
         given("eps", "1e-5"),
         given("bias", "true"),
+        given("window", "none"),
     ],
-    note: Some("`norm` is `pre` or `post`; `activation` is `gelu`, `relu`, `silu` or `tanh`"),
+    note: Some("`norm` is `pre` or `post`; `activation` is `gelu`, `relu`, `silu` or `tanh`; `window` as for `attention`"),
     shapes: "`[S, E]`, unchanged; `nn.TransformerEncoderLayer`: pre-norm `x + attention(layernorm(x))`, then `x + mlp(layernorm(x))`; post-norm `layernorm(x + attention(x))`, then `layernorm(x + mlp(x))`; the MLP has width `hidden`; `eps` is the layer norms', `bias: false` drops every bias",
 };
 
@@ -68,9 +71,10 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
     };
     let dropout = lc.num_or("dropout", if block { 0.1 } else { 0.0 }, Range::UnitOpen);
     let causal = lc.bool_or("causal", false);
+    let window = lc.opt_uint("window", 1);
     let options = block.then(|| block_options(lc));
     let (heads, heads_span) = heads?;
-    let (hidden, dropout, causal) = (hidden?, dropout?, causal?);
+    let (hidden, dropout, causal, window) = (hidden?, dropout?, causal?, window?);
     if options == Some(None) {
         return None;
     }
@@ -85,6 +89,13 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
         });
         return None;
     }
+    if window.is_some_and(|k| k >= s) {
+        // Every key is then within `|i - j| < K` of every query: the window masks nothing.
+        lc.cx.report(Problem::IgnoredSetting {
+            span: lc.at("window"),
+            situation: Ignored::WindowCoversSequence,
+        });
+    }
     let (sf, ef) = (s as f64, e as f64);
     let attn_params = 4.0 * ef * ef + 4.0 * ef;
     let attn_flops = 8.0 * sf * ef * ef + 4.0 * sf * sf * ef;
@@ -94,6 +105,7 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
             heads,
             dropout,
             causal,
+            window,
         };
         return Some(Checked::new(
             kind,
@@ -117,7 +129,67 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
         hidden: h,
         dropout,
         causal,
+        window,
         block: options,
     };
     Some(Checked::new(kind, shape, count(params), count(flops)))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{LayerKind, Node};
+
+    /// The checked layer kinds of a model over sequences of 6 positions of width 8.
+    fn checked(layers: &str) -> (Vec<String>, Vec<LayerKind>) {
+        let text = format!(
+            "experiment \"w\" {{\n  data {{\n    source synthetic(inputs: normal([6, 8]), targets: normal([6, 8]), count: 8)\n    batch 4\n  }}\n  model {{\n    input [6, 8]\n    {layers}\n  }}\n  optimizer sgd(lr: 0.1)\n  train {{\n    steps 1\n    loss mse\n  }}\n}}\n"
+        );
+        let checked = crate::check::check_text("w.exp", text);
+        let codes = checked
+            .diagnostics
+            .iter()
+            .map(|d| d.code.code().to_string())
+            .collect();
+        let kinds = checked
+            .trials
+            .first()
+            .map(|t| {
+                t.model
+                    .nodes
+                    .iter()
+                    .filter_map(|n| match n {
+                        Node::Layer(l) => Some(l.kind.clone()),
+                        _ => None,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        (codes, kinds)
+    }
+
+    /// A window shorter than the sequence reaches the IR silently; one as long warns (K0406).
+    #[test]
+    fn window_reaches_the_ir_and_warns_when_it_masks_nothing() {
+        let (codes, kinds) = checked("a: attention(2, causal: true, window: 5)");
+        assert!(codes.is_empty(), "{codes:?}");
+        assert!(matches!(
+            kinds[..],
+            [LayerKind::Attention {
+                causal: true,
+                window: Some(5),
+                ..
+            }]
+        ));
+        let (codes, kinds) = checked("t: transformer_block(2, window: 6)");
+        assert_eq!(codes, ["K0406"]);
+        assert!(matches!(
+            kinds[..],
+            [LayerKind::TransformerBlock {
+                window: Some(6),
+                ..
+            }]
+        ));
+        let (codes, _) = checked("t: transformer_block(2)");
+        assert!(codes.is_empty(), "{codes:?}");
+    }
 }

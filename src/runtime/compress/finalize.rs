@@ -38,7 +38,7 @@ pub struct Final {
 }
 
 /// A quantized linear layer's kernel in place of its forward.
-struct Kernel(QLinear);
+pub struct Kernel(pub QLinear);
 
 impl LinearSwap for Kernel {
     fn forward(

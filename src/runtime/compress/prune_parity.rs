@@ -2,12 +2,11 @@
 //! the same tensors: one Python process computes every case, step by step.
 
 use std::collections::HashMap;
-use std::process::Command;
 
 use serde_json::{json, Value};
 use tch::Tensor;
 
-use crate::runtime::reference::python;
+use crate::runtime::reference::python_command;
 
 use super::tests::{equal, few_distinct, uniform, zeros, GENERATOR};
 use super::*;
@@ -15,49 +14,19 @@ use Amount::{Count, Fraction};
 
 /// The reference: builds one module per tensor, applies the steps with `torch.nn.utils.prune`
 /// (so repeated pruning goes through `PruningContainer`), and saves every mask after every step,
-/// plus `torch.norm` over all dimensions but one for the norm checks. Safetensors is read and
-/// written by hand, since the virtualenv has no `safetensors` package.
+/// plus `torch.norm` over all dimensions but one for the norm checks. Safetensors goes through
+/// the shared `tests/support/torchref.py`.
 const REFERENCE: &str = r#"
-import json, struct, sys
-import numpy as np
+import json, sys
 import torch
 from torch import nn
 from torch.nn.utils import prune
+from torchref import load_safetensors, save_safetensors
 
 torch.set_num_threads(1)
 
-def load(path):
-    data = open(path, "rb").read()
-    size = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + size])
-    start = 8 + size
-    tensors = {}
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        assert meta["dtype"] == "F32", meta
-        a, b = meta["data_offsets"]
-        values = np.frombuffer(data[start + a:start + b], dtype="<f4").copy()
-        tensors[name] = torch.from_numpy(values).reshape(meta["shape"])
-    return tensors
-
-def save(path, tensors):
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().to(torch.float32).numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
 spec = json.load(open(sys.argv[1]))
-inputs = load(sys.argv[2])
+inputs = load_safetensors(sys.argv[2])
 out = {}
 for case in spec["cases"]:
     modules = []
@@ -87,7 +56,7 @@ for k, norm in enumerate(spec["norms"]):
     t = inputs[f"norm{k}"]
     dim = norm["dim"] % t.dim()
     out[f"norm{k}"] = torch.norm(t, p=norm["n"], dim=[d for d in range(t.dim()) if d != dim])
-save(sys.argv[3], out)
+save_safetensors(sys.argv[3], out)
 "#;
 
 /// One pruning call.
@@ -409,7 +378,6 @@ fn check_case(index: usize, case: &Case, theirs: &HashMap<String, Tensor>) -> (V
 #[test]
 fn masks_equal_pytorchs() {
     let _generator = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
-    let python = python("the pruning parity test");
     let scratch = std::env::temp_dir().join(format!("kiln-prune-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(&scratch).expect("scratch directory");
@@ -459,11 +427,10 @@ fn masks_equal_pytorchs() {
     );
     std::fs::write(&spec_path, spec.to_string()).expect("write spec");
     Tensor::write_safetensors(&inputs, &input_path).expect("write inputs");
-    let out = Command::new(&python)
+    let out = python_command("the pruning parity test")
         .arg("-c")
         .arg(REFERENCE)
         .args([&spec_path, &input_path, &output_path])
-        .envs([("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")])
         .output()
         .expect("python starts");
     assert!(

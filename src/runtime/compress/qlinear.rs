@@ -195,6 +195,22 @@ impl QLinear {
         })
     }
 
+    /// A layer of `out_features` × `in_features` from weights stored as a kernel keeps them (an
+    /// export read back) and an fp32 bias `[N]`.
+    pub(super) fn from_parts(
+        out_features: i64,
+        in_features: i64,
+        bias: Option<Tensor>,
+        weights: Weights,
+    ) -> Self {
+        QLinear {
+            out_features,
+            in_features,
+            bias,
+            weights,
+        }
+    }
+
     /// `N`.
     #[cfg(test)]
     pub fn out_features(&self) -> i64 {

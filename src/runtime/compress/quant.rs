@@ -20,6 +20,9 @@ mod qkernels;
 #[path = "qlinear.rs"]
 mod qlinear;
 pub use qlinear::{QLinear, QuantMethod};
+#[path = "qstored.rs"]
+mod qstored;
+pub use qstored::{from_stored, Stored};
 
 #[cfg(test)]
 #[path = "quant_tests.rs"]

@@ -1,8 +1,7 @@
 # PyTorch's numbers for the quantization tests in quant_tests.rs: observers, quantizers, fake
 # quantization, moving-average observers and torchao's int4 convention, computed from the
-# tensors in the safetensors file argv[1] and written to the safetensors file argv[2].
-import json
-import struct
+# tensors in the safetensors file argv[1] and written to the safetensors file argv[2]. It runs
+# with tests/support on its path, for the shared `torchref` module.
 import sys
 
 import torch
@@ -12,55 +11,9 @@ from torch.ao.quantization.observer import (
     MovingAveragePerChannelMinMaxObserver,
     PerChannelMinMaxObserver,
 )
+from torchref import load_safetensors, save_safetensors
 
-DTYPES = {
-    torch.float32: "F32",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-}
-
-
-def load_file(path):
-    """Reads a safetensors file: u64 LE header length, JSON header, raw LE bytes."""
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    kinds = {v: k for k, v in DTYPES.items()}
-    out = {}
-    for name, h in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = h["data_offsets"]
-        raw = bytearray(data[8 + n + a : 8 + n + b])
-        out[name] = torch.frombuffer(raw, dtype=kinds[h["dtype"]]).reshape(h["shape"])
-    return out
-
-
-def save_file(tensors, path):
-    """Writes the safetensors format, the data 8-byte aligned."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        data = t.detach().contiguous().cpu().numpy().tobytes()
-        header[name] = {
-            "dtype": DTYPES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + len(data)],
-        }
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-inputs = load_file(sys.argv[1])
+inputs = load_safetensors(sys.argv[1])
 out = {}
 w = inputs["w"]
 
@@ -131,4 +84,4 @@ for gs in (32, 64, 128, 256):
     q = g.sub(low).div(scales).round().clamp_(0, 15)
     out[f"int4_g{gs}.dequantized"] = ((q - 8) * scales + zeros).reshape(w4.shape)
 
-save_file(out, sys.argv[2])
+save_safetensors(sys.argv[2], out)

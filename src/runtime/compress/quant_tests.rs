@@ -3,10 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::runtime::reference::python;
+use crate::runtime::reference::python_command;
 use kiln::ir::Granularity;
 use tch::{Device, Kind, Tensor};
 
@@ -77,7 +76,7 @@ fn reference() -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
         Tensor::write_safetensors(&tensors, &inputs).expect("write the inputs");
         let script = dir.join("quant_reference.py");
         std::fs::write(&script, include_str!("quant_reference.py")).expect("write the script");
-        let out = Command::new(python("the quantization tests"))
+        let out = python_command("the quantization tests")
             .args(["-W", "ignore"])
             .arg(&script)
             .arg(&inputs)

@@ -35,6 +35,7 @@ mod split;
 mod synthetic;
 #[cfg(test)]
 mod tests;
+mod tokens;
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -478,6 +479,9 @@ fn prepare(
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
+    if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
+        tokens::check_range(&raw, &inputs, vocab, span)?;
+    }
     let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
     let targets = shape_targets(&raw, n, &data.targets, data.ignore_label, span)?;
     Ok(Dataset { inputs, targets })
@@ -534,6 +538,7 @@ fn shape_inputs(
         }
         DType::Int if is_integer(kind) => x.f_to_kind(Kind::Int64).at(span),
         DType::Int if is_float(kind) => {
+            tokens::refuse_floats(raw, kind, span)?;
             if let Some((i, v)) = first_fraction(&x).at(span)? {
                 let sample = raw.sample(i / want.max(1));
                 return Err(invalid(
@@ -611,7 +616,8 @@ fn normalize(
     x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
 }
 
-/// `[N]` Int64 class indices (checked against the class count) or `[N, ..shape]` Float values.
+/// `[N]` Int64 class indices (checked against the class count), `[N, ..shape]` Int64 class
+/// indices per token, or `[N, ..shape]` Float values.
 fn shape_targets(
     raw: &Raw,
     n: i64,
@@ -678,6 +684,26 @@ fn shape_targets(
                 }
             }
             Ok(y)
+        }
+        Targets::Tokens { shape, .. } => {
+            if per != shape.iter().product::<i64>() || !is_integer(kind) {
+                return Err(invalid(
+                    span,
+                    format!(
+                        "{from} holds {} per sample {}, but the targets are a class per token of {}",
+                        kind_name(kind),
+                        fmt_shape(&ys[1..]),
+                        fmt_shape(shape)
+                    ),
+                    "not a class per token",
+                    "give every split the same per-token targets",
+                ));
+            }
+            let mut s = vec![n];
+            s.extend_from_slice(shape);
+            y.f_reshape(s.as_slice())
+                .and_then(|y| y.f_to_kind(Kind::Int64))
+                .at(span)
         }
         Targets::Values(shape) => {
             let want: i64 = shape.iter().product();

@@ -505,7 +505,7 @@ mod tests {
             Code::DataInvalid,
             "declared as [2]",
         );
-        // Token ids must be whole numbers.
+        // Token ids are stored as integers.
         let source = Source::Npy {
             inputs: "half.npy".into(),
             targets: "y.npy".into(),
@@ -519,7 +519,7 @@ mod tests {
                 1,
             ),
             Code::DataInvalid,
-            "holds 1.5 for sample 1, but the model takes integer token ids",
+            "`half.npy` holds float32 values, but the model's first layer, an `embedding`, takes integer token ids",
         );
     }
 }

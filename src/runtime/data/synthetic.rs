@@ -86,9 +86,11 @@ fn generate(g: &Generator, count: u64, span: Span) -> Result<Tensor, DataError> 
     Ok(t)
 }
 
-/// The class of each sequence of ids `x` (`[count, S]`, drawn by `inputs`) under `task`:
+/// The classes of each sequence of ids `x` (`[count, S]`, drawn by `inputs`) under `task`:
 /// `majority` is the most frequent id (the smallest on ties), `first` is `x[0]`, `argmax` is
-/// the position of the largest id (the first on ties), as `torch.argmax` breaks ties.
+/// the position of the largest id (the first on ties), as `torch.argmax` breaks ties; per
+/// token (`[count, S]`), `copy` is `x`, `reverse` is `x` flipped and `sort` is `x` sorted
+/// ascending.
 fn classes(
     task: SequenceTask,
     inputs: &Generator,
@@ -113,6 +115,9 @@ fn classes(
         }
         SequenceTask::First => x.f_select(1, 0).at(span)?.f_contiguous().at(span),
         SequenceTask::Argmax => x.f_argmax(1, false).at(span),
+        SequenceTask::Copy => Ok(x.copy()),
+        SequenceTask::Reverse => x.f_flip([1]).at(span),
+        SequenceTask::Sort => Ok(x.f_sort(1, false).at(span)?.0),
     }
 }
 
@@ -209,22 +214,40 @@ mod tests {
                 targets: Generator::Task(*task),
                 count: 200,
             };
-            let d = data(source, Targets::Classes(None), all_train());
+            let targets = if task.per_token() {
+                Targets::Tokens {
+                    classes: None,
+                    shape: vec![6].into(),
+                }
+            } else {
+                Targets::Classes(None)
+            };
+            let d = data(source, targets, all_train());
             let s = load(&d, &[6], DType::Int, Path::new("."), 3).unwrap();
+            let (per, size) = if task.per_token() {
+                (6, vec![200, 6])
+            } else {
+                (1, vec![200])
+            };
+            assert_eq!(s.train.targets.size(), size);
             let (x, y) = (ints(&s.train.inputs), ints(&s.train.targets));
-            assert_eq!(y.len(), 200);
-            for (seq, &class) in x.chunks(6).zip(&y) {
+            for (seq, classes) in x.chunks(6).zip(y.chunks(per)) {
+                let mut sorted = seq.to_vec();
+                sorted.sort();
                 let want = match task {
-                    SequenceTask::Majority => (0..4)
+                    SequenceTask::Majority => vec![(0..4)
                         .max_by_key(|t| (seq.iter().filter(|v| *v == t).count(), -t))
-                        .unwrap(),
-                    SequenceTask::First => seq[0],
+                        .unwrap()],
+                    SequenceTask::First => vec![seq[0]],
                     SequenceTask::Argmax => {
                         let top = *seq.iter().max().unwrap();
-                        seq.iter().position(|v| *v == top).unwrap() as i64
+                        vec![seq.iter().position(|v| *v == top).unwrap() as i64]
                     }
+                    SequenceTask::Copy => seq.to_vec(),
+                    SequenceTask::Reverse => seq.iter().rev().copied().collect(),
+                    SequenceTask::Sort => sorted,
                 };
-                assert_eq!(class, want, "{task:?} of {seq:?}");
+                assert_eq!(classes, want, "{task:?} of {seq:?}");
             }
         }
     }

@@ -65,6 +65,7 @@ pub(super) fn data(source: Source, targets: Targets, split: (f64, f64, f64)) -> 
         normalize: None,
         targets,
         ignore_label: None,
+        token_vocab: None,
         read: None,
     }
 }

@@ -4,7 +4,7 @@
 
 use tch::Tensor;
 
-use super::{linear, norm, Init, LayerRun, Net};
+use super::{linear, mask, norm, Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::problem::Torch;
 use kiln::diagnostic::{Diagnostic, Problem};
@@ -50,7 +50,8 @@ pub(super) fn init_block(
 
 /// Multi-head self-attention with the parameters under `prefix`; `dropout` applies to the
 /// attention weights. `keep` (`[batch, sequence]`, false at padding) masks keys as
-/// `key_padding_mask` does with its negation.
+/// `key_padding_mask` does with its negation; `causal` and `window` mask them as the boolean
+/// `attn_mask` of [`mask::attention`] does.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn forward(
     net: &Net,
@@ -60,6 +61,7 @@ pub(super) fn forward(
     heads: i64,
     dropout: f64,
     causal: bool,
+    window: Option<i64>,
     keep: Option<&Tensor>,
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
@@ -92,34 +94,18 @@ pub(super) fn forward(
         qkv.f_get(1).at(s)?,
         qkv.f_get(2).at(s)?,
     );
-    let mask = match keep {
-        Some(keep) => Some(key_mask(keep, b, n, causal).at(s)?),
-        None => None,
+    // Causal attention alone takes SDPA's own flag; any other mask is given as a tensor.
+    let mask = if keep.is_some() || window.is_some() {
+        Some(mask::attention(keep, b, n, causal, window, x.device()).at(s)?)
+    } else {
+        None
     };
-    let o = Tensor::f_scaled_dot_product_attention(
-        &q,
-        &k,
-        &v,
-        mask,
-        dropout,
-        causal && keep.is_none(),
-        None::<f64>,
-        false,
-    )
-    .at(s)?;
+    let flag = causal && mask.is_none();
+    let o =
+        Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask, dropout, flag, None::<f64>, false)
+            .at(s)?;
     let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
     linear::forward(net, l, &format!("{prefix}out_proj."), &o)
-}
-
-/// The boolean attention mask (true where a query may attend) of `[batch, 1, S or 1, S]`: the
-/// keys that `keep` marks as tokens, and under `causal` only those at or before the query.
-fn key_mask(keep: &Tensor, b: i64, n: i64, causal: bool) -> Result<Tensor, tch::TchError> {
-    let m = keep.f_view([b, 1, 1, n])?;
-    if !causal {
-        return Ok(m);
-    }
-    let past = Tensor::f_ones([n, n], (tch::Kind::Bool, keep.device()))?.f_tril(0)?;
-    m.f_logical_and(&past)
 }
 
 /// A transformer block. Pre-norm: `x + dropout(attention(norm1(x)))`, then
@@ -133,6 +119,7 @@ pub(super) fn block(
     heads: i64,
     dropout: f64,
     causal: bool,
+    window: Option<i64>,
     options: &Block,
     train: bool,
     keep: Option<&Tensor>,
@@ -143,7 +130,7 @@ pub(super) fn block(
     let norm = |prefix: &str, x: &Tensor| norm::layer(net, l, prefix, &[width], options.eps, x);
     let add = |x: &Tensor, y: &Tensor| net.fp32_input(l, x)?.f_add(&net.fp32_input(l, y)?).at(s);
     let attend = |h: &Tensor| {
-        forward(net, l, "self_attn.", h, heads, p, causal, keep)?
+        forward(net, l, "self_attn.", h, heads, p, causal, window, keep)?
             .f_dropout(p, train)
             .at(s)
     };

@@ -295,15 +295,18 @@ fn forward(
             heads,
             dropout,
             causal,
+            window,
             ..
         } => {
             let p = if train { *dropout } else { 0.0 };
-            attention::forward(net, l, "", x, *heads, p, *causal, keep.as_ref())
+            let (causal, window) = (*causal, *window);
+            attention::forward(net, l, "", x, *heads, p, causal, window, keep.as_ref())
         }
         LayerKind::TransformerBlock {
             heads,
             dropout,
             causal,
+            window,
             block,
             ..
         } => attention::block(
@@ -313,6 +316,7 @@ fn forward(
             *heads,
             *dropout,
             *causal,
+            *window,
             block,
             train,
             keep.as_ref(),

@@ -1,0 +1,166 @@
+//! `kiln plan` shows the learning-rate schedule with every parameter resolved (nested
+//! `sequence` schedules included), the evaluation batch's activations in the memory estimate,
+//! and each split's own source, in its text and its YAML.
+
+use kiln::plan::{plan, to_text, Plan};
+
+/// The plan of a small experiment with `data` lines and a `schedule` line.
+fn plan_with(data: &str, schedule: &str, optimizer: &str) -> Plan {
+    let text = format!(
+        r#"experiment "opts" {{
+  data {{
+    source synthetic(inputs: normal([12]), targets: randint(3), count: 96)
+{data}
+  }}
+  model {{
+    input [12]
+    fc1: linear(16)
+    tanh
+    fc2: linear(3)
+  }}
+  device cpu
+  optimizer {optimizer}
+  {schedule}
+  train {{
+    steps 100
+    loss cross_entropy
+  }}
+}}
+"#
+    );
+    let checked = kiln::check::check_text("opts.exp", text);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    plan(&checked.trials[0])
+}
+
+fn yaml(p: &Plan) -> serde_yaml::Value {
+    serde_yaml::from_str(&serde_yaml::to_string(p).expect("plan as YAML")).expect("YAML")
+}
+
+#[test]
+fn nested_schedules_show_their_resolved_parameters() {
+    let p = plan_with(
+        "    batch 8",
+        "schedule sequence([warmup(length: 10), cosine(min_lr: 1e-4)], milestones: [10])",
+        "sgd(lr: 0.1)",
+    );
+    let text = to_text(&p);
+    for line in [
+        "schedule   sequence, milestones [10 steps]\n",
+        "           0. from the start: warmup(length: 10 steps, start_factor: (step + 1) / length)\n",
+        "           1. from 10 steps: cosine(warmup: none, min_lr: 0.0001)\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in\n{text}");
+    }
+    let y = yaml(&p);
+    let s = &y["schedule"];
+    assert_eq!(s["name"], "sequence");
+    assert_eq!(s["milestones"][0], "10 steps");
+    assert_eq!(s["schedules"][0]["name"], "warmup");
+    assert_eq!(s["schedules"][0]["length"], "10 steps");
+    assert_eq!(s["schedules"][1]["name"], "cosine");
+    assert_eq!(s["schedules"][1]["min_lr"].as_f64(), Some(1e-4));
+
+    // one_cycle with its defaults written out; momentum cycles under Adam.
+    let p = plan_with(
+        "    batch 8",
+        "schedule one_cycle(max_lr: 0.01)",
+        "adam(lr: 1e-3)",
+    );
+    let text = to_text(&p);
+    let want = "schedule   one_cycle(max_lr: 0.01, pct_start: 0.3, div_factor: 25, final_div_factor: 10000, three_phase: false, anneal: cos, cycle_momentum: true, base_momentum: 0.85, max_momentum: 0.95)\n";
+    assert!(text.contains(want), "{text}");
+    let y = yaml(&p);
+    assert_eq!(y["schedule"]["pct_start"].as_f64(), Some(0.3));
+    assert_eq!(y["schedule"]["cycle_momentum"].as_bool(), Some(true));
+
+    // No schedule: constant.
+    let p = plan_with("    batch 8", "", "sgd(lr: 0.1)");
+    assert!(to_text(&p).contains("schedule   constant()\n"));
+    assert_eq!(yaml(&p)["schedule"]["name"], "constant");
+
+    // reduce_on_plateau, its mode following the metric.
+    let p = plan_with(
+        "    split(train: 0.8, val: 0.2)\n    batch 8",
+        "schedule reduce_on_plateau(monitor: val_accuracy)",
+        "sgd(lr: 0.1)",
+    );
+    assert!(
+        to_text(&p).contains("schedule   reduce_on_plateau(monitor: val_accuracy, mode: max, factor: 0.1, patience: 10, threshold: 0.0001, threshold_mode: rel, cooldown: 0, min_lr: 0)\n"),
+        "{}",
+        to_text(&p)
+    );
+}
+
+#[test]
+fn a_large_evaluation_batch_dominates_the_memory() {
+    // Without gradients an evaluation holds, per sample, the input (12) and the widest layer's
+    // input and output (tanh: 16 + 16): 44 values. Training stores the input and every output:
+    // 12 + 16 + 16 + 3 = 47 values a sample.
+    let p = plan_with("    batch 8\n    eval_batch 64", "", "sgd(lr: 0.1)");
+    assert_eq!(p.eval_batch, 64);
+    assert_eq!(p.totals.activation_bytes, 47 * 8 * 4);
+    assert_eq!(p.totals.eval_activation_bytes, 44 * 64 * 4);
+    let d = &p.devices[0];
+    assert_eq!(d.eval_activation_bytes, 44 * 64 * 4);
+    // 259 parameters: weights and gradients, no optimizer state; the larger activations count.
+    assert_eq!(d.total_bytes, 2 * 259 * 4 + 44 * 64 * 4);
+    let text = to_text(&p);
+    assert!(
+        text.contains("evaluation        11.00 KiB per evaluation batch of 64"),
+        "{text}"
+    );
+    assert!(
+        text.contains("+ evaluation activations 11.00 KiB (training 1.47 KiB)"),
+        "{text}"
+    );
+    let y = yaml(&p);
+    assert_eq!(y["eval_batch"].as_u64(), Some(64));
+    assert_eq!(
+        y["totals"]["eval_activation_bytes"].as_u64(),
+        Some(44 * 64 * 4)
+    );
+    assert_eq!(
+        y["devices"][0]["total_bytes"].as_u64(),
+        Some(2 * 259 * 4 + 44 * 64 * 4)
+    );
+
+    // With the default `eval_batch` (the batch), training's activations are the larger.
+    let p = plan_with("    batch 8", "", "sgd(lr: 0.1)");
+    assert_eq!(p.eval_batch, 8);
+    assert_eq!(p.devices[0].total_bytes, 2 * 259 * 4 + 47 * 8 * 4);
+    assert!(to_text(&p).contains("+ activations 1.47 KiB\n"));
+}
+
+#[test]
+fn splits_with_their_own_sources_are_shown() {
+    let p = plan_with(
+        "    split(train: 1.0, val: synthetic(inputs: normal([12]), targets: randint(3), count: 40), test: npy(\"test_x.npy\", \"test_y.npy\"))\n    batch 8",
+        "",
+        "sgd(lr: 0.1)",
+    );
+    let text = to_text(&p);
+    assert!(
+        text.contains("val split  own source synthetic(40 samples)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("test split own source npy(\"test_x.npy\", \"test_y.npy\")\n"),
+        "{text}"
+    );
+    let y = yaml(&p);
+    assert_eq!(y["splits"][0]["split"], "val");
+    assert_eq!(y["splits"][0]["source"], "synthetic");
+    assert_eq!(y["splits"][0]["samples"].as_u64(), Some(40));
+    assert_eq!(y["splits"][1]["split"], "test");
+    assert_eq!(y["splits"][1]["files"][1], "test_y.npy");
+
+    // Fractions only: no split rows, and none in the YAML.
+    let p = plan_with(
+        "    split(train: 0.8, val: 0.2)\n    batch 8",
+        "",
+        "sgd(lr: 0.1)",
+    );
+    assert!(!to_text(&p).contains("own source"));
+    assert!(yaml(&p).get("splits").is_none());
+}
