@@ -267,7 +267,10 @@ fn empty_splits_and_runs_without_weights_are_refused() {
         )
         .replace("    checkpoint(every: 40 steps)\n", "");
     let d = finished(&dir, &exp);
-    // The run kept no checkpoint.
+    // A run that kept no checkpoint and whose final weights are gone (a run that did not end).
+    for f in ["weights.safetensors", "weights.yaml"] {
+        std::fs::remove_file(d.join(f)).expect("the run's final weights");
+    }
     let t = refused(&[s(&d)], 2, "K0519");
     assert!(t.contains("holds no weights to evaluate"), "{t}");
     assert!(t.contains("checkpoint(every: ...)"), "{t}");

@@ -198,7 +198,7 @@ fn close(what: &str, a: f64, b: f64) {
 fn against_reference(dir: &Path, case: &Case) -> PathBuf {
     let file = support::write(dir, &format!("{}.exp", case.name), &exp(case));
     let run = dir.join(format!("run-{}", case.name));
-    let ours = parity::train(&file, &dir.join("init.safetensors"), &run);
+    let ours = parity::train(&file, Some(&dir.join("init.safetensors")), &run);
     let reference = parity::json_file(&dir.join("reference.json"));
     let failures: Vec<String> = [
         ("loss", &ours.losses, floats(&reference["losses"])),

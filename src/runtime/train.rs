@@ -132,7 +132,9 @@ pub fn evaluate(
         Ok(Eval {
             loss: mean(loss, weight),
             accuracy: classes.then_some(mean(correct, counted)),
-            top_k: top_k.filter(|_| classes).map(|k| (k, mean(in_top, counted))),
+            top_k: top_k
+                .filter(|_| classes)
+                .map(|k| (k, mean(in_top, counted))),
         })
     })
 }
