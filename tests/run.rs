@@ -265,6 +265,54 @@ fn a_truncated_data_file_points_at_the_source() {
 }
 
 #[test]
+fn batch_norm_over_one_sample_met_at_run_time_stops_the_run() {
+    let dir = scratch("bn-one");
+    // A CSV larger than the 8 MiB that `kiln check` reads to count rows: the last batch of one
+    // sample (60001 = 600 x 100 + 1) is known only to the run, which must stop there, as PyTorch
+    // does, instead of leaving a NaN running variance.
+    let mut csv = (0..16).map(|j| format!("f{j},")).collect::<String>() + "label\n";
+    for i in 0..60_001u64 {
+        for j in 0..16u64 {
+            let v = ((i * 7 + j * 13) % 1000) as f64 / 500.0 - 1.0;
+            csv.push_str(&format!("{v:.6},"));
+        }
+        csv.push_str(&format!("{}\n", i % 3));
+    }
+    assert!(csv.len() > 8 << 20, "{}", csv.len());
+    std::fs::write(dir.join("rows.csv"), csv).expect("write");
+    let exp = r#"experiment "bn" {
+  data {
+    source csv("rows.csv", classes: 3)
+    batch 100
+    shuffle false
+  }
+  model {
+    input [16]
+    fc1: linear(32)
+    bn: batchnorm1d
+    relu
+    fc2: linear(3)
+  }
+  device cpu
+  optimizer sgd(lr: 0.1)
+  train {
+    epochs 1
+    loss cross_entropy
+  }
+}
+"#;
+    let path = write(&dir, "fail.exp", exp);
+    let o = run(&["check", path.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = failure(&dir, exp, "K0227(batch-norm-one-value)", "10:5");
+    assert!(
+        t.contains("batch norm `bn` would normalise one value per channel"),
+        "{t}"
+    );
+    assert!(t.contains("running variance would become NaN"), "{t}");
+}
+
+#[test]
 fn samples_of_the_wrong_shape_point_at_the_source() {
     let dir = scratch("shape");
     let mut csv = String::from("x,y,z,label\n");

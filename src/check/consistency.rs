@@ -14,8 +14,8 @@ use super::settings::ParallelIn;
 use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
 use crate::diagnostic::Problem;
 use crate::ir::{
-    layers, Compression, DType, Data, Device, Duration, Experiment, Node, Parallel, Precision,
-    PruneSchedule, Schedule, Shape, Train,
+    layers, Compression, DType, Data, Device, Duration, Experiment, LayerKind, Node, Parallel,
+    Precision, PruneSchedule, Schedule, Shape, Train,
 };
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 
@@ -97,6 +97,10 @@ pub(super) struct Lengths<'a> {
     pub schedule: &'a Schedule,
     /// The compression steps.
     pub compression: &'a [Compression],
+    /// The model's nodes.
+    pub nodes: &'a [Node],
+    /// How the work is spread.
+    pub parallel: &'a Parallel,
 }
 
 impl<'a> Lengths<'a> {
@@ -108,6 +112,8 @@ impl<'a> Lengths<'a> {
             train: &e.train,
             schedule: &e.schedule,
             compression: &e.compression,
+            nodes: &e.model.nodes,
+            parallel: &e.parallel,
         }
     }
 }
@@ -119,7 +125,8 @@ pub(super) fn check_consistency(cx: &mut Cx, s: &Settings) -> bool {
     normalize(cx, s) && ok
 }
 
-/// K0412 and K0406: every schedule and interval against the training's length (warnings only).
+/// K0412 and K0406: every schedule and interval against the training's length (warnings);
+/// K0227: batch norm over passes of one sample (an error).
 pub(super) fn check_lengths(cx: &mut Cx, s: &Lengths) {
     let samples = s.data.samples();
     let per_epoch = per_epoch(s.data, samples);
@@ -127,6 +134,165 @@ pub(super) fn check_lengths(cx: &mut Cx, s: &Lengths) {
     lr_schedule(cx, s, length, per_epoch);
     gradual(cx, s, length, per_epoch);
     evaluation(cx, s, length, per_epoch);
+    if let Some(n) = samples {
+        batch_norm_one_value(cx, s, n);
+    }
+}
+
+/// `n` samples cut as `Tensor.chunk(parts)` cuts them: pieces of `ceil(n / parts)`, the last
+/// smaller.
+fn chunk(n: u64, parts: u64) -> Vec<u64> {
+    let size = n.div_ceil(parts.clamp(1, n.max(1)));
+    (0..n.div_ceil(size.max(1)))
+        .map(|i| size.min(n - i * size))
+        .collect()
+}
+
+/// The samples of each forward pass that a training batch of `b` samples runs as: micro-batches
+/// of `accumulate`, then data-parallel replicas' slices (`Tensor.tensor_split`), ranks' rows
+/// (a rank without rows runs one stand-in row), or pipeline micro-batches.
+fn passes(b: u64, accumulate: u64, parallel: &Parallel) -> Vec<u64> {
+    let micro = |n: u64| chunk(n, accumulate.min(n).max(1));
+    match parallel {
+        Parallel::Data { devices, .. } => {
+            let w = devices.len().max(1) as u64;
+            micro(b)
+                .into_iter()
+                .flat_map(|m| (0..w).map(move |r| m / w + u64::from(r < m % w)))
+                .filter(|n| *n > 0)
+                .collect()
+        }
+        Parallel::Distributed { world_size, .. } => {
+            let w = (*world_size).max(1);
+            (0..w)
+                .flat_map(|r| {
+                    chunk(
+                        ((r + 1) * b / w - r * b / w).max(1),
+                        accumulate.min(b).max(1),
+                    )
+                })
+                .collect()
+        }
+        Parallel::Pipeline { micro_batches, .. } => micro(b)
+            .into_iter()
+            .flat_map(|m| chunk(m, *micro_batches))
+            .collect(),
+        _ => micro(b),
+    }
+}
+
+/// What cuts a batch into passes, for the diagnostic.
+fn cut_by(accumulate: u64, parallel: &Parallel) -> String {
+    let mut by = Vec::new();
+    if accumulate > 1 {
+        by.push(format!("`accumulate {accumulate}`"));
+    }
+    match parallel {
+        Parallel::Data { devices, .. } => by.push(format!("{} replicas", devices.len())),
+        Parallel::Distributed { world_size, .. } => by.push(format!("{world_size} ranks")),
+        Parallel::Pipeline { micro_batches, .. } => {
+            by.push(format!("{micro_batches} pipeline micro-batches"))
+        }
+        _ => {}
+    }
+    by.join(" and ")
+}
+
+/// K0227: a batch norm layer that sees one value per channel and sample, normalising a pass of
+/// one sample with its batch statistics: in training, the last partial batch of an epoch or a
+/// micro-batch, replica slice or rank's share; in evaluation (a layer without running
+/// statistics), the last batch of a split. `n` is the source's sample count.
+fn batch_norm_one_value(cx: &mut Cx, s: &Lengths, n: u64) {
+    let one_value = |l: &&crate::ir::Layer| {
+        let per_channel = l.input.0.iter().skip(1).product::<i64>();
+        per_channel == 1
+    };
+    let norms: Vec<_> = layers(s.nodes)
+        .into_iter()
+        .filter_map(|l| match &l.kind {
+            LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => Some((l, norm)),
+            _ => None,
+        })
+        .filter(|(l, _)| one_value(l))
+        .collect();
+    let Some((layer, _)) = norms.first() else {
+        return;
+    };
+    let d = s.data;
+    let (train, val, test) = d.split.counts(n);
+    let b = d.batch;
+    // The training batches of an epoch: full ones, and the last, partial one.
+    let mut batches = Vec::new();
+    if b > 0 && train > 0 {
+        if train >= b {
+            batches.push(b);
+        }
+        if !d.drop_last && train % b > 0 {
+            batches.push(train % b);
+        }
+    }
+    let cut = cut_by(s.train.accumulate, s.parallel);
+    let lone = batches.iter().find_map(|&batch| {
+        let sizes = passes(batch, s.train.accumulate, s.parallel);
+        sizes.contains(&1).then(|| {
+            let which = if batch == b {
+                format!("batches of {b}")
+            } else {
+                format!(
+                    "the last batch of each epoch ({train} = {} × {b} + {batch})",
+                    train / b
+                )
+            };
+            if batch == 1 {
+                format!("{which}: a pass of 1 sample")
+            } else {
+                format!("{which}, cut by {cut}, run passes of 1 sample")
+            }
+        })
+    });
+    if let Some(how) = lone {
+        cx.report(Problem::BatchNormOneValue {
+            span: layer.span,
+            layer: layer.name.clone(),
+            cause: Some((d.batch_span, how)),
+            evaluation: false,
+        });
+        return;
+    }
+    // Without running statistics, evaluation normalises with batch statistics too. Ranks share
+    // an evaluation, which the run itself checks.
+    let Some((layer, _)) = norms.iter().find(|(_, norm)| !norm.track_running_stats) else {
+        return;
+    };
+    if matches!(s.parallel, Parallel::Distributed { .. }) {
+        return;
+    }
+    let e = d.eval_batch.max(1);
+    let lone = [
+        ("validation", val, d.val.is_none()),
+        ("test", test, d.test.is_none()),
+    ]
+    .into_iter()
+    .find(|(_, count, counted)| *counted && *count > 0 && (e == 1 || *count % e == 1));
+    if let Some((split, count, _)) = lone {
+        let at = find_in(s.statements, "data", "eval_batch").map_or(d.batch_span, |s| s.span);
+        cx.report(Problem::BatchNormOneValue {
+            span: layer.span,
+            layer: layer.name.clone(),
+            cause: Some((
+                at,
+                if e == 1 {
+                    format!("the {split} split is evaluated in batches of 1, with batch statistics (`track_running_stats: false`)")
+                } else {
+                    format!(
+                        "the {split} split's last batch holds 1 sample ({count} = {} × {e} + 1), evaluated with batch statistics (`track_running_stats: false`)",
+                        count / e
+                    )
+                },
+            )),
+            evaluation: true,
+        });
+    }
 }
 
 /// The statement `keyword` among `statements`.

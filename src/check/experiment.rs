@@ -245,6 +245,8 @@ pub fn check_experiment(
                 train: &train,
                 schedule: &schedule,
                 compression: &compression,
+                nodes: &nodes,
+                parallel: &parallel.parallel,
             },
         );
     }

@@ -141,6 +141,8 @@ codes! {
     DataHeader = "K0221", "data-header", Error, "A data file's header is malformed, truncated, or of a kind Kiln does not read.";
     /// A parameter selected by two parameter groups.
     GroupOverlap = "K0226", "group-overlap", Error, "A parameter is selected by two parameter groups of the optimizer; each parameter belongs to one group.";
+    /// Batch norm over one value per channel, whose variance is undefined.
+    BatchNormOneValue = "K0227", "batch-norm-one-value", Error, "A batch norm layer would normalise one value per channel with batch statistics: a batch, micro-batch or replica's slice of one sample.";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";

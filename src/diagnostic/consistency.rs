@@ -1,5 +1,5 @@
-//! Settings that disagree with other settings of the file (K0218, K0412): their facts and their
-//! wording.
+//! Settings that disagree with other settings of the file (K0218, K0227, K0412): their facts and
+//! their wording.
 
 use super::problem::Problem;
 use super::Diagnostic;
@@ -125,6 +125,32 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         } else {
             format!("give {channels} means and stds, one per channel, or a single value for all")
         }),
+        Problem::BatchNormOneValue {
+            span,
+            layer,
+            cause,
+            evaluation,
+        } => {
+            let d = new(
+                span,
+                format!("batch norm `{layer}` would normalise one value per channel with batch statistics"),
+            )
+            .label(if evaluation {
+                "the variance of one value is undefined: every output would be the bias"
+            } else {
+                "the variance of one value is undefined: the running variance would become NaN"
+            });
+            let d = match cause {
+                Some((at, how)) => d.with(at, how),
+                None => d,
+            };
+            let pytorch = "PyTorch refuses such a batch too (\"Expected more than 1 value per channel when training\")";
+            d.help(if evaluation {
+                format!("choose an `eval_batch` that leaves no last batch of one sample, or keep running statistics; {pytorch}")
+            } else {
+                format!("set `drop_last true` to leave out a last batch of one sample, or choose `batch`, `accumulate` and the replicas so that every pass holds at least 2 samples; {pytorch}")
+            })
+        }
         Problem::OutlastsTraining {
             span,
             situation,

@@ -749,6 +749,18 @@ pub enum Problem {
         /// That selector, as written.
         first_selector: String,
     },
+    /// K0227: batch norm normalising one value per channel with batch statistics.
+    BatchNormOneValue {
+        /// The batch norm layer.
+        span: Span,
+        /// Its name.
+        layer: String,
+        /// The statement that makes a pass of one sample (`batch` or `eval_batch`), and how;
+        /// `None` when the pass is met at run time.
+        cause: Option<(Span, String)>,
+        /// Whether the pass is an evaluation's (a layer without running statistics).
+        evaluation: bool,
+    },
     /// K0419: a parameter group that selects no parameter.
     EmptyGroup {
         /// The group's `group(...)` call.
@@ -1015,6 +1027,7 @@ impl Problem {
             Problem::DataHeader { .. } => Code::DataHeader,
             Problem::DataFileMissing { .. } => Code::DataFileMissing,
             Problem::GroupOverlap { .. } => Code::GroupOverlap,
+            Problem::BatchNormOneValue { .. } => Code::BatchNormOneValue,
             Problem::EmptyGroup { .. } => Code::EmptyGroup,
             Problem::WeightlessBatch { .. } => Code::WeightlessBatch,
             Problem::DataMissing { .. } => Code::DataMissing,

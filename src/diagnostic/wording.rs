@@ -244,9 +244,9 @@ impl Problem {
             | Problem::CompressTargetKind { .. }
             | Problem::CompressConflict { .. }
             | Problem::QuantNoSpeedup { .. }) => super::compress::words(p),
-            p @ (Problem::NormalizeChannels { .. } | Problem::OutlastsTraining { .. }) => {
-                super::consistency::words(p)
-            }
+            p @ (Problem::NormalizeChannels { .. }
+            | Problem::OutlastsTraining { .. }
+            | Problem::BatchNormOneValue { .. }) => super::consistency::words(p),
             p @ (Problem::PlateauWithoutValidation { .. } | Problem::BadSequence { .. }) => {
                 super::schedule::words(p)
             }

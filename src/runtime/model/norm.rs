@@ -4,7 +4,7 @@ use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
 use crate::runtime::failure::At;
-use kiln::diagnostic::Diagnostic;
+use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::BatchNorm;
 
 /// An affine `weight` (ones) and `bias` (zeros) of `shape`, under `prefix`.
@@ -62,6 +62,19 @@ pub(super) fn batch(
     train: bool,
 ) -> Result<Tensor, Diagnostic> {
     let x = net.fp32_input(l, x)?;
+    let batch_stats = train || !norm.track_running_stats;
+    let size = x.size();
+    let per_channel = size.iter().skip(2).product::<i64>() * size.first().copied().unwrap_or(0);
+    if batch_stats && per_channel == 1 {
+        // PyTorch refuses this pass; libtorch would return zeros and a NaN running variance.
+        return Err(Problem::BatchNormOneValue {
+            span: l.span,
+            layer: l.name.clone(),
+            cause: None,
+            evaluation: !train,
+        }
+        .diagnostic());
+    }
     let (weight, bias) = if norm.affine {
         (Some(net.param(l, "weight")?), Some(net.param(l, "bias")?))
     } else {
@@ -80,7 +93,7 @@ pub(super) fn batch(
         bias,
         mean,
         var,
-        train || !norm.track_running_stats,
+        batch_stats,
         norm.momentum,
         norm.eps,
         true,
