@@ -263,7 +263,7 @@ fn empty_splits_and_runs_without_weights_are_refused() {
     let exp = TINY
         .replace(
             "split(train: 0.6, val: 0.25, test: 0.15)",
-            "split(train: 0.75, val: 0.25)",
+            "split(train: 0.76, val: 0.24)",
         )
         .replace("    checkpoint(every: 40 steps)\n", "");
     let d = finished(&dir, &exp);
