@@ -63,6 +63,34 @@ pub fn report(dir: &Path) -> serde_yaml::Value {
         .expect("valid YAML")
 }
 
+/// Trains the example `file` (experiment `name`) on the CPU with one libtorch thread, so that
+/// OpenMP does not spin when the test machine is busy; returns its validation accuracy.
+pub fn example_val_accuracy(file: &str, name: &str) -> f64 {
+    let runs = scratch(name);
+    let o = kiln(&[
+        "run",
+        file,
+        "--device",
+        "cpu",
+        "--quiet",
+        "--runs-dir",
+        s(&runs),
+    ])
+    .env("OMP_NUM_THREADS", "1")
+    .output()
+    .expect("kiln starts");
+    assert!(o.status.success(), "{}", text(&o));
+    let dir = std::fs::read_dir(runs.join(name))
+        .expect("the experiment's runs")
+        .next()
+        .expect("a run directory")
+        .expect("an entry")
+        .path();
+    report(&dir)["val"]["accuracy"]
+        .as_f64()
+        .expect("val accuracy")
+}
+
 /// Metrics without the timing fields, which differ between runs.
 pub fn metrics(dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.join("metrics.jsonl"))
