@@ -2,7 +2,9 @@
 //! ids as int64, exactly as synthetic `randint` inputs. The same ids stored in an `.npy` file
 //! (int64) and in a safetensors file (int32) train step for step as the synthetic source that
 //! drew them, and as PyTorch on those ids, over 50 steps within 1e-5 relative. An id outside the
-//! vocabulary is a data diagnostic (K0503) naming the file, the id and the sample.
+//! vocabulary is a data diagnostic (K0503) naming the file, the id and the sample. Targets of a
+//! class per token (`per_token: true`), the sorted ids, train step for step as the synthetic
+//! `sort()` task over the same ids (which `tests/parity_tokens.rs` checks against PyTorch).
 //!
 //! `tests/token_files/write.py` (run through `tests/support/parity.rs`) runs `tests/parity/sequence.py`'s padded model (its initial
 //! weights and PyTorch's losses) and writes the files.
@@ -125,6 +127,79 @@ fn token_files_train_as_the_synthetic_ids_and_as_pytorch() {
     assert!(said.contains("K0503"), "{said}");
     assert!(
         said.contains(&format!("`bad.npy` holds the token id {VOCAB} for sample 3, outside the embedding's vocabulary [0, {VOCAB})")),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The per-token model: a class per position, no pooling.
+const PER_TOKEN_MODEL: &str = "    embed: embedding(6, 16)\n    pos: positional(max_len: 8)\n    block: transformer_block(2, hidden: 32, dropout: 0)\n    head: linear(6)\n";
+
+#[test]
+fn per_token_targets_from_files_train_as_the_synthetic_task() {
+    let dir = scratch("token-files-per-token");
+    let spec = json!({
+        "dir": dir, "model": "padded", "seed": 5, "vocab": VOCAB, "length": LENGTH,
+        "count": STEPS * BATCH, "batch": BATCH, "steps": STEPS, "lr": 1e-2,
+        "weight_decay": 0.01,
+    });
+    reference("tests/token_files/write.py", &spec, &dir);
+    let count = STEPS * BATCH;
+    let per_token = |name: &str, source: &str| {
+        let path = exp(&dir, name, source);
+        let text = std::fs::read_to_string(&path).expect("read .exp");
+        std::fs::write(&path, text.replace(MODEL, PER_TOKEN_MODEL)).expect("write .exp");
+        path
+    };
+    let synthetic = per_token(
+        "sort-synthetic",
+        &format!("synthetic(inputs: randint({VOCAB}, shape: [{LENGTH}]), targets: sort(), count: {count})"),
+    );
+    let file = per_token(
+        "sort-npy",
+        &format!("npy(\"ids.npy\", targets: \"sorted.npy\", classes: {VOCAB}, per_token: true)"),
+    );
+    let ours = train(&file, None, &dir.join("run-sort-npy"));
+    let theirs = train(&synthetic, None, &dir.join("run-sort-synthetic"));
+    let (first, last) = (
+        ours.losses[..5].iter().sum::<f64>(),
+        ours.losses[STEPS - 5..].iter().sum::<f64>(),
+    );
+    assert!(
+        last < 0.9 * first,
+        "the loss barely moves ({first} -> {last})"
+    );
+    if let Some(failure) = compare("npy vs sort()", "loss", &ours.losses, &theirs.losses, 0.0) {
+        panic!("{failure}");
+    }
+
+    // A class outside [0, classes) is refused before training, naming the sample and the token.
+    let bad = per_token(
+        "sort-bad",
+        &format!(
+            "npy(\"ids.npy\", targets: \"bad_sorted.npy\", classes: {VOCAB}, per_token: true)"
+        ),
+    );
+    let out = kiln(&[
+        "run",
+        s(&bad),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--run-dir",
+        s(&dir.join("run-sort-bad")),
+    ])
+    .envs(SINGLE_THREADED)
+    .output()
+    .expect("kiln starts");
+    let said = text(&out);
+    assert!(
+        !out.status.success(),
+        "the out-of-range class trained:\n{said}"
+    );
+    assert!(said.contains("K0503"), "{said}");
+    assert!(
+        said.contains(&format!("`bad_sorted.npy` holds the label {VOCAB} for sample 2, token 5, outside the {VOCAB} classes [0, {VOCAB})")),
         "{said}"
     );
     let _ = std::fs::remove_dir_all(&dir);

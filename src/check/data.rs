@@ -26,15 +26,41 @@ pub const KEYWORDS: &[&str] = &[
 pub const SOURCES: &[(&str, &[&str])] = &[
     ("synthetic", &["inputs", "targets", "count"]),
     ("idx", &["images", "labels", "classes", "shape", "scale"]),
-    ("npy", &["inputs", "targets", "classes", "shape", "scale"]),
+    (
+        "npy",
+        &[
+            "inputs",
+            "targets",
+            "classes",
+            "shape",
+            "scale",
+            "per_token",
+        ],
+    ),
     (
         "npz",
-        &["path", "inputs", "targets", "classes", "shape", "scale"],
+        &[
+            "path",
+            "inputs",
+            "targets",
+            "classes",
+            "shape",
+            "scale",
+            "per_token",
+        ],
     ),
     ("csv", &["path", "target", "header", "classes"]),
     (
         "safetensors",
-        &["path", "inputs", "targets", "classes", "shape", "scale"],
+        &[
+            "path",
+            "inputs",
+            "targets",
+            "classes",
+            "shape",
+            "scale",
+            "per_token",
+        ],
     ),
 ];
 
@@ -61,6 +87,8 @@ pub struct DataOut {
     pub dtype: DType,
     /// Exclusive bound of integer inputs.
     pub int_bound: Option<u64>,
+    /// The `per_token: true` of a file source whose targets are a class per token.
+    pub per_token: Option<Span>,
 }
 
 /// Checks a `data { ... }` statement.
@@ -160,6 +188,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         int_bound,
         targets,
         scale,
+        per_token,
     } = source;
     if let Source::Synthetic { count, .. } = &source {
         let train = (*count as f64 * split.split.train).floor() as u64;
@@ -198,6 +227,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         sample,
         dtype,
         int_bound,
+        per_token,
     })
 }
 
@@ -218,6 +248,8 @@ pub(super) struct SourceOut {
     pub targets: Targets,
     /// What uint8 inputs are divided by (`scale`).
     pub scale: Option<f64>,
+    /// The `per_token: true` of a file source whose targets are a class per token.
+    pub per_token: Option<Span>,
 }
 
 fn check_source(cx: &mut Cx, stmt: &Statement) -> Option<SourceOut> {
@@ -301,6 +333,7 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
             int_bound,
             targets: t,
             scale: None,
+            per_token: None,
         });
     }
     let string = |cx: &mut Cx, p: &str, default: &str| {
@@ -363,10 +396,18 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
             }
         }
     };
-    let classes = classes?;
-    let targets = match classes {
-        Some(c) => Targets::Classes(Some(c)),
-        None => Targets::Unknown,
+    let per_token = b
+        .get("per_token")
+        .map_or(Some(None), |v| cx.boolean(v).map(|on| on.then_some(v.span)));
+    let (classes, per_token) = (classes?, per_token?);
+    let targets = match (classes, per_token) {
+        // A class per token of the model's input, whose shape the model check fills in.
+        (classes, Some(_)) => Targets::Tokens {
+            classes,
+            shape: Shape::default(),
+        },
+        (Some(c), None) => Targets::Classes(Some(c)),
+        (None, None) => Targets::Unknown,
     };
     Some(SourceOut {
         source,
@@ -376,6 +417,7 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
         int_bound: None,
         targets,
         scale: scale?,
+        per_token,
     })
 }
 

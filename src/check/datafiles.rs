@@ -500,6 +500,17 @@ fn fit(
             );
             return None;
         }
+        Targets::Tokens { shape, .. } if i64::try_from(per_target).ok() != Some(shape.numel()) => {
+            mismatch(
+                cx,
+                y,
+                DataFit::NotTokenClasses {
+                    found: y.shape[1..].to_vec(),
+                    tokens: shape.clone(),
+                },
+            );
+            return None;
+        }
         Targets::Values(shape) if i64::try_from(per_target).ok() != Some(shape.numel()) => {
             mismatch(
                 cx,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::compress::{check_combined, check_compress, check_placed, Training};
 use super::cx::Cx;
-use super::data::check_data;
+use super::data::{check_data, DataOut};
 use super::model::{check_model, Feed, ModelOut};
 use super::schedule::{check_plateau, check_schedule};
 use super::settings::{check_optimizer, check_parallel, check_train, ParallelIn};
@@ -14,8 +14,8 @@ use crate::diagnostic::problem::{
 };
 use crate::diagnostic::Problem;
 use crate::ir::{
-    layers, Data, Device, Duration, Experiment, Loss, Metric, Node, Parallel, Precision, Source,
-    Targets,
+    layers, DType, Data, Device, Duration, Experiment, Loss, Metric, Node, Parallel, Precision,
+    Source, Targets,
 };
 use crate::span::Span;
 use crate::syntax::ast::{Statement, ValueKind};
@@ -191,6 +191,8 @@ pub fn check_experiment(
         (data?, model?, optimizer?, schedule?, train_in?, parallel?);
     let compression = compression?;
     let placements = placements?;
+    let mut data = data;
+    let tokens_ok = file_token_targets(cx, &mut data, &model, feed.dtype);
 
     let mut nodes = model.nodes.clone();
     place_nodes(&mut nodes, &placements, device);
@@ -262,6 +264,7 @@ pub fn check_experiment(
         data.data.batch_span,
     );
     if !(loss_ok
+        && tokens_ok
         && batch_ok
         && strategy_ok
         && evaluation_ok
@@ -853,6 +856,26 @@ fn check_strategy(
 
 /// Warns of batch norm in a pipeline, whose statistics come from one micro-batch at a time
 /// (`micro` samples per step, cut into the pipeline's micro-batches).
+/// A file source's `per_token: true`: its targets are a class per token id of the model's
+/// input, whose shape they take. K0309 when the model does not read token ids (its first layer
+/// is not an `embedding`).
+fn file_token_targets(cx: &mut Cx, data: &mut DataOut, model: &ModelOut, dtype: DType) -> bool {
+    let Some(at) = data.per_token else {
+        return true;
+    };
+    if dtype != DType::Int {
+        cx.report(Problem::TokenTargets {
+            span: at,
+            first: layers(&model.nodes).first().map_or(at, |l| l.span),
+        });
+        return false;
+    }
+    if let Targets::Tokens { shape, .. } = &mut data.data.targets {
+        *shape = model.input.clone();
+    }
+    true
+}
+
 fn pipeline_batch_norm(cx: &mut Cx, p: &ParallelIn, nodes: &[Node], micro: u64) {
     let Parallel::Pipeline { micro_batches, .. } = p.parallel else {
         return;

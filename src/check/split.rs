@@ -154,7 +154,12 @@ pub(super) fn held_out(
             Targets::Unknown | Targets::Classes(None) | Targets::Tokens { classes: None, .. }
         )
     };
-    let differs = if known(&own.targets) && known(&train.targets) && own.targets != train.targets {
+    // Per-token targets of a file take the model's input shape later: their classes tell.
+    let same = match (&own.targets, &train.targets) {
+        (Targets::Tokens { classes: a, .. }, Targets::Tokens { classes: b, .. }) => a == b,
+        (a, b) => a == b,
+    };
+    let differs = if known(&own.targets) && known(&train.targets) && !same {
         Some("classes")
     } else {
         match (&own.sample, &train.sample) {

@@ -161,7 +161,7 @@ codes! {
     /// A layer would produce an empty dimension.
     EmptyDimension = "K0308", "empty-dimension", Error, "A layer shrinks a dimension to zero or below (kernel larger than its input).";
     /// Sequence-task targets over inputs that are not one sequence of ids, or with one class.
-    SequenceTask = "K0309", "sequence-task", Error, "A sequence task's targets (`majority()`, `first()`, `argmax()`, and per token `copy()`, `reverse()`, `sort()`) need `randint` inputs of shape `[S]` and must give at least two classes.";
+    SequenceTask = "K0309", "sequence-task", Error, "A sequence task's targets (`majority()`, `first()`, `argmax()`, and per token `copy()`, `reverse()`, `sort()`) need `randint` inputs of shape `[S]` and must give at least two classes; a data file's `per_token: true` targets need a model that reads token ids.";
 
     /// Data parallel over a single device.
     DataParallelOneDevice = "K0401", "data-parallel-one-device", Warning, "Data parallel over one device only adds overhead.";

@@ -68,6 +68,13 @@ pub enum DataFit {
         /// The declared shape.
         declared: Shape,
     },
+    /// Per-token targets (`per_token: true`) that are not one class per input token.
+    NotTokenClasses {
+        /// The per-sample shape of the targets.
+        found: Vec<u64>,
+        /// The tokens of a sample: the model's input shape.
+        tokens: Shape,
+    },
     /// An archive has no member of that name.
     NoMember {
         /// `array` or `tensor`.
@@ -254,6 +261,19 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
         )
         .label("wrong target size")
         .help("make the declared targets' shape match the data"),
+        DataFit::NotTokenClasses { found, tokens } => new(
+            span,
+            format!(
+                "{file} holds {} per sample, but `per_token: true` needs a class per token of the input, {tokens}",
+                if found.is_empty() {
+                    "one target".to_string()
+                } else {
+                    format!("targets of {}", shape(&found))
+                }
+            ),
+        )
+        .label("not a class per token")
+        .help("store one class index per token, an array shaped as the inputs, or drop `per_token` for one class per sample"),
         DataFit::NoMember {
             kind,
             name,

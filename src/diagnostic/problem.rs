@@ -487,6 +487,13 @@ pub enum Problem {
         /// The classes the task would give.
         classes: u64,
     },
+    /// K0309: a file source's per-token targets for a model that does not read token ids.
+    TokenTargets {
+        /// The `per_token: true` argument.
+        span: Span,
+        /// The model's first layer.
+        first: Span,
+    },
     /// K0308: a layer that shrinks a dimension to nothing.
     EmptyDimension {
         /// The layer.
@@ -1008,7 +1015,7 @@ impl Problem {
             Problem::ReshapeSize { .. } => Code::ReshapeSize,
             Problem::DtypeMismatch { .. } => Code::DtypeMismatch,
             Problem::DataShape { .. } => Code::DataShape,
-            Problem::SequenceTask { .. } => Code::SequenceTask,
+            Problem::SequenceTask { .. } | Problem::TokenTargets { .. } => Code::SequenceTask,
             Problem::EmptyDimension { .. } => Code::EmptyDimension,
             Problem::DataParallelOneDevice { .. } => Code::DataParallelOneDevice,
             Problem::MemoryExceeded { .. } => Code::MemoryExceeded,

@@ -406,6 +406,14 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .with(at, label)
                 .help(help)
         }
+        Problem::TokenTargets { span, first } => new(
+            span,
+            "`per_token: true` gives a class per token id, but the model does not read token ids"
+                .to_string(),
+        )
+        .label("a class per token of the input")
+        .with(first, "not an `embedding`: the inputs are read as real numbers")
+        .help("start the model with `embedding(V, E)` over `input [S]`, or drop `per_token` for one class per sample"),
         Problem::EmptyDimension {
             span,
             layer,

@@ -218,6 +218,7 @@ impl Problem {
             | Problem::DtypeMismatch { .. }
             | Problem::DataShape { .. }
             | Problem::SequenceTask { .. }
+            | Problem::TokenTargets { .. }
             | Problem::EmptyDimension { .. }
             | Problem::HeadsIndivisible { .. }
             | Problem::NoOpLayer { .. }) => super::shapes::words(p),

@@ -11,6 +11,8 @@ argmax(), count)` does, and writes into `dir`:
     labels.npy        the argmax labels, int64
     ids.safetensors   the ids as I32 (`inputs`) and the labels as I64 (`targets`)
     bad.npy           the ids, int64, with sample 3's first id set to `vocab` (out of range)
+    sorted.npy        the ids sorted along each sequence, int64: `sort()`'s per-token classes
+    bad_sorted.npy    those, with sample 2's token 5 set to `vocab` (out of range)
 """
 
 import json
@@ -59,6 +61,10 @@ def main():
     bad = ids.astype(np.int64)
     bad[3, 0] = case["vocab"]
     np.save(f"{d}/bad.npy", bad)
+    ordered = np.sort(ids, 1).astype(np.int64)
+    np.save(f"{d}/sorted.npy", ordered)
+    ordered[2, 5] = case["vocab"]
+    np.save(f"{d}/bad_sorted.npy", ordered)
 
 
 if __name__ == "__main__":

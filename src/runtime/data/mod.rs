@@ -616,6 +616,49 @@ fn normalize(
     x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
 }
 
+/// Refuses a class label of `y` (`[N]`, or `[N, ..]` per token) outside `[0, classes)` that is
+/// not the loss's `ignore_index`, a label the data may hold besides the classes.
+fn in_classes(
+    raw: &Raw,
+    y: &Tensor,
+    classes: Option<u64>,
+    ignore: Option<i64>,
+    span: Span,
+) -> Result<(), DataError> {
+    let Some(k) = classes else {
+        return Ok(());
+    };
+    let k = i64::try_from(k).unwrap_or(i64::MAX);
+    let outside = y
+        .f_lt(0)
+        .and_then(|low| low.f_logical_or(&y.f_ge(k)?))
+        .and_then(|out| match ignore {
+            Some(i) => out.f_logical_and(&y.f_ne(i)?),
+            None => Ok(out),
+        })
+        .at(span)?;
+    let Some(i) = first_true(&outside).at(span)? else {
+        return Ok(());
+    };
+    let flat = y.f_reshape([-1]).at(span)?;
+    let label = flat.f_int64_value(&[i]).at(span)?;
+    let per = (flat.numel() / y.size().first().copied().unwrap_or(1).max(1) as usize).max(1) as i64;
+    let at = if per == 1 {
+        raw.sample(i)
+    } else {
+        format!("{}, token {}", raw.sample(i / per), i % per)
+    };
+    Err(invalid(
+        span,
+        format!(
+            "{} holds the label {label} for {at}, outside the {k} classes [0, {k})",
+            raw.targets_from
+        ),
+        "label out of range",
+        format!("labels must lie in [0, {k}); check `classes:` and the file"),
+    ))
+}
+
 /// `[N]` Int64 class indices (checked against the class count), `[N, ..shape]` Int64 class
 /// indices per token, or `[N, ..shape]` Float values.
 fn shape_targets(
@@ -659,33 +702,10 @@ fn shape_targets(
                 float_labels(raw, &y, *classes, ignore, span)?;
             }
             let y = y.f_to_kind(Kind::Int64).at(span)?;
-            if let Some(k) = classes {
-                let k = i64::try_from(*k).unwrap_or(i64::MAX);
-                // The loss's `ignore_index` is a label the data may hold besides the classes.
-                let outside = y
-                    .f_lt(0)
-                    .and_then(|low| low.f_logical_or(&y.f_ge(k)?))
-                    .and_then(|out| match ignore {
-                        Some(i) => out.f_logical_and(&y.f_ne(i)?),
-                        None => Ok(out),
-                    })
-                    .at(span)?;
-                if let Some(i) = first_true(&outside).at(span)? {
-                    let label = y.f_int64_value(&[i]).at(span)?;
-                    return Err(invalid(
-                        span,
-                        format!(
-                            "{from} holds the label {label} for {}, outside the {k} classes [0, {k})",
-                            raw.sample(i)
-                        ),
-                        "label out of range",
-                        format!("labels must lie in [0, {k}); check `classes:` and the file"),
-                    ));
-                }
-            }
+            in_classes(raw, &y, *classes, ignore, span)?;
             Ok(y)
         }
-        Targets::Tokens { shape, .. } => {
+        Targets::Tokens { shape, classes } => {
             if per != shape.iter().product::<i64>() || !is_integer(kind) {
                 return Err(invalid(
                     span,
@@ -701,9 +721,12 @@ fn shape_targets(
             }
             let mut s = vec![n];
             s.extend_from_slice(shape);
-            y.f_reshape(s.as_slice())
+            let y = y
+                .f_reshape(s.as_slice())
                 .and_then(|y| y.f_to_kind(Kind::Int64))
-                .at(span)
+                .at(span)?;
+            in_classes(raw, &y, *classes, ignore, span)?;
+            Ok(y)
         }
         Targets::Values(shape) => {
             let want: i64 = shape.iter().product();

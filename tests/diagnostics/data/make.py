@@ -38,6 +38,7 @@ x = npy("<f4", [4, 9], struct.pack("<36f", *range(36)))
 y = npy("<i8", [4], struct.pack("<4q", 0, 1, 2, 0))
 write("inputs.npy", x)
 write("targets.npy", y)
+write("ids.npy", npy("<i8", [4, 9], struct.pack("<36q", *(i % 5 for i in range(36)))))
 with zipfile.ZipFile("arrays.npz", "w", zipfile.ZIP_DEFLATED) as z:
     z.writestr("inputs.npy", x)
     z.writestr("targets.npy", y)
