@@ -17,7 +17,6 @@ argmax(), count)` does, and writes into `dir`:
 
 import json
 import os
-import struct
 import sys
 
 import numpy as np
@@ -25,26 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
 import sequence  # noqa: E402
-
-SAFETENSORS = {np.dtype("int32"): "I32", np.dtype("int64"): "I64"}
-
-
-def save_safetensors(path, arrays):
-    """Writes the safetensors format by hand: u64 LE header length, JSON header, raw LE bytes."""
-    header, blobs, offset = {}, [], 0
-    for name, a in arrays.items():
-        data = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<")).tobytes()
-        header[name] = {"dtype": SAFETENSORS[a.dtype], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
+from torchref import save_safetensors  # noqa: E402
 
 
 def main():
@@ -57,7 +37,8 @@ def main():
     d = case["dir"]
     np.save(f"{d}/ids.npy", ids.astype(np.int64))
     np.save(f"{d}/labels.npy", labels)
-    save_safetensors(f"{d}/ids.safetensors", {"inputs": ids.astype(np.int32), "targets": labels})
+    save_safetensors(f"{d}/ids.safetensors",
+                     {"inputs": torch.from_numpy(ids.astype(np.int32)), "targets": torch.from_numpy(labels)})
     bad = ids.astype(np.int64)
     bad[3, 0] = case["vocab"]
     np.save(f"{d}/bad.npy", bad)
