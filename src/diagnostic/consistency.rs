@@ -131,18 +131,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             cause,
             evaluation,
         } => {
-            let d = new(
-                span,
-                format!("batch norm `{layer}` would normalise one value per channel with batch statistics"),
-            )
-            .label(if evaluation {
+            let message =
+                format!("batch norm `{layer}` would normalise one value per channel with batch statistics");
+            let why = if evaluation {
                 "the variance of one value is undefined: every output would be the bias"
             } else {
                 "the variance of one value is undefined: the running variance would become NaN"
-            });
+            };
+            // Where the passes of one sample come from is what the user edits.
             let d = match cause {
-                Some((at, how)) => d.with(at, how),
-                None => d,
+                Some((at, how)) => new(at, message).label(how).with(span, why),
+                None => new(span, message).label(why),
             };
             let pytorch = "PyTorch refuses such a batch too (\"Expected more than 1 value per channel when training\")";
             d.help(if evaluation {

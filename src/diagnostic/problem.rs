@@ -758,7 +758,7 @@ pub enum Problem {
     },
     /// K0227: batch norm normalising one value per channel with batch statistics.
     BatchNormOneValue {
-        /// The batch norm layer.
+        /// The batch norm layer (a secondary label when the cause is known).
         span: Span,
         /// Its name.
         layer: String,
