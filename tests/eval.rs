@@ -8,36 +8,15 @@ use std::path::Path;
 
 use serde_json::Value;
 use support::parity;
-use support::{report, run, s, scratch, text, write};
+use support::{report, run, s, scratch, text, write, TINY};
 
-/// A tiny classifier on synthetic data with validation and test splits and a checkpoint.
-const TINY: &str = r#"
-experiment "tiny" {
-  seed 5
-  data {
-    source synthetic(inputs: normal([16]), targets: randint(3), count: 300)
-    split(train: 0.6, val: 0.25, test: 0.15)
-    batch 16
-  }
-  model {
-    input [16]
-    fc1: linear(32)
-    bn: batchnorm1d
-    relu
-    dropout(0.2)
-    fc2: linear(3)
-  }
-  device cpu
-  optimizer adam(lr: 1e-2)
-  train {
-    steps 40
-    loss cross_entropy
-    metrics [accuracy, top_k(2)]
-    eval_every 20 steps
-    checkpoint(every: 40 steps)
-  }
+/// `support::TINY` with a checkpoint at its last step.
+fn tiny() -> String {
+    TINY.replace(
+        "    eval_every 20 steps\n",
+        "    eval_every 20 steps\n    checkpoint(every: 40 steps)\n",
+    )
 }
-"#;
 
 /// `kiln eval ARGS --format json`, which must succeed: the report as JSON.
 fn eval_json(args: &[&str]) -> Value {
@@ -74,7 +53,7 @@ fn finished(dir: &Path, exp: &str) -> std::path::PathBuf {
 #[test]
 fn eval_reproduces_the_runs_final_metrics_exactly() {
     let dir = scratch("eval-exact");
-    let d = finished(&dir, TINY);
+    let d = finished(&dir, &tiny());
     // The run directory's newest checkpoint, through the run's copy of its experiment.
     let val = eval_json(&[s(&d), "--split", "val"]);
     assert_eq!(metrics(&val), reported(&d, "val"));
@@ -199,7 +178,7 @@ fn refused(args: &[&str], status: i32, code: &str) -> String {
 #[test]
 fn weights_that_do_not_fit_are_named() {
     let dir = scratch("eval-mismatch");
-    let file = write(&dir, "tiny.exp", TINY);
+    let file = write(&dir, "tiny.exp", &tiny());
     let f = s(&file);
     // No weights named with an experiment file.
     let t = refused(&[f], 2, "K0519");
@@ -218,7 +197,7 @@ fn weights_that_do_not_fit_are_named() {
     let t = refused(&[f, "--checkpoint", s(&junk)], 2, "K0519");
     assert!(t.contains("sidecar"), "{t}");
     // A checkpoint named as plain weights.
-    let d = finished(&dir, TINY);
+    let d = finished(&dir, &tiny());
     let c = d.join("checkpoints").join("step-000000040.safetensors");
     let t = refused(&[f, "--weights", s(&c)], 1, "K0520");
     assert!(t.contains("name it with `--checkpoint`"), "{t}");
@@ -260,12 +239,10 @@ fn weights_that_do_not_fit_are_named() {
 #[test]
 fn empty_splits_and_runs_without_weights_are_refused() {
     let dir = scratch("eval-empty");
-    let exp = TINY
-        .replace(
-            "split(train: 0.6, val: 0.25, test: 0.15)",
-            "split(train: 0.76, val: 0.24)",
-        )
-        .replace("    checkpoint(every: 40 steps)\n", "");
+    let exp = TINY.replace(
+        "split(train: 0.6, val: 0.25, test: 0.15)",
+        "split(train: 0.76, val: 0.24)",
+    );
     let d = finished(&dir, &exp);
     // A run that kept no checkpoint and whose final weights are gone (a run that did not end).
     for f in ["weights.safetensors", "weights.yaml"] {
@@ -283,7 +260,7 @@ fn empty_splits_and_runs_without_weights_are_refused() {
 #[test]
 fn compressed_runs_are_evaluated_compressed_and_plain_weights_only_plainly() {
     let dir = scratch("eval-compressed");
-    let exp = TINY.replace(
+    let exp = tiny().replace(
         "  train {",
         "  compress {\n    prune fc1 l1_unstructured(amount: 0.5, schedule: before)\n    quantize [fc1, fc2] int8\n  }\n  train {",
     );

@@ -9,35 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use support::{report, run, s, scratch, text, write};
-
-/// A tiny classifier on synthetic data with validation and test splits and no checkpoints.
-const TINY: &str = r#"
-experiment "tiny" {
-  seed 5
-  data {
-    source synthetic(inputs: normal([16]), targets: randint(3), count: 300)
-    split(train: 0.6, val: 0.25, test: 0.15)
-    batch 16
-  }
-  model {
-    input [16]
-    fc1: linear(32)
-    bn: batchnorm1d
-    relu
-    dropout(0.2)
-    fc2: linear(3)
-  }
-  device cpu
-  optimizer adam(lr: 1e-2)
-  train {
-    steps 40
-    loss cross_entropy
-    metrics [accuracy, top_k(2)]
-    eval_every 20 steps
-  }
-}
-"#;
+use support::{report, run, s, scratch, text, write, TINY};
 
 /// `TINY` pruned before training and quantized to int8 with `scheme`.
 fn compressed(scheme: &str) -> String {

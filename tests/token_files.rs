@@ -36,15 +36,41 @@ fn exp(dir: &Path, name: &str, source: &str) -> PathBuf {
     path
 }
 
-#[test]
-fn token_files_train_as_the_synthetic_ids_and_as_pytorch() {
-    let dir = scratch("token-files");
+/// Runs `tests/token_files/write.py` into `dir`: PyTorch's reference and the data files.
+fn write_files(dir: &Path) {
     let spec = json!({
         "dir": dir, "model": "padded", "seed": 5, "vocab": VOCAB, "length": LENGTH,
         "count": STEPS * BATCH, "batch": BATCH, "steps": STEPS, "lr": 1e-2,
         "weight_decay": 0.01,
     });
-    reference("tests/token_files/write.py", &spec, &dir);
+    reference("tests/token_files/write.py", &spec, dir);
+}
+
+/// `kiln run` of `exp` into `run`, which must fail with a data diagnostic (K0503) before
+/// training; what it said.
+fn refused_at_load(exp: &Path, run: &Path) -> String {
+    let out = kiln(&[
+        "run",
+        s(exp),
+        "--device",
+        "cpu",
+        "--quiet",
+        "--run-dir",
+        s(run),
+    ])
+    .envs(SINGLE_THREADED)
+    .output()
+    .expect("kiln starts");
+    let said = text(&out);
+    assert!(!out.status.success(), "the bad data trained:\n{said}");
+    assert!(said.contains("K0503"), "{said}");
+    said
+}
+
+#[test]
+fn token_files_train_as_the_synthetic_ids_and_as_pytorch() {
+    let dir = scratch("token-files");
+    write_files(&dir);
     let pytorch = floats(&json_file(&dir.join("reference.json"))["losses"]);
     let (first, last) = (
         pytorch[..5].iter().sum::<f64>(),
@@ -107,24 +133,7 @@ fn token_files_train_as_the_synthetic_ids_and_as_pytorch() {
         "bad",
         &format!("npy(\"bad.npy\", targets: \"labels.npy\", classes: {LENGTH})"),
     );
-    let out = kiln(&[
-        "run",
-        s(&bad),
-        "--device",
-        "cpu",
-        "--quiet",
-        "--run-dir",
-        s(&dir.join("run-bad")),
-    ])
-    .envs(SINGLE_THREADED)
-    .output()
-    .expect("kiln starts");
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "the out-of-range id trained:\n{said}"
-    );
-    assert!(said.contains("K0503"), "{said}");
+    let said = refused_at_load(&bad, &dir.join("run-bad"));
     assert!(
         said.contains(&format!("`bad.npy` holds the token id {VOCAB} for sample 3, outside the embedding's vocabulary [0, {VOCAB})")),
         "{said}"
@@ -138,12 +147,7 @@ const PER_TOKEN_MODEL: &str = "    embed: embedding(6, 16)\n    pos: positional(
 #[test]
 fn per_token_targets_from_files_train_as_the_synthetic_task() {
     let dir = scratch("token-files-per-token");
-    let spec = json!({
-        "dir": dir, "model": "padded", "seed": 5, "vocab": VOCAB, "length": LENGTH,
-        "count": STEPS * BATCH, "batch": BATCH, "steps": STEPS, "lr": 1e-2,
-        "weight_decay": 0.01,
-    });
-    reference("tests/token_files/write.py", &spec, &dir);
+    write_files(&dir);
     let count = STEPS * BATCH;
     let per_token = |name: &str, source: &str| {
         let path = exp(&dir, name, source);
@@ -180,24 +184,7 @@ fn per_token_targets_from_files_train_as_the_synthetic_task() {
             "npy(\"ids.npy\", targets: \"bad_sorted.npy\", classes: {VOCAB}, per_token: true)"
         ),
     );
-    let out = kiln(&[
-        "run",
-        s(&bad),
-        "--device",
-        "cpu",
-        "--quiet",
-        "--run-dir",
-        s(&dir.join("run-sort-bad")),
-    ])
-    .envs(SINGLE_THREADED)
-    .output()
-    .expect("kiln starts");
-    let said = text(&out);
-    assert!(
-        !out.status.success(),
-        "the out-of-range class trained:\n{said}"
-    );
-    assert!(said.contains("K0503"), "{said}");
+    let said = refused_at_load(&bad, &dir.join("run-sort-bad"));
     assert!(
         said.contains(&format!("`bad_sorted.npy` holds the label {VOCAB} for sample 2, token 5, outside the {VOCAB} classes [0, {VOCAB})")),
         "{said}"

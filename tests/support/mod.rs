@@ -63,6 +63,34 @@ pub fn report(dir: &Path) -> serde_yaml::Value {
         .expect("valid YAML")
 }
 
+/// A tiny classifier (`kiln eval`'s tests) on synthetic data with validation and test splits and no checkpoints.
+pub const TINY: &str = r#"
+experiment "tiny" {
+  seed 5
+  data {
+    source synthetic(inputs: normal([16]), targets: randint(3), count: 300)
+    split(train: 0.6, val: 0.25, test: 0.15)
+    batch 16
+  }
+  model {
+    input [16]
+    fc1: linear(32)
+    bn: batchnorm1d
+    relu
+    dropout(0.2)
+    fc2: linear(3)
+  }
+  device cpu
+  optimizer adam(lr: 1e-2)
+  train {
+    steps 40
+    loss cross_entropy
+    metrics [accuracy, top_k(2)]
+    eval_every 20 steps
+  }
+}
+"#;
+
 /// Trains the example `file` (experiment `name`) on the CPU with one libtorch thread, so that
 /// OpenMP does not spin when the test machine is busy; returns its validation accuracy.
 pub fn example_val_accuracy(file: &str, name: &str) -> f64 {
