@@ -9,9 +9,11 @@ use crate::span::Span;
 
 mod layer;
 mod params;
+mod sample;
 
 pub use layer::{BatchNorm, Block, BlockActivation, Conv, Kind, LayerKind, Pool};
 pub use params::{tensors, Tensor, CLASSES};
+pub use sample::{sample_fit, Layout, SampleFit};
 
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
@@ -178,6 +180,8 @@ pub struct Data {
     pub split: Split,
     /// Input scaling of `source` (see [`HeldOut::scale`]).
     pub scale: Option<f64>,
+    /// How `source`'s samples are laid out (`layout: channels_last`).
+    pub layout: Layout,
     /// The validation split's own source, when `split` names one instead of a fraction.
     pub val: Option<HeldOut>,
     /// The test split's own source, when `split` names one instead of a fraction.
@@ -219,9 +223,25 @@ impl Data {
         }
     }
 
+    /// Optimizer steps in one epoch of `train` training samples: see [`steps_per_epoch`].
+    pub fn steps_per_epoch(&self, train: u64) -> u64 {
+        steps_per_epoch(train, self.batch, self.drop_last)
+    }
+
     /// Whether there is a validation split: a fraction of `source`, or its own source.
     pub fn has_val(&self) -> bool {
         self.split.val > 0.0 || self.val.is_some()
+    }
+}
+
+/// Batches in one epoch of `samples` samples in batches of `batch`: the last one partial, or
+/// left out with `drop_last` (as PyTorch's `DataLoader`). The one count of an epoch's steps:
+/// `kiln check`, `kiln run`, `kiln eval`, `kiln export` and the loader all read it.
+pub fn steps_per_epoch(samples: u64, batch: u64, drop_last: bool) -> u64 {
+    match batch {
+        0 => 0,
+        _ if drop_last => samples / batch,
+        _ => samples.div_ceil(batch),
     }
 }
 
@@ -236,6 +256,8 @@ pub struct HeldOut {
     /// What uint8 inputs are divided by as they are read (`scale: 255`); `None` keeps them
     /// (`scale: none`). By default 255 for IDX files and `None` for every other format.
     pub scale: Option<f64>,
+    /// How its samples are laid out (`layout: channels_last`).
+    pub layout: Layout,
 }
 
 /// What the checker read from the headers of a source's files.

@@ -25,6 +25,7 @@ mod error;
 mod file;
 mod finite;
 mod idx;
+mod layout;
 mod loader;
 mod npy;
 mod npz;
@@ -41,7 +42,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kiln::ir::{DType, Data, Normalize, Source, Targets};
+use kiln::ir::{DType, Data, Layout, Normalize, Source, Targets};
 use kiln::span::Span;
 use tch::{Kind, TchError, Tensor};
 
@@ -110,7 +111,7 @@ pub fn load(
 ) -> Result<Splits, DataError> {
     let span = data.source_span;
     let raw = read_source(&data.source, data.scale, input_dtype, base, seed, span)?;
-    let dataset = prepare(raw, data, input, input_dtype, span)?;
+    let dataset = prepare(raw, data, &data.layout, input, input_dtype, span)?;
     let mut splits = split::split(&dataset, &data.split, seed, span)?;
     // A split's own source: all its samples, in file order; synthetic ones from their own seed.
     for (own, slot, stream) in [
@@ -126,7 +127,14 @@ pub fn load(
                 seed ^ stream,
                 own.span,
             )?;
-            *slot = Some(prepare(raw, data, input, input_dtype, own.span)?);
+            *slot = Some(prepare(
+                raw,
+                data,
+                &own.layout,
+                input,
+                input_dtype,
+                own.span,
+            )?);
         }
     }
     if data.drop_last && splits.train.len() < data.batch as i64 {
@@ -149,19 +157,6 @@ pub fn load(
 const VAL_STREAM: u64 = 0x5EED_0000_0000_0001;
 /// Mixed into the seed of a test split's own synthetic source.
 const TEST_STREAM: u64 = 0x5EED_0000_0000_0002;
-
-impl Splits {
-    /// The training samples an epoch uses: all of them, or with `drop_last` as many as fill
-    /// whole batches.
-    pub fn used(&self, data: &Data) -> u64 {
-        let n = self.train.len().max(0) as u64;
-        if data.drop_last && data.batch > 0 {
-            n - n % data.batch
-        } else {
-            n
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Failures
@@ -429,6 +424,7 @@ fn first_fraction(t: &Tensor) -> Result<Option<(i64, f64)>, TchError> {
 fn prepare(
     raw: Raw,
     data: &Data,
+    layout: &Layout,
     input: &[i64],
     dtype: DType,
     span: Span,
@@ -478,6 +474,7 @@ fn prepare(
     }
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
+    let raw = layout::arrange(raw, layout, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
     if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
         tokens::check_range(&raw, &inputs, vocab, span)?;
@@ -498,23 +495,8 @@ fn shape_inputs(
     let from = &raw.inputs_from;
     let x = &raw.inputs;
     let xs = x.size();
-    let per: i64 = xs[1..].iter().product();
+    layout::fits(from, &xs[1..], input, span)?;
     let want: i64 = input.iter().product();
-    if per != want {
-        return Err(invalid(
-            span,
-            format!(
-                "{from} holds samples of {per} values {}, but the model's input {} holds {want}",
-                fmt_shape(&xs[1..]),
-                fmt_shape(input)
-            ),
-            "wrong sample size",
-            format!(
-                "make the model's input hold {per} values, for example `input {}`",
-                fmt_shape(&xs[1..])
-            ),
-        ));
-    }
     let kind = x.f_kind().at(span)?;
     let unsupported = || {
         invalid(

@@ -27,6 +27,7 @@ fn own(source: Source) -> Option<HeldOut> {
         source,
         span: kiln::span::Span::new(kiln::span::FileId(0), 50, 60),
         scale: None,
+        layout: kiln::ir::Layout::AsStored,
     })
 }
 
@@ -138,10 +139,10 @@ fn drop_last_needs_one_full_batch_and_counts_only_full_ones() {
     );
     d.batch = 4;
     let s = load(&d, &[2], DType::Float, &dir.0, 1).unwrap();
-    assert_eq!(s.used(&d), 10);
+    assert_eq!(d.steps_per_epoch(s.train.len() as u64), 3);
     d.drop_last = true;
     let s = load(&d, &[2], DType::Float, &dir.0, 1).unwrap();
-    assert_eq!(s.used(&d), 8);
+    assert_eq!(d.steps_per_epoch(s.train.len() as u64), 2);
     d.batch = 11;
     expect_failure(
         load(&d, &[2], DType::Float, &dir.0, 1),
@@ -172,4 +173,41 @@ fn the_ignored_label_may_lie_outside_the_classes() {
     d.ignore_label = Some(-1);
     let s = load(&d, &[2], DType::Float, &dir.0, 1).unwrap();
     assert_eq!(ints(&s.train.targets), vec![0, -1, 2, -1]);
+}
+
+#[test]
+fn channels_last_samples_move_their_channels_first_and_are_refused_without_the_layout() {
+    let dir = Scratch::new();
+    // Four images of 2x3 pixels, 2 channels, stored [N, H, W, C].
+    let hwc = Tensor::arange(4 * 2 * 3 * 2, (Kind::Float, Device::Cpu)).reshape([4, 2, 3, 2]);
+    hwc.write_npy(dir.path("x.npy")).unwrap();
+    Tensor::arange(4, (Kind::Int64, Device::Cpu))
+        .remainder(3)
+        .write_npy(dir.path("y.npy"))
+        .unwrap();
+    let source = Source::Npy {
+        inputs: "x.npy".into(),
+        targets: "y.npy".into(),
+    };
+    let mut d = data(source, Targets::Classes(Some(3)), all_train());
+    // As stored, reshaping [2, 3, 2] to [2, 2, 3] would scramble the pixels.
+    let refused = expect_failure(
+        load(&d, &[2, 2, 3], DType::Float, &dir.0, 1),
+        Code::DataInvalid,
+        "scramble",
+    );
+    assert!(refused
+        .help
+        .unwrap_or_default()
+        .contains("layout: channels_last"));
+    d.layout = kiln::ir::Layout::ChannelsLast(None);
+    let s = load(&d, &[2, 2, 3], DType::Float, &dir.0, 1).unwrap();
+    // The split keeps file order: the training set is the four images, as torch.permute gives.
+    let want = hwc.permute([0, 3, 1, 2]).contiguous();
+    assert_eq!(floats(&s.train.inputs), floats(&want));
+    // Flat rows read as [H, W, C] first when the stored shape is declared.
+    hwc.reshape([4, 12]).write_npy(dir.path("x.npy")).unwrap();
+    d.layout = kiln::ir::Layout::ChannelsLast(Some(vec![2, 3, 2].into()));
+    let s = load(&d, &[2, 2, 3], DType::Float, &dir.0, 1).unwrap();
+    assert_eq!(floats(&s.train.inputs), floats(&want));
 }

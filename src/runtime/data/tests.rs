@@ -55,6 +55,7 @@ pub(super) fn data(source: Source, targets: Targets, split: (f64, f64, f64)) -> 
             test: split.2,
         },
         scale,
+        layout: kiln::ir::Layout::AsStored,
         val: None,
         test: None,
         batch: 4,

@@ -1,0 +1,138 @@
+//! How a source's samples meet the model's `input`: the layout they are stored in, and the one
+//! rule (used by the checker on the files' headers and by the runtime on the loaded arrays) that
+//! says when a stored sample may be reshaped to the input.
+
+use super::Shape;
+
+/// How a file source's samples are laid out, and how they move to the model's layout as they
+/// load.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Layout {
+    /// As the model takes them (channels first: `[C, H, W]`, `[C, L]`): each sample is only
+    /// reshaped to the input, as the rule of [`sample_fit`] allows.
+    #[default]
+    AsStored,
+    /// Channels last (`[H, W, C]`, `[L, C]`): each sample, of the declared `shape` when one is
+    /// given and as stored otherwise, has its last dimension moved first as it loads, as
+    /// `x.permute(0, k, 1, ..., k - 1)` does to a batch.
+    ChannelsLast(Option<Shape>),
+}
+
+impl Layout {
+    /// The per-sample shape the model receives from samples of `stored` (the shape as the file
+    /// stores it, or as declared): the last dimension moved first for channels-last data.
+    pub fn arranged(&self, stored: &[i64]) -> Shape {
+        match (self, stored) {
+            (Layout::ChannelsLast(_), [rest @ .., last]) if !rest.is_empty() => {
+                let mut s = vec![*last];
+                s.extend_from_slice(rest);
+                Shape(s)
+            }
+            _ => Shape(stored.to_vec()),
+        }
+    }
+}
+
+/// How a data sample of one shape meets a model input of another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SampleFit {
+    /// The sample is the input, or a row-major reshape of it that only merges or splits
+    /// neighbouring dimensions, so that no value moves to another row of any dimension: `[784]`
+    /// from `[28, 28]`, `[1, 28, 28]` from `[28, 28]`, `[3, 64]` from `[3, 8, 8]`.
+    Fits,
+    /// The same values in the same dimensions, but the channels (the input's first dimension)
+    /// are the sample's last: the data is channels last.
+    ChannelsLast,
+    /// The same number of values in other dimensions: reshaping would scramble them.
+    Transposed,
+    /// Another number of values.
+    Size,
+}
+
+/// Whether samples of shape `data` can feed a model whose input is `input`.
+///
+/// A row-major reshape keeps each value's meaning only when it merges or splits neighbouring
+/// dimensions: then the running products of one shape's dimensions (`[3, 8, 8]`: 3, 24, 192)
+/// include every running product of the other's (`[3, 64]`: 3, 192). `[32, 32, 3]` against `[3,
+/// 32, 32]` (32, 1024, 3072 against 3, 96, 3072) holds the same number of values, but reshaping
+/// it would scramble the pixels.
+pub fn sample_fit(data: &[i64], input: &[i64]) -> SampleFit {
+    let numel = |s: &[i64]| s.iter().fold(1i64, |n, d| n.saturating_mul(*d));
+    if numel(data) != numel(input) {
+        return SampleFit::Size;
+    }
+    if reshapes(data, input) {
+        return SampleFit::Fits;
+    }
+    let moved = Layout::ChannelsLast(None).arranged(data);
+    if reshapes(&moved, input) {
+        SampleFit::ChannelsLast
+    } else {
+        SampleFit::Transposed
+    }
+}
+
+/// Whether a row-major reshape between `a` and `b` (of as many values) only merges or splits
+/// neighbouring dimensions.
+fn reshapes(a: &[i64], b: &[i64]) -> bool {
+    let products = |s: &[i64]| {
+        let mut running = 1i64;
+        let mut out: Vec<i64> = s
+            .iter()
+            .map(|d| {
+                running = running.saturating_mul(*d);
+                running
+            })
+            .filter(|p| *p != 1)
+            .collect();
+        out.dedup();
+        out
+    };
+    let (pa, pb) = (products(a), products(b));
+    let within = |small: &[i64], large: &[i64]| small.iter().all(|p| large.contains(p));
+    within(&pa, &pb) || within(&pb, &pa)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reshapes_that_keep_the_values_in_place_fit() {
+        assert_eq!(sample_fit(&[28, 28], &[784]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[3072], &[3, 32, 32]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[28, 28], &[1, 28, 28]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[1, 28, 28], &[28, 28, 1]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[3, 32, 32], &[3, 32, 32]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[], &[1]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[3, 8, 8], &[3, 64]), SampleFit::Fits);
+        assert_eq!(sample_fit(&[2, 3, 4], &[6, 4]), SampleFit::Fits);
+    }
+
+    #[test]
+    fn channels_last_and_other_transposes_do_not() {
+        assert_eq!(
+            sample_fit(&[32, 32, 3], &[3, 32, 32]),
+            SampleFit::ChannelsLast
+        );
+        assert_eq!(sample_fit(&[100, 8], &[8, 100]), SampleFit::ChannelsLast);
+        assert_eq!(
+            sample_fit(&[32, 3, 32], &[3, 32, 32]),
+            SampleFit::Transposed
+        );
+        assert_eq!(sample_fit(&[4, 6], &[6, 4, 1]), SampleFit::ChannelsLast);
+        assert_eq!(sample_fit(&[4, 6], &[3, 8]), SampleFit::Transposed);
+        assert_eq!(sample_fit(&[8, 8, 3], &[3, 64]), SampleFit::ChannelsLast);
+        assert_eq!(sample_fit(&[2, 12], &[6, 4]), SampleFit::Transposed);
+        assert_eq!(sample_fit(&[3, 3], &[784]), SampleFit::Size);
+    }
+
+    #[test]
+    fn channels_last_data_is_arranged_channels_first() {
+        let l = Layout::ChannelsLast(None);
+        assert_eq!(*l.arranged(&[32, 32, 3]), vec![3, 32, 32]);
+        assert_eq!(*l.arranged(&[100, 8]), vec![8, 100]);
+        assert_eq!(*l.arranged(&[5]), vec![5]);
+        assert_eq!(*Layout::AsStored.arranged(&[32, 32, 3]), vec![32, 32, 3]);
+    }
+}
