@@ -9,13 +9,13 @@
 use std::cmp::Ordering;
 
 use super::cx::Cx;
-use super::experiment::{within, Placement};
+use super::placement::{within, Placement};
 use super::settings::ParallelIn;
 use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
 use crate::diagnostic::Problem;
 use crate::ir::{
-    layers, Compression, DType, Data, Device, Duration, Experiment, LayerKind, Node, Parallel,
-    Precision, PruneSchedule, Schedule, Shape, Train,
+    layers, Compression, DType, Data, Device, Duration, LayerKind, Node, Parallel, Precision,
+    PruneSchedule, Schedule, Shape, Train,
 };
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 
@@ -23,13 +23,7 @@ use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 /// one partial, or left out with `drop_last`.
 fn per_epoch(data: &Data, samples: Option<u64>) -> Option<u64> {
     let (n, _, _) = data.split.counts(samples?);
-    (data.batch > 0).then(|| {
-        if data.drop_last {
-            n / data.batch
-        } else {
-            n.div_ceil(data.batch)
-        }
-    })
+    (data.batch > 0).then(|| data.steps_per_epoch(n))
 }
 
 /// Optimizer steps in `d`, when an epoch's steps are known or not needed.
@@ -71,6 +65,9 @@ pub(super) struct Settings<'a> {
     pub dtype: DType,
     /// The model's input shape.
     pub input: &'a Shape,
+    /// Whether the data's samples fit the input; when they do not, that is the problem
+    /// reported, not its consequences for `normalize`.
+    pub input_fits: bool,
     /// The model's nodes, each layer on its device.
     pub nodes: &'a [Node],
     /// The placements written.
@@ -101,21 +98,6 @@ pub(super) struct Lengths<'a> {
     pub nodes: &'a [Node],
     /// How the work is spread.
     pub parallel: &'a Parallel,
-}
-
-impl<'a> Lengths<'a> {
-    /// The lengths of a checked experiment whose block holds `statements`.
-    pub fn of(statements: &'a [Statement], e: &'a Experiment) -> Self {
-        Lengths {
-            statements,
-            data: &e.data,
-            train: &e.train,
-            schedule: &e.schedule,
-            compression: &e.compression,
-            nodes: &e.model.nodes,
-            parallel: &e.parallel,
-        }
-    }
 }
 
 /// Runs every cross-setting check; false when one found an error.
@@ -398,7 +380,7 @@ fn normalize(cx: &mut Cx, s: &Settings) -> bool {
     };
     let values = norm.mean.len().max(norm.std.len());
     let channels = s.input.first().copied().unwrap_or(0);
-    if s.dtype != DType::Float || values <= 1 || channels == values as i64 {
+    if s.dtype != DType::Float || values <= 1 || channels == values as i64 || !s.input_fits {
         return true;
     }
     let Some(stmt) = find_in(s.statements, "data", "normalize") else {

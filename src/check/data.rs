@@ -7,7 +7,7 @@ use super::experiment::duplicate;
 use super::split::SplitOut;
 use crate::diagnostic::problem::{Arguments, Expected, Inconsistent, OutOfRange};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{DType, Data, Generator, Normalize, SequenceTask, Shape, Source, Targets};
+use crate::ir::{DType, Data, Generator, Layout, Normalize, SequenceTask, Shape, Source, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
@@ -25,7 +25,10 @@ pub const KEYWORDS: &[&str] = &[
 /// Data sources and their parameters in positional order.
 pub const SOURCES: &[(&str, &[&str])] = &[
     ("synthetic", &["inputs", "targets", "count"]),
-    ("idx", &["images", "labels", "classes", "shape", "scale"]),
+    (
+        "idx",
+        &["images", "labels", "classes", "shape", "scale", "layout"],
+    ),
     (
         "npy",
         &[
@@ -35,6 +38,7 @@ pub const SOURCES: &[(&str, &[&str])] = &[
             "shape",
             "scale",
             "per_token",
+            "layout",
         ],
     ),
     (
@@ -47,9 +51,13 @@ pub const SOURCES: &[(&str, &[&str])] = &[
             "shape",
             "scale",
             "per_token",
+            "layout",
         ],
     ),
-    ("csv", &["path", "target", "header", "classes"]),
+    (
+        "csv",
+        &["path", "target", "header", "classes", "shape", "layout"],
+    ),
     (
         "safetensors",
         &[
@@ -60,6 +68,7 @@ pub const SOURCES: &[(&str, &[&str])] = &[
             "shape",
             "scale",
             "per_token",
+            "layout",
         ],
     ),
 ];
@@ -188,6 +197,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         int_bound,
         targets,
         scale,
+        layout,
         per_token,
     } = source;
     if let Source::Synthetic { count, .. } = &source {
@@ -211,6 +221,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             source_span,
             split: split.split,
             scale,
+            layout,
             val: val?,
             test: test?,
             batch,
@@ -248,6 +259,8 @@ pub(super) struct SourceOut {
     pub targets: Targets,
     /// What uint8 inputs are divided by (`scale`).
     pub scale: Option<f64>,
+    /// How the samples are laid out.
+    pub layout: Layout,
     /// The `per_token: true` of a file source whose targets are a class per token.
     pub per_token: Option<Span>,
 }
@@ -333,6 +346,7 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
             int_bound,
             targets: t,
             scale: None,
+            layout: Layout::AsStored,
             per_token: None,
         });
     }
@@ -399,7 +413,17 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
     let per_token = b
         .get("per_token")
         .map_or(Some(None), |v| cx.boolean(v).map(|on| on.then_some(v.span)));
-    let (classes, per_token) = (classes?, per_token?);
+    let channels_last = b.get("layout").map_or(Some(false), |v| {
+        cx.choice(v, "layout", &["channels_first", "channels_last"])
+            .map(|w| w == "channels_last")
+    });
+    let (classes, per_token, shape) = (classes?, per_token?, shape?);
+    let sample: Option<(Shape, Span)> = shape.map(|(s, at)| (s.into(), at));
+    let layout = if channels_last? {
+        Layout::ChannelsLast(sample.as_ref().map(|(s, _)| s.clone()))
+    } else {
+        Layout::AsStored
+    };
     let targets = match (classes, per_token) {
         // A class per token of the model's input, whose shape the model check fills in.
         (classes, Some(_)) => Targets::Tokens {
@@ -412,11 +436,12 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
     Some(SourceOut {
         source,
         span: v.span,
-        sample: shape?.map(|(s, at)| (s.into(), at)),
+        sample,
         dtype: DType::Float,
         int_bound: None,
         targets,
         scale: scale?,
+        layout,
         per_token,
     })
 }

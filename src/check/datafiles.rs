@@ -13,7 +13,9 @@ use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
 use crate::diagnostic::problem::{DataFit, OutOfRange};
 use crate::diagnostic::Problem;
-use crate::ir::{DType, Experiment, ReadData, Source, Targets};
+use crate::ir::{
+    sample_fit, DType, Data, Layout, Loss, ReadData, SampleFit, Shape, Source, Targets,
+};
 use crate::span::{Sources, Span};
 use crate::syntax::ast::{Statement, ValueKind};
 
@@ -29,6 +31,8 @@ struct Spans {
     input: Option<Span>,
     /// The `split` statement.
     split: Option<Span>,
+    /// The source's declared `shape`, when it is written and valid.
+    shape: Option<Shape>,
 }
 
 impl Spans {
@@ -68,10 +72,15 @@ impl Spans {
             .and_then(|m| m.body.as_ref())
             .and_then(|b| find(&b.statements, "input"))
             .map(|s| s.span);
+        let shape = bound
+            .get("shape")
+            .and_then(|v| Cx::default().shape(v))
+            .map(Shape);
         Some(Spans {
             args,
             input,
             split: find(data, "split").map(|s| s.span),
+            shape,
         })
     }
 }
@@ -88,75 +97,319 @@ struct Side {
     elem: Option<Elem>,
 }
 
-/// Reads the headers of `e`'s data files and checks them against the experiment; records what
-/// they declare in `e.data.read`. Synthetic data, and loaders that read no data files, are left
-/// alone.
-pub(super) fn verify(
-    cx: &mut Cx,
-    e: &mut Experiment,
-    stmt: &Statement,
-    sources: &Sources,
-    loader: &dyn Loader,
-    headers: &mut Headers,
-) {
-    for (split, held) in [("val", e.data.val.clone()), ("test", e.data.test.clone())] {
-        if let Some(held) = held {
-            verify_source(cx, e, stmt, sources, loader, headers, &held.source, split);
+/// Where a trial's data files are read from: the loader, the files already loaded (a source's
+/// paths are relative to the file that declares it) and the headers read so far.
+pub(super) struct DataFiles<'a> {
+    /// Opens the files.
+    pub loader: &'a dyn Loader,
+    /// The `.exp` files read.
+    pub sources: &'a Sources,
+    /// Headers already read.
+    pub headers: &'a mut Headers,
+}
+
+/// What one file source's headers declare.
+pub(super) struct Declared {
+    /// The split the source feeds: `train`, `val` or `test`.
+    split: &'static str,
+    /// Where its settings are written.
+    spans: Spans,
+    /// How its samples are laid out.
+    layout: Layout,
+    /// Its inputs.
+    inputs: Side,
+    /// Its targets.
+    targets: Side,
+    /// The number of samples; `None` when a CSV file is too large to count.
+    samples: Option<u64>,
+}
+
+impl Declared {
+    /// What the checker read, for the typed experiment (the training source's).
+    pub fn read_data(&self) -> ReadData {
+        ReadData {
+            samples: self.samples,
+            sample: self.inputs.shape[1..].to_vec(),
         }
     }
-    if let Some(samples) = verify_source(
-        cx,
-        e,
-        stmt,
-        sources,
-        loader,
-        headers,
-        &e.data.source.clone(),
-        "train",
-    ) {
-        let (samples, sample) = samples;
-        e.data.read = Some(ReadData { samples, sample });
+
+    /// Whether this is the training source.
+    pub fn trains(&self) -> bool {
+        self.split == "train"
+    }
+
+    /// The per-sample shape of the targets.
+    pub fn target_shape(&self) -> Shape {
+        dims(&self.targets.shape[1..])
     }
 }
 
-/// Reads the headers of the source of `split` and checks them against the experiment; the
-/// sample count (when known) and the sample shape when everything fits.
-#[allow(clippy::too_many_arguments)]
-fn verify_source(
+/// Reads the headers of every file source of `data` (the training source and a split's own
+/// sources) and checks what needs no model: that each file is there and readable, that the
+/// inputs and targets count the same samples, and that the split leaves each set a sample.
+/// Synthetic data, and loaders that read no data files, give nothing.
+pub(super) fn read(
     cx: &mut Cx,
-    e: &Experiment,
+    files: &mut DataFiles,
     stmt: &Statement,
-    sources: &Sources,
-    loader: &dyn Loader,
-    headers: &mut Headers,
-    source: &Source,
-    split: &str,
-) -> Option<(Option<u64>, Vec<u64>)> {
-    if matches!(source, Source::Synthetic { .. }) {
-        return None;
-    }
-    let spans = Spans::find(stmt, split)?;
-    let dir = sources
-        .get(e.data.source_span.file)
-        .path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let mut files = Files {
-        cx,
-        dir,
-        loader,
-        headers,
-        spans: &spans,
-        fallback: e.data.source_span,
+    data: &Data,
+) -> Vec<Declared> {
+    let own = |h: &Option<crate::ir::HeldOut>| {
+        h.as_ref()
+            .map(|h| (h.source.clone(), h.span, h.layout.clone()))
     };
-    let (inputs, targets) = files.sides(source)?;
-    let own = split != "train";
-    let samples = fit(files.cx, e, &spans, source, own, &inputs, &targets)?;
-    Some((samples, inputs.shape[1..].to_vec()))
+    let sources = [
+        (
+            "train",
+            Some((data.source.clone(), data.source_span, data.layout.clone())),
+        ),
+        ("val", own(&data.val)),
+        ("test", own(&data.test)),
+    ];
+    let mut declared = Vec::new();
+    for (split, source) in sources {
+        let Some((source, span, layout)) = source else {
+            continue;
+        };
+        if matches!(source, Source::Synthetic { .. }) {
+            continue;
+        }
+        let Some(spans) = Spans::find(stmt, split) else {
+            continue;
+        };
+        let dir = files
+            .sources
+            .get(data.source_span.file)
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        let mut reader = Reader {
+            cx,
+            dir,
+            loader: files.loader,
+            headers: files.headers,
+            spans: &spans,
+            fallback: span,
+        };
+        let Some((inputs, targets)) = reader.sides(&source) else {
+            continue;
+        };
+        let Some(samples) = counts(cx, &source, &inputs, &targets) else {
+            continue;
+        };
+        if let Some(n) = samples.filter(|_| split == "train") {
+            if !split_fits(cx, data, &spans, n) {
+                continue;
+            }
+        }
+        declared.push(Declared {
+            split,
+            spans,
+            layout,
+            inputs,
+            targets,
+            samples,
+        });
+    }
+    declared
+}
+
+/// What the model needs of the data, for [`fit`].
+pub(super) struct Wants<'a> {
+    /// The model's input shape.
+    pub input: &'a Shape,
+    /// The element type the model takes.
+    pub dtype: DType,
+    /// What a target is.
+    pub targets: &'a Targets,
+    /// The loss, when it checked.
+    pub loss: Option<&'a Loss>,
+}
+
+/// Whether the training files fit the model: their samples the input, their targets what the
+/// experiment makes of them.
+pub(super) struct Fit {
+    /// The samples fit the model's input (or were not read).
+    pub inputs: bool,
+    /// The targets fit (or were not read).
+    pub targets: bool,
+}
+
+/// Checks what the headers declare against the model: each sample against the model's input
+/// (the one rule of [`sample_fit`], after the source's `shape` and `layout`), token ids stored as
+/// integers, and the targets against what the experiment makes of them.
+pub(super) fn fit(cx: &mut Cx, declared: &[Declared], wants: &Wants) -> Fit {
+    let mut fit = Fit {
+        inputs: true,
+        targets: true,
+    };
+    for d in declared {
+        let inputs = fit_inputs(cx, d, wants);
+        let targets = inputs && fit_targets(cx, d, wants);
+        if d.trains() {
+            fit = Fit { inputs, targets };
+        }
+    }
+    fit
+}
+
+/// A file's samples against the declared `shape` and the model's input.
+fn fit_inputs(cx: &mut Cx, d: &Declared, wants: &Wants) -> bool {
+    let x = &d.inputs;
+    let stored = &x.shape[1..];
+    let mismatch = |cx: &mut Cx, situation: DataFit| {
+        cx.report(Problem::DataMismatch {
+            span: x.span,
+            file: x.name.clone(),
+            situation,
+        });
+        false
+    };
+    if let (DType::Int, Some(elem @ Elem::Float { .. })) = (wants.dtype, &x.elem) {
+        return mismatch(
+            cx,
+            DataFit::TokenFloats {
+                found: elem.to_string(),
+            },
+        );
+    }
+    let signed = dims(stored);
+    // A declared shape is a reading of what the file stores; the model checker compares it
+    // (arranged by the layout) with the input.
+    if let Some(declared) = &d.spans.shape {
+        return declared_fits(cx, d, &signed, declared);
+    }
+    if matches!(d.layout, Layout::ChannelsLast(_)) && signed.len() < 2 {
+        let span = d.spans.args.get("layout").copied().unwrap_or(x.span);
+        cx.report(Problem::DataMismatch {
+            span,
+            file: x.name.clone(),
+            situation: DataFit::FlatLayout {
+                found: stored.to_vec(),
+            },
+        });
+        return false;
+    }
+    let seen = d.layout.arranged(&signed);
+    let input_span = d.spans.input;
+    match sample_fit(&seen, wants.input) {
+        SampleFit::Fits => true,
+        SampleFit::Size => mismatch(
+            cx,
+            DataFit::SampleSize {
+                found: stored.to_vec(),
+                input: wants.input.clone(),
+                input_span,
+            },
+        ),
+        fit => {
+            let arranged = matches!(d.layout, Layout::ChannelsLast(_));
+            let found = if arranged {
+                seen.iter().map(|d| *d as u64).collect()
+            } else {
+                stored.to_vec()
+            };
+            mismatch(
+                cx,
+                DataFit::Layout {
+                    found,
+                    want: wants.input.clone(),
+                    want_span: input_span,
+                    declared: false,
+                    channels_last: fit == SampleFit::ChannelsLast && !arranged,
+                    arranged,
+                },
+            )
+        }
+    }
+}
+
+/// The samples as stored against a declared `shape`: the same values, reshaped only as
+/// [`sample_fit`] allows.
+fn declared_fits(cx: &mut Cx, d: &Declared, stored: &Shape, declared: &Shape) -> bool {
+    let x = &d.inputs;
+    let at = d.spans.args.get("shape").copied();
+    let situation = match sample_fit(stored, declared) {
+        SampleFit::Fits => return true,
+        SampleFit::Size => DataFit::DeclaredSize {
+            found: x.shape[1..].to_vec(),
+            declared: declared.clone(),
+            declared_span: at,
+        },
+        fit => DataFit::Layout {
+            found: x.shape[1..].to_vec(),
+            want: declared.clone(),
+            want_span: at,
+            declared: true,
+            channels_last: fit == SampleFit::ChannelsLast,
+            arranged: false,
+        },
+    };
+    cx.report(Problem::DataMismatch {
+        span: x.span,
+        file: x.name.clone(),
+        situation,
+    });
+    false
+}
+
+/// A file's targets against what the experiment makes of them; false after reporting that they
+/// do not fit.
+fn fit_targets(cx: &mut Cx, d: &Declared, wants: &Wants) -> bool {
+    let y = &d.targets;
+    let found = y.shape[1..].to_vec();
+    let per_target: u64 = found.iter().fold(1, |a, d| a.saturating_mul(*d));
+    // Targets shaped as integer inputs look like a class per token.
+    let tokens_like = wants.dtype == DType::Int && dims(&found) == *wants.input;
+    let class_loss = matches!(
+        wants.loss,
+        Some(Loss::CrossEntropy { .. } | Loss::Nll { .. })
+    );
+    let situation = match wants.targets {
+        Targets::Classes(_) if per_target != 1 => DataFit::NotClassLabels {
+            found,
+            classes: d.spans.args.get("classes").copied(),
+            per_token: tokens_like,
+        },
+        Targets::Unknown if class_loss && per_target != 1 => DataFit::NotClassLabels {
+            found,
+            classes: None,
+            per_token: tokens_like,
+        },
+        Targets::Tokens { .. } if i64::try_from(per_target).ok() != Some(wants.input.numel()) => {
+            DataFit::NotTokenClasses {
+                found,
+                tokens: wants.input.clone(),
+            }
+        }
+        Targets::Values(shape) if i64::try_from(per_target).ok() != Some(shape.numel()) => {
+            DataFit::TargetSize {
+                found,
+                declared: shape.clone(),
+            }
+        }
+        _ => return true,
+    };
+    cx.report(Problem::DataMismatch {
+        span: y.span,
+        file: y.name.clone(),
+        situation,
+    });
+    false
+}
+
+/// Signed dimensions, as shapes are.
+fn dims(d: &[u64]) -> Shape {
+    Shape(
+        d.iter()
+            .map(|&x| i64::try_from(x).unwrap_or(i64::MAX))
+            .collect(),
+    )
 }
 
 /// Reads a source's files.
-struct Files<'a, 'c> {
+struct Reader<'a, 'c> {
     cx: &'c mut Cx,
     dir: PathBuf,
     loader: &'a dyn Loader,
@@ -165,7 +418,7 @@ struct Files<'a, 'c> {
     fallback: Span,
 }
 
-impl Files<'_, '_> {
+impl Reader<'_, '_> {
     fn span(&self, param: &str) -> Span {
         self.spans.args.get(param).copied().unwrap_or(self.fallback)
     }
@@ -183,11 +436,14 @@ impl Files<'_, '_> {
         match probe {
             Probe::Unknown => None,
             Probe::Missing(reason) => {
+                let nearby = crate::diagnostic::nearby_paths(rel, &self.loader.siblings(&path));
                 self.cx.report(Problem::DataFileMissing {
                     span,
                     file: rel.to_string(),
                     resolved: path,
                     reason,
+                    base: self.dir.clone(),
+                    nearby,
                 });
                 None
             }
@@ -415,18 +671,9 @@ impl Files<'_, '_> {
     }
 }
 
-/// Checks what the headers declare against the experiment; the sample count (`None` inside when
-/// unknown) when everything fits.
-/// A split's own source (`own`) takes all its samples: no fractions to check.
-fn fit(
-    cx: &mut Cx,
-    e: &Experiment,
-    spans: &Spans,
-    source: &Source,
-    own: bool,
-    x: &Side,
-    y: &Side,
-) -> Option<Option<u64>> {
+/// The sample count the inputs and the targets agree on (`None` inside when a CSV file is too
+/// large to count), or `None` after reporting that they do not.
+fn counts(cx: &mut Cx, source: &Source, x: &Side, y: &Side) -> Option<Option<u64>> {
     let mismatch = |cx: &mut Cx, side: &Side, situation: DataFit| {
         cx.report(Problem::DataMismatch {
             span: side.span,
@@ -464,96 +711,33 @@ fn fit(
         mismatch(cx, x, DataFit::NoSamples);
         return None;
     }
-    let per: u64 = x.shape[1..].iter().fold(1, |a, d| a.saturating_mul(*d));
-    if i64::try_from(per).ok() != Some(e.model.input.numel()) {
-        mismatch(
-            cx,
-            x,
-            DataFit::SampleSize {
-                found: x.shape[1..].to_vec(),
-                input: e.model.input.clone(),
-                input_span: spans.input,
-            },
-        );
-        return None;
-    }
-    if let (DType::Int, Some(elem @ Elem::Float { .. })) = (e.model.input_dtype, &x.elem) {
-        mismatch(
-            cx,
-            x,
-            DataFit::TokenFloats {
-                found: elem.to_string(),
-            },
-        );
-        return None;
-    }
-    let per_target: u64 = y.shape[1..].iter().fold(1, |a, d| a.saturating_mul(*d));
-    match &e.data.targets {
-        Targets::Classes(_) if per_target != 1 => {
-            mismatch(
-                cx,
-                y,
-                DataFit::NotClassLabels {
-                    found: y.shape[1..].to_vec(),
-                    classes: spans.args.get("classes").copied(),
-                },
-            );
-            return None;
-        }
-        Targets::Tokens { shape, .. } if i64::try_from(per_target).ok() != Some(shape.numel()) => {
-            mismatch(
-                cx,
-                y,
-                DataFit::NotTokenClasses {
-                    found: y.shape[1..].to_vec(),
-                    tokens: shape.clone(),
-                },
-            );
-            return None;
-        }
-        Targets::Values(shape) if i64::try_from(per_target).ok() != Some(shape.numel()) => {
-            mismatch(
-                cx,
-                y,
-                DataFit::TargetSize {
-                    found: y.shape[1..].to_vec(),
-                    declared: shape.clone(),
-                },
-            );
-            return None;
-        }
-        _ => {}
-    }
-    if n == u64::MAX || own {
-        return Some((n != u64::MAX).then_some(n));
-    }
-    split_fits(cx, e, spans, n).then_some(Some(n))
+    Some((n != u64::MAX).then_some(n))
 }
 
 /// Whether the split leaves every asked-for set a sample, counted as the runtime splits:
 /// `floor(fraction x n)` each, in order train, val, test. A training split smaller than the batch
 /// is left alone: the runtime trains on it in one smaller batch.
-fn split_fits(cx: &mut Cx, e: &Experiment, spans: &Spans, n: u64) -> bool {
-    let split = &e.data.split;
+fn split_fits(cx: &mut Cx, data: &Data, spans: &Spans, n: u64) -> bool {
+    let split = &data.split;
     let count =
         |f: f64, left: u64| ((f.max(0.0) * n as f64 * (1.0 + 1e-12)).floor() as u64).min(left);
     let train = count(split.train, n);
     let val = count(split.val, n - train);
     let test = count(split.test, n - train - val);
-    if e.data.drop_last && train < e.data.batch {
+    if data.drop_last && train < data.batch {
         // Every batch of an epoch would be partial, and dropped.
         cx.report(Problem::OutOfRange {
-            span: e.data.batch_span,
+            span: data.batch_span,
             situation: OutOfRange::BatchOverSamples {
-                batch: e.data.batch,
+                batch: data.batch,
                 train,
                 count: n,
-                source: e.data.source_span,
+                source: data.source_span,
             },
         });
         return false;
     }
-    let at = spans.split.unwrap_or(e.data.source_span);
+    let at = spans.split.unwrap_or(data.source_span);
     for (name, fraction, got) in [
         ("training", split.train, train),
         ("validation", split.val, val),
@@ -567,7 +751,7 @@ fn split_fits(cx: &mut Cx, e: &Experiment, spans: &Spans, n: u64) -> bool {
                     split: name,
                     fraction,
                     count: n,
-                    source: e.data.source_span,
+                    source: data.source_span,
                 },
             });
             return false;

@@ -15,6 +15,10 @@ use crate::diagnostic::problem::{FileKind, Unreadable};
 /// limit only stops a wrong path (a log, a data file, a disk image) from filling memory.
 pub const MAX_SOURCE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// The most names of a directory read to suggest a data file's intended name: a typo in a
+/// directory of millions of files is not worth listing them.
+const MAX_SIBLINGS: usize = 10_000;
+
 /// Reads files from disk.
 pub struct FsLoader;
 
@@ -25,6 +29,20 @@ impl Loader for FsLoader {
 
     fn canonical(&self, path: &Path) -> PathBuf {
         std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
+    }
+
+    fn siblings(&self, path: &Path) -> Vec<String> {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return Vec::new();
+        };
+        entries
+            .take(MAX_SIBLINGS)
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect()
     }
 
     fn data_header(&self, path: &Path, format: &Format) -> Probe {

@@ -8,8 +8,9 @@
 use std::collections::HashSet;
 
 use super::cx::{Bound, Cx};
-use super::experiment::{unknown_reference, within};
+use super::experiment::unknown_reference;
 use super::model::ModelOut;
+use super::placement::within;
 use crate::diagnostic::problem::Expected;
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{layers, tensors, ParamGroup, Tensor, CLASSES};

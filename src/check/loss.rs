@@ -2,10 +2,12 @@
 //! smoothing, `pos_weight`), and the options' sizes against the model's output.
 
 use super::cx::{Cx, Range};
+use super::model::ModelOut;
 use super::settings::{callee, Called, Choice};
 use crate::diagnostic::problem::LossShape;
-use crate::diagnostic::Code;
-use crate::ir::{Loss, Shape};
+use crate::diagnostic::{Code, Problem};
+use crate::ir::{Loss, Shape, Targets};
+use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
 /// The losses.
@@ -99,7 +101,7 @@ fn non_negative_list(cx: &mut Cx, v: &Value, p: &str) -> Option<Vec<f64>> {
 /// The sizes of the loss's options against the model's per-sample output `out`: a class
 /// weight per class score, and one `pos_weight` or one per score of the output's last
 /// dimension. `Some(situation)` when they disagree.
-pub(super) fn option_sizes(loss: &Loss, out: &Shape) -> Option<LossShape> {
+fn option_sizes(loss: &Loss, out: &Shape) -> Option<LossShape> {
     match loss {
         Loss::CrossEntropy {
             weight: Some(w), ..
@@ -129,12 +131,153 @@ pub(super) fn option_sizes(loss: &Loss, out: &Shape) -> Option<LossShape> {
 }
 
 /// The loss's name in the language.
-pub(super) fn name(loss: &Loss) -> &'static str {
+fn name(loss: &Loss) -> &'static str {
     match loss {
         Loss::CrossEntropy { .. } => "cross_entropy",
         Loss::Nll { .. } => "nll",
         Loss::Mse => "mse",
         Loss::L1 => "l1",
         Loss::BceWithLogits { .. } => "bce_with_logits",
+    }
+}
+/// The loss against the model's output and the targets, as PyTorch would meet them but never
+/// broadcasting: class scores against class indices (one per sample, or one per token), and for
+/// real-valued targets an output of exactly the targets' shape, a one-unit output meeting one
+/// target per sample (`[1]` against `[]`, squeezed as the runtime squeezes it). `file_targets`
+/// is the per-sample shape of the training files' targets, read from their headers, which
+/// stands for targets the source does not declare.
+pub(super) fn against_targets(
+    cx: &mut Cx,
+    loss: &Loss,
+    loss_span: Span,
+    model: &ModelOut,
+    targets: &Targets,
+    file_targets: Option<&Shape>,
+    data_span: Span,
+) -> bool {
+    let Some(out) = &model.output else {
+        return true;
+    };
+    let name = name(loss);
+    let err = |cx: &mut Cx, situation: LossShape| {
+        cx.report(Problem::LossShape {
+            span: loss_span,
+            loss: name.to_string(),
+            output: (out.clone(), model.output_span),
+            data: data_span,
+            situation,
+        });
+        false
+    };
+    if let Some(situation) = option_sizes(loss, out) {
+        return err(cx, situation);
+    }
+    let class_loss = matches!(loss, Loss::CrossEntropy { .. } | Loss::Nll { .. });
+    let read;
+    let targets = match (targets, file_targets) {
+        // Class indices one per sample; other shapes were reported against the file.
+        (Targets::Unknown, Some(shape)) if class_loss => {
+            if shape.numel() != 1 {
+                return true;
+            }
+            &Targets::Classes(None)
+        }
+        (Targets::Unknown, Some(shape)) => {
+            read = Targets::Values(shape.clone());
+            &read
+        }
+        _ => targets,
+    };
+    match loss {
+        Loss::CrossEntropy { .. } | Loss::Nll { .. } => {
+            if let Some(at) = model
+                .ends_in_softmax
+                .filter(|_| matches!(loss, Loss::CrossEntropy { .. }))
+            {
+                cx.report(Problem::DoubleSoftmax {
+                    span: at,
+                    loss: loss_span,
+                });
+            }
+            // The class scores are the output's last dimension; the dimensions before it
+            // are the targets' own: none for a class per sample, `[S]` for one per token.
+            let (classes, tokens) = match targets {
+                Targets::Classes(c) => (*c, None),
+                Targets::Tokens { classes, shape } => (*classes, Some(shape)),
+                Targets::Values(shape) => {
+                    return err(
+                        cx,
+                        LossShape::ClassesOnValues {
+                            targets: shape.clone(),
+                        },
+                    );
+                }
+                Targets::Unknown => (None, None),
+            };
+            if let Some(tokens) = tokens {
+                if out.len() != tokens.len() + 1 || out[..tokens.len()] != tokens[..] {
+                    return err(
+                        cx,
+                        LossShape::TokenScores {
+                            tokens: tokens.clone(),
+                        },
+                    );
+                }
+            } else if out.is_empty() {
+                return err(cx, LossShape::ScalarOutput);
+            } else if out.len() > 1 {
+                return err(cx, LossShape::NotFlat);
+            }
+            let scores = out.last().copied().unwrap_or(0);
+            if scores == 1 {
+                return err(cx, LossShape::OneClass);
+            }
+            if let Some(c) = classes {
+                if scores != c as i64 {
+                    return err(
+                        cx,
+                        LossShape::ClassCount {
+                            classes: c,
+                            per_token: tokens.is_some(),
+                        },
+                    );
+                }
+            }
+            true
+        }
+        Loss::Mse | Loss::L1 | Loss::BceWithLogits { .. } => {
+            let want: Vec<i64> = match targets {
+                Targets::Values(shape) => shape.to_vec(),
+                Targets::Classes(Some(classes))
+                    if *classes > 2 && matches!(loss, Loss::BceWithLogits { .. }) =>
+                {
+                    return err(cx, LossShape::BinaryOnClasses { classes: *classes });
+                }
+                Targets::Classes(_) if matches!(loss, Loss::BceWithLogits { .. }) => vec![],
+                Targets::Tokens {
+                    classes: Some(classes),
+                    ..
+                } if *classes > 2 && matches!(loss, Loss::BceWithLogits { .. }) => {
+                    return err(cx, LossShape::BinaryOnClasses { classes: *classes });
+                }
+                Targets::Tokens { shape, .. } if matches!(loss, Loss::BceWithLogits { .. }) => {
+                    shape.to_vec()
+                }
+                Targets::Classes(_) | Targets::Tokens { .. } => {
+                    return err(cx, LossShape::ValuesOnClasses);
+                }
+                Targets::Unknown => return true,
+            };
+            let fits = **out == want || (want.is_empty() && **out == [1]);
+            if !fits {
+                return err(
+                    cx,
+                    LossShape::Shapes {
+                        targets: want.into(),
+                    },
+                );
+            }
+            true
+        }
     }
 }

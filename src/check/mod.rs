@@ -15,11 +15,13 @@ mod homes;
 pub mod layers;
 mod loss;
 mod model;
+mod placement;
 mod schedule;
 mod settings;
 mod shrink;
 mod split;
 mod sweep;
+mod ties;
 mod tokens;
 
 use std::path::{Path, PathBuf};
@@ -27,7 +29,7 @@ use std::path::{Path, PathBuf};
 use crate::datafile::{Format, Probe};
 use crate::diagnostic::problem::{Sweep, Unreadable};
 use crate::diagnostic::{self, Code, Diagnostic, Problem};
-use crate::ir::{Device, Experiment, Source};
+use crate::ir::{Device, Experiment};
 use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
@@ -59,6 +61,13 @@ pub trait Loader: Sync {
         let _ = (path, format);
         Probe::Unknown
     }
+
+    /// The names in the directory of `path` (for a missing data file, the names it may have
+    /// meant); none from a loader that reads no data files.
+    fn siblings(&self, path: &Path) -> Vec<String> {
+        let _ = path;
+        Vec::new()
+    }
 }
 
 /// Settings that come from outside the file.
@@ -80,6 +89,9 @@ pub struct Checked {
     pub trial_count: usize,
     /// The checked file's syntax tree, when it parsed (an editor navigates it).
     pub tree: Option<crate::syntax::ast::File>,
+    /// The first trial's model as far as it checked: every layer whose shape the checker could
+    /// infer, with its facts, however many errors the file has (an editor hovers them).
+    pub model: Vec<crate::ir::Node>,
 }
 
 impl Checked {
@@ -96,6 +108,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
     let mut trials = Vec::new();
     let mut trial_count = 0;
     let mut tree = None;
+    let mut model = Vec::new();
     let root = Load {
         loader,
         sources: &mut sources,
@@ -158,19 +171,17 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                         (&substituted, labels)
                     };
                     let mut cx = cx::Cx::default();
-                    let checked = experiment::check_experiment(&mut cx, stmt, labels);
+                    let mut files = datafiles::DataFiles {
+                        loader,
+                        sources: &sources,
+                        headers: &mut headers,
+                    };
+                    let (checked, nodes) =
+                        experiment::check_experiment(&mut cx, stmt, labels, &mut files, i == 0);
+                    if i == 0 {
+                        model = nodes;
+                    }
                     let no_errors = |cx: &cx::Cx| !cx.diags.iter().any(Diagnostic::is_error);
-                    // The data files are read only for a trial that is otherwise clean, and the
-                    // sample count they declare is on its `data.read` from here on.
-                    let checked = checked.filter(|_| no_errors(&cx)).map(|mut e| {
-                        datafiles::verify(&mut cx, &mut e, stmt, &sources, loader, &mut headers);
-                        if !matches!(e.data.source, Source::Synthetic { .. }) {
-                            let statements = stmt.body.as_ref().map_or(&[][..], |b| &b.statements);
-                            let lengths = consistency::Lengths::of(statements, &e);
-                            consistency::check_lengths(&mut cx, &lengths);
-                        }
-                        e
-                    });
                     // A trial with any error never runs, even when its typed form could be built.
                     if let Some(mut e) = checked.filter(|_| no_errors(&cx)) {
                         memory_warnings(&mut cx, &e, options);
@@ -190,6 +201,7 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
         trials,
         trial_count,
         tree,
+        model,
     }
 }
 

@@ -7,7 +7,7 @@ use super::cx::Cx;
 use super::layers::{self, numel, Flow};
 use crate::diagnostic::problem::{Arguments, Misplaced, OutOfRange, Producer};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{DType, Device, Kind, Layer, LayerKind, Node, Shape};
+use crate::ir::{sample_fit, DType, Device, Kind, Layer, LayerKind, Node, SampleFit, Shape};
 use crate::span::Span;
 use crate::syntax::ast::{Block, Ident, Statement, Value, ValueKind};
 
@@ -28,6 +28,8 @@ pub struct ModelOut {
     pub names: HashMap<String, Span>,
     /// Inline placements (`... on cuda:0`), by qualified name.
     pub inline_placements: Vec<(String, Device, Span)>,
+    /// Whether the data's declared sample shape (when there is one) fits the input.
+    pub input_fits: bool,
 }
 
 /// What the data feeds the model.
@@ -85,12 +87,16 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
         });
         return None;
     };
+    let mut input_fits = true;
     if let Some((data_shape, data_span)) = &feed.shape {
-        if numel(data_shape) != numel(&input_shape) {
+        let fit = sample_fit(data_shape, &input_shape);
+        if fit != SampleFit::Fits {
+            input_fits = false;
             cx.report(Problem::DataShape {
                 span: input_span,
                 input: input_shape.clone(),
                 data: (data_shape.clone(), *data_span),
+                scrambled: fit != SampleFit::Size,
             });
         }
     }
@@ -121,6 +127,7 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
         ends_in_softmax: walker.last_softmax,
         names: walker.names,
         inline_placements: walker.placements,
+        input_fits,
     })
 }
 

@@ -2,7 +2,7 @@
 //! that cannot be removed at the end of training (K0216, see `plan::shrink`).
 
 use super::cx::Cx;
-use super::experiment::within;
+use super::placement::within;
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Compression, Layer, LayerKind, Node, PruneMethod};
 use crate::plan::shrink::{group, kept, Place, Reason, Role};

@@ -182,5 +182,6 @@ pub(super) fn held_out(
         source: own.source.clone(),
         span: own.span,
         scale: own.scale,
+        layout: own.layout.clone(),
     }))
 }

@@ -160,6 +160,7 @@ fn guarded(path: &Path, options: &Options) -> Checked {
             trials: vec![],
             trial_count: 0,
             tree: None,
+            model: vec![],
         }
     })
 }

@@ -1,6 +1,7 @@
 //! CSV files: the first row (a header or the first sample), the first sample row, and the
 //! number of rows, counted within the first [`CSV_COUNT_BYTES`] of the file.
 
+use std::borrow::Cow;
 use std::io::Read;
 
 use super::{read_up_to, CSV_COUNT_BYTES};
@@ -27,27 +28,38 @@ pub struct Csv {
 
 /// Splits a CSV line at commas outside double quotes, and unquotes the cells.
 fn cells(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let (mut start, mut quoted) = (0, false);
+    let mut raw = Vec::new();
+    split_cells(line, &mut raw);
+    raw.into_iter().map(|c| unquote(c).into_owned()).collect()
+}
+
+/// Splits a CSV line at commas outside double quotes into `cells`, as written. The one cell
+/// reader of Kiln: `kiln check` reads headers with it, the runtime whole files.
+pub fn split_cells<'l>(line: &'l str, cells: &mut Vec<&'l str>) {
+    cells.clear();
+    let mut start = 0;
+    let mut quoted = false;
     for (i, c) in line.char_indices() {
         match c {
             '"' => quoted = !quoted,
             ',' if !quoted => {
-                out.push(unquote(&line[start..i]));
+                cells.push(&line[start..i]);
                 start = i + 1;
             }
             _ => {}
         }
     }
-    out.push(unquote(&line[start..]));
-    out
+    cells.push(&line[start..]);
 }
 
-fn unquote(cell: &str) -> String {
+/// A cell's text: blanks around it dropped; in double quotes, what the quotes hold, blanks
+/// included, with `""` read as one `"`.
+pub fn unquote(cell: &str) -> Cow<'_, str> {
     let t = cell.trim();
     match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
-        Some(inner) => inner.replace("\"\"", "\""),
-        None => t.to_string(),
+        Some(inner) if inner.contains("\"\"") => Cow::Owned(inner.replace("\"\"", "\"")),
+        Some(inner) => Cow::Borrowed(inner),
+        None => Cow::Borrowed(t),
     }
 }
 

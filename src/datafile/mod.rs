@@ -16,7 +16,7 @@ mod zip;
 use std::fmt;
 use std::io::{Read, Seek};
 
-pub use csv::{Csv, Rows};
+pub use csv::{split_cells, unquote, Csv, Rows};
 pub use npy::field as npy_field;
 
 /// The largest header Kiln reads: 16 MiB (a safetensors header, an `.npz` directory).

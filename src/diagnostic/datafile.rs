@@ -18,6 +18,36 @@ pub enum DataFit {
         /// The model's `input` statement.
         input_span: Option<Span>,
     },
+    /// Samples of as many values as wanted, in other dimensions: reshaping them would scramble
+    /// their values.
+    Layout {
+        /// The per-sample shape the file declares.
+        found: Vec<u64>,
+        /// The shape wanted: the model's input, or the source's declared `shape`.
+        want: Shape,
+        /// Where that shape is written.
+        want_span: Option<Span>,
+        /// Whether the shape wanted is the source's declared `shape`.
+        declared: bool,
+        /// Whether moving the samples' last dimension first fits: the data is channels last.
+        channels_last: bool,
+        /// Whether `found` is the samples as `layout: channels_last` arranged them.
+        arranged: bool,
+    },
+    /// Samples of another number of values than the source's declared `shape`.
+    DeclaredSize {
+        /// The per-sample shape the file declares.
+        found: Vec<u64>,
+        /// The declared shape.
+        declared: Shape,
+        /// Where it is declared.
+        declared_span: Option<Span>,
+    },
+    /// `layout: channels_last` on samples of one dimension, which have no channels to move.
+    FlatLayout {
+        /// The per-sample shape the file declares.
+        found: Vec<u64>,
+    },
     /// Two files (or arrays) of one source count different samples.
     Counts {
         /// What this file holds (`labels`, `targets`).
@@ -54,6 +84,8 @@ pub enum DataFit {
         found: Vec<u64>,
         /// The `classes` argument, when written.
         classes: Option<Span>,
+        /// Whether the targets are shaped as the token ids the model reads: a class per token.
+        per_token: bool,
     },
     /// Inputs stored as floats feed a model whose first layer, an `embedding`, takes integer
     /// token ids.
@@ -133,20 +165,39 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             file,
             resolved,
             reason,
-        } => new(
-            span,
-            format!(
-                "cannot read the data file `{file}`: {reason} (looked for {})",
-                resolved.display()
-            ),
-        )
-        .label("not found here")
-        .help("paths are relative to the .exp file that declares the source; `kiln run` needs the file, so this is an error there"),
-        Problem::DataHeader { span, file, reason } => {
-            new(span, format!("the data file `{file}` cannot be used: {reason}"))
-                .label("unusable file")
-                .help("check that the path names the right file, and that it is complete")
+            base,
+            nearby,
+        } => {
+            let d = new(
+                span,
+                format!(
+                    "cannot read the data file `{file}`: {reason} (looked for {})",
+                    resolved.display()
+                ),
+            )
+            .label("not found here");
+            let from = super::wording::paths_from(&base);
+            if nearby.is_empty() {
+                d.help(format!(
+                    "{from}; `kiln run` needs the file, so this is an error there"
+                ))
+            } else {
+                let quoted: Vec<String> = nearby.iter().map(|n| format!("`{n}`")).collect();
+                let d = d.help(format!(
+                    "did you mean {}? {from}",
+                    super::wording::or_list(&quoted)
+                ));
+                nearby
+                    .into_iter()
+                    .fold(d, |d, n| d.fix(span, format!("{n:?}")))
+            }
         }
+        Problem::DataHeader { span, file, reason } => new(
+            span,
+            format!("the data file `{file}` cannot be used: {reason}"),
+        )
+        .label("unusable file")
+        .help("check that the path names the right file, and that it is complete"),
         Problem::DataMismatch {
             span,
             file,
@@ -229,7 +280,11 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
         DataFit::NoSamples => new(span, format!("{file} holds no samples"))
             .label("no samples")
             .help("the data needs at least one sample"),
-        DataFit::NotClassLabels { found, classes } => {
+        DataFit::NotClassLabels {
+            found,
+            classes,
+            per_token,
+        } => {
             let d = new(
                 span,
                 format!(
@@ -242,8 +297,99 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
                 Some(at) => d.with(at, "classes make the targets class indices"),
                 None => d,
             };
-            d.help("give one class index per sample, or drop `classes` for real-valued targets")
+            d.help(if per_token {
+                "these targets are shaped as the token ids: add `per_token: true` to the source for a class per token"
+            } else if classes.is_some() {
+                "give one class index per sample, or drop `classes` for real-valued targets"
+            } else {
+                "give one class index per sample, or use a loss for real-valued targets such as `mse`"
+            })
         }
+        DataFit::Layout {
+            found,
+            want,
+            want_span,
+            declared,
+            channels_last,
+            arranged,
+        } => {
+            let whose = if declared {
+                "the declared `shape`"
+            } else {
+                "the model's input"
+            };
+            let d = new(
+                span,
+                format!(
+                    "{file} holds samples of {}{}, but {whose} is {want}: reshaping them would scramble their values",
+                    shape(&found),
+                    if arranged { " after `layout: channels_last`" } else { "" }
+                ),
+            )
+            .label(format!("samples of {}", shape(&found)));
+            let d = match want_span {
+                Some(at) if declared => d.with(at, format!("declared as {want}")),
+                Some(at) => d.with(at, format!("the model takes {want}")),
+                None => d,
+            };
+            d.help(if channels_last && declared {
+                format!(
+                    "the samples are channels last: declare the shape the file stores, `shape: {}`, and add `layout: channels_last` to move the channels first as they load",
+                    shape(&found)
+                )
+            } else if channels_last {
+                "the samples are channels last: add `layout: channels_last` to the source to move the channels first as they load".to_string()
+            } else if declared {
+                format!(
+                    "declare the shape the file stores, `shape: {}`",
+                    shape(&found)
+                )
+            } else if arranged {
+                format!(
+                    "give the model the samples' shape, `input {}`, or remove `layout` to keep them as stored",
+                    shape(&found)
+                )
+            } else {
+                format!(
+                    "give the model the data's shape, `input {}`, or store the samples as {want}",
+                    shape(&found)
+                )
+            })
+        }
+        DataFit::DeclaredSize {
+            found,
+            declared,
+            declared_span,
+        } => {
+            let values: u64 = found.iter().product();
+            let d = new(
+                span,
+                format!(
+                    "{file} holds samples of {} {}, but the declared `shape` {declared} holds {}",
+                    plural(values, "value", "values"),
+                    shape(&found),
+                    declared.numel()
+                ),
+            )
+            .label(format!("samples of {}", shape(&found)));
+            let d = match declared_span {
+                Some(at) => d.with(at, format!("declared as {declared}")),
+                None => d,
+            };
+            d.help(format!(
+                "declare the shape the file stores, `shape: {}`, or leave `shape` out",
+                shape(&found)
+            ))
+        }
+        DataFit::FlatLayout { found } => new(
+            span,
+            format!(
+                "`layout: channels_last` moves the last dimension of each sample first, but {file} holds samples of {}",
+                shape(&found)
+            ),
+        )
+        .label("no channels to move")
+        .help("declare the shape each row stores, such as `shape: [32, 32, 3]`, or remove `layout`"),
         DataFit::TokenFloats { found } => new(
             span,
             format!(

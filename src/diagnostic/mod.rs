@@ -28,6 +28,7 @@ mod strategy;
 mod syntax;
 mod unreadable;
 mod wording;
+pub use wording::paths_from;
 
 pub use codes::Code;
 pub use problem::Problem;
@@ -190,6 +191,20 @@ pub fn did_you_mean<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str
     found.sort_unstable();
     found.dedup();
     found
+}
+
+/// The names among `siblings` (the entries of the directory `rel` names its file in) that
+/// `rel` may have meant, written as `rel` would be.
+pub fn nearby_paths(rel: &str, siblings: &[String]) -> Vec<String> {
+    let (dir, name) = match rel.rfind('/') {
+        Some(i) => rel.split_at(i + 1),
+        None => ("", rel),
+    };
+    did_you_mean(name, siblings.iter().map(String::as_str))
+        .into_iter()
+        .filter(|n| *n != name)
+        .map(|n| format!("{dir}{n}"))
+        .collect()
 }
 
 /// A word without its plural ending: `biases` -> `bias`, `weights` -> `weight`.

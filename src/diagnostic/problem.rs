@@ -472,6 +472,8 @@ pub enum Problem {
         input: Shape,
         /// The data's sample shape and where it is declared.
         data: (Shape, Span),
+        /// Whether they hold as many values, in dimensions that a reshape would scramble.
+        scrambled: bool,
     },
     /// K0309: sequence-task targets over inputs that are not one sequence of token ids, or
     /// that give fewer than two classes.
@@ -742,6 +744,10 @@ pub enum Problem {
         resolved: PathBuf,
         /// Why it cannot be opened (`it does not exist`).
         reason: String,
+        /// The directory relative paths resolve from: the declaring `.exp` file's.
+        base: PathBuf,
+        /// Names close to it that exist, as they would be written.
+        nearby: Vec<String>,
     },
     /// K0226: a parameter selected by two parameter groups.
     GroupOverlap {

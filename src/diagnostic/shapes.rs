@@ -296,9 +296,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     },
                 ),
                 LossShape::Shapes { targets } => (
-                    format!("`{loss}` compares the output {out} with targets {targets}"),
-                    format!("needs output {targets}"),
-                    "make the model's output shape equal the targets' shape".to_string(),
+                    if targets.is_empty() {
+                        format!("`{loss}` compares the output {out} with one target value per sample")
+                    } else {
+                        format!("`{loss}` compares the output {out} with targets {targets}")
+                    },
+                    format!("needs output {}", if targets.is_empty() { "[1]".to_string() } else { targets.to_string() }),
+                    match targets.as_slice() {
+                        [] => "the targets are one value per sample: end the model with one output, such as `linear(1)`".to_string(),
+                        [k] => format!("end the model with {k} outputs per sample, such as `linear({k})`"),
+                        _ => "make the model's output shape equal the targets' shape (PyTorch would broadcast them into a wrong loss)".to_string(),
+                    },
                 ),
             };
             new(span, message)
@@ -362,6 +370,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             span,
             input,
             data: (shape, at),
+            scrambled: false,
         } => new(
             span,
             format!("the model takes {input} but the data's samples are {shape}"),
@@ -372,6 +381,18 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             format!("samples of {}", counted(shape.numel(), "value")),
         )
         .help("make `input` hold as many values as one sample of the data"),
+        Problem::DataShape {
+            span,
+            input,
+            data: (shape, at),
+            scrambled: true,
+        } => new(
+            span,
+            format!("the model takes {input} but the data's samples are {shape}: reshaping them would scramble their values"),
+        )
+        .label(format!("takes {input}"))
+        .with(at, format!("samples of {shape}"))
+        .help(format!("give the model the data's shape, `input {shape}`, or make the samples {input}")),
         Problem::SequenceTask {
             span,
             task,

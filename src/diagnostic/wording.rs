@@ -305,6 +305,17 @@ fn mean(d: Diagnostic, span: Span, suggestions: Vec<String>, more: &str) -> Diag
     suggestions.into_iter().fold(d, |d, s| d.fix(span, s))
 }
 
+/// Where relative data paths resolve from, in words: the directory of the declaring file, `.`
+/// for the working directory.
+pub fn paths_from(base: &std::path::Path) -> String {
+    let dir = if base.as_os_str().is_empty() || base == std::path::Path::new(".") {
+        "the working directory".to_string()
+    } else {
+        base.display().to_string()
+    };
+    format!("paths are relative to the directory of the .exp file that declares the source, {dir}")
+}
+
 /// `a`, `a or b`, `a, b or c`.
 pub(super) fn or_list(items: &[String]) -> String {
     match items {

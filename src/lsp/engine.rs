@@ -27,7 +27,8 @@ pub struct Doc {
     pub ast: Option<ast::File>,
     /// The newest analysis stored for it.
     pub analysis: Option<Analysis>,
-    /// The layers of the last analysis that checked without errors in its first trial.
+    /// The layers of the last analysis of a version that parsed: those its first trial could
+    /// type, whatever errors it has elsewhere.
     pub layers: Vec<Layer>,
 }
 
@@ -37,7 +38,7 @@ pub struct Analysis {
     pub version: i32,
     /// The diagnostics as the editor shows them, each with the checker's (for its fixes).
     pub diagnostics: Vec<(lsp_types::Diagnostic, Diagnostic)>,
-    /// The first trial's layers in this file, when it checked.
+    /// The first trial's layers in this file as far as they checked, when it parsed.
     pub layers: Option<Vec<Layer>>,
     /// The file's syntax tree, when it parsed.
     pub tree: Option<ast::File>,
@@ -210,6 +211,10 @@ impl Loader for Overlay<'_> {
     fn data_header(&self, path: &Path, format: &Format) -> Probe {
         FsLoader.data_header(path, format)
     }
+
+    fn siblings(&self, path: &Path) -> Vec<String> {
+        FsLoader.siblings(path)
+    }
 }
 
 /// Checks a document. Also returns the rest of the checker's result, which the caller drops
@@ -278,8 +283,10 @@ pub fn analyze(job: &Job) -> (Analysis, check::Checked) {
             (lsp, d.clone())
         })
         .collect();
-    let layers = checked.trials.first().map(|e| {
-        ir::layers(&e.model.nodes)
+    // The layers as far as they checked, even when the file has errors elsewhere; a file that
+    // does not parse keeps the last ones.
+    let layers = checked.tree.is_some().then(|| {
+        ir::layers(&checked.model)
             .into_iter()
             .filter(|l| l.span.file == root)
             .cloned()

@@ -298,8 +298,8 @@ fn run(
     let mut trained = model::build(&nodes, exp.train.precision, over)?;
     let budget = Budget::new(
         &exp.train,
+        &exp.data,
         splits.train.len().max(0) as u64,
-        exp.data.batch,
         None,
     )?;
     let timeline = Timeline::new(exp, &budget);
@@ -502,5 +502,9 @@ impl Loader for RunCopy {
 
     fn data_header(&self, path: &Path, format: &DataFormat) -> Probe {
         FsLoader.data_header(path, format)
+    }
+
+    fn siblings(&self, path: &Path) -> Vec<String> {
+        FsLoader.siblings(path)
     }
 }

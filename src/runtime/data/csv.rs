@@ -1,7 +1,6 @@
 //! CSV sources: one row of numbers per sample, the target one of the columns.
 
-use std::borrow::Cow;
-
+use kiln::datafile::{split_cells, unquote};
 use kiln::span::Span;
 use rayon::prelude::*;
 use tch::Tensor;
@@ -28,34 +27,6 @@ struct CsvData {
 
 /// The features and targets of consecutive CSV rows.
 type CsvChunk = (Vec<f32>, Vec<f64>);
-
-/// Splits a CSV line at commas outside double quotes.
-fn split_cells<'l>(line: &'l str, cells: &mut Vec<&'l str>) {
-    cells.clear();
-    let mut start = 0;
-    let mut quoted = false;
-    for (i, c) in line.char_indices() {
-        match c {
-            '"' => quoted = !quoted,
-            ',' if !quoted => {
-                cells.push(&line[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    cells.push(&line[start..]);
-}
-
-/// A cell without surrounding blanks and quotes.
-fn unquote(cell: &str) -> Cow<'_, str> {
-    let t = cell.trim();
-    match t.strip_prefix('"').and_then(|s| s.strip_suffix('"')) {
-        Some(inner) if inner.contains("\"\"") => Cow::Owned(inner.replace("\"\"", "\"")),
-        Some(inner) => Cow::Borrowed(inner.trim()),
-        None => Cow::Borrowed(t),
-    }
-}
 
 /// Parses CSV text: every column but the target is an input feature.
 fn parse_csv(
@@ -181,7 +152,9 @@ fn parse_csv(
                 }
                 let sample = chunk_index * CSV_ROWS_PER_TASK + row;
                 for (c, cell) in cells.iter().enumerate() {
+                    // Numbers may be written with blanks inside their quotes.
                     let value = unquote(cell);
+                    let value = value.trim();
                     let what = if c == column {
                         "the target".to_string()
                     } else {

@@ -14,6 +14,9 @@ use kiln::span::Span;
 use super::error::{DataError, DataKind};
 use super::{cut, fmt_names, invalid};
 
+/// The most names of a directory read to suggest a missing file's intended name.
+const MAX_SIBLINGS: usize = 10_000;
+
 /// A data file named by the source: as written, and resolved against the `.exp` file's folder.
 pub(super) struct DataFile {
     /// The path as the experiment writes it.
@@ -46,7 +49,28 @@ impl DataFile {
         } else {
             "file cannot be read"
         };
-        let base = std::path::absolute(&self.base).unwrap_or_else(|_| self.base.clone());
+        let dir = if self.base.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            self.base.as_path()
+        };
+        let base = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let siblings: Vec<String> = resolved
+            .parent()
+            .and_then(|d| std::fs::read_dir(d).ok())
+            .into_iter()
+            .flatten()
+            .take(MAX_SIBLINGS)
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect();
+        let nearby = kiln::diagnostic::nearby_paths(&self.shown, &siblings);
+        let from = kiln::diagnostic::paths_from(&base);
+        let help = if nearby.is_empty() {
+            from
+        } else {
+            let quoted: Vec<String> = nearby.iter().map(|n| format!("`{n}`")).collect();
+            format!("did you mean {}? {from}", quoted.join(" or "))
+        };
         DataError::new(
             DataKind::Missing,
             span,
@@ -57,10 +81,7 @@ impl DataFile {
             ),
         )
         .label(label)
-        .help(format!(
-            "paths are relative to the directory of the .exp file that declares the source ({})",
-            base.display()
-        ))
+        .help(help)
         .path(resolved)
     }
 
