@@ -266,7 +266,12 @@ fn restore_run(
         &base,
         exp.seed,
     )?;
-    let budget = Budget::new(&exp.train, splits.used(&exp.data), exp.data.batch, None)?;
+    let budget = Budget::new(
+        &exp.train,
+        &exp.data,
+        splits.train.len().max(0) as u64,
+        None,
+    )?;
     let timeline = Timeline::new(&exp, &budget);
     qat::install(&exp, &mut trained)?;
     Pruner::new(&exp, &nodes, &mut trained, timeline)?;

@@ -4,7 +4,7 @@
 
 use kiln::diagnostic::problem::OutOfRange;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::{Duration, Train};
+use kiln::ir::{Data, Duration, Train};
 
 /// The run's length in optimizer steps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,20 +20,18 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The budget of `train` over `samples` training samples in batches of `batch`; `max_steps`
-    /// stops the loop early without changing the schedule. A length whose steps cannot be
-    /// counted (more than 2^64) is K0121 at the `epochs` value.
+    /// The budget of `train` over the training split's `samples` samples, batched as `data`
+    /// says (`batch`, `drop_last`); `max_steps` stops the loop early without changing the
+    /// schedule. A length whose steps cannot be counted (more than 2^64) is K0121 at the
+    /// `epochs` value.
     pub fn new(
         train: &Train,
+        data: &Data,
         samples: u64,
-        batch: u64,
         max_steps: Option<u64>,
     ) -> Result<Budget, Diagnostic> {
-        let per_epoch = if batch == 0 {
-            0
-        } else {
-            samples.div_ceil(batch)
-        };
+        let batch = data.batch;
+        let per_epoch = data.steps_per_epoch(samples);
         let (total, epochs) = match train.length {
             Duration::Steps(n) => (n, None),
             Duration::Epochs(n) => {
@@ -84,5 +82,20 @@ mod tests {
         assert_eq!(b.steps(Duration::Steps(7)), 7);
         assert_eq!(b.steps(Duration::Epochs(3)), 300);
         assert_eq!(b.steps(Duration::Epochs(u64::MAX / 10)), u64::MAX);
+    }
+
+    #[test]
+    fn an_epoch_leaves_out_its_partial_batch_with_drop_last() {
+        let text = |drop_last: bool| {
+            format!(
+                "experiment \"b\" {{\n data {{ source synthetic(inputs: normal([2]), targets: randint(2), count: 10); batch 4; drop_last {drop_last} }}\n model {{ input [2]; linear(2) }}\n optimizer sgd(lr: 0.1)\n train {{ epochs 3; loss cross_entropy }}\n}}\n"
+            )
+        };
+        for (drop_last, per_epoch) in [(false, 3), (true, 2)] {
+            let checked = kiln::check::check_text("b.exp", text(drop_last));
+            let e = checked.trials.first().expect("checks clean");
+            let b = Budget::new(&e.train, &e.data, 10, None).expect("budget");
+            assert_eq!((b.per_epoch, b.total), (per_epoch, 3 * per_epoch));
+        }
     }
 }

@@ -507,8 +507,8 @@ fn run_trial(
     )?;
     let mut budget = Budget::new(
         &exp.train,
-        splits.used(&exp.data),
-        exp.data.batch,
+        &exp.data,
+        splits.train.len().max(0) as u64,
         opts.max_steps,
     )?;
     let timeline = Timeline::new(exp, &budget);

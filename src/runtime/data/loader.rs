@@ -230,15 +230,10 @@ impl Loader {
     /// Number of batches in the epoch: `ceil(len / batch)`, or `floor(len / batch)` with
     /// `drop_last`.
     pub fn batches(len: i64, batch: i64, drop_last: bool) -> usize {
-        if len <= 0 || batch <= 0 {
+        let (Ok(len), Ok(batch)) = (u64::try_from(len), u64::try_from(batch)) else {
             return 0;
-        }
-        let n = if drop_last {
-            len / batch
-        } else {
-            (len + batch - 1) / batch
         };
-        usize::try_from(n).unwrap_or(usize::MAX)
+        usize::try_from(kiln::ir::steps_per_epoch(len, batch, drop_last)).unwrap_or(usize::MAX)
     }
 
     /// Total seconds the consumer has spent blocked waiting for a batch.
