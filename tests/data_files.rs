@@ -3,19 +3,16 @@
 //! more than its header declares (refused within a bounded amount of memory, measured with
 //! `wait4`), and sources that are not regular files.
 
+mod support;
+
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-data-files-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
+use support::files::{npy_bytes as npy, zip};
+use support::scratch;
 
 /// How a `kiln run` ended.
 struct Ended {
@@ -174,73 +171,10 @@ fn le_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
-/// A `.npy` file of `descr` values of `shape`.
-fn npy(descr: &str, shape: &[usize], body: &[u8]) -> Vec<u8> {
-    let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
-    let tuple = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut b = b"\x93NUMPY\x01\x00".to_vec();
-    b.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    b.extend_from_slice(header.as_bytes());
-    b.extend_from_slice(body);
-    b
-}
-
 /// The labels of the two samples, as a `.npy` file of int64.
 fn labels_npy() -> Vec<u8> {
     let body: Vec<u8> = [3i64, 7].iter().flat_map(|v| v.to_le_bytes()).collect();
     npy("<i8", &[2], &body)
-}
-
-/// A zip archive of stored members, as `np.savez` writes it.
-fn zip(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut central = Vec::new();
-    for (name, data) in members {
-        let mut crc = flate2::Crc::new();
-        crc.update(data);
-        let offset = out.len() as u32;
-        let fields = |b: &mut Vec<u8>| {
-            b.extend_from_slice(&20u16.to_le_bytes());
-            b.extend_from_slice(&[0; 2]); // flags
-            b.extend_from_slice(&[0; 2]); // stored
-            b.extend_from_slice(&[0; 4]); // time and date
-            b.extend_from_slice(&crc.sum().to_le_bytes());
-            b.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            b.extend_from_slice(&(data.len() as u32).to_le_bytes());
-            b.extend_from_slice(&(name.len() as u16).to_le_bytes());
-            b.extend_from_slice(&[0; 2]); // extra
-        };
-        out.extend_from_slice(&0x0403_4b50u32.to_le_bytes());
-        fields(&mut out);
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(data);
-        central.extend_from_slice(&0x0201_4b50u32.to_le_bytes());
-        central.extend_from_slice(&20u16.to_le_bytes());
-        fields(&mut central);
-        central.extend_from_slice(&[0; 10]); // comment, disk, attributes
-        central.extend_from_slice(&offset.to_le_bytes());
-        central.extend_from_slice(name.as_bytes());
-    }
-    let at = out.len() as u32;
-    out.extend_from_slice(&central);
-    out.extend_from_slice(&0x0605_4b50u32.to_le_bytes());
-    out.extend_from_slice(&[0; 4]);
-    let count = (members.len() as u16).to_le_bytes();
-    out.extend_from_slice(&count);
-    out.extend_from_slice(&count);
-    out.extend_from_slice(&(central.len() as u32).to_le_bytes());
-    out.extend_from_slice(&at.to_le_bytes());
-    out.extend_from_slice(&[0; 2]);
-    out
 }
 
 /// A safetensors file of float32 `inputs` `[2, 3, 4]` and int64 `targets` `[2]`.
@@ -492,4 +426,53 @@ fn sources_that_are_not_regular_files_are_refused_at_once() {
         assert!(e.took < Duration::from_secs(5), "took {:?}", e.took);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_missing_file_names_the_file_beside_it_and_where_paths_resolve_from() {
+    let dir = scratch("typo");
+    let x = npy("<f4", &[2, 3, 4], &le_bytes(&samples_with(0.0, 0)));
+    std::fs::write(dir.join("inputs.npy"), x).expect("write");
+    std::fs::write(dir.join("labels.npy"), labels_npy()).expect("write");
+    // The experiment sits in the working directory, so its own directory is empty as written.
+    let ended = kiln_run(
+        &dir,
+        &experiment(r#"npy(inputs: "input.npy", targets: "labels.npy", classes: 10)"#),
+        Duration::from_secs(60),
+    );
+    assert_eq!(ended.code, Some(1), "{}", ended.text);
+    let text = unwrapped(&ended.text);
+    assert!(text.contains("K0502"), "{text}");
+    assert!(text.contains("did you mean `inputs.npy`?"), "{text}");
+    let base = std::fs::canonicalize(&dir).expect("canonical");
+    assert!(
+        text.contains(&format!("declares the source, {}", base.display())),
+        "{text}"
+    );
+    assert!(!text.contains("()"), "{text}");
+    // `kiln check` says the same, as a warning: the file may be on the training machine.
+    assert!(text.contains("K0414"), "{text}");
+}
+
+#[test]
+fn a_quoted_header_cell_keeps_its_blanks_in_check_and_run_alike() {
+    let dir = scratch("quoted");
+    // Twelve features and a label column whose quoted name has blanks around it.
+    let text = csv(0, 0, "0").replacen("label", "\" label \"", 1);
+    std::fs::write(dir.join("d.csv"), text).expect("write");
+    // `label` names no column: refused by `kiln check` before the run.
+    let ended = kiln_run(
+        &dir,
+        &experiment(r#"csv("d.csv", target: "label", classes: 10)"#),
+        Duration::from_secs(60),
+    );
+    assert_eq!(ended.code, Some(1), "{}", ended.text);
+    assert!(ended.text.contains("K0220"), "{}", ended.text);
+    // The name as quoted, blanks and all, is the column, for both.
+    let ended = kiln_run(
+        &dir,
+        &experiment(r#"csv("d.csv", target: " label ", classes: 10)"#),
+        Duration::from_secs(60),
+    );
+    assert_eq!(ended.code, Some(0), "{}", ended.text);
 }

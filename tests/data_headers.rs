@@ -137,3 +137,50 @@ fn a_fifo_named_as_a_data_file_is_refused_unopened() {
     // A warning, as a missing file: `kiln run` refuses it (K0502).
     assert_eq!(codes, ["K0414"]);
 }
+
+#[test]
+fn the_files_are_read_and_reported_beside_every_other_problem() {
+    // Colour images stored channels last for a model that takes them channels first, and a
+    // typo in an unrelated setting: both are reported in one pass.
+    let source = format!(
+        "npy(\"{}\", targets: \"{}\", classes: 3)",
+        data("images-hwc.npy"),
+        data("targets.npy")
+    );
+    let text = format!(
+        "experiment \"d\" {{\n  data {{\n    source {source}\n    batch 2\n  }}\n  model {{\n    input [3, 2, 2]\n    flatten\n    fc: linear(3)\n  }}\n  optimzer adam(lr: 1e-3)\n  train {{\n    epochs 1\n    loss cross_entropy\n  }}\n}}\n"
+    );
+    let (mut codes, _) = check("at-once", &text);
+    codes.sort_unstable();
+    assert!(codes.contains(&"K0220"), "{codes:?}");
+    assert!(codes.contains(&"K0101"), "{codes:?}");
+    // A source missing its data file is named while the model has an error of its own.
+    let text = experiment(
+        &format!(
+            "npy(\"{}\", targets: \"{}\", classes: 3)",
+            data("input.npy"),
+            data("targets.npy")
+        ),
+        "",
+    )
+    .replace("fc: linear(3)", "fc: linear(3, bias: maybe)");
+    let (codes, _) = check("missing-and-wrong", &text);
+    assert!(codes.contains(&"K0414"), "{codes:?}");
+    assert!(codes.contains(&"K0119"), "{codes:?}");
+}
+
+#[test]
+fn one_data_problem_is_blamed_on_its_cause_not_on_normalize() {
+    // `input [1, 2, 2]` for three-channel images: the input disagrees with the data, and
+    // `normalize` (three values, one per channel of the data) is not blamed for it.
+    let source = format!(
+        "npy(\"{}\", targets: \"{}\", classes: 3, layout: channels_last)",
+        data("images-hwc.npy"),
+        data("targets.npy")
+    );
+    let text = format!(
+        "experiment \"d\" {{\n  data {{\n    source {source}\n    normalize(mean: [0.5, 0.5, 0.5], std: [0.2, 0.2, 0.2])\n    batch 2\n  }}\n  model {{\n    input [1, 2, 2]\n    flatten\n    fc: linear(3)\n  }}\n  optimizer adam(lr: 1e-3)\n  train {{\n    epochs 1\n    loss cross_entropy\n  }}\n}}\n"
+    );
+    let (codes, _) = check("normalize-blame", &text);
+    assert_eq!(codes, ["K0220"]);
+}

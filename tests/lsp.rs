@@ -400,3 +400,28 @@ fn a_base_named_by_extends_is_read_from_disk() {
     assert_eq!(client.exit(), Some(0));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn hover_keeps_the_facts_of_the_layers_that_checked_while_the_file_has_errors() {
+    let mut client = Client::start();
+    // Never clean: an error in the last layer and a typo in an unrelated setting.
+    let text = BAD
+        .replace("lineer", "linear")
+        .replace("fc3 on", "fc2 on")
+        .replace("fc2: linear(10)", "fc2: linear(10, bias: maybe)")
+        .replace("optimizer adam", "optimzer adam");
+    client.open(&text);
+    let diags = client.diagnostics(1);
+    assert!(diags.len() >= 2, "{diags:?}");
+    let hover = client.at("textDocument/hover", 7, 5, json!({}));
+    let shown = hover["result"]["contents"]["value"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(shown.contains("fc1") && shown.contains("[256]"), "{hover}");
+    assert!(
+        shown.contains(&format!("{} parameters", 784 * 256 + 256)),
+        "{shown}"
+    );
+    assert_eq!(client.exit(), Some(0));
+}

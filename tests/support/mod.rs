@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod files;
 pub mod formatting;
 pub mod parity;
 

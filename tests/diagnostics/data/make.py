@@ -51,3 +51,6 @@ write("tensors.safetensors", struct.pack("<Q", len(header)) + header
       + struct.pack("<36f", *range(36)) + struct.pack("<4q", 0, 1, 2, 0))
 rows = ["a,b,c,d,e,f,g,h,i,label"] + [",".join(str(v) for v in range(9)) + ",%d" % (r % 3) for r in range(4)]
 write("table.csv", ("\n".join(rows) + "\n").encode())
+# Colour images of 2x2 pixels stored channels last, [4, 2, 2, 3], and one real value per sample.
+write("images-hwc.npy", npy("<f4", [4, 2, 2, 3], struct.pack("<48f", *range(48))))
+write("values.npy", npy("<f4", [4], struct.pack("<4f", 0.5, 1.5, -1.0, 2.0)))
