@@ -150,6 +150,18 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         Code::ExportNotEvaluable,
         "a failure of kiln eval, tested in tests/eval_weights.rs",
     ),
+    (
+        Code::ShorterThanTrained,
+        "a runtime failure, tested in tests/extend.rs and tests/resume.rs",
+    ),
+    (
+        Code::NotExtendable,
+        "a runtime failure, tested in tests/extend.rs",
+    ),
+    (
+        Code::RunComplete,
+        "a runtime warning, tested in tests/extend.rs and tests/resume.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

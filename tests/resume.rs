@@ -38,10 +38,12 @@ fn a_finished_run_is_complete_and_never_overwritten() {
     assert!(o.status.success(), "{}", text(&o));
     let before = snapshot(&d);
 
-    // Resuming a finished run says so and changes nothing, even with another experiment.
+    // Resuming a finished run at its length says so and changes nothing, even with another
+    // experiment (a longer length would extend it: `tests/extend.rs`).
     let o = resume(&exp, &d);
     let t = flat(&text(&o));
     assert_eq!(o.status.code(), Some(0), "{t}");
+    assert!(t.contains("K0525(run-complete)"), "{t}");
     assert!(t.contains("is complete after 40 steps"), "{t}");
     let other = write(&dir, "other.exp", &SMALL.replace("seed 3", "seed 4"));
     assert_eq!(resume(&other, &d).status.code(), Some(0));
@@ -170,6 +172,30 @@ fn a_resume_that_changes_what_the_run_computes_is_refused() {
             assert!(t.contains("is now `fc1 linear [128] 4224`"), "{t}");
         }
     }
+
+    // A length that ends before the step the run stands at is refused, at the length.
+    let shorter = write(
+        &dir,
+        "shorter.exp",
+        &long.replace("steps 100000", "steps 20"),
+    );
+    let o = resume(&shorter, &d);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("K0523(shorter-than-trained)"), "{t}");
+    assert!(
+        t.contains("shorter.exp:20:11]"),
+        "points at the length: {t}"
+    );
+    assert!(
+        t.contains(&format!("`20 steps`, is fewer than the {at} steps")),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!("a length of at least {at} steps")),
+        "{t}"
+    );
+    assert_eq!(newest_checkpoint(&d), Some(at), "the run moved on");
 
     // A new learning rate (and length) is a safe change: accepted and recorded.
     let lr = write(

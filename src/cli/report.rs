@@ -431,8 +431,7 @@ fn summary(run: &Run, all: bool) -> String {
     if !plots.is_empty() {
         pairs.push(("curves", plots.join(", ")));
     }
-    let resumes = resumed(r);
-    pairs.extend(resumes.iter().map(|line| ("resumed", line.clone())));
+    pairs.extend(resumed(r));
     let mut out = key_values(&pairs);
     if let Some(c) = &r.compression {
         out += "\n";
@@ -494,8 +493,9 @@ fn compression(c: &kiln::rundir::Compressed) -> String {
     out
 }
 
-/// Each resume of a run: `at step 98 with experiment-2.exp: learning rate: 0.003 → 0.001`.
-fn resumed(r: &Report) -> Vec<String> {
+/// Each resume of a run, `resumed` or (of a finished run, to a longer length) `extended`, with
+/// `at step 98 with experiment-2.exp: learning rate: 0.003 → 0.001`.
+fn resumed(r: &Report) -> Vec<(&'static str, String)> {
     r.resumed
         .iter()
         .map(|s| {
@@ -504,7 +504,9 @@ fn resumed(r: &Report) -> Vec<String> {
             } else {
                 s.changes.join("; ")
             };
-            format!("at step {} with {}: {changes}", s.from_step, s.experiment)
+            let how = if s.extended { "extended" } else { "resumed" };
+            let line = format!("at step {} with {}: {changes}", s.from_step, s.experiment);
+            (how, line)
         })
         .collect()
 }
@@ -821,8 +823,8 @@ fn comparison(a: &Run, b: &Run, all: bool) -> String {
 
     out += "\n";
     for (name, run) in [("A", a), ("B", b)] {
-        for line in resumed(&run.report) {
-            let _ = writeln!(out, "{name} was resumed {line}");
+        for (how, line) in resumed(&run.report) {
+            let _ = writeln!(out, "{name} was {how} {line}");
         }
     }
     match (&a.experiment, &b.experiment) {

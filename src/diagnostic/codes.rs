@@ -238,4 +238,10 @@ codes! {
     SplitEmpty = "K0521", "split-empty", Error, "The split `kiln eval` was asked for has no samples in the experiment.";
     /// `kiln eval` cannot evaluate an exported model as asked.
     ExportNotEvaluable = "K0522", "export-not-evaluable", Error, "`kiln eval` cannot evaluate an exported model as asked: a layer is stored as int4 or fp8, which cannot be read back, or `--uncompressed` was asked for.";
+    /// A resume whose length ends before the steps the run has taken.
+    ShorterThanTrained = "K0523", "shorter-than-trained", Error, "A resume asks for a length (or `--max-steps`) that ends before the steps the run has already taken; a finished run needs a longer one.";
+    /// A finished run that cannot be continued from its end.
+    NotExtendable = "K0524", "not-extendable", Error, "A finished run cannot be extended: it kept no checkpoint of its end, early stopping ended it, or it pruned after training.";
+    /// A finished run resumed at the length it has.
+    RunComplete = "K0525", "run-complete", Warning, "The finished run was resumed with the length it already has: nothing to train, nothing changed.";
 }

@@ -13,6 +13,7 @@ mod consistency;
 mod datafile;
 mod distributed;
 mod evaluation;
+mod extend;
 mod groups;
 mod keywords;
 pub mod problem;

@@ -15,6 +15,7 @@ pub use super::compress::{
 pub use super::consistency::{Interval, Outlasts, TrainingLength};
 pub use super::datafile::DataFit;
 pub use super::evaluation::{Mismatch, NoWeights};
+pub use super::extend::{Extension, Lengths};
 pub use super::keywords::{Home, KeywordHint};
 pub use super::schedule::Sequence;
 pub use super::shapes::Window;
@@ -929,6 +930,38 @@ pub enum Problem {
         /// The splits that have samples.
         available: Vec<String>,
     },
+    /// K0523: a resume whose length, or `--max-steps`, ends before the steps the run has taken
+    /// (or, for a finished run, does not go past them).
+    ShorterThanTrained {
+        /// The length in the experiment.
+        span: Span,
+        /// Where the run stands and what was asked.
+        lengths: Lengths,
+    },
+    /// K0524: a finished run that cannot be continued from its end.
+    NotExtendable {
+        /// The length in the experiment, or the statement that keeps the run from being
+        /// extended.
+        span: Span,
+        /// The run directory.
+        dir: PathBuf,
+        /// Its final weights (`weights.safetensors`, or the newest version).
+        weights: PathBuf,
+        /// The steps the run took.
+        trained: u64,
+        /// Why it cannot be extended.
+        situation: Extension,
+    },
+    /// K0525: a finished run resumed with the length it already has.
+    RunComplete {
+        /// The length in the experiment.
+        span: Span,
+        /// The run directory.
+        dir: PathBuf,
+        /// How it ended, as `after 40 steps, train loss 0.1234, ...`; empty when its report
+        /// cannot be read.
+        detail: String,
+    },
 }
 
 /// Why a signal killed the runtime, as far as `kiln` can tell.
@@ -1063,6 +1096,9 @@ impl Problem {
             Problem::WeightsMismatch { .. } => Code::WeightsMismatch,
             Problem::SplitEmpty { .. } => Code::SplitEmpty,
             Problem::ExportNotEvaluable { .. } => Code::ExportNotEvaluable,
+            Problem::ShorterThanTrained { .. } => Code::ShorterThanTrained,
+            Problem::NotExtendable { .. } => Code::NotExtendable,
+            Problem::RunComplete { .. } => Code::RunComplete,
         }
     }
 }

@@ -285,6 +285,10 @@ impl Problem {
             | Problem::WeightsMismatch { .. }
             | Problem::SplitEmpty { .. }
             | Problem::ExportNotEvaluable { .. }) => super::evaluation::words(p),
+
+            p @ (Problem::ShorterThanTrained { .. }
+            | Problem::NotExtendable { .. }
+            | Problem::RunComplete { .. }) => super::extend::words(p),
         }
     }
 }

@@ -88,6 +88,15 @@ pub struct Segment {
     pub experiment: String,
     /// The settings it changed, as `what: was → now`.
     pub changes: Vec<String>,
+    /// Whether it extended a run that had finished (a longer length given to `--resume`),
+    /// rather than resuming an interrupted one.
+    #[serde(skip_serializing_if = "is_false")]
+    pub extended: bool,
+}
+
+/// Whether `b` is false: a segment that is not an extension says nothing about it.
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The sidecar of one checkpoint.

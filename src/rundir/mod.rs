@@ -6,7 +6,8 @@
 //!   [`PLAN`]).
 //! - `metrics.jsonl`: one [`MetricLine`] per epoch and evaluation; `steps.jsonl`: one
 //!   [`StepRecord`] per optimizer step ([`RunDir`] appends them).
-//! - `report.yaml`: the [`Report`] of a finished run.
+//! - `report.yaml`: the [`Report`] of a finished run; `report-1.yaml`, `report-2.yaml`, ...: the
+//!   reports of its earlier ends, set aside when it was extended.
 //! - `checkpoints/`: a [`Sidecar`] per checkpoint beside its tensors file ([`checkpoint`]); the
 //!   tensors themselves are written by the runtime, which links libtorch.
 //! - `weights.safetensors` and `weights.yaml`: the final weights of a run that ended, under
@@ -335,6 +336,25 @@ impl RunDir {
     /// Writes `report.yaml`.
     pub fn write_report(&self, report: &Report) -> Result<(), Error> {
         write_yaml(&self.dir, REPORT, report)
+    }
+
+    /// Sets the report of a finished run aside before the run is extended: `report.yaml` is
+    /// renamed to the first free `report-K.yaml` (`report-1.yaml` for the report of the run's
+    /// first end), so the run is unfinished again until the extension writes its own report and
+    /// no report is lost. Returns the new name; `None` when there is no report.
+    pub fn set_aside_report(&self) -> Result<Option<String>, Error> {
+        let path = self.dir.join(REPORT);
+        if !path.is_file() {
+            return Ok(None);
+        }
+        // The lock is held, so no other process takes the free name before the rename.
+        let name = (1..)
+            .map(|k| format!("report-{k}.yaml"))
+            .find(|n| !self.dir.join(n).exists())
+            .unwrap_or_default();
+        std::fs::rename(&path, self.dir.join(&name))
+            .map_err(|e| Error::new(Op::Rename, &path, e))?;
+        Ok(Some(name))
     }
 
     /// Appends a metric line; returns the number of lines written so far.

@@ -77,6 +77,7 @@ fn report() -> Report {
             from_step: 120,
             experiment: "experiment-2.exp".into(),
             changes: vec!["learning rate: 0.1 → 0.05".into()],
+            extended: false,
         }],
         compression: Some(Compressed {
             layers: vec![CompressedLayer {
@@ -261,6 +262,7 @@ fn checkpoint_index_round_trips_and_prunes() {
             from_step: 0,
             experiment: EXPERIMENT.into(),
             changes: vec![],
+            extended: false,
         }],
     };
     assert_eq!(checkpoint::latest(&dir), None);
@@ -440,5 +442,36 @@ fn every_version_of_the_experiment_is_kept() {
         std::fs::read_to_string(dir.join(EXPERIMENT)).expect("v1"),
         "a"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_extended_runs_earlier_reports_are_set_aside_and_kept() {
+    let dir = scratch("reports");
+    let run = RunDir::create(dir.clone()).expect("create");
+    assert_eq!(run.set_aside_report().expect("none yet"), None);
+    let first = report();
+    run.write_report(&first).expect("first end");
+    assert!(is_finished(&dir));
+    assert_eq!(
+        run.set_aside_report().expect("set aside").as_deref(),
+        Some("report-1.yaml")
+    );
+    assert!(
+        !is_finished(&dir),
+        "an extension in progress is not finished"
+    );
+    let second = Report {
+        experiment: "second".into(),
+        ..report()
+    };
+    run.write_report(&second).expect("second end");
+    assert_eq!(
+        run.set_aside_report().expect("set aside").as_deref(),
+        Some("report-2.yaml")
+    );
+    let read = |name: &str| read_yaml::<Report>(&dir.join(name)).expect(name);
+    assert_eq!(read("report-1.yaml"), first);
+    assert_eq!(read("report-2.yaml"), second);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -276,7 +276,7 @@ fn restore_run(
     qat::install(&exp, &mut trained)?;
     Pruner::new(&exp, &nodes, &mut trained, timeline)?;
     let digest = data_digest(&splits).at(exp.data.source_span)?;
-    let (side, tensors) = super::run::intact_checkpoint(&exp, dir, &fingerprint(&exp, &digest))?;
+    let (side, tensors) = super::resume::intact_checkpoint(&exp, dir, &fingerprint(&exp, &digest))?;
     let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
     let mut optim = Optim::new(&exp.optimizer, &names);
     restore(&trained, &mut optim, &tensors, exp.span)?;

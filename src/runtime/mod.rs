@@ -30,6 +30,7 @@ pub mod plot;
 #[cfg(test)]
 pub mod reference;
 pub mod report;
+pub mod resume;
 pub mod run;
 pub mod schedule;
 pub mod state;

@@ -83,6 +83,11 @@ impl RunWriter {
         self.run.write_report(report).map_err(|e| io(&e, self.span))
     }
 
+    /// Sets the report of a finished run aside (as `report-K.yaml`) before it is extended.
+    pub fn set_aside_report(&self) -> Result<Option<String>, Diagnostic> {
+        self.run.set_aside_report().map_err(|e| io(&e, self.span))
+    }
+
     /// The metric lines written so far.
     pub fn metrics(&self) -> Result<Vec<MetricLine>, Diagnostic> {
         self.run.metrics().map_err(|e| io(&e, self.span))

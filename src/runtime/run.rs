@@ -5,7 +5,6 @@ use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use super::budget::Budget;
-use super::checkpoint;
 use super::compress::compare::compare;
 use super::compress::measure::cpu_notes;
 use super::compress::pruner::Pruner;
@@ -20,14 +19,15 @@ use super::model::{self, tch_device};
 use super::output::{RunOutput, Silent};
 use super::parallel::ddp;
 use super::report::{Progress, RunWriter};
-use super::state::{data_digest, differences, fingerprint};
+use super::resume::{finished, follow, resume_point, Ended, Finished, Reach};
+use super::state::{data_digest, fingerprint};
 use super::train::{standard_hooks, Outcome, Trainer};
 use kiln::check::{check_path, Checked, FsLoader, Options};
-use kiln::diagnostic::problem::{Resume, RunStage, Unavailable};
+use kiln::diagnostic::problem::{RunStage, Unavailable};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::{Code, Diagnostic, Problem};
 use kiln::ir::{Experiment, Precision};
-use kiln::rundir::{Fingerprint, Segment};
+use kiln::rundir::Segment;
 use kiln::span::Sources;
 
 /// Options of `kiln run`.
@@ -176,12 +176,19 @@ pub fn main(opts: &RunOptions) -> i32 {
             },
         }
     }
-    if let Some(dir) = &opts.resume {
+    // A finished run is complete at its length, and extended by another one.
+    let mut extend = None;
+    if let (Some(dir), Some((_, exp))) = (&opts.resume, trials.first()) {
         if kiln::rundir::is_finished(dir) {
-            if rank.as_ref().is_none_or(|r| r.rank == 0) {
-                eprint(&complete(dir));
+            match finished(dir, exp) {
+                Finished::Complete(note) => {
+                    if rank.as_ref().is_none_or(|r| r.rank == 0) {
+                        eprint(&to_text(&note, &checked.sources, style));
+                    }
+                    return 0;
+                }
+                Finished::Extend(ended) => extend = Some(ended),
             }
-            return 0;
         }
     }
     let sweep = checked.trials.len() > 1;
@@ -199,7 +206,7 @@ pub fn main(opts: &RunOptions) -> i32 {
         _ => None,
     };
     let place = |i: usize, exp: &Experiment| match (&opts.resume, &opts.run_dir, &sweep_dir) {
-        (Some(d), _, _) => Place::Resume(d.clone()),
+        (Some(d), _, _) => Place::Resume(d.clone(), extend),
         (None, Some(d), _) => Place::At(d.clone()),
         (None, None, Some(s)) => Place::At(s.join(format!("trial-{i:03}"))),
         (None, None, None) => Place::Unique(opts.runs_dir.join(&exp.name)),
@@ -249,31 +256,8 @@ enum Place {
     At(PathBuf),
     /// A new run in a new directory under this one, named by the time it starts.
     Unique(PathBuf),
-    /// The run in this directory, resumed.
-    Resume(PathBuf),
-}
-
-/// What `--resume` says of a run that finished: it is complete, and nothing is changed.
-fn complete(dir: &Path) -> String {
-    let detail = kiln::rundir::read_report(dir).map_or_else(
-        |_| String::new(),
-        |r| {
-            let o = &r.outcome;
-            let mut d = format!(" after {} steps, train loss {:.4}", o.steps, o.train_loss);
-            if let Some(v) = &o.val {
-                d += &format!(", val loss {:.4}", v.loss);
-            }
-            if o.stopped_early {
-                d += ", stopped early";
-            }
-            d
-        },
-    );
-    format!(
-        "the run in `{}` is complete{detail}; nothing to resume, nothing changed\n(`kiln report {}` shows it; start a new run to train further)\n",
-        dir.display(),
-        dir.display()
-    )
+    /// The run in this directory, resumed; extended when it had finished.
+    Resume(PathBuf, Option<Ended>),
 }
 
 fn trial_label(exp: &Experiment) -> String {
@@ -468,7 +452,7 @@ fn run_trial(
     }
     // A resume takes the run's lock before the slow work, so a second process is refused at once.
     let resumed = match place {
-        Place::Resume(dir) if writes => {
+        Place::Resume(dir, _) if writes => {
             let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
             kiln::supervise::record_run_dir(dir);
             for w in &warnings {
@@ -482,7 +466,7 @@ fn run_trial(
             }
             Some(writer)
         }
-        Place::At(_) | Place::Unique(_) | Place::Resume(_) => None,
+        Place::At(_) | Place::Unique(_) | Place::Resume(..) => None,
     };
     // Every part of the language is applied; the report's notes stay for what a future
     // version may not apply.
@@ -526,15 +510,26 @@ fn run_trial(
     let digest = data_digest(&splits).at(exp.data.source_span)?;
     let print = fingerprint(exp, &digest);
     let text = &checked.sources.get(kiln::span::FileId(0)).text;
+    let ended = match place {
+        Place::Resume(_, ended) => *ended,
+        Place::At(_) | Place::Unique(_) => None,
+    };
+    let reach = Reach {
+        total: budget.total,
+        end: timeline.end,
+        max_steps: opts.max_steps,
+    };
     let (mut writer, resume, history) = match resumed {
         Some(writer) => {
-            let (saved, history) = resume_point(exp, &writer, &print, text, checked)?;
+            let mut warn = |w: &Diagnostic| eprint(&to_text(w, &checked.sources, style()));
+            let (saved, history) =
+                resume_point(exp, &writer, &print, text, ended, reach, &mut warn)?;
             (Some(writer), Some(saved), history)
         }
         // Another rank resumes from the checkpoint rank 0 resumes from, reading it only.
         None if !writes => {
             let saved = match place {
-                Place::Resume(dir) => Some(intact_checkpoint(exp, dir, &print)?),
+                Place::Resume(dir, _) => Some(follow(exp, dir, &print, ended, reach)?),
                 Place::At(_) | Place::Unique(_) => None,
             };
             (None, saved, Vec::new())
@@ -545,7 +540,7 @@ fn run_trial(
                     kiln::rundir::create_unique(parent, &kiln::rundir::timestamp())
                         .map_err(|e| run_io(&e, exp))?
                 }
-                Place::At(dir) | Place::Resume(dir) => dir.clone(),
+                Place::At(dir) | Place::Resume(dir, _) => dir.clone(),
             };
             let writer = RunWriter::create(dir, exp.span)?;
             kiln::supervise::record_run_dir(writer.dir());
@@ -561,6 +556,7 @@ fn run_trial(
                 from_step: 0,
                 experiment: kiln::rundir::EXPERIMENT.into(),
                 changes: Vec::new(),
+                extended: false,
             };
             (Some(writer), None, vec![first])
         }
@@ -670,84 +666,6 @@ fn run_trial(
     super::summary::write_report(&writer, exp, checked, &outcome, &ran)?;
     super::plot::write_curves(writer.dir(), exp.data.source_span)?;
     Ok((outcome, writer.dir().to_path_buf()))
-}
-
-/// The checkpoint a resume starts from (the newest intact one, with a warning for each damaged
-/// newer one) and the run's history with this part added; refused when the experiment changed
-/// what the run computes. A changed experiment is kept as a new version in the run directory.
-fn resume_point(
-    exp: &Experiment,
-    writer: &RunWriter,
-    print: &Fingerprint,
-    text: &str,
-    checked: &Checked,
-) -> Result<(checkpoint::Saved, Vec<Segment>), Diagnostic> {
-    let (found, damaged) = checkpoint::latest(&writer.checkpoint_dir());
-    for d in damaged {
-        let w = Problem::CheckpointDamaged {
-            span: exp.span,
-            sidecar: d.sidecar,
-            reason: d.reason,
-            using: found.as_ref().map(|(side, _)| side.position.step),
-        }
-        .diagnostic();
-        eprint(&to_text(&w, &checked.sources, style()));
-    }
-    let Some((side, tensors)) = found else {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::NoCheckpoint {
-                dir: writer.dir().to_path_buf(),
-            },
-        }
-        .diagnostic());
-    };
-    let (refused, changes) = differences(exp, &side.fingerprint, print);
-    if !refused.is_empty() {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::Changed { changes: refused },
-        }
-        .diagnostic());
-    }
-    let version = writer.record_version(text)?;
-    let mut history = side.history.clone();
-    history.push(Segment {
-        from_step: side.position.step,
-        experiment: version,
-        changes,
-    });
-    Ok(((side, tensors), history))
-}
-
-/// The newest intact checkpoint in the run directory `dir`, read only: where another rank than
-/// 0 resumes from (rank 0 reports damaged ones and holds the lock), and what `kiln eval` and
-/// `kiln export` restore. Refused, as a resume is, when `exp` (whose data has the fingerprint
-/// `print`) computes something else than the run did.
-pub(super) fn intact_checkpoint(
-    exp: &Experiment,
-    dir: &Path,
-    print: &Fingerprint,
-) -> Result<checkpoint::Saved, Diagnostic> {
-    let (found, _) = checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
-    let Some((side, tensors)) = found else {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::NoCheckpoint {
-                dir: dir.to_path_buf(),
-            },
-        }
-        .diagnostic());
-    };
-    let (refused, _) = differences(exp, &side.fingerprint, print);
-    if !refused.is_empty() {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::Changed { changes: refused },
-        }
-        .diagnostic());
-    }
-    Ok((side, tensors))
 }
 
 /// Whether `exp` asks for the NCCL backend.

@@ -194,7 +194,7 @@ fn hash_tensor(t: &Tensor, hasher: &mut crc32fast::Hasher) -> Result<(), TchErro
 
 /// A setting as the language would write it: `name(key: value, ...)` for a variant with fields,
 /// `3000 steps` for a quantity, `none` for nothing.
-fn words<T: serde::Serialize>(value: &T) -> String {
+pub fn words<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_value(value).map_or_else(|e| format!("<{e}>"), |v| spoken(&v))
 }
 
