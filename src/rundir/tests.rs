@@ -442,3 +442,21 @@ fn every_version_of_the_experiment_is_kept() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `source.yaml` records any experiment path, one that is not UTF-8 included, and reads it back
+/// byte for byte; a UTF-8 path stays a plain string.
+#[test]
+fn a_source_of_any_path_round_trips() {
+    use std::os::unix::ffi::OsStrExt;
+    for raw in [&b"/runs/a b/exp\xc3\xa9.exp"[..], b"/runs/t\xff\xfe.exp"] {
+        let file = PathBuf::from(std::ffi::OsStr::from_bytes(raw));
+        let source = Source {
+            file: file.clone(),
+            trial: Some(2),
+        };
+        let text = serde_yaml::to_string(&source).expect("YAML");
+        assert_eq!(text.contains("bytes"), file.to_str().is_none(), "{text}");
+        let back: Source = serde_yaml::from_str(&text).expect("read back");
+        assert_eq!(back, source);
+    }
+}

@@ -122,6 +122,7 @@ struct EvalReport {
     experiment: String,
     split: &'static str,
     samples: i64,
+    #[serde(serialize_with = "kiln::rundir::path_text::serialize")]
     weights: PathBuf,
     /// The checkpoint's step, for a checkpoint.
     step: Option<u64>,
