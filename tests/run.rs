@@ -85,9 +85,10 @@ fn two_seeded_runs_have_identical_metrics() {
         assert!(o.status.success(), "{}", text(&o));
         runs.push(d);
     }
-    assert_eq!(metrics(&runs[0]), metrics(&runs[1]));
+    // Two runs of one experiment on this machine: the same computation, bit for bit.
+    same_computation(metrics(&runs[0]), metrics(&runs[1]), "metrics");
     let steps = |d: &Path| std::fs::read_to_string(d.join("steps.jsonl")).expect("steps");
-    assert_eq!(steps(&runs[0]), steps(&runs[1]));
+    same_computation(steps(&runs[0]), steps(&runs[1]), "steps.jsonl");
     assert_eq!(steps(&runs[0]).lines().count(), 400);
 }
 
@@ -117,12 +118,13 @@ fn a_killed_run_resumes_to_the_same_result() {
         cut.to_str().expect("utf-8"),
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(metrics(&whole), metrics(&cut));
+    // A resume restores every tensor, generator and position exactly: the same computation.
+    same_computation(metrics(&whole), metrics(&cut), "metrics");
     let steps = |d: &Path| std::fs::read_to_string(d.join("steps.jsonl")).expect("steps");
-    assert_eq!(steps(&whole), steps(&cut));
+    same_computation(steps(&whole), steps(&cut), "steps.jsonl");
     let (a, b) = (report(&whole), report(&cut));
-    assert_eq!(a["val"], b["val"]);
-    assert_eq!(a["train_loss"], b["train_loss"]);
+    same_computation(&a["val"], &b["val"], "val");
+    same_computation(&a["train_loss"], &b["train_loss"], "train loss");
 }
 
 /// Runs a failing experiment; returns the output after checking the code, the spanned line and
