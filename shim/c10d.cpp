@@ -78,13 +78,20 @@ int kiln_c10d_has_nccl() {
 #endif
 }
 
+// Serves (`is_server`) or joins the store at `host:port`. A server takes over `listen_fd`, a
+// socket already listening on `port` of the one address it may be reached at: left to itself,
+// TCPStore would listen on every interface of the machine.
 void* kiln_store_new(const char* host, uint16_t port, int is_server, int64_t world,
-                     int64_t timeout_ms) {
+                     int64_t timeout_ms, int listen_fd) {
   Store* out = nullptr;
   guarded([&] {
     c10d::TCPStoreOptions opts;
     opts.port = port;
     opts.isServer = is_server != 0;
+    if (opts.isServer) {
+      if (listen_fd < 0) throw std::runtime_error("a store server needs a listening socket");
+      opts.masterListenFd = listen_fd;
+    }
     // The server never blocks waiting for workers: arrival is checked key by key, so a rank
     // that never comes is named.
     opts.numWorkers = is_server ? std::optional<std::size_t>(world) : std::nullopt;

@@ -202,23 +202,26 @@ pub fn signal_children(sig: i32) {
 }
 
 /// Appends `dir` to the file named by [`RUN_DIRS_ENV`], when it is set; best effort, as the list
-/// only serves the report of a runtime that dies.
+/// only serves the report of a runtime that dies. Each path is written as its bytes and ends
+/// with a NUL, the one byte no path holds.
 pub fn record_run_dir(dir: &Path) {
     let Some(list) = std::env::var_os(RUN_DIRS_ENV) else {
         return;
     };
-    let line = format!("{}\n", dir.display());
+    let mut entry = std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()).to_vec();
+    entry.push(0);
     if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(list) {
-        let _ = f.write_all(line.as_bytes());
+        let _ = f.write_all(&entry);
     }
 }
 
 /// The run directories listed in `list`, in order, each once.
 pub fn recorded_run_dirs(list: &Path) -> Vec<PathBuf> {
-    let text = std::fs::read_to_string(list).unwrap_or_default();
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = std::fs::read(list).unwrap_or_default();
     let mut dirs: Vec<PathBuf> = Vec::new();
-    for line in text.lines().filter(|l| !l.is_empty()) {
-        let dir = PathBuf::from(line);
+    for entry in bytes.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+        let dir = PathBuf::from(std::ffi::OsStr::from_bytes(entry));
         if !dirs.contains(&dir) {
             dirs.push(dir);
         }

@@ -3,7 +3,8 @@
 //! single process on the full batch; a non-finite loss on one rank stops every rank at that step;
 //! a rank killed mid-run, a rank that never arrives and a rank started from another experiment
 //! end every rank with a diagnostic naming it, within the timeout, and leave no process behind;
-//! a resume continues at the same world size and is refused at another.
+//! a resume continues at the same world size and is refused at another; a local run listens on
+//! loopback alone, and rank 0 serves the store on `MASTER_ADDR` alone.
 
 mod support;
 
@@ -12,7 +13,9 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{checkpoint_tensors, newest_checkpoint, root, s, scratch, text, write};
+use support::{
+    checkpoint_tensors, newest_checkpoint, root, s, scratch, text, within_one_sample, write,
+};
 
 /// A small experiment with the strategy `parallel`: 400 training samples in batches of 24 (the
 /// epoch's last batch holds 16, which 3 ranks split 5, 5, 6), each batch in two micro-batches.
@@ -236,10 +239,9 @@ fn ddp_matches_one_process_on_the_full_batch() {
         )
     };
     let ((l1, a1), (l3, a3)) = (val("single"), val("three-kiln"));
-    assert!(
-        (l1 - l3).abs() < 1e-5 && a1 == a3,
-        "{l1} {a1} against {l3} {a3}"
-    );
+    assert!((l1 - l3).abs() < 1e-5, "{l1} against {l3}");
+    // 100 validation samples, split between the ranks.
+    within_one_sample(a1, a3, 100, "three ranks");
     none_left(&dir);
 }
 
@@ -456,5 +458,172 @@ fn resume_at_the_same_world_size_continues_and_another_is_refused() {
     assert_eq!(newest_checkpoint(&run), Some(300));
     let d = max_difference(&dir.join("whole"), &run);
     assert!(d < 1e-6, "the resumed run differs by {d}");
+    none_left(&dir);
+}
+
+/// The TCP sockets listening in process `pid`: their local addresses, read from `/proc` (the
+/// socket inodes among its open files, found in the kernel's tables of TCP sockets).
+fn listeners(pid: u32) -> Vec<std::net::SocketAddr> {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| {
+                let link = std::fs::read_link(e.ok()?.path()).ok()?;
+                let link = link.to_str()?;
+                Some(
+                    link.strip_prefix("socket:[")?
+                        .strip_suffix(']')?
+                        .to_string(),
+                )
+            })
+            .collect()
+        })
+        .unwrap_or_default();
+    // The kernel prints each address as 32-bit words in the machine's byte order.
+    let words = |hex: &str| -> Vec<u8> {
+        (0..hex.len() / 8)
+            .flat_map(|i| {
+                let w = u32::from_str_radix(&hex[8 * i..8 * i + 8], 16).expect("hex");
+                w.to_ne_bytes()
+            })
+            .collect()
+    };
+    let mut out = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // Columns: slot, local address, remote address, state (0A: listening), ..., inode.
+            if cols.len() < 10 || cols[3] != "0A" || !inodes.iter().any(|i| i == cols[9]) {
+                continue;
+            }
+            let (addr, port) = cols[1].split_once(':').expect("address:port");
+            let bytes = words(addr);
+            let ip = match bytes.len() {
+                4 => IpAddr::V4(Ipv4Addr::new(bytes[0], bytes[1], bytes[2], bytes[3])),
+                _ => IpAddr::V6(Ipv6Addr::from(
+                    <[u8; 16]>::try_from(bytes.as_slice()).expect("16 bytes"),
+                )),
+            };
+            out.push(SocketAddr::new(
+                ip,
+                u16::from_str_radix(port, 16).expect("port"),
+            ));
+        }
+    }
+    out
+}
+
+/// Whether `ip` is a loopback address (an IPv4 one written as IPv6 included).
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+/// Every listener of a local two-rank run (rank 0's store, each rank's Gloo pairs) is bound to
+/// the loopback address, and none answers on this machine's network address.
+#[test]
+fn a_local_run_listens_on_loopback_only() {
+    let dir = scratch("ddp-listen");
+    let exp = write(
+        &dir,
+        "long.exp",
+        &experiment(
+            "parallel ddp(backend: gloo, world_size: 2, timeout: 10s)",
+            "0.01",
+            1_000_000,
+        ),
+    );
+    let run = dir.join("run");
+    let launcher = runtime(&["run", s(&exp), "--quiet", "--run-dir", s(&run)])
+        .spawn()
+        .expect("start");
+    // Every rank has met the others and made its process group once rank 0 checkpointed.
+    let started = Instant::now();
+    while newest_checkpoint(&run).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pids = processes_with(s(&exp));
+    let ranks: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v.starts_with(b"RANK=")))
+        })
+        .collect();
+    let found: Vec<(u32, std::net::SocketAddr)> = pids
+        .iter()
+        .flat_map(|&pid| listeners(pid).into_iter().map(move |a| (pid, a)))
+        .collect();
+    // This machine's address on its default route, when it has one.
+    let own = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("203.0.113.1:9").and(u.local_addr()))
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    let reachable: Vec<std::net::SocketAddr> = own
+        .into_iter()
+        .flat_map(|ip| found.iter().map(move |(_, a)| (ip, a.port()).into()))
+        .filter(|a| std::net::TcpStream::connect_timeout(a, Duration::from_secs(1)).is_ok())
+        .collect();
+    // SAFETY: our own child, still running.
+    unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
+    let _ = finish(launcher, Duration::from_secs(60));
+    none_left(&dir);
+    assert_eq!(ranks.len(), 2, "two ranks among {pids:?}");
+    // The store and a Gloo listener in each rank: a listing that missed them proves nothing.
+    for r in &ranks {
+        assert!(
+            found.iter().any(|(pid, _)| pid == r),
+            "rank process {r} listens nowhere: {found:?}"
+        );
+    }
+    let open: Vec<_> = found.iter().filter(|(_, a)| !is_loopback(a.ip())).collect();
+    assert!(open.is_empty(), "listening beyond loopback: {open:?}");
+    assert!(
+        reachable.is_empty(),
+        "reachable on {own:?}: {reachable:?} (listeners {found:?})"
+    );
+}
+
+/// Rank 0 serves the store on `MASTER_ADDR` alone: an address that is not this machine's
+/// (one of TEST-NET-2, which no machine has) is named at once, where listening on every
+/// interface would have hidden it until the timeout.
+#[test]
+fn rank_0_serves_the_store_on_master_addr_alone() {
+    let dir = scratch("ddp-master-addr");
+    let exp = write(
+        &dir,
+        "two.exp",
+        &experiment(
+            "parallel ddp(backend: gloo, world_size: 2, timeout: 20s)",
+            "0.1",
+            20,
+        ),
+    );
+    let p = port();
+    let mut c = runtime(&["run", s(&exp), "--quiet", "--threads", "1", "--run-dir"]);
+    c.arg(dir.join("run"))
+        .env("RANK", "0")
+        .env("WORLD_SIZE", "2")
+        .env("MASTER_ADDR", "198.51.100.7")
+        .env("MASTER_PORT", p.to_string());
+    let (out, took) = finish(c.spawn().expect("start"), Duration::from_secs(30));
+    let all = support::flat(&text(&out));
+    assert!(!out.status.success(), "{all}");
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(
+        all.contains("K0515")
+            && all.contains(&format!("the store cannot listen on 198.51.100.7:{p}, which must be an address of this machine")),
+        "{all}"
+    );
     none_left(&dir);
 }

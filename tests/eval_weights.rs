@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use support::{report, run, s, scratch, text, write, TINY};
+use support::{report, run, s, same_computation, scratch, text, write, TINY};
 
 /// `TINY` pruned before training and quantized to int8 with `scheme`.
 fn compressed(scheme: &str) -> String {
@@ -105,7 +105,7 @@ fn a_run_without_checkpoints_keeps_final_weights_that_reproduce_it_exactly() {
     // The run directory's final weights, through the run's copy of its experiment.
     for split in ["val", "test"] {
         let v = eval_json(&[s(&d), "--split", split]);
-        assert_eq!(metrics(&v), reported(&d, &[split]), "{split}");
+        same_computation(metrics(&v), reported(&d, &[split]), split);
         assert_eq!(v["step"], 40);
         assert_eq!(v["weights"], s(&d.join("weights.safetensors")));
     }
@@ -128,7 +128,7 @@ fn a_run_without_checkpoints_keeps_final_weights_that_reproduce_it_exactly() {
     let file = dir.join("tiny.exp");
     let weights = d.join("weights.safetensors");
     let v = eval_json(&[s(&file), "--weights", s(&weights), "--split", "val"]);
-    assert_eq!(metrics(&v), reported(&d, &["val"]));
+    same_computation(metrics(&v), reported(&d, &["val"]), "--weights");
 }
 
 #[test]
@@ -143,7 +143,7 @@ fn final_weights_are_preferred_to_checkpoints_and_damaged_ones_passed_over() {
     assert!(ck.is_file());
     let v = eval_json(&[s(&d), "--split", "val"]);
     assert_eq!(v["weights"], s(&d.join("weights.safetensors")));
-    assert_eq!(metrics(&v), reported(&d, &["val"]));
+    same_computation(metrics(&v), reported(&d, &["val"]), "final weights");
     // Damaged final weights (their checksum no longer holds): the newest checkpoint, the same
     // final state.
     let w = d.join("weights.safetensors");
@@ -153,7 +153,7 @@ fn final_weights_are_preferred_to_checkpoints_and_damaged_ones_passed_over() {
     std::fs::write(&w, bytes).expect("damage");
     let v = eval_json(&[s(&d), "--split", "val"]);
     assert_eq!(v["weights"], s(&ck));
-    assert_eq!(metrics(&v), reported(&d, &["val"]));
+    same_computation(metrics(&v), reported(&d, &["val"]), "the newest checkpoint");
     // Neither: refused, counting what is damaged.
     std::fs::remove_dir_all(d.join("checkpoints")).expect("remove");
     let t = refused(&[s(&d)], 2, "K0519");
@@ -175,15 +175,20 @@ fn every_trial_of_a_sweep_keeps_its_final_weights() {
         .expect("one sweep")
         .expect("entry")
         .path();
-    // The trials ran side by side, splitting the cores: evaluated with a trial's thread count,
-    // the numbers are its own bit for bit.
+    // The trials ran side by side, splitting the cores (`cores / trials` threads each, as
+    // `kiln run` splits them): evaluated with a trial's thread count, the numbers are its own
+    // bit for bit, the same computation.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let threads = (cores / cores.min(2)).max(1).to_string();
     let mut losses = Vec::new();
     for k in 1..=2 {
         let trial = stamp.join(format!("trial-{k:03}"));
         let v = eval_json(&[s(&trial), "--split", "val", "--threads", &threads]);
-        assert_eq!(metrics(&v), reported(&trial, &["val"]), "trial {k}");
+        same_computation(
+            metrics(&v),
+            reported(&trial, &["val"]),
+            &format!("trial {k}"),
+        );
         losses.push(v["loss"].clone());
     }
     assert_ne!(losses[0], losses[1]);
@@ -214,10 +219,12 @@ fn an_exported_int8_model_evaluates_as_the_run_evaluated_it() {
         for split in splits {
             let v = eval_json(&[s(&file), "--weights", s(&model), "--split", split]);
             assert_eq!(v["model"], "compressed", "{name}");
-            assert_eq!(
+            // The same computation: the stored integers and scales are the run's, laid out as
+            // the run built them (`qstored::on`), so the same kernels run on the same bytes.
+            same_computation(
                 metrics(&v),
                 reported(&d, &["compression", split, "after"]),
-                "{name} {split}"
+                &format!("{name} {split}"),
             );
         }
     }

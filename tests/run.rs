@@ -85,9 +85,10 @@ fn two_seeded_runs_have_identical_metrics() {
         assert!(o.status.success(), "{}", text(&o));
         runs.push(d);
     }
-    assert_eq!(metrics(&runs[0]), metrics(&runs[1]));
+    // Two runs of one experiment on this machine: the same computation, bit for bit.
+    same_computation(metrics(&runs[0]), metrics(&runs[1]), "metrics");
     let steps = |d: &Path| std::fs::read_to_string(d.join("steps.jsonl")).expect("steps");
-    assert_eq!(steps(&runs[0]), steps(&runs[1]));
+    same_computation(steps(&runs[0]), steps(&runs[1]), "steps.jsonl");
     assert_eq!(steps(&runs[0]).lines().count(), 400);
 }
 
@@ -117,12 +118,13 @@ fn a_killed_run_resumes_to_the_same_result() {
         cut.to_str().expect("utf-8"),
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(metrics(&whole), metrics(&cut));
+    // A resume restores every tensor, generator and position exactly: the same computation.
+    same_computation(metrics(&whole), metrics(&cut), "metrics");
     let steps = |d: &Path| std::fs::read_to_string(d.join("steps.jsonl")).expect("steps");
-    assert_eq!(steps(&whole), steps(&cut));
+    same_computation(steps(&whole), steps(&cut), "steps.jsonl");
     let (a, b) = (report(&whole), report(&cut));
-    assert_eq!(a["val"], b["val"]);
-    assert_eq!(a["train_loss"], b["train_loss"]);
+    same_computation(&a["val"], &b["val"], "val");
+    same_computation(&a["train_loss"], &b["train_loss"], "train loss");
 }
 
 /// Runs a failing experiment; returns the output after checking the code, the spanned line and
@@ -527,4 +529,63 @@ fn a_sweep_runs_every_trial_and_ranks_them() {
             "trial {k} has no report"
         );
     }
+}
+
+/// `kiln run`, `kiln eval` and `kiln export` take any file name that `kiln check` and
+/// `kiln plan` take, one that is not UTF-8 included (Linux allows any bytes but `/` and NUL).
+#[test]
+fn a_file_name_that_is_not_utf8_runs_like_any_other() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = scratch("not-utf8");
+    let exp = dir.join(OsStr::from_bytes(b"tiny-\xff\xfe.exp"));
+    // A checkpoint for `kiln export` to restore.
+    let with_checkpoint = TINY.replace(
+        "eval_every 20 steps",
+        "eval_every 20 steps\n    checkpoint(every: 20 steps, keep: 1)",
+    );
+    assert_ne!(with_checkpoint, TINY);
+    std::fs::write(&exp, with_checkpoint).expect("write");
+    let run_dir = dir.join(OsStr::from_bytes(b"run-\xff"));
+    let run = |args: &[&OsStr]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_kiln"))
+            .args(args)
+            .current_dir(root())
+            .env("NO_COLOR", "1")
+            .env("OMP_NUM_THREADS", "1")
+            .output()
+            .expect("kiln starts");
+        assert!(o.status.success(), "kiln {args:?}: {}", text(&o));
+        o
+    };
+    let os = OsStr::new;
+    run(&[os("check"), exp.as_os_str()]);
+    run(&[os("plan"), exp.as_os_str()]);
+    run(&[
+        os("run"),
+        exp.as_os_str(),
+        os("--quiet"),
+        os("--run-dir"),
+        run_dir.as_os_str(),
+    ]);
+    assert!(report(&run_dir)["val"]["accuracy"].as_f64().is_some());
+    run(&[os("eval"), run_dir.as_os_str(), os("--split"), os("test")]);
+    // JSON names such a path by its bytes.
+    let o = run(&[os("eval"), run_dir.as_os_str(), os("--format"), os("json")]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let bytes: Vec<u8> = json["weights"]["bytes"]
+        .as_array()
+        .expect("the weights' path as bytes")
+        .iter()
+        .map(|b| u8::try_from(b.as_u64().expect("a byte")).expect("a byte"))
+        .collect();
+    assert!(bytes.starts_with(run_dir.as_os_str().as_bytes()), "{json}");
+    let out = dir.join(OsStr::from_bytes(b"model-\xff"));
+    run(&[
+        os("export"),
+        run_dir.as_os_str(),
+        os("--out"),
+        out.as_os_str(),
+    ]);
+    assert!(out.exists());
 }

@@ -8,7 +8,7 @@ mod support;
 
 use serde_json::Value;
 use support::parity::{self, json_lines, worst};
-use support::{scratch, write};
+use support::{scratch, within_one_sample, write};
 
 /// The experiment under `parallel` (empty for one device).
 fn experiment(name: &str, parallel: &str) -> String {
@@ -86,6 +86,8 @@ fn every_strategy_records_what_one_device_records() {
         ("ddp", "parallel ddp(backend: gloo, world_size: 2)"),
     ] {
         let got = records(&dir, name, parallel);
+        // `one_cycle`'s rate is a function of the step alone, computed in f64 by the same code:
+        // equal bit for bit whatever the strategy.
         assert_eq!(got.lrs, one.lrs, "{name}: the rates differ");
         let (step, diff) = worst(&got.losses, &one.losses);
         assert!(
@@ -95,9 +97,12 @@ fn every_strategy_records_what_one_device_records() {
         for (a, b) in got.validations.iter().zip(&one.validations) {
             let (la, lb) = (a[0].as_f64().expect("loss"), b[0].as_f64().expect("loss"));
             assert!(
-                (la - lb).abs() <= 1e-5 * lb.abs() && a[1] == b[1],
+                (la - lb).abs() <= 1e-5 * lb.abs(),
                 "{name}: validation {a} against one device's {b}"
             );
+            // 120 validation samples.
+            let accuracy = |v: &Value| v[1].as_f64().expect("accuracy");
+            within_one_sample(accuracy(a), accuracy(b), 120, name);
         }
     }
 }

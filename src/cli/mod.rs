@@ -75,7 +75,7 @@ enum Command {
     Run {
         /// The experiment file and options, passed to `kiln-runtime run`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        args: Vec<std::ffi::OsString>,
     },
     /// Print the libtorch version and the devices it sees.
     Env,
@@ -86,7 +86,7 @@ enum Command {
     Eval {
         /// The run directory or experiment file and options, passed to `kiln-runtime eval`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        args: Vec<std::ffi::OsString>,
     },
     /// Write a run's model (compressed, when the experiment compresses) as safetensors with a
     /// manifest; `kiln export --help` for options.
@@ -94,7 +94,7 @@ enum Command {
     Export {
         /// The run directory and options, passed to `kiln-runtime export`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-        args: Vec<String>,
+        args: Vec<std::ffi::OsString>,
     },
     /// Summarise a finished run from its directory (a sweep's directory: its trials, ranked).
     Report {
@@ -163,22 +163,10 @@ pub fn main() -> i32 {
             device_memory,
         } => commands::plan(&path, format, &device_memory),
         Command::Fmt { paths, check } => fmt::fmt(&paths, check),
-        Command::Run { args } => {
-            let mut all = vec!["run"];
-            all.extend(args.iter().map(String::as_str));
-            runtime::runtime(&all)
-        }
-        Command::Env => runtime::runtime(&["env"]),
-        Command::Eval { args } => {
-            let mut all = vec!["eval"];
-            all.extend(args.iter().map(String::as_str));
-            runtime::runtime(&all)
-        }
-        Command::Export { args } => {
-            let mut all = vec!["export"];
-            all.extend(args.iter().map(String::as_str));
-            runtime::runtime(&all)
-        }
+        Command::Run { args } => runtime::runtime("run", &args),
+        Command::Env => runtime::runtime("env", &[]),
+        Command::Eval { args } => runtime::runtime("eval", &args),
+        Command::Export { args } => runtime::runtime("export", &args),
         Command::Report { run_dir, all } => report::report(&run_dir, all),
         Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
         Command::Lsp => kiln::lsp::server::run().map(|()| EXIT_OK),

@@ -1,6 +1,7 @@
 //! `kiln run` and `kiln env`: they run in `kiln-runtime`, which `kiln` starts, passes its stop
 //! signals on to, and outlives. A runtime killed by a signal is reported as K0511.
 
+use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -24,8 +25,10 @@ const VALUED: [&str; 8] = [
     "--max-steps",
 ];
 
-/// Runs `kiln-runtime` (installed beside `kiln`) with `args`; returns its exit status.
-pub fn runtime(args: &[&str]) -> Result<i32, String> {
+/// Runs `kiln-runtime` (installed beside `kiln`) as `kiln-runtime COMMAND ARGS...`; returns its
+/// exit status. The arguments pass through as the operating system gave them: a file name need
+/// not be UTF-8.
+pub fn runtime(command: &str, args: &[OsString]) -> Result<i32, String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot locate kiln: {e}"))?;
     let runtime = exe.with_file_name("kiln-runtime");
     if !runtime.is_file() {
@@ -39,7 +42,9 @@ pub fn runtime(args: &[&str]) -> Result<i32, String> {
     let list = RunDirs::create()?;
     let oom_before = supervise::oom_kills();
     let mut cmd = std::process::Command::new(&runtime);
-    cmd.args(args).env(supervise::RUN_DIRS_ENV, &list.0);
+    cmd.arg(command)
+        .args(args)
+        .env(supervise::RUN_DIRS_ENV, &list.0);
     let child = match supervise::spawn(&mut cmd) {
         Ok(child) => child,
         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
@@ -56,7 +61,8 @@ pub fn runtime(args: &[&str]) -> Result<i32, String> {
         (None, sig) => {
             let sig = sig.unwrap_or(libc::SIGKILL);
             let cause = cause(sig, &exit, oom_before);
-            killed(args, sig, cause, &supervise::recorded_run_dirs(&list.0));
+            let file = (command == "run").then(|| experiment_file(args)).flatten();
+            killed(file, sig, cause, &supervise::recorded_run_dirs(&list.0));
             Ok(EXIT_KILLED)
         }
     }
@@ -113,28 +119,25 @@ fn cause(sig: i32, exit: &Exit, oom_before: Option<u64>) -> Death {
 
 /// The experiment file of `kiln run`'s arguments: the first that is neither an option nor an
 /// option's value.
-fn experiment_file(args: &[&str]) -> Option<PathBuf> {
+fn experiment_file(args: &[OsString]) -> Option<PathBuf> {
     let mut rest = args.iter();
-    if rest.next() != Some(&"run") {
-        return None;
-    }
     while let Some(arg) = rest.next() {
-        if VALUED.contains(arg) {
+        if VALUED.iter().any(|v| arg == v) {
             rest.next();
-        } else if !arg.starts_with('-') {
+        } else if !arg.as_encoded_bytes().starts_with(b"-") {
             return Some(PathBuf::from(arg));
         }
     }
     None
 }
 
-/// Prints K0511 for a runtime that `sig` killed, pointing into the experiment file.
-fn killed(args: &[&str], sig: i32, cause: Death, dirs: &[PathBuf]) {
+/// Prints K0511 for a runtime that `sig` killed, pointing into the experiment file of a
+/// `kiln run` when there is one.
+fn killed(file: Option<PathBuf>, sig: i32, cause: Death, dirs: &[PathBuf]) {
     let signal = supervise::signal_name(sig);
     let runs: Vec<KilledRun> = dirs.iter().map(|d| killed_run(d)).collect();
     let mut err = std::io::stderr().lock();
-    let checked =
-        experiment_file(args).map(|f| (check_path(&f, &FsLoader, &Options::default()), f));
+    let checked = file.map(|f| (check_path(&f, &FsLoader, &Options::default()), f));
     let Some((checked, file)) = checked.filter(|(c, _)| !c.sources.is_empty()) else {
         let _ = writeln!(err, "error: `kiln-runtime` was killed by {signal}");
         return;

@@ -23,6 +23,7 @@
 pub mod checkpoint;
 mod lock;
 mod metrics;
+pub mod path_text;
 mod rank;
 mod report;
 #[cfg(test)]
@@ -496,7 +497,8 @@ fn head(path: &Path, n: u64) -> Result<(String, u64), Error> {
 /// Where the experiment of a run came from: `kiln eval` and `kiln export` check it again.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Source {
-    /// The experiment file, as an absolute path.
+    /// The experiment file, as an absolute path (any path: see [`path_text`]).
+    #[serde(with = "path_text")]
     pub file: PathBuf,
     /// The sweep trial (1-based), for a sweep's run.
     pub trial: Option<usize>,

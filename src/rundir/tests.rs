@@ -475,3 +475,67 @@ fn an_extended_runs_earlier_reports_are_set_aside_and_kept() {
     assert_eq!(read("report-2.yaml"), second);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `source.yaml` records any experiment path, one that is not UTF-8 included, and reads it back
+/// byte for byte; a UTF-8 path stays a plain string.
+#[test]
+fn a_source_of_any_path_round_trips() {
+    use std::os::unix::ffi::OsStrExt;
+    for raw in [&b"/runs/a b/exp\xc3\xa9.exp"[..], b"/runs/t\xff\xfe.exp"] {
+        let file = PathBuf::from(std::ffi::OsStr::from_bytes(raw));
+        let source = Source {
+            file: file.clone(),
+            trial: Some(2),
+        };
+        let text = serde_yaml::to_string(&source).expect("YAML");
+        assert_eq!(text.contains("bytes"), file.to_str().is_none(), "{text}");
+        let back: Source = serde_yaml::from_str(&text).expect("read back");
+        assert_eq!(back, source);
+    }
+}
+
+/// Every f64 of `metrics.jsonl` reads back exactly, as the report copies them: the two values
+/// the issue saw on an AVX512 machine are ones that JSON parsing without `float_roundtrip` reads
+/// one unit in the last place off (`…673` as `…671`), besides ordinary and extreme ones.
+#[test]
+fn metric_values_read_back_bit_for_bit() {
+    let dir = scratch("exact");
+    let mut run = RunDir::create(dir.clone()).expect("create");
+    let values = [
+        1.109_724_065_992_567_3,
+        1.194_962_908_426_920_7,
+        0.1 + 0.2,
+        1.0 / 3.0,
+        f64::MIN_POSITIVE,
+        5e-324,
+        f64::MAX,
+        123_456_789.012_345_67,
+    ];
+    let lines: Vec<MetricLine> = values
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| {
+            MetricLine::Val(EvalRecord {
+                loss: v,
+                accuracy: Some(v),
+                ..eval(i as u64 + 1, None)
+            })
+        })
+        .collect();
+    for l in &lines {
+        run.metric(l).expect("append");
+    }
+    for (back, sent) in run.metrics().expect("read").iter().zip(&lines) {
+        let (MetricLine::Val(b), MetricLine::Val(s)) = (back, sent) else {
+            panic!("not validation lines");
+        };
+        assert_eq!(
+            b.loss.to_bits(),
+            s.loss.to_bits(),
+            "{} read back as {}",
+            s.loss,
+            b.loss
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -68,8 +68,8 @@ pub struct EvalOptions {
     /// placements.
     #[arg(long, value_parser = parse_device)]
     pub device: Option<kiln::ir::Device>,
-    /// libtorch's intra-op threads, 1 to 1024; a CPU evaluation equals a run's bit for bit with
-    /// the run's thread count.
+    /// libtorch's intra-op threads, 1 to 1024; on the run's machine, a CPU evaluation equals the
+    /// run's bit for bit with the run's thread count (README, "Reproducibility").
     #[arg(
         long,
         value_name = "N",
@@ -122,6 +122,7 @@ struct EvalReport {
     experiment: String,
     split: &'static str,
     samples: i64,
+    #[serde(serialize_with = "kiln::rundir::path_text::serialize")]
     weights: PathBuf,
     /// The checkpoint's step, for a checkpoint.
     step: Option<u64>,

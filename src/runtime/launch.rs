@@ -2,7 +2,9 @@
 //! `--standalone`, it picks a free port on the loopback address and starts `world_size` ranks of
 //! `kiln-runtime` on this machine with the variables torchrun sets (`MASTER_ADDR`,
 //! `MASTER_PORT`, `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`), splitting the cores
-//! between them. Rank 0 writes to this process's terminal (its progress bar, its summary); the
+//! between them. Every listener of the run is on the loopback address: the store (it listens on
+//! `MASTER_ADDR` alone), Gloo's pairs (the ranks see the store is local) and NCCL's sockets
+//! (`NCCL_SOCKET_IFNAME=lo`). Rank 0 writes to this process's terminal (its progress bar, its summary); the
 //! lines of the other ranks are prefixed with `[rank K]`. When a rank fails, the others get a
 //! few seconds to report what they saw, then any still running are killed; the launcher exits
 //! non-zero, naming the rank that failed first when a signal ended it or ranks had to be killed
@@ -73,6 +75,9 @@ pub fn main(
             .env("WORLD_SIZE", world.to_string())
             .env("LOCAL_RANK", r.to_string())
             .env("LOCAL_WORLD_SIZE", world.to_string())
+            // NCCL's bootstrap and proxy sockets listen on the interface this names; left to
+            // itself, NCCL picks the machine's first network interface.
+            .env("NCCL_SOCKET_IFNAME", "lo")
             .env_remove("TORCHELASTIC_USE_AGENT_STORE");
         // c10d logs a lost connection as a warning with a C++ stack trace; the ranks report it
         // as a diagnostic, so only c10d's errors are shown, unless the user chose otherwise.

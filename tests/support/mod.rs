@@ -64,6 +64,30 @@ pub fn report(dir: &Path) -> serde_yaml::Value {
         .expect("valid YAML")
 }
 
+/// Asserts that two processes on this machine computed the same numbers, bit for bit: what Kiln
+/// promises when both ran the same computation (README, "Reproducibility"), on any CPU. The same
+/// experiment, seed, weights, libtorch and thread count make libtorch pick the same kernels (it
+/// chooses them by the CPU and the thread count) for the same bytes (weights are stored as
+/// float32 exactly, every tensor is 64-byte aligned), the same batches pass through them in the
+/// same order, Kiln adds their float32 results in f64 in that order, and every f64 is written in
+/// its shortest exact decimal form and read back exactly (serde_json's `float_roundtrip`). Two
+/// machines (AVX2 and AVX512) differ in the last float32 bits: no test compares across machines.
+#[track_caller]
+pub fn same_computation<T: PartialEq + std::fmt::Debug>(a: T, b: T, what: &str) {
+    assert_eq!(a, b, "{what}: the same computation gave other numbers");
+}
+
+/// Asserts that two accuracies over `samples` samples, computed differently (other batch sizes,
+/// ranks, devices), differ by one sample at most: their logits differ in the last float32 bits,
+/// which can turn a prediction only where two classes' scores tie to those bits.
+#[track_caller]
+pub fn within_one_sample(a: f64, b: f64, samples: usize, what: &str) {
+    assert!(
+        (a - b).abs() <= 1.0 / samples as f64 + 1e-12,
+        "{what}: accuracy {a} against {b} over {samples} samples"
+    );
+}
+
 /// A tiny classifier (`kiln eval`'s tests) on synthetic data with validation and test splits and no checkpoints.
 pub const TINY: &str = r#"
 experiment "tiny" {

@@ -100,7 +100,11 @@ fn reference() -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
     (read(inputs), read(outputs))
 }
 
-/// Same kind, same shape, same bits (NaN-free inputs).
+/// Same kind, same shape, same bits (NaN-free inputs). PyTorch runs in another process, yet
+/// bit equality holds on any CPU: both sides are the same libtorch on the same machine, and what
+/// is compared is made of operations that are exactly rounded whatever the kernel (minimum,
+/// maximum, the four operations, rounding, clamping) or of the very same libtorch operators
+/// (`fake_quantize_per_*_affine`) on the same bytes, in the same order as PyTorch's observers.
 fn assert_identical(what: &str, ours: &Tensor, theirs: &Tensor) {
     assert_eq!(ours.kind(), theirs.kind(), "{what}: dtype");
     assert_eq!(ours.size(), theirs.size(), "{what}: shape");

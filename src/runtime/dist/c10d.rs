@@ -20,6 +20,7 @@ mod ffi {
             is_server: c_int,
             world: i64,
             timeout_ms: i64,
+            listen_fd: c_int,
         ) -> *mut c_void;
         pub fn kiln_store_set(s: *mut c_void, key: *const c_char, v: *const u8, n: usize) -> c_int;
         pub fn kiln_store_get(
@@ -122,8 +123,11 @@ pub struct Store(*mut c_void);
 unsafe impl Send for Store {}
 
 impl Store {
-    /// Serves (`is_server`) or joins the store at `addr:port`. The server never waits for the
-    /// others; a client retries connecting until `timeout`, which also bounds every `get`.
+    /// Serves (`is_server`) or joins the store at `addr:port`. The server listens on `addr`
+    /// alone (the first of its addresses that this machine has), never on every interface: the
+    /// store has no authentication, so whoever can reach it can join or upset the run. The
+    /// server never waits for the others; a client retries connecting until `timeout`, which
+    /// also bounds every `get`.
     pub fn connect(
         addr: &str,
         port: u16,
@@ -132,7 +136,19 @@ impl Store {
         timeout: Duration,
     ) -> Result<Store, CommError> {
         let host = text(addr)?;
-        // SAFETY: `host` outlives the call.
+        let listen_fd = if is_server {
+            let listener = std::net::TcpListener::bind((addr, port))
+                .map_err(|e| {
+                    CommError(format!(
+                        "the store cannot listen on {addr}:{port}, which must be an address of this machine: {e}"
+                    ))
+                })?;
+            // The store takes the socket over and closes it when it is dropped.
+            std::os::fd::IntoRawFd::into_raw_fd(listener)
+        } else {
+            -1
+        };
+        // SAFETY: `host` outlives the call; the store owns `listen_fd` from here on.
         let p = unsafe {
             ffi::kiln_store_new(
                 host.as_ptr(),
@@ -140,6 +156,7 @@ impl Store {
                 c_int::from(is_server),
                 world as i64,
                 millis(timeout),
+                listen_fd,
             )
         };
         if p.is_null() {

@@ -98,9 +98,30 @@ impl Rank {
         self.rank == 0 && !self.agent_store
     }
 
+    /// Whether every rank runs on this machine: the store's host is a loopback address (every
+    /// address its name resolves to), which no other machine can reach.
+    pub fn on_this_machine(&self) -> bool {
+        use std::net::ToSocketAddrs;
+        let Ok(addrs) = (self.addr.as_str(), self.port).to_socket_addrs() else {
+            return false;
+        };
+        let addrs: Vec<_> = addrs.collect();
+        !addrs.is_empty() && addrs.iter().all(|a| is_loopback(a.ip()))
+    }
+
     /// The store's address, `host:port`.
     pub fn address(&self) -> String {
         format!("{}:{}", self.addr, self.port)
+    }
+}
+
+/// Whether `ip` is a loopback address, an IPv4 one written as IPv6 (`::ffff:127.0.0.1`) included.
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
     }
 }
 
@@ -110,4 +131,28 @@ pub fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(addr: &str) -> Rank {
+        Rank {
+            addr: addr.into(),
+            ..Rank::alone(29500)
+        }
+    }
+
+    /// A store on a loopback address (by number or by name) means every rank is on this
+    /// machine; any other address may be reached from others.
+    #[test]
+    fn only_a_loopback_store_keeps_the_run_on_this_machine() {
+        for local in ["127.0.0.1", "127.0.0.2", "::1", "localhost"] {
+            assert!(at(local).on_this_machine(), "{local}");
+        }
+        for remote in ["10.1.2.3", "192.0.2.2", "0.0.0.0", "::"] {
+            assert!(!at(remote).on_this_machine(), "{remote}");
+        }
+    }
 }

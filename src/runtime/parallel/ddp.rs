@@ -437,16 +437,22 @@ impl Drop for Ddp {
     }
 }
 
-/// Where Gloo listens: `GLOO_SOCKET_IFNAME` when set; the loopback address when the store is on
-/// it (every rank on this machine); otherwise the address this machine's name resolves to.
+/// Where Gloo listens. When every rank is on this machine (the store is on a loopback address),
+/// on the loopback address, whatever `GLOO_SOCKET_IFNAME` says: no other machine has any
+/// business with the run. Otherwise on the interface `GLOO_SOCKET_IFNAME` names, else on the
+/// address this machine's name resolves to (Gloo's default: one address, never every interface).
 fn bind(me: &Rank) -> Bind {
-    let interface = std::env::var("GLOO_SOCKET_IFNAME")
-        .ok()
-        .filter(|i| !i.is_empty());
-    let local = matches!(me.addr.as_str(), "127.0.0.1" | "localhost" | "::1");
+    if me.on_this_machine() {
+        return Bind {
+            interface: None,
+            host: Some("127.0.0.1".to_string()),
+        };
+    }
     Bind {
-        host: (interface.is_none() && local).then(|| "127.0.0.1".to_string()),
-        interface,
+        interface: std::env::var("GLOO_SOCKET_IFNAME")
+            .ok()
+            .filter(|i| !i.is_empty()),
+        host: None,
     }
 }
 
