@@ -516,7 +516,7 @@ fn check_loss(
     let Some(out) = &model.output else {
         return true;
     };
-    let name = super::loss::name(loss);
+    let name = loss.name();
     let err = |cx: &mut Cx, situation: LossShape| {
         cx.report(Problem::LossShape {
             span: loss_span,
@@ -587,7 +587,11 @@ fn check_loss(
             }
             true
         }
-        Loss::Mse | Loss::L1 | Loss::BceWithLogits { .. } => {
+        Loss::Mse
+        | Loss::L1
+        | Loss::Huber { .. }
+        | Loss::SmoothL1 { .. }
+        | Loss::BceWithLogits { .. } => {
             let want: Vec<i64> = match targets {
                 Targets::Values(shape) => shape.to_vec(),
                 Targets::Classes(Some(classes))
@@ -713,12 +717,29 @@ fn check_evaluation(
         Targets::Classes(c) | Targets::Tokens { classes: c, .. } => Some(*c),
         _ => None,
     };
+    let at = given.get("metrics").copied().unwrap_or(train.loss_span);
+    let regression: Vec<&'static str> = train
+        .metrics
+        .iter()
+        .filter_map(|m| match m {
+            Metric::Mae => Some("mae"),
+            Metric::Rmse => Some("rmse"),
+            Metric::R2 => Some("r2"),
+            _ => None,
+        })
+        .collect();
+    if !regression.is_empty() && !train.loss.regression() {
+        cx.report(Problem::IgnoredSetting {
+            span: at,
+            situation: Ignored::RegressionMetrics {
+                metrics: regression,
+                loss: train.loss.name(),
+            },
+        });
+    }
     for m in &train.metrics {
-        let at = given.get("metrics").copied().unwrap_or(train.loss_span);
         match (m, classes) {
-            (Metric::Accuracy | Metric::TopK(_), None)
-                if matches!(train.loss, Loss::Mse | Loss::L1) =>
-            {
+            (Metric::Accuracy | Metric::TopK(_), None) if train.loss.regression() => {
                 cx.report(Problem::IgnoredSetting {
                     span: at,
                     situation: Ignored::AccuracyOnValues,

@@ -1,5 +1,6 @@
 //! The `loss` setting: the losses, their options (class weights, `ignore_index`, label
-//! smoothing, `pos_weight`), and the options' sizes against the model's output.
+//! smoothing, `pos_weight`, Huber's `delta`, smooth L1's `beta`), and the options' sizes
+//! against the model's output.
 
 use super::cx::{Cx, Range};
 use super::settings::{callee, Called, Choice};
@@ -14,6 +15,8 @@ pub(super) enum LossName {
     CrossEntropy,
     Mse,
     L1,
+    Huber,
+    SmoothL1,
     BceWithLogits,
     Nll,
 }
@@ -27,6 +30,8 @@ pub(super) const LOSSES: &[Choice<LossName>] = &[
     ),
     ("mse", LossName::Mse, &[]),
     ("l1", LossName::L1, &[]),
+    ("huber", LossName::Huber, &["delta"]),
+    ("smooth_l1", LossName::SmoothL1, &["beta"]),
     ("bce_with_logits", LossName::BceWithLogits, &["pos_weight"]),
     ("nll", LossName::Nll, &["weight", "ignore_index"]),
 ];
@@ -78,6 +83,18 @@ pub(super) fn check_loss(cx: &mut Cx, stmt: &Statement) -> Option<Loss> {
         },
         LossName::Mse => Loss::Mse,
         LossName::L1 => Loss::L1,
+        // `F.huber_loss` refuses a `delta` of 0 or less; `F.smooth_l1_loss` takes a `beta` of
+        // 0, where it is `l1`.
+        LossName::Huber => Loss::Huber {
+            delta: b
+                .get("delta")
+                .map_or(Some(1.0), |v| cx.number_in(v, "`delta`", Range::Positive))?,
+        },
+        LossName::SmoothL1 => Loss::SmoothL1 {
+            beta: b
+                .get("beta")
+                .map_or(Some(1.0), |v| cx.number_in(v, "`beta`", Range::NonNegative))?,
+        },
     })
 }
 
@@ -125,16 +142,5 @@ pub(super) fn option_sizes(loss: &Loss, out: &Shape) -> Option<LossShape> {
             })
         }
         _ => None,
-    }
-}
-
-/// The loss's name in the language.
-pub(super) fn name(loss: &Loss) -> &'static str {
-    match loss {
-        Loss::CrossEntropy { .. } => "cross_entropy",
-        Loss::Nll { .. } => "nll",
-        Loss::Mse => "mse",
-        Loss::L1 => "l1",
-        Loss::BceWithLogits { .. } => "bce_with_logits",
     }
 }
