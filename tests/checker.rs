@@ -837,3 +837,44 @@ fn schedules_are_measured_against_the_steps_the_runtime_takes() {
         vec![]
     );
 }
+
+/// A regression of one value per sample with `loss` and `metrics`.
+fn regression(loss: &str, metrics: &str) -> String {
+    format!(
+        "experiment \"r\" {{\n  data {{\n    source synthetic(inputs: normal([8]), targets: normal([1]), count: 100)\n    split(train: 0.8, val: 0.2)\n    batch 10\n  }}\n  model {{\n    input [8]\n    out: linear(1)\n  }}\n  optimizer sgd(lr: 0.1)\n  train {{\n    steps 10\n    loss {loss}\n    metrics [{metrics}]\n  }}\n}}\n"
+    )
+}
+
+#[test]
+fn huber_and_smooth_l1_take_pytorchs_ranges_and_metrics_fit_the_loss() {
+    for (loss, want) in [
+        ("huber", vec![]),
+        ("huber(delta: 0.25)", vec![]),
+        ("huber(0)", vec![("K0121", "0".to_string())]),
+        ("huber(delta: -1)", vec![("K0121", "-1".to_string())]),
+        ("smooth_l1", vec![]),
+        ("smooth_l1(beta: 0)", vec![]),
+        ("smooth_l1(beta: -0.5)", vec![("K0121", "-0.5".to_string())]),
+        ("smooth_l1(delta: 1)", vec![("K0106", "delta".to_string())]),
+    ] {
+        let c = check(&regression(loss, "loss, mae, rmse, r2"));
+        assert_eq!(found(&c), want, "{loss}");
+    }
+    let c = check(&regression("huber(delta: 0.5)", "mae"));
+    assert_eq!(c.trials[0].train.loss, kiln::ir::Loss::Huber { delta: 0.5 });
+    assert_eq!(c.trials[0].train.metrics, vec![kiln::ir::Metric::Mae]);
+    // Accuracy on real values, regression metrics on classes: warnings, ignored.
+    let c = check(&regression("smooth_l1", "accuracy"));
+    assert_eq!(found(&c), vec![("K0406", "metrics".to_string())]);
+    let classifier = experiment("batch 64", MLP, "").replace(
+        "loss cross_entropy",
+        "loss cross_entropy\n    metrics [accuracy, rmse]",
+    );
+    let c = check(&classifier);
+    assert_eq!(found(&c), vec![("K0406", "metrics".to_string())]);
+    assert_eq!(
+        c.diagnostics[0].message,
+        "`rmse` is measured only with a regression loss, not with `cross_entropy`"
+    );
+    assert_eq!(c.trials.len(), 1, "a warning keeps the trial");
+}

@@ -1,9 +1,10 @@
 //! Parity of the loss options with `torch.nn.functional`: from the same initial weights and the
 //! same batches, `kiln run` reproduces, step by step over 50 SGD steps, the losses of a PyTorch
 //! loop using `F.cross_entropy` (class weights, `ignore_index`, label smoothing), `F.nll_loss`
-//! (class weights, `ignore_index`) and `F.binary_cross_entropy_with_logits` (`pos_weight`, one
-//! value or one per output). `tests/losses/reference.py` writes the weights, the data and the
-//! reference losses.
+//! (class weights, `ignore_index`), `F.binary_cross_entropy_with_logits` (`pos_weight`, one
+//! value or one per output), `F.huber_loss` (`delta`) and `F.smooth_l1_loss` (`beta`, 0
+//! included) against several real-valued targets per sample. `tests/losses/reference.py` writes
+//! the weights, the data and the reference losses.
 
 mod support;
 
@@ -66,6 +67,34 @@ fn cases() -> Vec<Case> {
             outputs: 3,
             ignore_fraction: 0.0,
         },
+        Case {
+            name: "huber-default",
+            loss: "huber",
+            args: json!({}),
+            outputs: 3,
+            ignore_fraction: 0.0,
+        },
+        Case {
+            name: "huber-delta",
+            loss: "huber",
+            args: json!({"delta": 0.3}),
+            outputs: 3,
+            ignore_fraction: 0.0,
+        },
+        Case {
+            name: "smooth-l1-beta",
+            loss: "smooth_l1",
+            args: json!({"beta": 0.25}),
+            outputs: 3,
+            ignore_fraction: 0.0,
+        },
+        Case {
+            name: "smooth-l1-beta-0",
+            loss: "smooth_l1",
+            args: json!({"beta": 0.0}),
+            outputs: 2,
+            ignore_fraction: 0.0,
+        },
     ]
 }
 
@@ -78,19 +107,22 @@ fn exp(case: &Case) -> String {
         .iter()
         .map(|(k, v)| format!("{k}: {}", exp_value(v)))
         .collect();
-    let (classes, last) = if case.loss == "bce_with_logits" {
+    let (classes, last) = if ["bce_with_logits", "huber", "smooth_l1"].contains(&case.loss) {
         (String::new(), "")
     } else if case.loss == "nll" {
         (format!(", classes: {}", case.outputs), "    log_softmax\n")
     } else {
         (format!(", classes: {}", case.outputs), "")
     };
+    let loss = if args.is_empty() {
+        case.loss.to_string()
+    } else {
+        format!("{}({})", case.loss, args.join(", "))
+    };
     format!(
-        "experiment \"{name}\" {{\n  seed 7\n  data {{\n    source safetensors(\"data.safetensors\"{classes})\n    shuffle false\n    batch {BATCH}\n  }}\n  model {{\n    input [8]\n    fc1: linear(8 -> 16)\n    relu\n    fc2: linear(16 -> {k})\n{last}  }}\n  device cpu\n  optimizer sgd(lr: 0.1)\n  train {{\n    steps {STEPS}\n    loss {loss}({args})\n  }}\n}}\n",
+        "experiment \"{name}\" {{\n  seed 7\n  data {{\n    source safetensors(\"data.safetensors\"{classes})\n    shuffle false\n    batch {BATCH}\n  }}\n  model {{\n    input [8]\n    fc1: linear(8 -> 16)\n    relu\n    fc2: linear(16 -> {k})\n{last}  }}\n  device cpu\n  optimizer sgd(lr: 0.1)\n  train {{\n    steps {STEPS}\n    loss {loss}\n  }}\n}}\n",
         name = case.name,
         k = case.outputs,
-        loss = case.loss,
-        args = args.join(", "),
     )
 }
 

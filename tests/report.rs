@@ -487,6 +487,9 @@ fn write_typed(dir: &Path, lr: &str, val_loss: f64, accuracy: f64) {
         loss: val_loss,
         accuracy: Some(accuracy),
         top_k: None,
+        mae: None,
+        rmse: None,
+        r2: None,
     };
     run.metric(&MetricLine::Val(val)).expect("metric");
     let report = Report {
@@ -501,6 +504,7 @@ fn write_typed(dir: &Path, lr: &str, val_loss: f64, accuracy: f64) {
                 loss: val_loss,
                 accuracy: Some(accuracy),
                 top_k: None,
+                ..Eval::default()
             }),
             ..Outcome::default()
         },

@@ -1,5 +1,6 @@
 //! The `loss` setting: the losses, their options (class weights, `ignore_index`, label
-//! smoothing, `pos_weight`), and the options' sizes against the model's output.
+//! smoothing, `pos_weight`, Huber's `delta`, smooth L1's `beta`), and the options' sizes
+//! against the model's output.
 
 use super::cx::{Cx, Range};
 use super::model::ModelOut;
@@ -16,6 +17,8 @@ pub(super) enum LossName {
     CrossEntropy,
     Mse,
     L1,
+    Huber,
+    SmoothL1,
     BceWithLogits,
     Nll,
 }
@@ -29,6 +32,8 @@ pub(super) const LOSSES: &[Choice<LossName>] = &[
     ),
     ("mse", LossName::Mse, &[]),
     ("l1", LossName::L1, &[]),
+    ("huber", LossName::Huber, &["delta"]),
+    ("smooth_l1", LossName::SmoothL1, &["beta"]),
     ("bce_with_logits", LossName::BceWithLogits, &["pos_weight"]),
     ("nll", LossName::Nll, &["weight", "ignore_index"]),
 ];
@@ -80,6 +85,18 @@ pub(super) fn check_loss(cx: &mut Cx, stmt: &Statement) -> Option<Loss> {
         },
         LossName::Mse => Loss::Mse,
         LossName::L1 => Loss::L1,
+        // `F.huber_loss` refuses a `delta` of 0 or less; `F.smooth_l1_loss` takes a `beta` of
+        // 0, where it is `l1`.
+        LossName::Huber => Loss::Huber {
+            delta: b
+                .get("delta")
+                .map_or(Some(1.0), |v| cx.number_in(v, "`delta`", Range::Positive))?,
+        },
+        LossName::SmoothL1 => Loss::SmoothL1 {
+            beta: b
+                .get("beta")
+                .map_or(Some(1.0), |v| cx.number_in(v, "`beta`", Range::NonNegative))?,
+        },
     })
 }
 
@@ -130,16 +147,6 @@ fn option_sizes(loss: &Loss, out: &Shape) -> Option<LossShape> {
     }
 }
 
-/// The loss's name in the language.
-fn name(loss: &Loss) -> &'static str {
-    match loss {
-        Loss::CrossEntropy { .. } => "cross_entropy",
-        Loss::Nll { .. } => "nll",
-        Loss::Mse => "mse",
-        Loss::L1 => "l1",
-        Loss::BceWithLogits { .. } => "bce_with_logits",
-    }
-}
 /// The loss against the model's output and the targets, as PyTorch would meet them but never
 /// broadcasting: class scores against class indices (one per sample, or one per token), and for
 /// real-valued targets an output of exactly the targets' shape, a one-unit output meeting one
@@ -158,7 +165,7 @@ pub(super) fn against_targets(
     let Some(out) = &model.output else {
         return true;
     };
-    let name = name(loss);
+    let name = loss.name();
     let err = |cx: &mut Cx, situation: LossShape| {
         cx.report(Problem::LossShape {
             span: loss_span,
@@ -245,7 +252,11 @@ pub(super) fn against_targets(
             }
             true
         }
-        Loss::Mse | Loss::L1 | Loss::BceWithLogits { .. } => {
+        Loss::Mse
+        | Loss::L1
+        | Loss::Huber { .. }
+        | Loss::SmoothL1 { .. }
+        | Loss::BceWithLogits { .. } => {
             let want: Vec<i64> = match targets {
                 Targets::Values(shape) => shape.to_vec(),
                 Targets::Classes(Some(classes))

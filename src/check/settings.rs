@@ -171,7 +171,7 @@ fn count(cx: &mut Cx, stmt: &Statement, v: &Value, what: &str) -> Option<u64> {
 const MAX_REPLICAS: u64 = 1024;
 
 /// Metrics.
-pub const METRICS: &[&str] = &["accuracy", "top_k", "loss"];
+pub const METRICS: &[&str] = &["accuracy", "top_k", "loss", "mae", "rmse", "r2"];
 
 /// A choice read from a statement.
 pub struct Called<'s, T> {
@@ -644,12 +644,14 @@ fn check_metrics(cx: &mut Cx, v: &Value) -> Option<Vec<Metric>> {
             }
         };
         match ident.name.as_str() {
-            "accuracy" | "loss" => {
-                cx.bind(&ident.name, args, ident.span, &[]);
-                out.push(if ident.name == "loss" {
-                    Metric::Loss
-                } else {
-                    Metric::Accuracy
+            name @ ("accuracy" | "loss" | "mae" | "rmse" | "r2") => {
+                cx.bind(name, args, ident.span, &[]);
+                out.push(match name {
+                    "loss" => Metric::Loss,
+                    "mae" => Metric::Mae,
+                    "rmse" => Metric::Rmse,
+                    "r2" => Metric::R2,
+                    _ => Metric::Accuracy,
                 });
             }
             "top_k" => {

@@ -21,8 +21,8 @@ use super::settings::{ParallelIn, TrainIn};
 use crate::diagnostic::problem::{Ignored, Inconsistent, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::{
-    layers, Compression, DType, Device, Duration, Experiment, Loss, Metric, Node, Optimizer,
-    Parallel, Schedule, Targets,
+    layers, Compression, DType, Device, Duration, Experiment, Metric, Node, Optimizer, Parallel,
+    Schedule, Targets,
 };
 use crate::span::Span;
 use crate::syntax::ast::Statement;
@@ -424,12 +424,29 @@ fn check_evaluation(
         Targets::Classes(c) | Targets::Tokens { classes: c, .. } => Some(*c),
         _ => None,
     };
+    let at = given.get("metrics").copied().unwrap_or(train.loss_span);
+    let regression: Vec<&'static str> = train
+        .metrics
+        .iter()
+        .filter_map(|m| match m {
+            Metric::Mae => Some("mae"),
+            Metric::Rmse => Some("rmse"),
+            Metric::R2 => Some("r2"),
+            _ => None,
+        })
+        .collect();
+    if !regression.is_empty() && !train.loss.regression() {
+        cx.report(Problem::IgnoredSetting {
+            span: at,
+            situation: Ignored::RegressionMetrics {
+                metrics: regression,
+                loss: train.loss.name(),
+            },
+        });
+    }
     for m in &train.metrics {
-        let at = given.get("metrics").copied().unwrap_or(train.loss_span);
         match (m, classes) {
-            (Metric::Accuracy | Metric::TopK(_), None)
-                if matches!(train.loss, Loss::Mse | Loss::L1) =>
-            {
+            (Metric::Accuracy | Metric::TopK(_), None) if train.loss.regression() => {
                 cx.report(Problem::IgnoredSetting {
                     span: at,
                     situation: Ignored::AccuracyOnValues,

@@ -33,6 +33,8 @@ struct EpochRow {
     val_loss: Option<f64>,
     val_accuracy: Option<f64>,
     top_k: Option<(u64, f64)>,
+    /// The validation's regression metrics by name (`mae`, `rmse`, `r2`).
+    val_regression: Vec<(&'static str, f64)>,
 }
 
 /// Epoch tables longer than this show their first and last rows only (unless `--all`).
@@ -205,6 +207,7 @@ fn epoch_rows(lines: &[MetricLine]) -> Vec<EpochRow> {
                 if r.top_k.is_some() {
                     row.top_k = r.top_k;
                 }
+                row.val_regression = r.eval().regression();
                 if row.step.is_none() {
                     row.step = Some(r.step);
                 }
@@ -321,6 +324,9 @@ fn eval_line(e: &Eval) -> String {
     }
     if let Some((k, a)) = e.top_k {
         s += &format!("   top-{k} accuracy {}", pct(Some(a)));
+    }
+    for (name, x) in e.regression() {
+        s += &format!("   {name} {}", loss(Some(x)));
     }
     s
 }
@@ -516,6 +522,13 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
     let val_loss = rows.iter().any(|r| r.val_loss.is_some());
     let val_acc = rows.iter().any(|r| r.val_accuracy.is_some());
     let top_k = rows.iter().find_map(|r| r.top_k.map(|(k, _)| k));
+    let regression: Vec<&str> = ["mae", "rmse", "r2"]
+        .into_iter()
+        .filter(|m| {
+            rows.iter()
+                .any(|r| r.val_regression.iter().any(|(n, _)| n == m))
+        })
+        .collect();
     let mut header: Vec<String> = ["epoch", "step", "lr", "train loss"]
         .map(String::from)
         .to_vec();
@@ -531,6 +544,7 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
     if let Some(k) = top_k {
         header.push(format!("val top-{k}"));
     }
+    header.extend(regression.iter().map(|m| format!("val {m}")));
     header.extend(["seconds", "samples/s"].map(String::from));
     let body: Vec<Vec<String>> = rows
         .iter()
@@ -552,6 +566,10 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
             }
             if top_k.is_some() {
                 row.push(pct(r.top_k.map(|(_, a)| a)));
+            }
+            for m in &regression {
+                let x = r.val_regression.iter().find(|(n, _)| n == m);
+                row.push(loss(x.map(|(_, x)| *x)));
             }
             row.push(r.seconds.map_or_else(|| "-".into(), |s| format!("{s:.1}")));
             row.push(rate(r.samples_per_s));
@@ -795,6 +813,21 @@ fn comparison(a: &Run, b: &Run, all: bool) -> String {
                 pct(tb),
                 delta_points(ta, tb),
             );
+        }
+        for m in ["mae", "rmse", "r2"] {
+            let named = |e: Option<Eval>| {
+                e.and_then(|e| e.regression().into_iter().find(|(n, _)| *n == m))
+                    .map(|(_, x)| x)
+            };
+            let (xa, xb) = (named(ea), named(eb));
+            if xa.is_some() || xb.is_some() {
+                num_row(
+                    &format!("{label} {m}"),
+                    loss(xa),
+                    loss(xb),
+                    delta(xa, xb, 4),
+                );
+            }
         }
     }
     num_row(

@@ -138,6 +138,21 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                         .label("while running this layer")
                         .help("this is a bug in Kiln's lowering; please report it with the file")
                 }
+                Torch::LossShapes {
+                    loss,
+                    output,
+                    targets,
+                    needs,
+                } => new(
+                    span,
+                    format!(
+                        "the model's output {} does not fit the targets {} of `{loss}`: {needs}",
+                        batch_shape(&output),
+                        batch_shape(&targets)
+                    ),
+                )
+                .label("while computing this loss")
+                .help(format!("nothing was broadcast; {check}")),
                 Torch::LoaderStopped => new(
                     span,
                     "the thread preparing batches stopped before the end of the epoch".into(),
@@ -175,6 +190,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .help(format!("{}; {}", death(&cause), kept(&file, &runs))),
         _ => unreachable!("only runtime problems are worded here"),
     }
+}
+
+/// A shape with its batch dimension, as PyTorch prints it: `[32, 1]`.
+fn batch_shape(dims: &[i64]) -> String {
+    let dims: Vec<String> = dims.iter().map(i64::to_string).collect();
+    format!("[{}]", dims.join(", "))
 }
 
 /// The help of a failed write: the file-size limit or the full disk when the system says so.

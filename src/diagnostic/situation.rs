@@ -530,6 +530,13 @@ pub enum Ignored {
     CheckpointAfterEnd,
     /// Accuracy measured on real-valued targets.
     AccuracyOnValues,
+    /// Regression metrics (`mae`, `rmse`, `r2`) asked of a loss that is not a regression loss.
+    RegressionMetrics {
+        /// The metrics, as written.
+        metrics: Vec<&'static str>,
+        /// The loss's name.
+        loss: &'static str,
+    },
     /// An attention `window` at least as long as the sequence: it masks nothing.
     WindowCoversSequence,
 }
@@ -731,6 +738,18 @@ pub enum Torch {
     },
     /// The thread preparing batches stopped before the end of the epoch.
     LoaderStopped,
+    /// The model's output does not fit the targets as the loss needs them (after a one-unit
+    /// output is squeezed against one target per sample).
+    LossShapes {
+        /// The loss's name.
+        loss: &'static str,
+        /// The output's shape, batch included.
+        output: Vec<i64>,
+        /// The targets' shape, batch included.
+        targets: Vec<i64>,
+        /// What the loss needs, in words.
+        needs: &'static str,
+    },
 }
 
 /// What the run was doing when a file of its run directory failed (K0509).

@@ -220,29 +220,42 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .with(loss, "expects raw logits")
         .help("remove the final softmax; `cross_entropy` takes logits"),
         Problem::IgnoredSetting { span, situation } => {
-            let (message, label, help) = match situation {
+            let (message, label, help): (String, String, &str) = match situation {
                 Ignored::EvalWithoutValidation => (
-                    "`eval_every` has no effect without a validation split",
-                    "nothing to evaluate on",
+                    "`eval_every` has no effect without a validation split".into(),
+                    "nothing to evaluate on".into(),
                     "add `split(train: 0.8, val: 0.2)` to the data, or drop `eval_every`",
                 ),
                 Ignored::CheckpointAfterEnd => (
-                    "the checkpoint interval is longer than the training",
-                    "no checkpoint would be written before the end",
+                    "the checkpoint interval is longer than the training".into(),
+                    "no checkpoint would be written before the end".into(),
                     "checkpoint more often than the training length",
                 ),
                 Ignored::AccuracyOnValues => (
-                    "accuracy is not measured on real-valued targets",
-                    "ignored with a regression loss",
+                    "accuracy is not measured on real-valued targets".into(),
+                    "ignored with a regression loss".into(),
                     "drop accuracy metrics, or train a classifier",
                 ),
+                Ignored::RegressionMetrics { metrics, loss } => {
+                    let names: Vec<String> = metrics.iter().map(|m| format!("`{m}`")).collect();
+                    let (names, are) = match names.as_slice() {
+                        [one] => (one.clone(), "is"),
+                        [init @ .., last] => (format!("{} and {last}", init.join(", ")), "are"),
+                        [] => (String::new(), "are"),
+                    };
+                    (
+                        format!("{names} {are} measured only with a regression loss, not with `{loss}`"),
+                        format!("ignored with `{loss}`"),
+                        "drop them, or train with `mse`, `l1`, `huber` or `smooth_l1`",
+                    )
+                }
                 Ignored::WindowCoversSequence => (
-                    "the attention `window` covers the whole sequence",
-                    "every key is within the window: nothing is masked",
+                    "the attention `window` covers the whole sequence".into(),
+                    "every key is within the window: nothing is masked".into(),
                     "give a window shorter than the sequence, or drop `window`",
                 ),
             };
-            new(span, message.into()).label(label).help(help)
+            new(span, message).label(label).help(help)
         }
         Problem::PlacementIgnored { span, parallel } => new(
             span,

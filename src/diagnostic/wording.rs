@@ -423,7 +423,10 @@ fn expected_words(e: &Expected) -> (String, &'static str) {
             "a fraction or a data source",
             "a fraction such as `0.2`, or a source such as `npy(inputs: \"x.npy\", targets: \"y.npy\")`",
         ),
-        Expected::Metric => ("a metric", "a metric: accuracy, top_k(k) or loss"),
+        Expected::Metric => (
+            "a metric",
+            "a metric: accuracy, top_k(k), loss, mae, rmse or r2",
+        ),
         Expected::DeviceList => ("a list of devices", "`devices: [cuda:0, cuda:1]`"),
         Expected::Betas => ("two numbers", "`betas: [beta1, beta2]`"),
         Expected::Groups => (

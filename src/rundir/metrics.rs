@@ -78,6 +78,32 @@ pub struct EvalRecord {
     pub accuracy: Option<f64>,
     /// `(k, top-k accuracy)`, when asked for.
     pub top_k: Option<(u64, f64)>,
+    /// Mean absolute error, when asked for.
+    pub mae: Option<f64>,
+    /// Root mean squared error, when asked for.
+    pub rmse: Option<f64>,
+    /// The coefficient of determination, when asked for.
+    pub r2: Option<f64>,
+}
+
+impl EvalRecord {
+    /// The evaluation's metrics, without its epoch and step.
+    pub fn eval(&self) -> super::Eval {
+        super::Eval {
+            loss: self.loss,
+            accuracy: self.accuracy,
+            top_k: self.top_k,
+            mae: self.mae,
+            rmse: self.rmse,
+            r2: self.r2,
+        }
+    }
+}
+
+/// Reads a float that is there but may be `null` (a non-finite value written to JSON) as
+/// `Some(NaN)`; a field that is not there stays `None` (its `default`).
+fn some_nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    nan_if_null(d).map(Some)
 }
 
 /// [`EvalRecord`] as it is written.
@@ -89,6 +115,24 @@ struct EvalLine {
     loss: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     accuracy: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "some_nan_if_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    mae: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "some_nan_if_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    rmse: Option<f64>,
+    #[serde(
+        default,
+        deserialize_with = "some_nan_if_null",
+        skip_serializing_if = "Option::is_none"
+    )]
+    r2: Option<f64>,
     /// `top_<k>_accuracy`.
     #[serde(flatten)]
     top: BTreeMap<String, Option<f64>>,
@@ -110,6 +154,9 @@ impl From<EvalLine> for EvalRecord {
             loss: l.loss,
             accuracy: l.accuracy,
             top_k,
+            mae: l.mae,
+            rmse: l.rmse,
+            r2: l.r2,
         }
     }
 }
@@ -121,6 +168,9 @@ impl From<EvalRecord> for EvalLine {
             step: r.step,
             loss: r.loss,
             accuracy: r.accuracy,
+            mae: r.mae,
+            rmse: r.rmse,
+            r2: r.r2,
             top: r
                 .top_k
                 .map(|(k, a)| (format!("top_{k}_accuracy"), Some(a)))

@@ -154,4 +154,24 @@ pub struct Eval {
     pub accuracy: Option<f64>,
     /// `(k, top-k accuracy)`, when asked for.
     pub top_k: Option<(u64, f64)>,
+    /// Mean absolute error over the split, when asked for with a regression loss.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mae: Option<f64>,
+    /// Root mean squared error over the split (the mean over outputs), when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rmse: Option<f64>,
+    /// The coefficient of determination over the split (the mean over outputs), when asked
+    /// for; NaN for fewer than 2 samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r2: Option<f64>,
+}
+
+impl Eval {
+    /// The regression metrics measured, by name, in the order `mae`, `rmse`, `r2`.
+    pub fn regression(&self) -> Vec<(&'static str, f64)> {
+        [("mae", self.mae), ("rmse", self.rmse), ("r2", self.r2)]
+            .into_iter()
+            .filter_map(|(name, v)| v.map(|v| (name, v)))
+            .collect()
+    }
 }

@@ -31,6 +31,9 @@ fn eval(e: u64, top_k: Option<(u64, f64)>) -> EvalRecord {
         loss: 0.25,
         accuracy: Some(0.93),
         top_k,
+        mae: None,
+        rmse: None,
+        r2: None,
     }
 }
 
@@ -43,6 +46,7 @@ fn outcome(val: Option<(f64, Option<f64>)>, train_loss: f64) -> Outcome {
             loss,
             accuracy,
             top_k: None,
+            ..Eval::default()
         }),
         ..Outcome::default()
     }
@@ -65,6 +69,9 @@ fn report() -> Report {
                 loss: 0.25,
                 accuracy: Some(0.93),
                 top_k: Some((5, 0.99)),
+                mae: Some(0.125),
+                rmse: Some(0.25),
+                r2: Some(-0.5),
             }),
             test: None,
             samples_per_s: 5312.4,
@@ -96,11 +103,13 @@ fn report() -> Report {
                     loss: 0.2,
                     accuracy: Some(0.95),
                     top_k: None,
+                    ..Eval::default()
                 },
                 after: Eval {
                     loss: 0.21,
                     accuracy: Some(0.948),
                     top_k: None,
+                    ..Eval::default()
                 },
             }),
             test: None,
@@ -200,6 +209,33 @@ fn metrics_and_steps_round_trip_and_truncate() {
     assert_eq!(kept.lines().count(), 3);
     assert_eq!(again.metric(&lines[2]).expect("append"), 3);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn regression_metrics_are_written_when_measured_and_a_nan_r2_reads_back() {
+    let measured = EvalRecord {
+        mae: Some(0.5),
+        rmse: Some(0.75),
+        r2: Some(f64::NAN),
+        accuracy: None,
+        ..eval(1, None)
+    };
+    let json = serde_json::to_string(&MetricLine::Val(measured)).expect("encode");
+    assert!(
+        json.contains("\"mae\":0.5,\"rmse\":0.75,\"r2\":null"),
+        "{json}"
+    );
+    let MetricLine::Val(back) = serde_json::from_str(&json).expect("decode") else {
+        panic!("not a validation line: {json}");
+    };
+    assert_eq!((back.mae, back.rmse), (Some(0.5), Some(0.75)));
+    assert!(back.r2.is_some_and(f64::is_nan), "{back:?}");
+    let plain = serde_json::to_string(&MetricLine::Val(eval(1, None))).expect("encode");
+    assert!(!plain.contains("mae") && !plain.contains("r2"), "{plain}");
+    let MetricLine::Val(back) = serde_json::from_str(&plain).expect("decode") else {
+        panic!("not a validation line: {plain}");
+    };
+    assert_eq!((back.mae, back.rmse, back.r2), (None, None, None));
 }
 
 #[test]

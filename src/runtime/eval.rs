@@ -116,7 +116,7 @@ fn parse_device(text: &str) -> Result<kiln::ir::Device, String> {
 }
 
 /// What `kiln eval` found: the metrics in the format of `report.yaml`'s evaluations (`loss`,
-/// `accuracy`, `top_k`), with what was evaluated.
+/// `accuracy`, `top_k`, `mae`, `rmse`, `r2`), with what was evaluated.
 #[derive(serde::Serialize)]
 struct EvalReport {
     experiment: String,
@@ -448,6 +448,9 @@ fn line(e: &Eval) -> String {
     }
     if let Some((k, a)) = e.top_k {
         s += &format!(", top-{k} {:.4}%", 100.0 * a);
+    }
+    for (name, x) in e.regression() {
+        s += &format!(", {name} {x:.6}");
     }
     s
 }

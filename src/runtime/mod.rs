@@ -29,6 +29,7 @@ pub mod parallel;
 pub mod plot;
 #[cfg(test)]
 pub mod reference;
+pub mod regression;
 pub mod report;
 pub mod resume;
 pub mod run;

@@ -120,6 +120,9 @@ impl RunWriter {
             loss: e.loss,
             accuracy: e.accuracy,
             top_k: e.top_k,
+            mae: e.mae,
+            rmse: e.rmse,
+            r2: e.r2,
         });
         self.run.metric(&line).map_err(|e| io(&e, self.span))
     }
@@ -209,12 +212,15 @@ impl Progress {
         if self.quiet {
             return;
         }
-        let line = format!(
+        let mut line = format!(
             "  val loss {:.4}{}",
             e.loss,
             e.accuracy
                 .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a))
         );
+        for (name, x) in e.regression() {
+            line += &format!("  {name} {x:.4}");
+        }
         match &self.bar {
             Some(bar) => bar.println(line),
             None => {

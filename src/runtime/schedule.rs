@@ -362,6 +362,7 @@ mod tests {
             loss,
             accuracy: None,
             top_k: None,
+            ..Eval::default()
         };
         for loss in [1.0, 1.0, 1.0] {
             lr.observe(&eval(loss)).unwrap();

@@ -8,6 +8,7 @@ use tch::{Kind, Reduction, Tensor};
 use super::failure::At;
 use super::model::Net;
 use super::optim::{clip, LossScaler, Optim};
+use kiln::diagnostic::problem::Torch;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Experiment, Loss};
 use kiln::span::Span;
@@ -194,6 +195,11 @@ impl Objective {
         matches!(self.loss, Loss::CrossEntropy { .. } | Loss::Nll { .. })
     }
 
+    /// Whether the loss is a regression loss (the regression metrics are defined).
+    pub fn regression(&self) -> bool {
+        self.loss.regression()
+    }
+
     /// The mean loss of a batch, in fp32, as the `torch.nn.functional` loss of the same name
     /// with `reduction="mean"` computes it: with class weights or ignored targets, the sum over
     /// the batch divided by the weights of the targets not ignored.
@@ -338,6 +344,7 @@ impl Objective {
             out.f_to_kind(Kind::Float).at(span)?
         };
         let device = out.device();
+        let (out, y) = self.fit(&out, y)?;
         // A class per token: scores `[B, S, C]` against targets `[B, S]` are `B * S` samples,
         // as `F.cross_entropy(out.reshape(-1, C), y.reshape(-1))`.
         let (out, y) = match (&self.loss, out.size().as_slice()) {
@@ -345,7 +352,7 @@ impl Objective {
                 out.f_reshape([-1, *c]).at(span)?,
                 y.f_reshape([-1]).at(span)?,
             ),
-            _ => (out, y.shallow_clone()),
+            _ => (out, y),
         };
         let y = &y;
         match &self.loss {
@@ -375,18 +382,64 @@ impl Objective {
                 .at(span),
             Loss::Mse => out.f_mse_loss(y, reduction).at(span),
             Loss::L1 => out.f_l1_loss(y, reduction).at(span),
-            Loss::BceWithLogits { pos_weight } => {
-                let y = y.f_to_kind(Kind::Float).at(span)?;
-                let out = out.f_reshape(y.size()).at(span)?;
-                out.f_binary_cross_entropy_with_logits(
-                    &y,
+            Loss::Huber { delta } => out.f_huber_loss(y, reduction, *delta).at(span),
+            Loss::SmoothL1 { beta } => out.f_smooth_l1_loss(y, reduction, *beta).at(span),
+            Loss::BceWithLogits { pos_weight } => out
+                .f_binary_cross_entropy_with_logits(
+                    y,
                     None::<Tensor>,
                     weights(pos_weight, device).at(span)?,
                     reduction,
                 )
-                .at(span)
-            }
+                .at(span),
         }
+    }
+
+    /// The output and targets of a batch as the loss compares them, once their shapes are
+    /// those `kiln check` promised: for `cross_entropy` and `nll`, scores `[B, .., C]` against
+    /// class indices `[B, ..]`; for the other losses an output of the targets' shape, a one-unit
+    /// output `[B, 1]` squeezed to `[B]` against one target per sample, and the targets as
+    /// fp32 values. Any other pair is K0508 naming both shapes: nothing is ever broadcast.
+    pub fn fit(&self, out: &Tensor, y: &Tensor) -> Result<(Tensor, Tensor), Diagnostic> {
+        let span = self.span;
+        let (o, t) = (out.size(), y.size());
+        if self.classes() {
+            if o.len() != t.len() + 1 || o[..t.len()] != t[..] {
+                let needs = "it needs class scores [batch, .., classes] against class indices \
+                             [batch, ..]";
+                return Err(self.misfit(o, t, needs));
+            }
+            return Ok((out.shallow_clone(), y.shallow_clone()));
+        }
+        let out = match (o.as_slice(), t.as_slice()) {
+            ([b, 1], [n]) if b == n => out.f_reshape([*n]).at(span)?,
+            _ if o == t => out.shallow_clone(),
+            _ => {
+                let needs = "it needs an output of the targets' shape ([batch, 1] against one \
+                             target per sample)";
+                return Err(self.misfit(o, t, needs));
+            }
+        };
+        let y = if y.kind() == Kind::Float {
+            y.shallow_clone()
+        } else {
+            y.f_to_kind(Kind::Float).at(span)?
+        };
+        Ok((out, y))
+    }
+
+    /// K0508: the output of shape `output` does not fit the targets of shape `targets`.
+    fn misfit(&self, output: Vec<i64>, targets: Vec<i64>, needs: &'static str) -> Diagnostic {
+        Problem::TorchError {
+            span: self.span,
+            situation: Torch::LossShapes {
+                loss: self.loss.name(),
+                output,
+                targets,
+                needs,
+            },
+        }
+        .diagnostic()
     }
 
     /// Correct top-1 predictions in a batch, in samples: with a class per token, the correct
@@ -557,3 +610,7 @@ impl Stepper {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "step_tests.rs"]
+mod tests;

@@ -84,6 +84,9 @@ pub fn short_result(dir: &Path) -> String {
         if let Some(a) = v.accuracy {
             out += &format!(", val accuracy {:.2}%", 100.0 * a);
         }
+        for (name, x) in v.regression() {
+            out += &format!(", val {name} {x:.4}");
+        }
     }
     out
 }

@@ -17,6 +17,7 @@ use super::hooks::{
     each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
 };
 use super::output::Output;
+use super::regression::{Regression, Scores};
 use super::report::EpochRecord;
 use super::schedule::Lr;
 use super::state::{restore, state_dict, Checkpoints};
@@ -76,7 +77,8 @@ pub fn standard_hooks(exp: &Experiment) -> Vec<Box<dyn Hook>> {
 
 /// Evaluates `model` on a dataset without gradients, in eval mode, with the batch size of
 /// `exp`. Processes that share evaluations (the ranks of a distributed run, as `backprop` says)
-/// each evaluate their share and sum the results.
+/// each evaluate their share and sum the results. The loss, accuracies and regression metrics
+/// are those of the whole dataset, from sums over its batches.
 pub fn evaluate(
     exp: &Experiment,
     model: &dyn Model,
@@ -102,10 +104,20 @@ pub fn evaluate(
         }
     });
     let classes = objective.classes();
+    let wants = |m: Metric| objective.regression() && exp.train.metrics.contains(&m);
     tch::no_grad(|| {
         // `counted`: the class targets accuracy counts (those not ignored), in samples.
         let (mut loss, mut weight, mut correct, mut in_top, mut counted) =
             (0.0, 0.0, 0.0, 0.0, 0.0);
+        // The regression metrics' sums, over the whole split's targets.
+        let mut regression = if [Metric::Mae, Metric::Rmse, Metric::R2]
+            .into_iter()
+            .any(wants)
+        {
+            Some(Regression::new(&data.targets, span)?)
+        } else {
+            None
+        };
         let loader = Loader::new(&part, exp.data.eval_batch as i64, false, 0, 0, 0, device)?
             .at(exp.data.batch_span);
         for batch in loader {
@@ -123,10 +135,23 @@ pub fn evaluate(
                 }
                 counted += objective.counted(&y)?;
             }
+            if let Some(r) = &mut regression {
+                let (p, y) = objective.fit(&out, &y)?;
+                r.add(&p, &y)?;
+            }
         }
-        let mut sums = [loss, weight, correct, in_top, counted];
+        let mut sums = vec![loss, weight, correct, in_top, counted];
+        if let Some(r) = &regression {
+            sums.extend(r.sums());
+        }
         backprop.reduce(&mut sums)?;
-        let [loss, weight, correct, in_top, counted] = sums;
+        let (loss, weight, correct, in_top, counted) =
+            (sums[0], sums[1], sums[2], sums[3], sums[4]);
+        let scores = regression.map(|mut r| {
+            r.set_sums(&sums[5..]);
+            r.scores()
+        });
+        let score = |m: Metric, f: fn(&Scores) -> f64| scores.as_ref().filter(|_| wants(m)).map(f);
         // A split whose class targets are all ignored has no mean; it reports 0.
         let mean = |sum: f64, over: f64| if over > 0.0 { sum / over } else { 0.0 };
         Ok(Eval {
@@ -135,6 +160,9 @@ pub fn evaluate(
             top_k: top_k
                 .filter(|_| classes)
                 .map(|k| (k, mean(in_top, counted))),
+            mae: score(Metric::Mae, |s| s.mae),
+            rmse: score(Metric::Rmse, |s| s.rmse),
+            r2: score(Metric::R2, |s| s.r2),
         })
     })
 }
