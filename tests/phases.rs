@@ -451,14 +451,23 @@ fn every_schedule_with_gradient_accumulation_keeps_its_amount_and_phases() {
 fn a_run_resumed_within_a_phase_equals_an_uninterrupted_one() {
     let dir = scratch("phases-resume");
     // Each schedule (with early stopping but the first), killed within the phase named (at
-    // the first checkpoint at least `after` steps after it started), then resumed.
+    // the first checkpoint at least `after` steps after it started), then resumed. Without
+    // early stopping the fine-tuning starts at step 150 and the first round at step 200: the
+    // first two cases are killed 20 steps into them.
     let cases = [
         (
             "finetune-plain",
             "prune [fc1, fc2] l1_unstructured(amount: 0.5, schedule: after(finetune: 4 epochs))",
             "epochs 3",
-            1,
-            20,
+            0,
+            170,
+        ),
+        (
+            "iterative-plain",
+            "prune fc1 l1_unstructured(amount: 0.75, schedule: iterative(rounds: 2, rewind: 50 steps))",
+            "epochs 4",
+            0,
+            220,
         ),
         (
             "finetune",

@@ -242,7 +242,7 @@ impl Trainer<'_> {
         let mut wait = 0.0;
         let mut outcome = Outcome::default();
         let mut last_val: Option<Eval> = None;
-        // Whether the run's last boundary changed the weights after their last evaluation.
+        // Whether a boundary changed the weights since the last step.
         let mut changed = false;
         loop {
             // A phase that is over ends between epochs, once its last epoch is recorded; its
@@ -306,6 +306,7 @@ impl Trainer<'_> {
                 )?;
                 pos.step += 1;
                 pos.batch_in_epoch += 1;
+                changed = false;
                 pos.epoch_loss_sum += s.loss_sum;
                 pos.epoch_correct += s.correct;
                 pos.epoch_counted += s.counted;
