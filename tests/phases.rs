@@ -392,58 +392,49 @@ fn one_shot_pruning_with_early_stopping_prunes_once() {
 #[test]
 fn every_schedule_with_gradient_accumulation_keeps_its_amount_and_phases() {
     let dir = scratch("phases-accumulate");
-    let cases: [(
-        &str,
-        &str,
-        u64,
-        &[(&str, usize, usize)],
-        &[(&str, Option<u64>, u64)],
-    ); 3] = [
+    // Two epochs of training (100 steps) in micro-batches of 8, then each schedule's phases.
+    let half = &[("fc1.weight", 2048, 1024)];
+    let declared = |phases, settle| Declared {
+        masks: half,
+        phases,
+        patience: 1,
+        settle,
+    };
+    let cases = [
         (
             "finetune",
             "after(finetune: 6 epochs)",
-            2,
-            &[("fc1.weight", 2048, 1024)],
-            &[("train", None, 100), ("finetune", None, 300)],
+            declared(&[("train", None, 100), ("finetune", None, 300)], 0),
         ),
         (
             "gradual",
             "gradual(start: 25 steps, end: 75 steps, every: 25 steps)",
-            2,
-            &[("fc1.weight", 2048, 1024)],
-            &[("train", None, 100)],
+            declared(&[("train", None, 100)], 75),
         ),
         (
             "iterative",
             "iterative(rounds: 2, rewind: 25 steps)",
-            2,
-            &[("fc1.weight", 2048, 1024)],
-            &[
-                ("train", None, 100),
-                ("round", Some(1), 75),
-                ("round", Some(2), 75),
-            ],
+            declared(
+                &[
+                    ("train", None, 100),
+                    ("round", Some(1), 75),
+                    ("round", Some(2), 75),
+                ],
+                0,
+            ),
         ),
     ];
-    for (name, schedule, epochs, masks, declared) in cases {
+    for (name, schedule, declared) in cases {
         let (d, _) = finished(
             &dir,
             name,
             &experiment(
                 &format!("prune fc1 l1_unstructured(amount: 0.5, schedule: {schedule})"),
-                &format!("epochs {epochs}\n    accumulate 4\n    early_stop(patience: 1)"),
+                "epochs 2\n    accumulate 4\n    early_stop(patience: 1)",
             ),
             true,
         );
-        holds(
-            &d,
-            &Declared {
-                masks,
-                phases: declared,
-                patience: 1,
-                settle: if name == "gradual" { 75 } else { 0 },
-            },
-        );
+        holds(&d, &declared);
     }
 }
 
