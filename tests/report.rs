@@ -479,6 +479,7 @@ fn write_typed(dir: &Path, lr: &str, val_loss: f64, accuracy: f64) {
         train_accuracy: Some(0.8),
         seconds: 2.0,
         samples_per_s: 1000.0,
+        phase: None,
     };
     run.metric(&MetricLine::Train(train)).expect("metric");
     let val = EvalRecord {
@@ -490,6 +491,7 @@ fn write_typed(dir: &Path, lr: &str, val_loss: f64, accuracy: f64) {
         mae: None,
         rmse: None,
         r2: None,
+        phase: None,
     };
     run.metric(&MetricLine::Val(val)).expect("metric");
     let report = Report {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use kiln::rundir::{self, Eval, MetricLine, Report};
+use kiln::rundir::{self, Eval, MetricLine, PhaseTag, Report};
 
 use super::EXIT_OK;
 
@@ -24,6 +24,8 @@ struct Run {
 #[derive(Default, Debug, Clone)]
 struct EpochRow {
     epoch: u64,
+    /// Its phase, outside the written training.
+    phase: Option<PhaseTag>,
     step: Option<u64>,
     lr: Option<f64>,
     train_loss: Option<f64>,
@@ -194,6 +196,7 @@ fn epoch_rows(lines: &[MetricLine]) -> Vec<EpochRow> {
         });
         match line {
             MetricLine::Train(r) => {
+                row.phase = r.phase.or(row.phase);
                 row.step = Some(r.step);
                 row.lr = Some(r.lr);
                 row.train_loss = Some(r.train_loss);
@@ -202,6 +205,7 @@ fn epoch_rows(lines: &[MetricLine]) -> Vec<EpochRow> {
                 row.samples_per_s = Some(r.samples_per_s);
             }
             MetricLine::Val(r) => {
+                row.phase = row.phase.or(r.phase);
                 row.val_loss = Some(r.loss);
                 row.val_accuracy = r.accuracy;
                 if r.top_k.is_some() {
@@ -317,6 +321,29 @@ fn length(r: &Report) -> String {
     s
 }
 
+/// The phases as they ran: `train steps 0-150 (stopped early), finetune 150-250`.
+fn phases(r: &Report) -> String {
+    r.outcome
+        .phases
+        .iter()
+        .map(|p| {
+            let round = p.round.map_or(String::new(), |n| format!(" {n}"));
+            let stopped = if p.stopped_early {
+                " (stopped early)"
+            } else {
+                ""
+            };
+            format!(
+                "{}{round} steps {}-{}{stopped}",
+                p.name.word(),
+                p.from_step,
+                p.to_step
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn eval_line(e: &Eval) -> String {
     let mut s = format!("loss {}", loss(Some(e.loss)));
     if e.accuracy.is_some() {
@@ -414,6 +441,9 @@ fn summary(run: &Run, all: bool) -> String {
     }
     pairs.push(("parameters", count(Some(r.params))));
     pairs.push(("length", length(r)));
+    if !r.outcome.phases.is_empty() {
+        pairs.push(("phases", phases(r)));
+    }
     pairs.push(("train loss", loss(Some(r.outcome.train_loss))));
     if let Some(v) = &r.outcome.val {
         pairs.push(("validation", eval_line(v)));
@@ -550,7 +580,8 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
         .iter()
         .map(|r| {
             let mut row = vec![
-                r.epoch.to_string(),
+                r.phase
+                    .map_or_else(|| r.epoch.to_string(), |p| p.to_string()),
                 count(r.step),
                 r.lr.map_or_else(|| "-".into(), significant),
                 loss(r.train_loss),

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{write_yaml, Error};
+use super::{write_yaml, Error, Eval};
 
 /// What a checkpoint was made with, compared when a run resumes from it. Each entry is
 /// `(what, value)`, in a fixed order, so differences can be named one by one.
@@ -62,6 +62,39 @@ pub struct Position {
     pub wait_seconds: f64,
     /// The state of a `reduce_on_plateau` schedule; `None` for other schedules.
     pub plateau: Option<PlateauState>,
+    /// Where each phase begun so far started, the current one last; empty in checkpoints
+    /// written before phases were recorded (the runtime infers them from the step).
+    pub phases: Vec<PhaseMark>,
+    /// The uncompressed model's metrics, taken just before pruning after training; `None`
+    /// until then.
+    pub uncompressed: Option<Measured>,
+    /// The optimizer's own count of updates (Adam's bias correction counts them): fewer than
+    /// `step` after fp16 steps skipped for overflow, or after an iterative round's rewind
+    /// started the optimizer afresh; `None` in checkpoints written before it was recorded.
+    pub optimizer_steps: Option<u64>,
+}
+
+/// The start of one phase of a run (the written training, fine-tuning, a round of iterative
+/// pruning), and whether early stopping has ended it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[serde(default)]
+pub struct PhaseMark {
+    /// The steps taken when it started.
+    pub step: u64,
+    /// The epochs completed when it started (every phase starts an epoch).
+    pub epoch: u64,
+    /// Early stopping ended it: it ends at the end of the current step's epoch.
+    pub stopped: bool,
+}
+
+/// Validation and test metrics of one model.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
+#[serde(default)]
+pub struct Measured {
+    /// On the validation split, when there is one.
+    pub val: Option<Eval>,
+    /// On the test split, when there is one.
+    pub test: Option<Eval>,
 }
 
 /// Where a `reduce_on_plateau` schedule stands, as `ReduceLROnPlateau`'s state holds it.

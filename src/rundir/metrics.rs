@@ -61,6 +61,61 @@ pub struct EpochRecord {
     /// Training samples per second in the epoch.
     #[serde(deserialize_with = "nan_if_null")]
     pub samples_per_s: f64,
+    /// The phase the epoch belongs to, outside the written training (absent there, and in
+    /// records written before phases were recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<PhaseTag>,
+}
+
+/// A phase of a run: the written training, fine-tuning after pruning, or a round of iterative
+/// pruning.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PhaseKind {
+    /// The training as written.
+    Train,
+    /// Fine-tuning after pruning (`after(finetune: D)`).
+    Finetune,
+    /// A round of iterative pruning (`iterative(rounds: R, ...)`).
+    Round,
+}
+
+impl PhaseKind {
+    /// The phase's name, as records and reports write it.
+    pub fn word(self) -> &'static str {
+        match self {
+            PhaseKind::Train => "train",
+            PhaseKind::Finetune => "finetune",
+            PhaseKind::Round => "round",
+        }
+    }
+}
+
+/// Where a record stands in a phase other than the written training: written as
+/// `"phase": {"name": "finetune", "epoch": 1, "epochs": 3}`.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseTag {
+    /// The phase.
+    pub name: PhaseKind,
+    /// The round's number (1-based), for a round of iterative pruning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
+    /// The epoch within the phase (1-based).
+    pub epoch: u64,
+    /// The phase's length in epochs, when it is a whole number of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs: Option<u64>,
+}
+
+impl std::fmt::Display for PhaseTag {
+    /// `finetune 1/3`, `round 2 epoch 4/9`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let of = self.epochs.map_or(String::new(), |n| format!("/{n}"));
+        match self.round {
+            Some(r) => write!(f, "{} {r} epoch {}{of}", self.name.word(), self.epoch),
+            None => write!(f, "{} {}{of}", self.name.word(), self.epoch),
+        }
+    }
 }
 
 /// One evaluation on the validation split. Written with its top-k accuracy under the key
@@ -84,6 +139,8 @@ pub struct EvalRecord {
     pub rmse: Option<f64>,
     /// The coefficient of determination, when asked for.
     pub r2: Option<f64>,
+    /// The phase it belongs to, outside the written training.
+    pub phase: Option<PhaseTag>,
 }
 
 impl EvalRecord {
@@ -133,6 +190,8 @@ struct EvalLine {
         skip_serializing_if = "Option::is_none"
     )]
     r2: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    phase: Option<PhaseTag>,
     /// `top_<k>_accuracy`.
     #[serde(flatten)]
     top: BTreeMap<String, Option<f64>>,
@@ -157,6 +216,7 @@ impl From<EvalLine> for EvalRecord {
             mae: l.mae,
             rmse: l.rmse,
             r2: l.r2,
+            phase: l.phase,
         }
     }
 }
@@ -171,6 +231,7 @@ impl From<EvalRecord> for EvalLine {
             mae: r.mae,
             rmse: r.rmse,
             r2: r.r2,
+            phase: r.phase,
             top: r
                 .top_k
                 .map(|(k, a)| (format!("top_{k}_accuracy"), Some(a)))

@@ -35,11 +35,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub use checkpoint::{Fingerprint, PlateauState, Position, Segment, Sidecar};
+pub use checkpoint::{Fingerprint, Measured, PhaseMark, PlateauState, Position, Segment, Sidecar};
 pub use lock::{Holder, Lock, LockError, LOCK};
-pub use metrics::{EpochRecord, EvalRecord, MetricLine, StepRecord};
+pub use metrics::{EpochRecord, EvalRecord, MetricLine, PhaseKind, PhaseTag, StepRecord};
 pub use rank::{rank, rank_key};
-pub use report::{BeforeAfter, Compressed, CompressedLayer, Eval, Latency, Outcome, Report};
+pub use report::{
+    BeforeAfter, Compressed, CompressedLayer, Eval, Latency, Outcome, PhaseRun, Report,
+};
 
 /// The experiment file as run.
 pub const EXPERIMENT: &str = "experiment.exp";

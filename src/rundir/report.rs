@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{MetricLine, Segment};
+use super::{MetricLine, PhaseKind, Segment};
 
 /// The report of one run. Every field has a default when read, so reports written by older or
 /// newer versions of Kiln still read.
@@ -140,7 +140,27 @@ pub struct Outcome {
     /// Fraction of step time spent waiting for data.
     #[serde(rename = "data_wait_fraction")]
     pub data_wait: f64,
-    /// Whether early stopping ended the run.
+    /// Whether early stopping ended the run or one of its phases (`phases` says which).
+    pub stopped_early: bool,
+    /// The phases of a run that has more than one (training, then fine-tuning or rounds of
+    /// iterative pruning), as they ran; empty for a run of one phase.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub phases: Vec<PhaseRun>,
+}
+
+/// One phase as it ran.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseRun {
+    /// The phase.
+    pub name: PhaseKind,
+    /// The round's number (1-based), for a round of iterative pruning.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u64>,
+    /// The steps taken when it started.
+    pub from_step: u64,
+    /// The steps taken when it ended (or when the run stopped, for one that did not end).
+    pub to_step: u64,
+    /// Whether early stopping ended it.
     pub stopped_early: bool,
 }
 

@@ -21,6 +21,7 @@ fn epoch(e: u64, loss: f64) -> EpochRecord {
         train_accuracy: Some(0.9),
         seconds: 1.25,
         samples_per_s: 5300.0,
+        phase: None,
     }
 }
 
@@ -34,6 +35,7 @@ fn eval(e: u64, top_k: Option<(u64, f64)>) -> EvalRecord {
         mae: None,
         rmse: None,
         r2: None,
+        phase: None,
     }
 }
 
@@ -77,6 +79,22 @@ fn report() -> Report {
             samples_per_s: 5312.4,
             data_wait: 0.012,
             stopped_early: true,
+            phases: vec![
+                PhaseRun {
+                    name: PhaseKind::Train,
+                    round: None,
+                    from_step: 0,
+                    to_step: 250,
+                    stopped_early: true,
+                },
+                PhaseRun {
+                    name: PhaseKind::Finetune,
+                    round: None,
+                    from_step: 250,
+                    to_step: 375,
+                    stopped_early: false,
+                },
+            ],
         },
         wall_seconds: 42.5,
         notes: vec!["`compress` is not applied yet".into()],
@@ -255,6 +273,54 @@ fn non_finite_values_read_back_as_nan() {
     let json = serde_json::to_string(&step).expect("encode");
     let back: StepRecord = serde_json::from_str(&json).expect("decode");
     assert!(back.loss.is_nan() && back.lr == 100.0, "{json}");
+}
+
+#[test]
+fn phases_are_named_in_records_and_old_records_read_without_them() {
+    let tag = PhaseTag {
+        name: PhaseKind::Finetune,
+        round: None,
+        epoch: 1,
+        epochs: Some(3),
+    };
+    let train = MetricLine::Train(EpochRecord {
+        phase: Some(tag),
+        ..epoch(11, 0.5)
+    });
+    let json = serde_json::to_string(&train).expect("encode");
+    assert!(
+        json.contains(r#""phase":{"name":"finetune","epoch":1,"epochs":3}"#),
+        "{json}"
+    );
+    assert_eq!(
+        serde_json::from_str::<MetricLine>(&json).expect("decode"),
+        train
+    );
+    let round = PhaseTag {
+        name: PhaseKind::Round,
+        round: Some(2),
+        epoch: 4,
+        epochs: None,
+    };
+    let val = MetricLine::Val(EvalRecord {
+        phase: Some(round),
+        ..eval(11, Some((5, 0.99)))
+    });
+    let json = serde_json::to_string(&val).expect("encode");
+    assert_eq!(
+        serde_json::from_str::<MetricLine>(&json).expect("decode"),
+        val
+    );
+    assert_eq!(tag.to_string(), "finetune 1/3");
+    assert_eq!(round.to_string(), "round 2 epoch 4");
+    // A line of the written training, or one written before phases were recorded, has none.
+    let plain = serde_json::to_string(&MetricLine::Train(epoch(1, 0.5))).expect("encode");
+    assert!(!plain.contains("phase"), "{plain}");
+    let old = r#"{"split":"val","epoch":2,"step":250,"loss":0.5,"top_5_accuracy":0.9}"#;
+    let MetricLine::Val(back) = serde_json::from_str(old).expect("decode") else {
+        panic!("not a validation line");
+    };
+    assert_eq!((back.phase, back.top_k), (None, Some((5, 0.9))));
 }
 
 #[test]

@@ -13,7 +13,8 @@ pub struct Budget {
     pub per_epoch: u64,
     /// Optimizer steps of the experiment as written (the schedule spans them).
     pub total: u64,
-    /// Where the loop stops: `total`, or fewer with `--max-steps`.
+    /// Where the loop stops at the latest: the end of the run's last phase when no phase ends
+    /// early (`total` without compression's fine-tuning or rounds), or fewer with `--max-steps`.
     pub stop: u64,
     /// The length in epochs, when it is given in epochs.
     pub epochs: Option<u64>,

@@ -386,7 +386,7 @@ fn run(
         model: label,
         eval,
         uncompressed,
-        run_end: step.filter(|s| *s < timeline.end).map(|_| timeline.end),
+        run_end: step.filter(|s| *s < timeline.end()).map(|_| timeline.end()),
     })
 }
 

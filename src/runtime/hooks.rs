@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use super::checkpoint::Position;
+use super::compress::timeline::Timeline;
 use super::output::Output;
 use super::report::EpochRecord;
 use super::train::Eval;
@@ -19,7 +20,8 @@ use kiln::span::Span;
 pub enum Flow {
     /// Keep training.
     Continue,
-    /// Stop after this point, finishing the run normally (early stopping).
+    /// Early stopping ends the phase in progress: the run finishes normally after its last
+    /// phase, and goes on to the next one otherwise.
     Stop,
 }
 
@@ -125,13 +127,19 @@ impl Cancel {
     }
 }
 
-/// Writes step, epoch and evaluation records and shows progress.
-pub struct Records;
+/// Writes step, epoch and evaluation records and shows progress, each naming its phase.
+pub struct Records {
+    /// The run's phases.
+    pub timeline: Timeline,
+}
 
 impl Hook for Records {
     fn start_epoch(&mut self, cx: &mut Cx, batches: u64, done: u64) {
-        let epoch = cx.pos.epoch;
-        cx.out.progress().start_epoch(epoch, batches, done);
+        let epoch = cx.pos.epoch + 1;
+        let phase = self.timeline.tag(cx.pos, epoch);
+        cx.out
+            .progress()
+            .start_epoch(epoch, phase.as_ref(), batches, done);
     }
 
     fn after_step(&mut self, cx: &mut Cx, s: &StepReport) -> Result<Flow, Diagnostic> {
@@ -145,7 +153,8 @@ impl Hook for Records {
         // Epochs are numbered from 1 in every record: an evaluation within an epoch belongs to
         // the epoch in progress, one between epochs to the epoch just finished.
         let epoch = cx.pos.epoch + u64::from(cx.pos.batch_in_epoch > 0);
-        cx.pos.metrics_lines = cx.out.eval_record(epoch, cx.pos.step, &e.eval)?;
+        let phase = self.timeline.tag(cx.pos, epoch);
+        cx.pos.metrics_lines = cx.out.eval_record(epoch, cx.pos.step, &e.eval, phase)?;
         cx.pos.last_eval_step = Some(cx.pos.step);
         if !e.last {
             cx.out.progress().eval(&e.eval);
@@ -184,26 +193,30 @@ impl Hook for NanGuard {
     }
 }
 
-/// Stops when the watched metric has not improved for `patience` evaluations. Its state (the
-/// best value, evaluations since) lives in the position, so checkpoints keep it.
+/// Ends the phase in progress (the run, in its last phase) when the watched metric has not
+/// improved for `patience` evaluations of that phase. Its state (the best value, evaluations
+/// since) lives in the position, so checkpoints keep it; a new phase starts it afresh
+/// ([`Timeline::advance`]).
 pub struct EarlyStopping {
     /// The experiment's setting.
     pub rule: EarlyStop,
+    /// The run's phases: which evaluations count.
+    pub timeline: Timeline,
 }
 
 impl EarlyStopping {
     /// The early stopping of `exp`, when it has one.
-    pub fn of(exp: &Experiment) -> Option<EarlyStopping> {
+    pub fn of(exp: &Experiment, timeline: Timeline) -> Option<EarlyStopping> {
         exp.train
             .early_stop
             .clone()
-            .map(|rule| EarlyStopping { rule })
+            .map(|rule| EarlyStopping { rule, timeline })
     }
 }
 
 impl Hook for EarlyStopping {
     fn after_eval(&mut self, cx: &mut Cx, e: &Evaluated) -> Result<Flow, Diagnostic> {
-        if e.last {
+        if e.last || !self.timeline.watched(cx.pos) {
             return Ok(Flow::Continue);
         }
         let es = &self.rule;

@@ -8,6 +8,7 @@ use super::checkpoint::{self, Sidecar};
 use super::report::{EpochRecord, Progress, RunWriter};
 use super::train::Eval;
 use kiln::diagnostic::Diagnostic;
+use kiln::rundir::PhaseTag;
 use kiln::span::Span;
 
 /// Where a run's records, checkpoints and progress go.
@@ -18,8 +19,15 @@ pub trait Output {
     fn flush_steps(&mut self) -> Result<(), Diagnostic>;
     /// Records an epoch; returns the metric lines written so far.
     fn train_record(&mut self, r: &EpochRecord) -> Result<u64, Diagnostic>;
-    /// Records an evaluation; returns the metric lines written so far.
-    fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic>;
+    /// Records an evaluation in `phase` (outside the written training); returns the metric
+    /// lines written so far.
+    fn eval_record(
+        &mut self,
+        epoch: u64,
+        step: u64,
+        e: &Eval,
+        phase: Option<PhaseTag>,
+    ) -> Result<u64, Diagnostic>;
     /// Drops records written after a checkpoint at `step` that kept `lines` metric lines.
     fn truncate_metrics(&mut self, lines: u64, step: u64) -> Result<(), Diagnostic>;
     /// Writes a checkpoint, keeping the newest `keep`.
@@ -66,8 +74,14 @@ impl Output for RunOutput<'_> {
         self.writer.train_record(r)
     }
 
-    fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic> {
-        self.writer.eval_record(epoch, step, e)
+    fn eval_record(
+        &mut self,
+        epoch: u64,
+        step: u64,
+        e: &Eval,
+        phase: Option<PhaseTag>,
+    ) -> Result<u64, Diagnostic> {
+        self.writer.eval_record(epoch, step, e, phase)
     }
 
     fn truncate_metrics(&mut self, lines: u64, step: u64) -> Result<(), Diagnostic> {
@@ -124,7 +138,13 @@ impl Output for Silent {
         Ok(0)
     }
 
-    fn eval_record(&mut self, _epoch: u64, _step: u64, _e: &Eval) -> Result<u64, Diagnostic> {
+    fn eval_record(
+        &mut self,
+        _epoch: u64,
+        _step: u64,
+        _e: &Eval,
+        _phase: Option<PhaseTag>,
+    ) -> Result<u64, Diagnostic> {
         Ok(0)
     }
 

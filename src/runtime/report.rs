@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use kiln::diagnostic::problem::{RunStage, Taken};
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::rundir::{Eval, EvalRecord, MetricLine, OpenError, Report, RunDir, StepRecord};
+use kiln::rundir::{Eval, EvalRecord, MetricLine, OpenError, PhaseTag, Report, RunDir, StepRecord};
 use kiln::span::Span;
 
 pub use kiln::rundir::EpochRecord;
@@ -112,8 +112,15 @@ impl RunWriter {
             .map_err(|e| io(&e, self.span))
     }
 
-    /// Appends an evaluation record; returns the number of lines written so far.
-    pub fn eval_record(&mut self, epoch: u64, step: u64, e: &Eval) -> Result<u64, Diagnostic> {
+    /// Appends an evaluation record of `phase` (outside the written training); returns the
+    /// number of lines written so far.
+    pub fn eval_record(
+        &mut self,
+        epoch: u64,
+        step: u64,
+        e: &Eval,
+        phase: Option<PhaseTag>,
+    ) -> Result<u64, Diagnostic> {
         let line = MetricLine::Val(EvalRecord {
             epoch,
             step,
@@ -123,6 +130,7 @@ impl RunWriter {
             mae: e.mae,
             rmse: e.rmse,
             r2: e.r2,
+            phase,
         });
         self.run.metric(&line).map_err(|e| io(&e, self.span))
     }
@@ -184,17 +192,27 @@ impl Progress {
         }
     }
 
-    /// An epoch begins: `batches` in it, `done` already (when resuming).
-    pub fn start_epoch(&mut self, epoch: u64, batches: u64, done: u64) {
+    /// What epoch `epoch` (1-based, counted over the run) is called: `epoch 3/10` in the
+    /// written training, its phase's name and epoch in another (`finetune 1/3`).
+    fn label(&self, epoch: u64, phase: Option<&PhaseTag>) -> String {
+        match phase {
+            Some(p) => p.to_string(),
+            None => format!("epoch {epoch}{}", self.epochs),
+        }
+    }
+
+    /// Epoch `epoch` (1-based) of `phase` begins: `batches` in it, `done` already (when
+    /// resuming).
+    pub fn start_epoch(&mut self, epoch: u64, phase: Option<&PhaseTag>, batches: u64, done: u64) {
         if self.quiet || !std::io::stderr().is_terminal() {
             return;
         }
         let bar = ProgressBar::new(batches);
         bar.set_style(
-            ProgressStyle::with_template("epoch {prefix} {bar:30} {pos}/{len} {msg} eta {eta}")
+            ProgressStyle::with_template("{prefix} {bar:30} {pos}/{len} {msg} eta {eta}")
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        bar.set_prefix(format!("{}{}", epoch + 1, self.epochs));
+        bar.set_prefix(self.label(epoch, phase));
         bar.set_position(done);
         self.bar = Some(bar);
     }
@@ -242,9 +260,8 @@ impl Progress {
             .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a));
         let _ = writeln!(
             std::io::stderr(),
-            "epoch {}{}  step {}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",
-            r.epoch,
-            self.epochs,
+            "{}  step {}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",
+            self.label(r.epoch, r.phase.as_ref()),
             r.step,
             r.train_loss,
             r.samples_per_s,

@@ -496,7 +496,9 @@ fn run_trial(
         opts.max_steps,
     )?;
     let timeline = Timeline::new(exp, &budget);
-    budget.stop = opts.max_steps.map_or(timeline.end, |m| m.min(timeline.end));
+    budget.stop = opts
+        .max_steps
+        .map_or(timeline.end(), |m| m.min(timeline.end()));
     qat::install(exp, &mut net)?;
     let pruner = if exp
         .compression
@@ -629,7 +631,7 @@ fn run_trial(
         budget,
         out,
         cancel: stop,
-        hooks: standard_hooks(exp),
+        hooks: standard_hooks(exp, timeline),
         fingerprint: print,
         history: history.clone(),
         pruner,

@@ -442,7 +442,10 @@ impl Checkpoints {
         pos: &Position,
         out: &mut dyn Output,
     ) -> Result<(), Diagnostic> {
-        self.sidecar.position = pos.clone();
+        self.sidecar.position = Position {
+            optimizer_steps: Some(optim.steps),
+            ..pos.clone()
+        };
         out.checkpoint(&self.sidecar, &tensors(model, optim), self.keep, self.span)
     }
 }

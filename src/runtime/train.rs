@@ -9,7 +9,7 @@ use tch::Device;
 
 use super::budget::Budget;
 use super::checkpoint::{Fingerprint, Position, Saved};
-use super::compress::pruner::Pruner;
+use super::compress::pruner::{Boundary, Pruner};
 use super::compress::timeline::Timeline;
 use super::data::{Dataset, Loader, Splits};
 use super::failure::At;
@@ -24,7 +24,7 @@ use super::state::{restore, state_dict, Checkpoints};
 use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
-use kiln::rundir::Segment;
+use kiln::rundir::{Measured, Segment};
 
 pub use kiln::rundir::{Eval, Outcome};
 
@@ -54,22 +54,23 @@ pub struct Trainer<'a> {
     pub history: Vec<Segment>,
     /// Pruning during the run, when the experiment prunes.
     pub pruner: Option<Pruner>,
-    /// The run's steps with compression's fine-tuning or rounds.
+    /// The run's phases: the training, then compression's fine-tuning or rounds.
     pub timeline: Timeline,
     /// The uncompressed model's evaluations (validation, test), taken just before pruning
     /// after training; `None` until then.
     pub uncompressed: Option<(Option<Eval>, Option<Eval>)>,
 }
 
-/// The observers of every run: records and progress, the NaN check, early stopping.
-pub fn standard_hooks(exp: &Experiment) -> Vec<Box<dyn Hook>> {
+/// The observers of every run: records and progress, the NaN check, early stopping; records
+/// and early stopping follow the run's phases.
+pub fn standard_hooks(exp: &Experiment, timeline: Timeline) -> Vec<Box<dyn Hook>> {
     let mut hooks: Vec<Box<dyn Hook>> = vec![
-        Box::new(Records),
+        Box::new(Records { timeline }),
         Box::new(NanGuard {
             lr_span: exp.optimizer.lr_span,
         }),
     ];
-    if let Some(es) = EarlyStopping::of(exp) {
+    if let Some(es) = EarlyStopping::of(exp, timeline) {
         hooks.push(Box::new(es));
     }
     hooks
@@ -206,12 +207,38 @@ impl Trainer<'_> {
         Ok(Some((eval, flow)))
     }
 
+    /// A validation that `eval_every` asks for during training: the hooks see it, and so does
+    /// the schedule (`reduce_on_plateau`) where the phase feeds it.
+    fn validate_due(
+        &mut self,
+        objective: &Objective,
+        pos: &mut Position,
+        train_loss: f64,
+        lr: &mut Lr,
+        last_val: &mut Option<Eval>,
+    ) -> Result<Flow, Diagnostic> {
+        let Some((e, flow)) = self.validate(objective, pos, train_loss, false)? else {
+            return Ok(Flow::Continue);
+        };
+        if self.timeline.feeds_schedule(pos) {
+            lr.observe(&e)?;
+            pos.plateau = lr.plateau();
+        }
+        *last_val = Some(e);
+        Ok(flow)
+    }
+
     /// Trains from the start, or from a checkpoint's position.
+    ///
+    /// The run goes through its phases ([`Timeline`]): each one ends when its steps are taken
+    /// or when early stopping ends it, at the end of an epoch; the boundary where it ends is
+    /// processed once (pruning, rewinding), then the next phase starts with a new epoch.
     pub fn run(&mut self, resume: Option<Saved>) -> Result<Outcome, Diagnostic> {
         let exp = self.exp;
         let t = &exp.train;
         let span = exp.optimizer.span;
         let budget = self.budget;
+        let timeline = self.timeline;
         let batch = exp.data.batch as i64;
         let objective = Objective::new(exp);
         let mut lr = Lr::new(
@@ -229,10 +256,13 @@ impl Trainer<'_> {
         let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
             restore(self.model, &mut stepper.optim, &tensors, span)?;
-            stepper.optim.steps = side.position.step;
+            stepper.optim.steps = side.position.optimizer_steps.unwrap_or(side.position.step);
             pos = side.position;
             lr.resume(pos.plateau);
             self.out.truncate_metrics(pos.metrics_lines, pos.step)?;
+        }
+        if pos.phases.is_empty() {
+            pos.phases = timeline.marks_at(pos.step);
         }
         // Time, samples and data wait count over every part of the run.
         let started = Instant::now();
@@ -240,8 +270,27 @@ impl Trainer<'_> {
         let mut wait = 0.0;
         let mut outcome = Outcome::default();
         let mut last_val: Option<Eval> = None;
-        'epochs: while pos.step < budget.stop {
+        // Whether a boundary changed the weights since the last step.
+        let mut changed = false;
+        loop {
+            // A phase that is over ends between epochs, once its last epoch is recorded; its
+            // boundary is processed when the run goes on from there or ends there.
+            if pos.batch_in_epoch == 0 && timeline.over(&pos) {
+                let last = timeline.is_last(&pos);
+                if !last && pos.step >= budget.stop {
+                    break;
+                }
+                changed = self.boundary(&objective, &mut stepper, &mut pos, true)?;
+                if last {
+                    break;
+                }
+                timeline.advance(&mut pos);
+            }
+            if pos.step >= budget.stop {
+                break;
+            }
             let epoch = pos.epoch;
+            let until = timeline.due(&pos).min(budget.stop);
             let mut loader = Loader::training(
                 &self.splits.train,
                 batch,
@@ -255,7 +304,7 @@ impl Trainer<'_> {
             .at(exp.data.batch_span);
             let batches = budget
                 .per_epoch
-                .min(budget.stop - pos.step + pos.batch_in_epoch);
+                .min(until.saturating_sub(pos.step) + pos.batch_in_epoch);
             let done = pos.batch_in_epoch;
             let mut cx = Cx {
                 pos: &mut pos,
@@ -265,12 +314,13 @@ impl Trainer<'_> {
                 h.start_epoch(&mut cx, batches, done);
             }
             let epoch_start = Instant::now();
-            while pos.step < budget.stop {
+            while pos.step < until && !timeline.over(&pos) {
                 let Some(next) = loader.next() else { break };
                 let (x, y) = next?;
-                self.compress_at(&objective, &mut stepper, pos.step, false)?;
-                let step_lr = lr.at(self.timeline.lr_step(pos.step));
-                stepper.optim.momentum = lr.momentum(self.timeline.lr_step(pos.step));
+                self.boundary(&objective, &mut stepper, &mut pos, false)?;
+                let at = timeline.lr_step(&pos, pos.step);
+                let step_lr = lr.at(at);
+                stepper.optim.momentum = lr.momentum(at);
                 // Seeding each step makes dropout depend only on (seed, step): a resumed run
                 // draws the same masks as an uninterrupted one.
                 tch::manual_seed((exp.seed.wrapping_mul(1_000_003).wrapping_add(pos.step)) as i64);
@@ -284,6 +334,7 @@ impl Trainer<'_> {
                 )?;
                 pos.step += 1;
                 pos.batch_in_epoch += 1;
+                changed = false;
                 pos.epoch_loss_sum += s.loss_sum;
                 pos.epoch_correct += s.correct;
                 pos.epoch_counted += s.counted;
@@ -303,18 +354,21 @@ impl Trainer<'_> {
                     out: &mut *self.out,
                 };
                 let mut flow = each(&mut self.hooks, &mut cx, |h, cx| h.after_step(cx, &report))?;
-                if matches!(t.eval_every, Duration::Steps(n) if pos.step % n.max(1) == 0) {
+                if matches!(t.eval_every, Duration::Steps(_))
+                    && timeline.eval_due(&pos, t.eval_every, false)
+                {
                     let train_loss = pos.epoch_loss_sum / pos.epoch_seen.max(1.0);
-                    if let Some((e, f)) = self.validate(&objective, &mut pos, train_loss, false)? {
-                        lr.observe(&e)?;
-                        pos.plateau = lr.plateau();
-                        last_val = Some(e);
-                        flow = flow.and(f);
-                    }
+                    let f = self.validate_due(
+                        &objective,
+                        &mut pos,
+                        train_loss,
+                        &mut lr,
+                        &mut last_val,
+                    )?;
+                    flow = flow.and(f);
                 }
                 if flow == Flow::Stop {
-                    outcome.stopped_early = true;
-                    break 'epochs;
+                    timeline.stop(&mut pos);
                 }
                 if checkpoints.due(pos.step) {
                     checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
@@ -325,17 +379,19 @@ impl Trainer<'_> {
                 }
             }
             wait += loader.wait_seconds();
-            let epoch_done = pos.batch_in_epoch >= budget.per_epoch;
+            // A phase that is over closes its last epoch, however many of its batches it took.
+            let epoch_done = pos.batch_in_epoch >= budget.per_epoch || timeline.over(&pos);
             let record = EpochRecord {
                 epoch: epoch + 1,
                 step: pos.step,
-                lr: lr.at(self.timeline.lr_step(pos.step.saturating_sub(1))),
+                lr: lr.at(timeline.lr_step(&pos, pos.step.saturating_sub(1))),
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
                     .then_some(pos.epoch_correct / pos.epoch_counted.max(f64::MIN_POSITIVE)),
                 seconds: epoch_start.elapsed().as_secs_f64(),
                 samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
+                phase: timeline.tag(&pos, epoch + 1),
             };
             pos.train_loss = record.train_loss;
             let mut cx = Cx {
@@ -350,23 +406,23 @@ impl Trainer<'_> {
                 pos.epoch_correct = 0.0;
                 pos.epoch_counted = 0.0;
                 pos.epoch_seen = 0.0;
-                if matches!(t.eval_every, Duration::Epochs(n) if pos.epoch % n.max(1) == 0) {
+                if matches!(t.eval_every, Duration::Epochs(_))
+                    && timeline.eval_due(&pos, t.eval_every, true)
+                {
                     let train_loss = record.train_loss;
-                    if let Some((e, f)) = self.validate(&objective, &mut pos, train_loss, false)? {
-                        lr.observe(&e)?;
-                        pos.plateau = lr.plateau();
-                        last_val = Some(e);
-                        flow = flow.and(f);
-                    }
+                    let f = self.validate_due(
+                        &objective,
+                        &mut pos,
+                        train_loss,
+                        &mut lr,
+                        &mut last_val,
+                    )?;
+                    flow = flow.and(f);
                 }
             }
             if flow == Flow::Stop {
-                outcome.stopped_early = true;
-                break;
+                timeline.stop(&mut pos);
             }
-        }
-        if pos.step == self.timeline.end || outcome.stopped_early {
-            self.compress_at(&objective, &mut stepper, pos.step, outcome.stopped_early)?;
         }
         pos.seconds = base_seconds + started.elapsed().as_secs_f64();
         pos.wait_seconds = base_wait + wait;
@@ -375,9 +431,12 @@ impl Trainer<'_> {
         outcome.train_loss = pos.train_loss;
         outcome.samples_per_s = pos.samples / pos.seconds.max(1e-9);
         outcome.data_wait = (pos.wait_seconds / pos.seconds.max(1e-9)).min(1.0);
+        outcome.stopped_early = pos.phases.iter().any(|m| m.stopped);
+        outcome.phases = timeline.ran(&pos);
+        self.uncompressed = pos.uncompressed.map(|m| (m.val, m.test));
         // Evaluate the final weights unless the last evaluation already saw them.
         let seen = match last_val {
-            Some(v) if !outcome.stopped_early && pos.last_eval_step == Some(pos.step) => Some(v),
+            Some(v) if !changed && pos.last_eval_step == Some(pos.step) => Some(v),
             _ => None,
         };
         outcome.val = match seen {
@@ -402,20 +461,22 @@ impl Trainer<'_> {
         Ok(outcome)
     }
 
-    /// Pruning due at the boundary after `step` steps (`ended`: early stopping ended training
-    /// there): the uncompressed model is evaluated first when pruning after training starts
-    /// there, and an iterative round's rewind gives the optimizer a fresh state.
-    fn compress_at(
+    /// The boundary after the steps taken so far, processed once (`ends`: the phase in
+    /// progress ends there): the uncompressed model is measured first where the training ends
+    /// and pruning after training follows, and an iterative round's rewind gives the optimizer
+    /// a fresh state. Returns whether the weights changed.
+    fn boundary(
         &mut self,
         objective: &Objective,
         stepper: &mut Stepper,
-        step: u64,
-        ended: bool,
-    ) -> Result<(), Diagnostic> {
+        pos: &mut Position,
+        ends: bool,
+    ) -> Result<bool, Diagnostic> {
         let Some(pruner) = &self.pruner else {
-            return Ok(());
+            return Ok(false);
         };
-        if pruner.prunes_after_training() && (step == self.timeline.train || ended) {
+        let (phase, _) = self.timeline.current(pos);
+        if ends && phase == 0 && pruner.prunes_after_training() {
             let val = match &self.splits.val {
                 Some(v) => Some(self.evaluate(objective, v)?),
                 None => None,
@@ -424,16 +485,20 @@ impl Trainer<'_> {
                 Some(t) => Some(self.evaluate(objective, t)?),
                 None => None,
             };
-            self.uncompressed = Some((val, test));
+            pos.uncompressed = Some(Measured { val, test });
         }
         let fired = match &mut self.pruner {
-            Some(p) => p.fire(step, ended)?,
-            None => return Ok(()),
+            Some(p) => p.fire(Boundary {
+                step: pos.step,
+                phase,
+                ends,
+            })?,
+            None => return Ok(false),
         };
         if fired.rewound {
             stepper.optim.reset();
         }
-        Ok(())
+        Ok(fired.pruned || fired.rewound)
     }
 
     /// The failure of a cancelled run, which has just written its checkpoint.

@@ -1,7 +1,8 @@
 //! Pruning during a run: each pruned tensor's mask is a buffer of the model (`fc1.weight_mask`,
 //! as `torch.nn.utils.prune` names it), so checkpoints keep it and a resumed run goes on with
-//! the same masks. The loop asks [`Pruner::fire`] at every step boundary; the schedule decides
-//! whether the masks grow there. [`MaskKeeper`] re-applies the masks after every optimizer
+//! the same masks. The loop asks [`Pruner::fire`] once at every step boundary, saying which
+//! phase of the run ([`Timeline`]) it lies in and whether that phase ends there; the schedule
+//! decides whether the masks grow there. [`MaskKeeper`] re-applies the masks after every optimizer
 //! update, so pruned weights stay exactly zero.
 
 use tch::{Kind, Tensor};
@@ -52,6 +53,17 @@ pub struct Pruner {
     seed: u64,
     /// Iterative pruning: every parameter and the buffer holding its value at the rewind step.
     rewind: Vec<(Tensor, Tensor)>,
+}
+
+/// A step boundary (steps taken so far), as the pruner sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boundary {
+    /// Steps taken.
+    pub step: u64,
+    /// The phase it lies in (0: the written training; see [`Timeline`]).
+    pub phase: usize,
+    /// That phase ends here.
+    pub ends: bool,
 }
 
 /// What happened at a step boundary.
@@ -177,35 +189,29 @@ impl Pruner {
             .any(|s| matches!(s.schedule, PruneSchedule::After { .. }))
     }
 
-    /// Grows the masks due at the boundary after `step` steps, and rewinds when an iterative
-    /// round ends there. `ended`: training ended there early (early stopping), so pruning
-    /// after training happens now and nothing else does.
-    pub fn fire(&mut self, step: u64, ended: bool) -> Result<Fired, Diagnostic> {
+    /// Grows the masks due at boundary `b`, and saves or restores the rewind values of
+    /// iterative pruning there. Within the training (phase 0): `before` at boundary 0, a
+    /// gradual schedule's steps, the rewind step. Where a phase ends: pruning after training
+    /// when the training ends, an iterative round's pruning and rewind when the training or a
+    /// round but the last ends. The loop calls this once per boundary.
+    pub fn fire(&mut self, b: Boundary) -> Result<Fired, Diagnostic> {
         let mut fired = Fired::default();
-        let rounds = if ended {
-            Vec::new()
-        } else {
-            self.timeline.round_ends()
-        };
-        let train = self.timeline.train;
+        let training = b.phase == 0;
+        let step = b.step;
         for s in &self.steps {
             let amount = match s.schedule {
-                PruneSchedule::Before if step == 0 => Some(Amount::Fraction(s.amount)),
-                PruneSchedule::After { .. } if step == train || ended => {
-                    Some(Amount::Fraction(s.amount))
-                }
+                PruneSchedule::Before if training && step == 0 => Some(s.amount),
+                PruneSchedule::After { .. } if training && b.ends => Some(s.amount),
                 PruneSchedule::Gradual {
                     start,
                     end,
                     every,
                     initial,
-                } if !ended && prune::is_pruning_step(start, end, every, step) => {
-                    let target =
-                        prune::gradual_sparsity(initial, s.amount, start, end, every, step);
-                    Some(Amount::Fraction(target))
-                }
-                PruneSchedule::Iterative { rounds: r, .. } if rounds.contains(&step) => {
-                    Some(Amount::Fraction(prune::iterative_round_amount(s.amount, r)))
+                } if training && prune::is_pruning_step(start, end, every, step) => Some(
+                    prune::gradual_sparsity(initial, s.amount, start, end, every, step),
+                ),
+                PruneSchedule::Iterative { rounds, .. } if b.ends && (b.phase as u64) < rounds => {
+                    Some(prune::iterative_round_amount(s.amount, rounds))
                 }
                 _ => None,
             };
@@ -214,19 +220,21 @@ impl Pruner {
             if s.method == PruneMethod::RandomUnstructured {
                 tch::manual_seed(self.seed.wrapping_mul(7_919).wrapping_add(step) as i64);
             }
-            grow(s, amount, total)?;
+            grow(s, Amount::Fraction(amount), total)?;
             fired.pruned = true;
         }
-        if let PruneSchedule::Iterative { rewind, .. } = self.schedule_of_rounds() {
-            let rewind = rewind.min(train.saturating_sub(1));
+        if let PruneSchedule::Iterative { rounds, rewind } = self.schedule_of_rounds() {
+            let rewind = rewind.min(self.timeline.train.saturating_sub(1));
             let span = self.steps.first().map_or(Span::default(), |s| s.span);
             tch::no_grad(|| -> Result<(), Diagnostic> {
-                if step == rewind && !ended {
+                // The weights of the rewind step, or of the step the training ended at when
+                // early stopping ended it before that.
+                if training && (step == rewind || b.ends && step < rewind) {
                     for (p, saved) in &self.rewind {
                         saved.shallow_clone().f_copy_(p).at(span)?;
                     }
                 }
-                if rounds.contains(&step) {
+                if b.ends && (b.phase as u64) < rounds {
                     for (p, saved) in &self.rewind {
                         p.shallow_clone().f_copy_(saved).at(span)?;
                     }
