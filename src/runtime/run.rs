@@ -518,7 +518,7 @@ fn run_trial(
     };
     let reach = Reach {
         total: budget.total,
-        end: timeline.end,
+        end: timeline.end(),
         max_steps: opts.max_steps,
     };
     let (mut writer, resume, history) = match resumed {
