@@ -173,7 +173,7 @@ fn parse_csv(
                             "every cell must be a finite number that fits 32-bit floats; fill in or remove missing values",
                         )
                     };
-                    let written = || format!("`{}` in {place}", quote(&value));
+                    let written = || format!("`{}` in {place}", quote(value));
                     let v = if value.is_empty() {
                         return Err(bad(format!("an empty cell in {place}")));
                     } else {
