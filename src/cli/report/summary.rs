@@ -1,0 +1,276 @@
+//! `kiln report`: one run's summary, or a sweep's trials ranked.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use kiln::rundir::{self, Report};
+
+use super::text::*;
+use super::{read_run, EpochRow, Run};
+
+/// A run's summary: its key figures, compression and epochs.
+pub(super) fn summary(run: &Run, all: bool) -> String {
+    let r = &run.report;
+    let mut pairs: Vec<(&str, String)> = vec![
+        ("run", run.dir.display().to_string()),
+        ("experiment", r.experiment.clone()),
+    ];
+    let t = trial(r);
+    if !t.is_empty() {
+        pairs.push(("trial", t));
+    }
+    pairs.push(("devices", r.devices.join(", ")));
+    pairs.push(("versions", format!("kiln {}, libtorch {}", r.kiln, r.torch)));
+    if !r.config_hash.is_empty() {
+        pairs.push(("config hash", r.config_hash.clone()));
+    }
+    pairs.push(("parameters", count(Some(r.params))));
+    pairs.push(("length", length(r)));
+    pairs.push(("train loss", loss(Some(r.outcome.train_loss))));
+    if let Some(v) = &r.outcome.val {
+        pairs.push(("validation", eval_line(v)));
+    }
+    if let Some(t) = &r.outcome.test {
+        pairs.push(("test", eval_line(t)));
+    }
+    pairs.push((
+        "speed",
+        format!("{} samples/s", rate(Some(r.outcome.samples_per_s))),
+    ));
+    pairs.push(("wall time", duration(Some(r.wall_seconds))));
+    pairs.push((
+        "data wait",
+        format!("{:.1}% of step time", 100.0 * r.outcome.data_wait),
+    ));
+    let plots: Vec<&str> = ["loss.png", "accuracy.png"]
+        .into_iter()
+        .filter(|p| run.dir.join(p).is_file())
+        .collect();
+    if !plots.is_empty() {
+        pairs.push(("curves", plots.join(", ")));
+    }
+    let resumes = resumed(r);
+    pairs.extend(resumes.iter().map(|line| ("resumed", line.clone())));
+    let mut out = key_values(&pairs);
+    if let Some(c) = &r.compression {
+        out += "\n";
+        out += &compression(c);
+    }
+    if !run.epochs.is_empty() {
+        out += "\n";
+        out += &epoch_table(&run.epochs, all);
+    }
+    out
+}
+
+/// The compression section: each layer's sparsity and bytes, the totals, the metrics and the
+/// latency before and after, saying plainly where the compressed model is slower.
+fn compression(c: &kiln::rundir::Compressed) -> String {
+    let bytes = kiln::plan::fmt_bytes;
+    let mut out = String::from("compression\n");
+    out += &format!(
+        "  {:<20} {:<28} {:>9} {:>12} {:>12}\n",
+        "layer", "method", "sparsity", "bytes before", "bytes after"
+    );
+    for l in &c.layers {
+        out += &format!(
+            "  {:<20} {:<28} {:>8.1}% {:>12} {:>12}\n",
+            l.name,
+            l.method,
+            100.0 * l.sparsity,
+            bytes(l.bytes_before),
+            bytes(l.bytes_after)
+        );
+    }
+    out += &format!(
+        "  weights: {} -> {} ({:.2}x smaller)\n",
+        bytes(c.bytes_before),
+        bytes(c.bytes_after),
+        c.bytes_before as f64 / c.bytes_after.max(1) as f64
+    );
+    for (split, ba) in [("validation", &c.val), ("test", &c.test)] {
+        if let Some(ba) = ba {
+            out += &format!(
+                "  {split}: {} -> {}\n",
+                eval_line(&ba.before),
+                eval_line(&ba.after)
+            );
+        }
+    }
+    for l in &c.latency {
+        let speed = l.speedup();
+        let verdict = if speed >= 1.0 {
+            format!("{speed:.2}x faster")
+        } else {
+            format!("{:.2}x slower", 1.0 / speed.max(1e-12))
+        };
+        out += &format!(
+            "  latency at batch {}: {:.3} ms -> {:.3} ms ({verdict})\n",
+            l.batch, l.before_ms, l.after_ms
+        );
+    }
+    out
+}
+
+/// Each resume of a run: `at step 98 with experiment-2.exp: learning rate: 0.003 → 0.001`.
+pub(super) fn resumed(r: &Report) -> Vec<String> {
+    r.resumed
+        .iter()
+        .map(|s| {
+            let changes = if s.changes.is_empty() {
+                "no settings changed".to_string()
+            } else {
+                s.changes.join("; ")
+            };
+            format!("at step {} with {}: {changes}", s.from_step, s.experiment)
+        })
+        .collect()
+}
+
+fn epoch_table(rows: &[EpochRow], all: bool) -> String {
+    let train_acc = rows.iter().any(|r| r.train_accuracy.is_some());
+    let val_loss = rows.iter().any(|r| r.val_loss.is_some());
+    let val_acc = rows.iter().any(|r| r.val_accuracy.is_some());
+    let top_k = rows.iter().find_map(|r| r.top_k.map(|(k, _)| k));
+    let mut header: Vec<String> = ["epoch", "step", "lr", "train loss"]
+        .map(String::from)
+        .to_vec();
+    if train_acc {
+        header.push("train acc".into());
+    }
+    if val_loss {
+        header.push("val loss".into());
+    }
+    if val_acc {
+        header.push("val acc".into());
+    }
+    if let Some(k) = top_k {
+        header.push(format!("val top-{k}"));
+    }
+    header.extend(["seconds", "samples/s"].map(String::from));
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut row = vec![
+                r.epoch.to_string(),
+                count(r.step),
+                r.lr.map_or_else(|| "-".into(), significant),
+                loss(r.train_loss),
+            ];
+            if train_acc {
+                row.push(pct(r.train_accuracy));
+            }
+            if val_loss {
+                row.push(loss(r.val_loss));
+            }
+            if val_acc {
+                row.push(pct(r.val_accuracy));
+            }
+            if top_k.is_some() {
+                row.push(pct(r.top_k.map(|(_, a)| a)));
+            }
+            row.push(r.seconds.map_or_else(|| "-".into(), |s| format!("{s:.1}")));
+            row.push(rate(r.samples_per_s));
+            row
+        })
+        .collect();
+    table(&header, &elide(body, all))
+}
+
+/// A sweep's finished trials, ranked.
+pub(super) fn sweep(dir: &Path, trials: &[PathBuf]) -> Result<String, String> {
+    let mut done = Vec::new();
+    let mut missing = Vec::new();
+    for t in trials {
+        if t.join("report.yaml").is_file() {
+            done.push(read_run(t)?);
+        } else {
+            missing.push(t);
+        }
+    }
+    if done.is_empty() {
+        return Err(format!(
+            "`{}` is a sweep of {} trials, and none has a report.yaml: no trial finished",
+            dir.display(),
+            trials.len()
+        ));
+    }
+    rundir::rank(&mut done, |r| Some(&r.report.outcome));
+    let by = if done
+        .iter()
+        .all(|r| r.report.outcome.val.is_some_and(|v| v.accuracy.is_some()))
+    {
+        "validation accuracy"
+    } else if done.iter().all(|r| r.report.outcome.val.is_some()) {
+        "validation loss"
+    } else {
+        "validation accuracy or loss (train loss where there is no validation split)"
+    };
+    let experiment = &done[0].report.experiment;
+    let mut out = format!(
+        "sweep      {}\nexperiment {experiment}\ntrials     {} finished{}, ranked by {by}\n\n",
+        dir.display(),
+        done.len(),
+        if missing.is_empty() {
+            String::new()
+        } else {
+            format!(", {} without a report", missing.len())
+        }
+    );
+    let any_acc = done
+        .iter()
+        .any(|r| r.report.outcome.val.is_some_and(|v| v.accuracy.is_some()));
+    let mut header: Vec<String> = ["rank", "trial", "val loss"].map(String::from).to_vec();
+    if any_acc {
+        header.push("val acc".into());
+    }
+    header.extend(["train loss", "steps", "samples/s", "wall time", "directory"].map(String::from));
+    let name = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    };
+    let mut rows = Vec::new();
+    for (i, run) in done.iter().enumerate() {
+        let r = &run.report;
+        let mut row = vec![
+            (i + 1).to_string(),
+            trial(r),
+            loss(r.outcome.val.map(|v| v.loss)),
+        ];
+        if any_acc {
+            row.push(pct(r.outcome.val.and_then(|v| v.accuracy)));
+        }
+        row.extend([
+            loss(Some(r.outcome.train_loss)),
+            count(Some(r.outcome.steps)),
+            rate(Some(r.outcome.samples_per_s)),
+            duration(Some(r.wall_seconds)),
+            name(&run.dir),
+        ]);
+        rows.push(row);
+    }
+    out += &ranked_table(&header, &rows);
+    for t in &missing {
+        let _ = writeln!(
+            out,
+            "      {}: no report.yaml (the trial failed, was interrupted or is still running)",
+            name(t)
+        );
+    }
+    let _ = writeln!(out, "\nbest: `kiln report {}`", done[0].dir.display());
+    Ok(out)
+}
+
+/// A table whose first two columns (rank, trial) are left-aligned.
+fn ranked_table(header: &[String], rows: &[Vec<String>]) -> String {
+    let joined = |cells: &[String]| -> Vec<String> {
+        let mut v = vec![format!("{:<4}  {}", cells[0], cells[1])];
+        v.extend_from_slice(&cells[2..]);
+        v
+    };
+    let header = joined(header);
+    let rows: Vec<Vec<String>> = rows.iter().map(|r| joined(r)).collect();
+    table(&header, &rows)
+}

@@ -1,0 +1,197 @@
+//! How `kiln report` and `kiln compare` write numbers, durations and tables.
+
+use std::fmt::Write as _;
+
+use kiln::rundir::{Eval, Report};
+
+/// Epoch tables longer than this show their first and last rows only (unless `--all`).
+const TABLE_ROWS: usize = 24;
+
+/// A loss with four decimals, or in scientific notation when that would show only zeros.
+pub(super) fn loss(x: Option<f64>) -> String {
+    x.map_or_else(
+        || "-".into(),
+        |x| {
+            if x != 0.0 && x.abs() < 1e-3 {
+                format!("{x:.3e}")
+            } else {
+                format!("{x:.4}")
+            }
+        },
+    )
+}
+
+pub(super) fn pct(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("{:.2}%", 100.0 * x))
+}
+
+/// An integer with thousands separators.
+pub(super) fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A learning rate: four significant digits, in scientific notation when small.
+pub(super) fn significant(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    if x.abs() < 1e-3 {
+        return format!("{x:.2e}");
+    }
+    let decimals = (3 - x.abs().log10().floor() as i64).max(0) as usize;
+    let s = format!("{x:.decimals$}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
+    }
+}
+
+pub(super) fn count(x: Option<u64>) -> String {
+    x.map_or_else(|| "-".into(), grouped)
+}
+
+pub(super) fn rate(x: Option<f64>) -> String {
+    match x {
+        Some(x) if x.is_finite() && x >= 0.0 => grouped(x.round() as u64),
+        Some(x) => format!("{x}"),
+        None => "-".into(),
+    }
+}
+
+/// Seconds as `12.3s`, `2m 03s` or `1h 02m 03s`.
+pub(super) fn duration(x: Option<f64>) -> String {
+    let Some(s) = x else {
+        return "-".into();
+    };
+    if !s.is_finite() || s < 0.0 {
+        return format!("{s}s");
+    }
+    if s < 60.0 {
+        return format!("{s:.1}s");
+    }
+    let whole = s.round() as u64;
+    let (h, m, sec) = (whole / 3600, whole % 3600 / 60, whole % 60);
+    if h > 0 {
+        format!("{h}h {m:02}m {sec:02}s")
+    } else {
+        format!("{m}m {sec:02}s")
+    }
+}
+
+pub(super) fn trial(r: &Report) -> String {
+    r.trial_label(" ")
+}
+
+pub(super) fn length(r: &Report) -> String {
+    let mut s = format!(
+        "{} steps, {} epoch{}",
+        count(Some(r.outcome.steps)),
+        count(Some(r.outcome.epochs)),
+        if r.outcome.epochs == 1 { "" } else { "s" }
+    );
+    if r.outcome.stopped_early {
+        s += " (stopped early)";
+    }
+    s
+}
+
+pub(super) fn eval_line(e: &Eval) -> String {
+    let mut s = format!("loss {}", loss(Some(e.loss)));
+    if e.accuracy.is_some() {
+        s += &format!("   accuracy {}", pct(e.accuracy));
+    }
+    if let Some((k, a)) = e.top_k {
+        s += &format!("   top-{k} accuracy {}", pct(Some(a)));
+    }
+    s
+}
+
+/// Left-aligns the first column and right-aligns the others; a row of one cell is a note,
+/// printed as it is.
+pub(super) fn table(header: &[String], rows: &[Vec<String>]) -> String {
+    let cols = header.len();
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows.iter().filter(|r| r.len() > 1) {
+        for (i, cell) in row.iter().enumerate().take(cols) {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut s = String::new();
+        for (i, cell) in cells.iter().enumerate().take(cols) {
+            if i > 0 {
+                s += "  ";
+            }
+            let pad = widths[i].saturating_sub(cell.chars().count());
+            if i == 0 {
+                s += cell;
+                s += &" ".repeat(pad);
+            } else {
+                s += &" ".repeat(pad);
+                s += cell;
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header);
+    for row in rows {
+        match row.as_slice() {
+            [note] => {
+                out += note;
+                out += "\n";
+            }
+            cells => out += &line(cells),
+        }
+    }
+    out
+}
+
+/// Keeps the first and last rows of a long table, with a line saying how many were left out.
+pub(super) fn elide(rows: Vec<Vec<String>>, all: bool) -> Vec<Vec<String>> {
+    if all || rows.len() <= TABLE_ROWS {
+        return rows;
+    }
+    let keep = TABLE_ROWS / 2;
+    let left_out = rows.len() - 2 * keep;
+    let marker = vec![format!("… {left_out} more epochs (--all shows them)")];
+    let mut out: Vec<Vec<String>> = rows[..keep].to_vec();
+    out.push(marker);
+    out.extend_from_slice(&rows[rows.len() - keep..]);
+    out
+}
+
+pub(super) fn key_values(pairs: &[(&str, String)]) -> String {
+    let width = pairs.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (k, v) in pairs {
+        let _ = writeln!(out, "{k:<width$}  {v}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats() {
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(12), "12");
+        assert_eq!(duration(Some(12.34)), "12.3s");
+        assert_eq!(duration(Some(123.4)), "2m 03s");
+        assert_eq!(duration(Some(3723.0)), "1h 02m 03s");
+        assert_eq!(significant(0.001), "0.001");
+        assert_eq!(significant(0.000_731_5), "7.32e-4");
+        assert_eq!(significant(0.012_345_6), "0.01235");
+        assert_eq!(significant(3.0), "3");
+    }
+}
