@@ -15,6 +15,7 @@ pub mod groups;
 pub mod schedule;
 pub mod shrink;
 mod splits;
+pub mod stored;
 
 use serde::Serialize;
 
