@@ -527,3 +527,28 @@ fn compression_shows_schedules_in_words_in_text_and_yaml() {
         .expect("yaml")
         .contains("compression"));
 }
+
+#[test]
+fn the_layer_table_lines_up_whatever_its_widths() {
+    // Fixed columns (kind 18, output 16, params 12 wide) were pushed out of line by long shapes
+    // and counts: the head's 2,097,153,000 parameters are 13 characters.
+    let text = "experiment \"wide\" {\n  data {\n    source synthetic(inputs: normal([3, 64, 64]), targets: randint(1000), count: 64)\n    batch 8\n  }\n  model {\n    input [3, 64, 64]\n    a_convolution_with_a_long_name: conv2d(512, 3, padding: 1)\n    flatten\n    head: linear(1000)\n  }\n  device cpu\n  optimizer sgd(lr: 0.1)\n  train {\n    steps 1\n    loss cross_entropy\n  }\n}\n";
+    let checked = kiln::check::check_text("wide.exp", text);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    let out = kiln::plan::to_text(&plan(&checked.trials[0]));
+    let lines: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("layer"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    let device = lines[0].find("device").expect("device column");
+    let params_end = lines[0].find("params").expect("params column") + "params".len();
+    for l in &lines[1..] {
+        assert_eq!(l.find("cpu"), Some(device), "{out}");
+        assert!(
+            l[..params_end].ends_with(|c: char| c.is_ascii_digit()),
+            "{out}"
+        );
+    }
+}

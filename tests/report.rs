@@ -545,3 +545,61 @@ fn runs_written_by_the_typed_writer_read_back_and_nan_ranks_last() {
     }
     let _ = std::fs::remove_dir_all(&root);
 }
+
+#[test]
+fn the_compression_table_lines_up_whatever_its_widths() {
+    // Layer names over 20 characters, methods over 28 and sizes over 12 pushed the fixed
+    // columns out of line.
+    use kiln::rundir::{Compressed, CompressedLayer, Outcome, Report, RunDir};
+    let root = scratch("compression-table");
+    let run = RunDir::create(root.join("run")).expect("run dir");
+    let layer = |name: &str, method: &str, before: u64, after: u64| CompressedLayer {
+        name: name.into(),
+        method: method.into(),
+        sparsity: 0.5,
+        shape_before: vec![10, 10],
+        shape_after: vec![10, 10],
+        bytes_before: before,
+        bytes_after: after,
+    };
+    let report = Report {
+        experiment: "wide".into(),
+        outcome: Outcome {
+            steps: 10,
+            epochs: 1,
+            ..Outcome::default()
+        },
+        compression: Some(Compressed {
+            layers: vec![
+                layer(
+                    "encoder.attention_block_with_a_long_name.query",
+                    "l1_unstructured 50%, after training, then 3 epochs of fine-tuning + int8 per_channel",
+                    5_000_000_000_000_000,
+                    1,
+                ),
+                layer("fc", "int8", 400, 100),
+            ],
+            bytes_before: 5_000_000_000_000_400,
+            bytes_after: 101,
+            ..Compressed::default()
+        }),
+        ..Report::default()
+    };
+    run.write_report(&report).expect("report");
+    let text = stdout(&kiln(&[Path::new("report"), &root.join("run")]));
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "compression")
+        .skip(1)
+        .take(3)
+        .collect();
+    assert!(lines[0].contains("bytes after"), "{text}");
+    // Right-aligned last column: every line ends in the same column; the method column starts
+    // in one place.
+    let width = lines[0].chars().count();
+    assert!(lines.iter().all(|l| l.chars().count() == width), "{text}");
+    let method = lines[0].find("method").expect("method column");
+    assert_eq!(lines[1].find("l1_unstructured"), Some(method), "{text}");
+    assert_eq!(lines[2].find("int8"), Some(method), "{text}");
+    let _ = std::fs::remove_dir_all(&root);
+}

@@ -492,7 +492,11 @@ fn early_stopping_on_the_training_loss_watches_each_epoch() {
 fn a_sweep_runs_every_trial_and_ranks_them() {
     let dir = scratch("sweep");
     let exp = SMALL
-        .replace("adamw(lr: 3e-3)", "adamw(lr: sweep [1e-2, 1e-3, 1e-4])")
+        // A value longer than the table's old fixed column (32 characters).
+        .replace(
+            "adamw(lr: 3e-3)",
+            "adamw(lr: sweep [0.0100000000000000000000000000000001, 1e-3, 1e-4])",
+        )
         .replace("checkpoint(every: 20 steps, keep: 2)", "");
     let path = write(&dir, "sweep.exp", &exp);
     let o = run(&[
@@ -520,6 +524,19 @@ fn a_sweep_runs_every_trial_and_ranks_them() {
         })
         .collect();
     assert!(acc.windows(2).all(|w| w[0] >= w[1]), "{table}");
+    // The columns line up whatever the values' widths: every directory starts under its header.
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("rank"))
+        .unwrap_or_else(|| panic!("no header in {table}"));
+    let column = header.find("run directory").expect("a directory column");
+    for r in &rows {
+        assert!(
+            r.get(column..)
+                .is_some_and(|d| d.starts_with(&*dir.to_string_lossy())),
+            "{table}"
+        );
+    }
     for k in 1..=3 {
         let trial = run_dir(&dir.join("runs"), "small").join(format!("trial-{k:03}"));
         assert!(

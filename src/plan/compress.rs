@@ -382,13 +382,22 @@ pub fn compression(
 pub fn write_text(out: &mut String, c: &CompressionPlan) {
     use std::fmt::Write;
     let _ = writeln!(out, "\ncompression (parameters' bytes before -> after)");
+    // Columns as wide as their widest cell.
     let w = c
         .layers
         .iter()
-        .map(|l| l.layer.len())
+        .map(|l| l.layer.chars().count())
         .max()
         .unwrap_or(5)
         .max(5);
+    let b = c
+        .layers
+        .iter()
+        .flat_map(|l| [l.bytes_before, l.bytes_after])
+        .chain([c.model_bytes_before, c.model_bytes_after])
+        .map(|n| fmt_bytes(n).len())
+        .max()
+        .unwrap_or(0);
     for l in &c.layers {
         let mut notes = Vec::new();
         if let Some(s) = l.sparsity {
@@ -411,7 +420,7 @@ pub fn write_text(out: &mut String, c: &CompressionPlan) {
         };
         let _ = writeln!(
             out,
-            "  {:<w$}  {:>11} -> {:>11}  x{:.2}{notes}",
+            "  {:<w$}  {:>b$} -> {:>b$}  x{:.2}{notes}",
             l.layer,
             fmt_bytes(l.bytes_before),
             fmt_bytes(l.bytes_after),
@@ -423,7 +432,7 @@ pub fn write_text(out: &mut String, c: &CompressionPlan) {
     }
     let _ = writeln!(
         out,
-        "  {:<w$}  {:>11} -> {:>11}  x{:.2} smaller",
+        "  {:<w$}  {:>b$} -> {:>b$}  x{:.2} smaller",
         "model",
         fmt_bytes(c.model_bytes_before),
         fmt_bytes(c.model_bytes_after),

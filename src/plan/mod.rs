@@ -623,30 +623,32 @@ pub fn to_text(p: &Plan) -> String {
     let _ = write!(out, "schedule   ");
     schedule::write_text(&mut out, &p.schedule, 11);
     let _ = writeln!(out, "parallel   {}\n", p.parallel);
-    let name_w = p
+    // Columns as wide as their widest cell: long names, shapes and counts stay aligned.
+    let header = [
+        "layer",
+        "kind",
+        "output",
+        "params",
+        "flops/sample",
+        "device",
+    ]
+    .map(String::from);
+    let rows: Vec<Vec<String>> = p
         .layers
         .iter()
-        .map(|l| l.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(5);
-    let _ = writeln!(
-        out,
-        "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  device",
-        "layer", "kind", "output", "params", "flops/sample"
-    );
-    for l in &p.layers {
-        let _ = writeln!(
-            out,
-            "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  {}",
-            l.name,
-            l.kind,
-            l.output.to_string(),
-            fmt_count(l.params),
-            fmt_count(l.flops),
-            l.device
-        );
-    }
+        .map(|l| {
+            vec![
+                l.name.clone(),
+                l.kind.clone(),
+                l.output.to_string(),
+                fmt_count(l.params),
+                fmt_count(l.flops),
+                l.device.to_string(),
+            ]
+        })
+        .collect();
+    use crate::table::Align::{Left, Right};
+    out += &crate::table::render(&header, &rows, &[Left, Left, Left, Right, Right, Left], "");
     let t = &p.totals;
     let _ = writeln!(out, "\nparameters        {}", fmt_count(t.params));
     let _ = writeln!(out, "weights           {}", fmt_bytes(t.weight_bytes));

@@ -68,20 +68,21 @@ pub(super) fn summary(run: &Run, all: bool) -> String {
 fn compression(c: &kiln::rundir::Compressed) -> String {
     let bytes = kiln::plan::fmt_bytes;
     let mut out = String::from("compression\n");
-    out += &format!(
-        "  {:<20} {:<28} {:>9} {:>12} {:>12}\n",
-        "layer", "method", "sparsity", "bytes before", "bytes after"
-    );
-    for l in &c.layers {
-        out += &format!(
-            "  {:<20} {:<28} {:>8.1}% {:>12} {:>12}\n",
-            l.name,
-            l.method,
-            100.0 * l.sparsity,
-            bytes(l.bytes_before),
-            bytes(l.bytes_after)
-        );
-    }
+    let header = ["layer", "method", "sparsity", "bytes before", "bytes after"].map(String::from);
+    let rows: Vec<Vec<String>> = c
+        .layers
+        .iter()
+        .map(|l| {
+            vec![
+                l.name.clone(),
+                l.method.clone(),
+                format!("{:.1}%", 100.0 * l.sparsity),
+                bytes(l.bytes_before),
+                bytes(l.bytes_after),
+            ]
+        })
+        .collect();
+    out += &kiln::table::render(&header, &rows, &[Align::Left, Align::Left], "  ");
     out += &format!(
         "  weights: {} -> {} ({:.2}x smaller)\n",
         bytes(c.bytes_before),
@@ -263,14 +264,11 @@ pub(super) fn sweep(dir: &Path, trials: &[PathBuf]) -> Result<String, String> {
     Ok(out)
 }
 
-/// A table whose first two columns (rank, trial) are left-aligned.
+/// A table whose text columns (rank, trial, directory) are left-aligned, its numbers right.
 fn ranked_table(header: &[String], rows: &[Vec<String>]) -> String {
-    let joined = |cells: &[String]| -> Vec<String> {
-        let mut v = vec![format!("{:<4}  {}", cells[0], cells[1])];
-        v.extend_from_slice(&cells[2..]);
-        v
-    };
-    let header = joined(header);
-    let rows: Vec<Vec<String>> = rows.iter().map(|r| joined(r)).collect();
-    table(&header, &rows)
+    let mut align = vec![Align::Right; header.len()];
+    for i in [0, 1, header.len() - 1] {
+        align[i] = Align::Left;
+    }
+    kiln::table::render(header, rows, &align, "")
 }

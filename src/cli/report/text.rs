@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use kiln::rundir::{Eval, Report};
+pub(super) use kiln::table::Align;
 
 /// Epoch tables longer than this show their first and last rows only (unless `--all`).
 const TABLE_ROWS: usize = 24;
@@ -118,41 +119,7 @@ pub(super) fn eval_line(e: &Eval) -> String {
 /// Left-aligns the first column and right-aligns the others; a row of one cell is a note,
 /// printed as it is.
 pub(super) fn table(header: &[String], rows: &[Vec<String>]) -> String {
-    let cols = header.len();
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows.iter().filter(|r| r.len() > 1) {
-        for (i, cell) in row.iter().enumerate().take(cols) {
-            widths[i] = widths[i].max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut s = String::new();
-        for (i, cell) in cells.iter().enumerate().take(cols) {
-            if i > 0 {
-                s += "  ";
-            }
-            let pad = widths[i].saturating_sub(cell.chars().count());
-            if i == 0 {
-                s += cell;
-                s += &" ".repeat(pad);
-            } else {
-                s += &" ".repeat(pad);
-                s += cell;
-            }
-        }
-        s.trim_end().to_string() + "\n"
-    };
-    let mut out = line(header);
-    for row in rows {
-        match row.as_slice() {
-            [note] => {
-                out += note;
-                out += "\n";
-            }
-            cells => out += &line(cells),
-        }
-    }
-    out
+    kiln::table::render(header, rows, &[Align::Left], "")
 }
 
 /// Keeps the first and last rows of a long table, with a line saying how many were left out.
