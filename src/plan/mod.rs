@@ -112,7 +112,9 @@ pub struct StageNeed {
 pub struct Plan {
     /// Experiment name.
     pub experiment: String,
-    /// Sweep values of this trial.
+    /// Sweep values of this trial, as `(name, value)`: a mapping in sweep order in YAML (left
+    /// out without a sweep).
+    #[serde(serialize_with = "as_mapping", skip_serializing_if = "Vec::is_empty")]
     pub trial: Vec<(String, String)>,
     /// Per-sample input shape.
     pub input: Shape,
@@ -155,6 +157,16 @@ pub struct Plan {
     /// Weights before and after compression (left out of YAML when nothing is compressed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionPlan>,
+}
+
+/// `(name, value)` pairs as a mapping, in order.
+fn as_mapping<S: serde::Serializer>(pairs: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 /// The data as the plan shows it.

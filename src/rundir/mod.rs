@@ -37,7 +37,7 @@ pub use checkpoint::{Fingerprint, PlateauState, Position, Segment, Sidecar};
 pub use lock::{Holder, Lock, LockError, LOCK};
 pub use metrics::{EpochRecord, EvalRecord, MetricLine, StepRecord};
 pub use rank::{rank, rank_key};
-pub use report::{BeforeAfter, Compressed, CompressedLayer, Eval, Latency, Outcome, Report};
+pub use report::{BeforeAfter, Compressed, CompressedLayer, Eval, Latency, Outcome, Report, TopK};
 
 /// The experiment file as run.
 pub const EXPERIMENT: &str = "experiment.exp";

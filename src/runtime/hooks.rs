@@ -148,7 +148,7 @@ impl Hook for Records {
         cx.pos.metrics_lines = cx.out.eval_record(epoch, cx.pos.step, &e.eval)?;
         cx.pos.last_eval_step = Some(cx.pos.step);
         if !e.last {
-            cx.out.progress().eval(&e.eval);
+            cx.out.progress().eval(epoch, cx.pos.step, &e.eval);
         }
         Ok(Flow::Continue)
     }

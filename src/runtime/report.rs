@@ -199,13 +199,20 @@ impl Progress {
         }
     }
 
-    /// An evaluation finished.
-    pub fn eval(&self, e: &Eval) {
+    /// Where a figure was computed: `epoch 2/3  step 60` (the epoch 1-based).
+    fn at(&self, epoch: u64, step: u64) -> String {
+        format!("epoch {epoch}{}  step {step}", self.epochs)
+    }
+
+    /// An evaluation of the weights of `step` finished, in `epoch` (1-based: the epoch in
+    /// progress, or the one that just ended).
+    pub fn eval(&self, epoch: u64, step: u64, e: &Eval) {
         if self.quiet {
             return;
         }
         let line = format!(
-            "  val loss {:.4}{}",
+            "{}  val loss {:.4}{}",
+            self.at(epoch, step),
             e.loss,
             e.accuracy
                 .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a))
@@ -231,10 +238,8 @@ impl Progress {
             .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a));
         let _ = writeln!(
             std::io::stderr(),
-            "epoch {}{}  step {}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",
-            r.epoch,
-            self.epochs,
-            r.step,
+            "{}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",
+            self.at(r.epoch, r.step),
             r.train_loss,
             r.samples_per_s,
             r.seconds

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use super::summary::resumed;
 use super::text::*;
-use super::{EpochRow, Run};
+use super::{Row, Run};
 
 /// `b - a` with the relative change.
 fn delta(a: Option<f64>, b: Option<f64>, decimals: usize) -> String {
@@ -58,7 +58,7 @@ fn same(a: &str, b: &str) -> String {
     }
 }
 
-/// Two runs side by side: results, settings, the experiment's lines and epochs.
+/// Two runs side by side: results, settings, the experiment and the metrics step by step.
 pub(super) fn comparison(a: &Run, b: &Run, all: bool) -> String {
     let (ra, rb) = (&a.report, &b.report);
     let f = |x: u64| Some(x as f64);
@@ -134,8 +134,8 @@ pub(super) fn comparison(a: &Run, b: &Run, all: bool) -> String {
             );
         }
         let (ka, kb) = (ea.and_then(|e| e.top_k), eb.and_then(|e| e.top_k));
-        if let Some(k) = ka.or(kb).map(|(k, _)| k) {
-            let (ta, tb) = (ka.map(|t| t.1), kb.map(|t| t.1));
+        if let Some(k) = ka.or(kb).map(|t| t.k) {
+            let (ta, tb) = (ka.map(|t| t.accuracy), kb.map(|t| t.accuracy));
             num_row(
                 &format!("{label} top-{k} accuracy"),
                 pct(ta),
@@ -188,9 +188,9 @@ pub(super) fn comparison(a: &Run, b: &Run, all: bool) -> String {
         (Some(_), None) => out += "experiment.exp: only in A\n",
     }
 
-    if !a.epochs.is_empty() || !b.epochs.is_empty() {
+    if !a.rows.is_empty() || !b.rows.is_empty() {
         out += "\n";
-        out += &epoch_comparison(&a.epochs, &b.epochs, all);
+        out += &steps_comparison(&a.rows, &b.rows, all);
     }
     out
 }
@@ -199,19 +199,20 @@ fn yes_no(b: bool) -> String {
     if b { "yes" } else { "no" }.into()
 }
 
-/// Per-epoch losses (and accuracies) of both runs side by side.
-fn epoch_comparison(a: &[EpochRow], b: &[EpochRow], all: bool) -> String {
-    let mut epochs: BTreeMap<u64, (Option<&EpochRow>, Option<&EpochRow>)> = BTreeMap::new();
+/// The metric lines of both runs side by side, a row per step at which either wrote one: values
+/// computed at different steps never share a row.
+fn steps_comparison(a: &[Row], b: &[Row], all: bool) -> String {
+    let mut steps: BTreeMap<u64, (Option<&Row>, Option<&Row>)> = BTreeMap::new();
     for r in a {
-        epochs.entry(r.epoch).or_default().0 = Some(r);
+        steps.entry(r.step).or_default().0 = Some(r);
     }
     for r in b {
-        epochs.entry(r.epoch).or_default().1 = Some(r);
+        steps.entry(r.step).or_default().1 = Some(r);
     }
-    let any = |f: &dyn Fn(&EpochRow) -> bool| a.iter().chain(b).any(f);
+    let any = |f: &dyn Fn(&Row) -> bool| a.iter().chain(b).any(f);
     let val = any(&|r| r.val_loss.is_some());
     let acc = any(&|r| r.val_accuracy.is_some());
-    let mut header: Vec<String> = ["epoch", "A train loss", "B train loss"]
+    let mut header: Vec<String> = ["step", "epoch", "A train loss", "B train loss"]
         .map(String::from)
         .to_vec();
     if val {
@@ -220,11 +221,17 @@ fn epoch_comparison(a: &[EpochRow], b: &[EpochRow], all: bool) -> String {
     if acc {
         header.extend(["A val acc", "B val acc"].map(String::from));
     }
-    let rows: Vec<Vec<String>> = epochs
+    let rows: Vec<Vec<String>> = steps
         .iter()
-        .map(|(e, (x, y))| {
+        .map(|(step, (x, y))| {
+            // The epoch each run was in: one number when they agree, `A / B` when not.
+            let epoch = match (x.map(|r| r.epoch), y.map(|r| r.epoch)) {
+                (Some(p), Some(q)) if p != q => format!("{p} / {q}"),
+                (p, q) => p.or(q).map_or_else(|| "-".into(), |e| e.to_string()),
+            };
             let mut row = vec![
-                e.to_string(),
+                grouped(*step),
+                epoch,
                 loss(x.and_then(|r| r.train_loss)),
                 loss(y.and_then(|r| r.train_loss)),
             ];

@@ -18,16 +18,19 @@ mod text;
 pub(super) struct Run {
     pub(super) dir: PathBuf,
     pub(super) report: Report,
-    pub(super) epochs: Vec<EpochRow>,
+    /// Its metric lines, one row per step.
+    pub(super) rows: Vec<Row>,
     /// The last version of the experiment that ran, as `(file name, text)`.
     pub(super) experiment: Option<(String, String)>,
 }
 
-/// One epoch: its training line and the last validation line of the epoch.
+/// One point of a run's metrics: the end of an epoch (its training line), an evaluation, or both
+/// when they were written at the same step. Every value in it was computed at `step`.
 #[derive(Default, Debug, Clone)]
-pub(super) struct EpochRow {
+pub(super) struct Row {
+    /// The epoch in progress at `step`, or the one that ended there (1-based).
     pub(super) epoch: u64,
-    pub(super) step: Option<u64>,
+    pub(super) step: u64,
     pub(super) lr: Option<f64>,
     pub(super) train_loss: Option<f64>,
     pub(super) train_accuracy: Option<f64>,
@@ -35,7 +38,7 @@ pub(super) struct EpochRow {
     pub(super) samples_per_s: Option<f64>,
     pub(super) val_loss: Option<f64>,
     pub(super) val_accuracy: Option<f64>,
-    pub(super) top_k: Option<(u64, f64)>,
+    pub(super) top_k: Option<kiln::rundir::TopK>,
 }
 
 /// `kiln report RUN_DIR`: a run's summary, or a sweep's trials ranked.
@@ -175,24 +178,25 @@ pub(super) fn read_run(dir: &Path) -> Result<Run, String> {
     });
     Ok(Run {
         dir: dir.to_path_buf(),
-        epochs: epoch_rows(&lines),
+        rows: rows(&lines),
         report,
         experiment,
     })
 }
 
-/// Joins the training and validation lines of `metrics.jsonl` by epoch.
-fn epoch_rows(lines: &[MetricLine]) -> Vec<EpochRow> {
-    let mut rows: BTreeMap<u64, EpochRow> = BTreeMap::new();
+/// The training and validation lines of `metrics.jsonl`, one row per step at which any was
+/// written: an evaluation within an epoch is a row of its own, never joined to the epoch's end.
+fn rows(lines: &[MetricLine]) -> Vec<Row> {
+    let mut rows: BTreeMap<u64, Row> = BTreeMap::new();
     for line in lines {
-        let epoch = line.epoch();
-        let row = rows.entry(epoch).or_insert_with(|| EpochRow {
-            epoch,
-            ..EpochRow::default()
+        let step = line.step();
+        let row = rows.entry(step).or_insert_with(|| Row {
+            epoch: line.epoch(),
+            step,
+            ..Row::default()
         });
         match line {
             MetricLine::Train(r) => {
-                row.step = Some(r.step);
                 row.lr = Some(r.lr);
                 row.train_loss = Some(r.train_loss);
                 row.train_accuracy = r.train_accuracy;
@@ -202,12 +206,7 @@ fn epoch_rows(lines: &[MetricLine]) -> Vec<EpochRow> {
             MetricLine::Val(r) => {
                 row.val_loss = Some(r.loss);
                 row.val_accuracy = r.accuracy;
-                if r.top_k.is_some() {
-                    row.top_k = r.top_k;
-                }
-                if row.step.is_none() {
-                    row.step = Some(r.step);
-                }
+                row.top_k = r.top_k;
             }
         }
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use kiln::rundir::{self, Report};
 
 use super::text::*;
-use super::{read_run, EpochRow, Run};
+use super::{read_run, Row, Run};
 
 /// A run's summary: its key figures, compression and epochs.
 pub(super) fn summary(run: &Run, all: bool) -> String {
@@ -26,12 +26,22 @@ pub(super) fn summary(run: &Run, all: bool) -> String {
     }
     pairs.push(("parameters", count(Some(r.params))));
     pairs.push(("length", length(r)));
-    pairs.push(("train loss", loss(Some(r.outcome.train_loss))));
+    // Each figure says which weights it measured: the final ones, at the run's last step, and
+    // the training loss the mean over the last epoch's steps.
+    let end = format!("at step {}", grouped(r.outcome.steps));
+    pairs.push((
+        "train loss",
+        format!(
+            "{}   {}",
+            loss(Some(r.outcome.train_loss)),
+            last_epoch(&run.rows).unwrap_or_else(|| end.clone())
+        ),
+    ));
     if let Some(v) = &r.outcome.val {
-        pairs.push(("validation", eval_line(v)));
+        pairs.push(("validation", format!("{}   {end}", eval_line(v))));
     }
     if let Some(t) = &r.outcome.test {
-        pairs.push(("test", eval_line(t)));
+        pairs.push(("test", format!("{}   {end}", eval_line(t))));
     }
     pairs.push((
         "speed",
@@ -56,11 +66,25 @@ pub(super) fn summary(run: &Run, all: bool) -> String {
         out += "\n";
         out += &compression(c);
     }
-    if !run.epochs.is_empty() {
+    if !run.rows.is_empty() {
         out += "\n";
-        out += &epoch_table(&run.epochs, all);
+        out += &metrics_table(&run.rows, all);
     }
     out
+}
+
+/// Which steps the final training loss averages: `mean of epoch 2, steps 51 to 100`, from the
+/// last two epochs' rows; `None` without them.
+fn last_epoch(rows: &[Row]) -> Option<String> {
+    let mut ends = rows.iter().rev().filter(|r| r.train_loss.is_some());
+    let last = ends.next()?;
+    let first = ends.next().map_or(1, |r| r.step + 1);
+    Some(format!(
+        "mean of epoch {}, steps {} to {}",
+        last.epoch,
+        grouped(first),
+        grouped(last.step)
+    ))
 }
 
 /// The compression section: each layer's sparsity and bytes, the totals, the metrics and the
@@ -89,10 +113,15 @@ fn compression(c: &kiln::rundir::Compressed) -> String {
         bytes(c.bytes_after),
         c.bytes_before as f64 / c.bytes_after.max(1) as f64
     );
+    // The uncompressed model is measured where training ended, the compressed one at the end
+    // of the run (after any fine-tuning).
+    let at =
+        |step: Option<u64>| step.map_or_else(String::new, |s| format!(" (step {})", grouped(s)));
+    let (before, after) = (at(c.steps.map(|s| s.before)), at(c.steps.map(|s| s.after)));
     for (split, ba) in [("validation", &c.val), ("test", &c.test)] {
         if let Some(ba) = ba {
             out += &format!(
-                "  {split}: {} -> {}\n",
+                "  {split}: {}{before} -> {}{after}\n",
                 eval_line(&ba.before),
                 eval_line(&ba.after)
             );
@@ -128,11 +157,12 @@ pub(super) fn resumed(r: &Report) -> Vec<String> {
         .collect()
 }
 
-fn epoch_table(rows: &[EpochRow], all: bool) -> String {
+/// The metric lines of a run, a row per step with every value computed there.
+fn metrics_table(rows: &[Row], all: bool) -> String {
     let train_acc = rows.iter().any(|r| r.train_accuracy.is_some());
     let val_loss = rows.iter().any(|r| r.val_loss.is_some());
     let val_acc = rows.iter().any(|r| r.val_accuracy.is_some());
-    let top_k = rows.iter().find_map(|r| r.top_k.map(|(k, _)| k));
+    let top_k = rows.iter().find_map(|r| r.top_k.map(|t| t.k));
     let mut header: Vec<String> = ["epoch", "step", "lr", "train loss"]
         .map(String::from)
         .to_vec();
@@ -154,7 +184,7 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
         .map(|r| {
             let mut row = vec![
                 r.epoch.to_string(),
-                count(r.step),
+                count(Some(r.step)),
                 r.lr.map_or_else(|| "-".into(), significant),
                 loss(r.train_loss),
             ];
@@ -168,7 +198,7 @@ fn epoch_table(rows: &[EpochRow], all: bool) -> String {
                 row.push(pct(r.val_accuracy));
             }
             if top_k.is_some() {
-                row.push(pct(r.top_k.map(|(_, a)| a)));
+                row.push(pct(r.top_k.map(|t| t.accuracy)));
             }
             row.push(r.seconds.map_or_else(|| "-".into(), |s| format!("{s:.1}")));
             row.push(rate(r.samples_per_s));

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use kiln::rundir::{Eval, Report};
 pub(super) use kiln::table::Align;
 
-/// Epoch tables longer than this show their first and last rows only (unless `--all`).
+/// Metric tables longer than this show their first and last rows only (unless `--all`).
 const TABLE_ROWS: usize = 24;
 
 /// A loss with four decimals, or in scientific notation when that would show only zeros.
@@ -110,8 +110,8 @@ pub(super) fn eval_line(e: &Eval) -> String {
     if e.accuracy.is_some() {
         s += &format!("   accuracy {}", pct(e.accuracy));
     }
-    if let Some((k, a)) = e.top_k {
-        s += &format!("   top-{k} accuracy {}", pct(Some(a)));
+    if let Some(t) = e.top_k {
+        s += &format!("   top-{} accuracy {}", t.k, pct(Some(t.accuracy)));
     }
     s
 }
@@ -129,7 +129,7 @@ pub(super) fn elide(rows: Vec<Vec<String>>, all: bool) -> Vec<Vec<String>> {
     }
     let keep = TABLE_ROWS / 2;
     let left_out = rows.len() - 2 * keep;
-    let marker = vec![format!("… {left_out} more epochs (--all shows them)")];
+    let marker = vec![format!("… {left_out} more rows (--all shows them)")];
     let mut out: Vec<Vec<String>> = rows[..keep].to_vec();
     out.push(marker);
     out.extend_from_slice(&rows[rows.len() - keep..]);
