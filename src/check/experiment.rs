@@ -22,6 +22,7 @@ use crate::syntax::ast::{Statement, ValueKind};
 
 /// Keywords of the experiment block.
 pub const KEYWORDS: &[&str] = &[
+    "allow",
     "description",
     "tags",
     "seed",
@@ -99,6 +100,10 @@ pub fn check_experiment(
         s
     };
 
+    if let Some(s) = get("allow") {
+        let allowed = super::allow::check(cx, s);
+        cx.allowed = allowed;
+    }
     let description = get("description").and_then(|s| cx.single(s).and_then(|v| cx.string(v)));
     let tags = get("tags").map_or(Some(vec![]), |s| {
         let v = cx.single(s)?;
@@ -283,6 +288,8 @@ pub fn check_experiment(
         tags,
         seed,
         trial,
+        allow: cx.allowed.clone(),
+        settings: Vec::new(),
         data: crate::ir::Data {
             ignore_label: train.loss.ignore_index(),
             token_vocab: super::tokens::file_vocab(&data.data.source, &nodes),

@@ -3,11 +3,13 @@
 //! It reads only the files it is given (through a [`Loader`]) and never stops at the first
 //! problem: every diagnostic of a file, and of every trial of its sweeps, is reported in one pass.
 
+mod allow;
 mod compress;
 mod consistency;
 pub mod cx;
 mod data;
 mod datafiles;
+mod effective;
 mod experiment;
 mod fs;
 mod groups;
@@ -36,6 +38,7 @@ pub use fs::{FsLoader, MAX_SOURCE_BYTES};
 
 /// The words of the language by the block they belong to, for editors (completion, hover).
 pub mod words {
+    pub use super::allow::warning_codes;
     pub use super::compress::KEYWORDS as COMPRESS;
     pub use super::data::KEYWORDS as DATA;
     pub use super::experiment::KEYWORDS as EXPERIMENT;
@@ -175,8 +178,10 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     if let Some(mut e) = checked.filter(|_| no_errors(&cx)) {
                         memory_warnings(&mut cx, &e, options);
                         apply_memory_overrides(&mut e, options);
+                        e.settings = effective::settings(stmt, &sources);
                         trials.push(e);
                     }
+                    allow::silence(&mut cx.diags, &cx.allowed);
                     per_trial.push(cx.diags);
                 }
                 merge_trials(&mut diags, per_trial, n);

@@ -42,6 +42,11 @@ pub struct Report {
     /// What compression did, when the experiment compresses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compressed>,
+    /// Every setting of the experiment as it ran, `extends` resolved and sweeps substituted:
+    /// a mapping of paths to values (`data.batch: '64'`) in the experiment's order, which
+    /// `kiln compare` compares. Left out by older versions.
+    #[serde(with = "pairs", skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<(String, String)>,
 }
 
 /// The compressed model against the uncompressed one: the uncompressed model is the trained

@@ -122,6 +122,10 @@ fn report() -> Report {
             MetricLine::Val(eval(0, Some((5, 0.99)))),
             MetricLine::Val(eval(1, None)),
         ],
+        settings: vec![
+            ("data.batch".into(), "64".into()),
+            ("optimizer".into(), "adam(lr: 1e-3)".into()),
+        ],
     }
 }
 

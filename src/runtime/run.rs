@@ -472,7 +472,7 @@ fn run_trial(
             let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
             kiln::supervise::record_run_dir(dir);
             for w in &warnings {
-                eprint(&to_text(w, &checked.sources, style()));
+                warn(exp, w, checked);
             }
             for path in writer.removed() {
                 eprint(&format!(
@@ -691,7 +691,7 @@ fn resume_point(
             using: found.as_ref().map(|(side, _)| side.position.step),
         }
         .diagnostic();
-        eprint(&to_text(&w, &checked.sources, style()));
+        warn(exp, &w, checked);
     }
     let Some((side, tensors)) = found else {
         return Err(Problem::ResumeIncompatible {
@@ -771,6 +771,13 @@ fn run_io(e: &kiln::rundir::Error, exp: &Experiment) -> Diagnostic {
         stage: RunStage::Record,
     }
     .diagnostic()
+}
+
+/// Prints a warning of the run unless the experiment allows it (`allow`).
+fn warn(exp: &Experiment, w: &Diagnostic, checked: &Checked) {
+    if !exp.allow.iter().any(|code| code == w.code.code()) {
+        eprint(&to_text(w, &checked.sources, style()));
+    }
 }
 
 fn style() -> Style {

@@ -68,6 +68,7 @@ pub fn write_report(
         resumed: ran.history.iter().skip(1).cloned().collect(),
         metrics: writer.metrics()?,
         compression: ran.compressed.clone(),
+        settings: exp.settings.clone(),
     };
     writer.write_report(&report)
 }

@@ -1,6 +1,6 @@
 //! `kiln compare`: two runs side by side, with their differences.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use super::summary::resumed;
@@ -174,7 +174,11 @@ pub(super) fn comparison(a: &Run, b: &Run, all: bool) -> String {
             let _ = writeln!(out, "{name} was resumed {line}");
         }
     }
+    // The settings as both runs ran them (`extends` resolved, sweeps substituted); the text of
+    // their experiment files only for reports of older versions, which do not record them.
+    let (sa, sb) = (&ra.settings, &rb.settings);
     match (&a.experiment, &b.experiment) {
+        _ if !sa.is_empty() && !sb.is_empty() => out += &settings_diff(sa, sb),
         (Some((na, x)), Some((nb, y))) => {
             let names = if na == nb {
                 na.clone()
@@ -247,6 +251,45 @@ fn steps_comparison(a: &[Row], b: &[Row], all: bool) -> String {
         })
         .collect();
     table(&header, &elide(rows, all))
+}
+
+/// The settings whose values differ between A and B, as a table (`-`: not set in that run).
+fn settings_diff(a: &[(String, String)], b: &[(String, String)]) -> String {
+    let (ma, mb): (HashMap<&str, &str>, HashMap<&str, &str>) = (
+        a.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect(),
+        b.iter().map(|(p, v)| (p.as_str(), v.as_str())).collect(),
+    );
+    let value = |m: &HashMap<&str, &str>, k: &str| m.get(k).unwrap_or(&"-").to_string();
+    // A's settings in A's order, then those only B has.
+    let mut paths: Vec<&str> = a.iter().map(|(p, _)| p.as_str()).collect();
+    paths.extend(
+        b.iter()
+            .map(|(p, _)| p.as_str())
+            .filter(|p| !ma.contains_key(p)),
+    );
+    let rows: Vec<Vec<String>> = paths
+        .iter()
+        .map(|p| vec![p.to_string(), value(&ma, p), value(&mb, p)])
+        .filter(|r| r[1] != r[2])
+        .collect();
+    if rows.is_empty() {
+        return format!(
+            "settings: identical ({} settings, `extends` resolved)\n",
+            paths.len()
+        );
+    }
+    let header = ["setting", "A", "B"].map(String::from);
+    format!(
+        "settings that differ ({} of {}, `extends` resolved; - not set):\n{}",
+        rows.len(),
+        paths.len(),
+        kiln::table::render(
+            &header,
+            &rows,
+            &[Align::Left, Align::Left, Align::Left],
+            "  "
+        )
+    )
 }
 
 /// Files longer than this (in lines, product of both) are not diffed line by line.
