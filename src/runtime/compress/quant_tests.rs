@@ -625,9 +625,17 @@ fn stored_tensors_are_what_the_plan_costs() {
             to: Precision::Fp16,
         },
     ];
-    for (n, k) in [(10, 40), (33, 64), (64, 128)] {
-        let w = Tensor::randn([n, k], tch::kind::FLOAT_CPU);
-        let b = Tensor::randn([n], tch::kind::FLOAT_CPU);
+    // The CPU always; CUDA's layouts (other padding) where a GPU is present.
+    let mut devices = vec![(Device::Cpu, kiln::ir::Device::Cpu)];
+    if tch::Cuda::is_available() {
+        devices.push((Device::Cuda(0), kiln::ir::Device::Cuda(0)));
+    }
+    for ((n, k), (device, on)) in [(10, 40), (33, 64), (64, 128)]
+        .into_iter()
+        .flat_map(|size| devices.iter().map(move |d| (size, *d)))
+    {
+        let w = Tensor::randn([n, k], (Kind::Float, device));
+        let b = Tensor::randn([n], (Kind::Float, device));
         for bias in [true, false] {
             let b = bias.then_some(&b);
             for scheme in schemes {
@@ -647,17 +655,12 @@ fn stored_tensors_are_what_the_plan_costs() {
                         (name.clone(), bytes as u64)
                     })
                     .collect();
-                let want: Vec<(String, u64)> = kiln::plan::stored::stored(
-                    &scheme,
-                    n as u64,
-                    k as u64,
-                    bias,
-                    kiln::ir::Device::Cpu,
-                )
-                .into_iter()
-                .map(|s| (s.name.to_string(), s.bytes))
-                .collect();
-                assert_eq!(got, want, "{scheme:?} at {n} x {k}, bias {bias}");
+                let want: Vec<(String, u64)> =
+                    kiln::plan::stored::stored(&scheme, n as u64, k as u64, bias, on)
+                        .into_iter()
+                        .map(|s| (s.name.to_string(), s.bytes))
+                        .collect();
+                assert_eq!(got, want, "{scheme:?} at {n} x {k} on {on}, bias {bias}");
             }
         }
     }
