@@ -137,14 +137,21 @@ fn value(v: &Value, sources: &Sources) -> String {
 
 #[cfg(test)]
 mod tests {
-    use crate::check::check_text;
+    use crate::check::{check_path, MemoryLoader, Options};
+    use std::path::Path;
 
     #[test]
     fn settings_are_paths_and_values_on_one_line() {
-        let c = check_text(
+        let mut loader = MemoryLoader::default();
+        loader.insert(
             "e.exp",
             "experiment \"e\" {\n  seed 3\n  data {\n    source synthetic(inputs: normal([8]), targets: randint(2), count: 64)\n    split(train: 0.75,  # most\n      val: 0.25)\n    batch sweep [8, 16]\n  }\n  model {\n    input [8]\n    fc: linear(4)\n    relu\n    block head {\n      linear(2)\n    }\n  }\n  optimizer sgd(lr: 1e-1)\n  train {\n    steps 10\n    loss cross_entropy\n  }\n}\n",
         );
+        let options = Options {
+            effective_settings: true,
+            ..Options::default()
+        };
+        let c = check_path(Path::new("e.exp"), &loader, &options);
         assert!(!c.has_errors(), "{:#?}", c.diagnostics);
         let s = &c.trials[1].settings;
         let get = |k: &str| {

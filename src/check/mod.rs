@@ -69,6 +69,9 @@ pub trait Loader: Sync {
 pub struct Options {
     /// Device capacities given on the command line; they override the file's `memory` lines.
     pub device_memory: Vec<(Device, u64)>,
+    /// Record each trial's effective settings (`Experiment::settings`), as `kiln run` does for
+    /// its report. Off otherwise: checking alone has no use for them.
+    pub effective_settings: bool,
 }
 
 /// The outcome of checking one file.
@@ -178,7 +181,9 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     if let Some(mut e) = checked.filter(|_| no_errors(&cx)) {
                         memory_warnings(&mut cx, &e, options);
                         apply_memory_overrides(&mut e, options);
-                        e.settings = effective::settings(stmt, &sources);
+                        if options.effective_settings {
+                            e.settings = effective::settings(stmt, &sources);
+                        }
                         trials.push(e);
                     }
                     allow::silence(&mut cx.diags, &cx.allowed);

@@ -108,7 +108,12 @@ pub fn main(opts: &RunOptions) -> i32 {
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
-    let checked = check_path(&opts.file, &FsLoader, &Options::default());
+    // The report records each trial's settings as it ran, for `kiln compare`.
+    let options = Options {
+        effective_settings: true,
+        ..Options::default()
+    };
+    let checked = check_path(&opts.file, &FsLoader, &options);
     let style = style();
     for d in &checked.diagnostics {
         eprint(&to_text(d, &checked.sources, style));
