@@ -4,7 +4,8 @@
 //! strategies; every problem as a [`diagnostic::Diagnostic`]) -> [`ir`] (the typed experiment,
 //! which every later stage reads) -> `plan` (its costs); [`rundir`] defines the files of a run
 //! directory, which `kiln-runtime` writes and `kiln report` reads; [`supervise`] watches the
-//! processes that train; [`lsp`] answers editors. Only `cli` (in `main.rs`) and `lsp::server` talk to
+//! processes that train; [`table`] lines up the text tables of both binaries; [`lsp`] answers
+//! editors. Only `cli` (in `main.rs`) and `lsp::server` talk to
 //! the outside world. See `ARCHITECTURE.md`.
 
 pub mod check;
@@ -17,3 +18,4 @@ pub mod rundir;
 pub mod span;
 pub mod supervise;
 pub mod syntax;
+pub mod table;

@@ -506,6 +506,23 @@ fn compression_targets_need_the_right_kind() {
 }
 
 #[test]
+fn casts_apply_to_linear_layers_only() {
+    // The runtime stores only linear layers cast; a cast of a convolution passed the checker
+    // and was silently left in fp32, while `kiln plan` counted it halved.
+    let model = "input [784]\n    reshape([16, 49])\n    conv: conv1d(2, kernel_size: 1)\n    flatten\n    fc2: linear(10)";
+    let c = check(&experiment(
+        "batch 64",
+        model,
+        "compress {\n    quantize [conv, fc2] bf16\n  }",
+    ));
+    assert_eq!(found(&c), vec![("K0215", "conv".to_string())]);
+    assert_eq!(
+        c.diagnostics[0].message,
+        "casting to bf16 of `conv`, a `conv1d` layer, which is not linear"
+    );
+}
+
+#[test]
 fn int4_group_sizes_are_checked() {
     let bad = check(&experiment(
         "batch 64",

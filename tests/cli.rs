@@ -1,7 +1,11 @@
 //! The `kiln` binary: exit codes, output formats, and every example passing `kiln check`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+use serde::Deserialize;
 
 fn kiln(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
@@ -270,4 +274,50 @@ fn human_output_is_plain_when_piped() {
     );
     assert!(text.contains("K0101(unknown-keyword)"));
     assert!(text.contains("did you mean `seed`?"));
+}
+
+#[test]
+fn json_and_yaml_outputs_name_their_fields() {
+    // Every diagnostic of the goldens and the corpus, as `kiln check --format json` gives them.
+    let out = kiln(&[
+        "check",
+        "--format",
+        "json",
+        "tests/diagnostics",
+        "tests/mistakes",
+    ]);
+    let all: serde_json::Value = serde_json::from_slice(&out.stdout).expect("a JSON array");
+    assert!(all.as_array().is_some_and(|a| a.len() > 100), "{all}");
+    assert_eq!(support::tuples(&all), Vec::<String>::new());
+    // Every trial's plan: a sweep's values were `[name, value]` pairs.
+    for file in examples() {
+        let out = kiln(&["plan", file.to_str().expect("utf-8"), "--format", "yaml"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let plan = serde_yaml::Value::deserialize(doc).expect("a YAML plan");
+            let json = serde_json::to_value(&plan).expect("JSON");
+            assert_eq!(
+                support::tuples(&json),
+                Vec::<String>::new(),
+                "{}",
+                file.display()
+            );
+        }
+    }
+    let sweep = kiln(&[
+        "plan",
+        "experiments/mnist_mlp_lr_sweep.exp",
+        "--format",
+        "yaml",
+    ]);
+    let text = String::from_utf8_lossy(&sweep.stdout);
+    assert!(
+        text.contains("trial:\n  batch: '64'\n  lr: '3e-3'\n"),
+        "{text}"
+    );
 }

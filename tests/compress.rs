@@ -346,3 +346,46 @@ fn structured_pruning_of_a_residual_model_removes_the_same_units_on_both_sides_o
         text(&o)
     );
 }
+
+#[test]
+fn the_plan_and_the_report_count_the_same_bytes() {
+    // `kiln plan` counted one 4-byte scale and zero point per tensor and no padding, where the
+    // runtime stores a bf16 scale and an int32 zero point per output and pads the inputs to a
+    // multiple of 16: the plan said 1.79 KiB and the report 2.91 KiB for this model. Both now
+    // count the tensors the compressed layers are stored as.
+    let dir = scratch("compress-bytes");
+    let source = experiment(
+        "quantize fc1 int8(granularity: per_tensor, symmetric: false)\n    quantize fc2 int8(activations: dynamic)",
+        "steps 10",
+    )
+    .replace("normal([32])", "normal([20])")
+    .replace("input [32]", "input [20]");
+    let d = finished(&dir, &source);
+    let r = report(&d);
+    let o = run(&["plan", s(&dir.join("small.exp")), "--format", "yaml"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let plan: serde_yaml::Value = serde_yaml::from_slice(&o.stdout).expect("plan yaml");
+    let (p, c) = (&plan["compression"], &r["compression"]);
+    assert_eq!(
+        p["model_bytes_after"].as_u64(),
+        c["bytes_after"].as_u64(),
+        "{p:?}\n{c:?}"
+    );
+    assert_eq!(p["model_bytes_before"].as_u64(), c["bytes_before"].as_u64());
+    for (i, name) in ["fc1", "fc2"].into_iter().enumerate() {
+        assert_eq!(p["layers"][i]["layer"].as_str(), Some(name));
+        assert_eq!(c["layers"][i]["name"].as_str(), Some(name));
+        assert_eq!(
+            p["layers"][i]["bytes_after"].as_u64(),
+            c["layers"][i]["bytes_after"].as_u64(),
+            "{name}"
+        );
+    }
+    // fc1: 64 x 20 int8 padded to 64 x 32, 64 bf16 scales, 64 int32 zero points, 64 fp32
+    // biases; fc2: 4 x 64 int8, 4 fp32 scales, 4 fp32 biases.
+    assert_eq!(
+        p["layers"][0]["bytes_after"].as_u64(),
+        Some(64 * 32 + 2 * 64 + 4 * 64 + 4 * 64)
+    );
+    assert_eq!(p["layers"][1]["bytes_after"].as_u64(), Some(256 + 16 + 16));
+}

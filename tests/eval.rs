@@ -58,6 +58,12 @@ fn eval_reproduces_the_runs_final_metrics_exactly() {
     // The run directory's newest checkpoint, through the run's copy of its experiment.
     let val = eval_json(&[s(&d), "--split", "val"]);
     same_computation(metrics(&val), reported(&d, "val"), "val");
+    // Fields are named objects, in the JSON and in the report: `top_k` was `[2, 0.6]`.
+    assert_eq!(val["top_k"]["k"], 2, "{val}");
+    assert!(val["top_k"]["accuracy"].is_f64(), "{val}");
+    assert_eq!(support::tuples(&val), Vec::<String>::new(), "{val}");
+    let r = serde_json::to_value(report(&d)).expect("JSON");
+    assert_eq!(support::tuples(&r), Vec::<String>::new(), "{r}");
     assert_eq!(val["step"], 40);
     assert_eq!(val["samples"], 75);
     // Without `--split`: the test split, which the experiment has.
@@ -135,7 +141,7 @@ experiment "from-torch" {
             "{split}: {v} against {r}"
         );
         assert!(
-            close(&v["top_k"][1], &r["top_2"]),
+            close(&v["top_k"]["accuracy"], &r["top_2"]),
             "{split}: {v} against {r}"
         );
         assert_eq!(v["model"], "model");

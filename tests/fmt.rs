@@ -201,3 +201,25 @@ fn a_file_that_does_not_parse_is_reported_and_the_others_formatted() {
         "experiment \"b\" {\n  seed 1\n}\n"
     );
 }
+
+#[test]
+fn fmt_spaces_every_argument_alike() {
+    // A digit after an argument's colon (`train:0.8`, `lr:1e-3`) was read as one word, like a
+    // device's `cuda:0`, and left without the space every other argument gets.
+    let dir = support::scratch("fmt-arguments");
+    let text = "experiment \"a\" {\n  data {\n    source synthetic(inputs: normal([8]), targets: randint(2), count:64)\n    split(train:0.8, val:0.2)\n    batch 8\n  }\n  model {\n    input [8]\n    linear(2)\n  }\n  device cuda:0\n  optimizer adam(lr:1e-3, weight_decay:0)\n  train {\n    steps 4\n    loss cross_entropy\n  }\n}\n";
+    let file = support::write(&dir, "a.exp", text);
+    let out = support::run(&["fmt", support::s(&file)]);
+    assert_eq!(out.status.code(), Some(0), "{}", support::text(&out));
+    let formatted = std::fs::read_to_string(&file).expect("read");
+    for line in [
+        "    source synthetic(inputs: normal([8]), targets: randint(2), count: 64)\n",
+        "    split(train: 0.8, val: 0.2)\n",
+        "  device cuda:0\n",
+        "  optimizer adam(lr: 1e-3, weight_decay: 0)\n",
+    ] {
+        assert!(formatted.contains(line), "{line:?} not in\n{formatted}");
+    }
+    let again = support::run(&["fmt", "--check", support::s(&file)]);
+    assert_eq!(again.status.code(), Some(0), "{}", support::text(&again));
+}

@@ -425,3 +425,28 @@ fn hover_keeps_the_facts_of_the_layers_that_checked_while_the_file_has_errors() 
     );
     assert_eq!(client.exit(), Some(0));
 }
+
+#[test]
+fn a_warning_the_experiment_allows_is_not_published() {
+    // The editor honours `allow` as `kiln check` does: the checker drops the warning.
+    let warned = BAD.replace("lineer", "linear").replace(
+        "place fc3 on cpu",
+        "device cpu\n  compress {\n    quantize fc2 int8\n  }",
+    );
+    let mut client = Client::start();
+    client.open(&warned);
+    let codes = |diags: &[Value]| -> Vec<String> {
+        diags
+            .iter()
+            .filter_map(|d| d["code"].as_str().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(codes(&client.diagnostics(1)), ["K0411"]);
+    let allowed = warned.replace(
+        "experiment \"mlp\" {\n",
+        "experiment \"mlp\" {\n  allow [K0411]\n",
+    );
+    client.change(2, &allowed);
+    assert_eq!(client.diagnostics(2), Vec::<Value>::new());
+    assert_eq!(client.exit(), Some(0));
+}

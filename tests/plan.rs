@@ -445,9 +445,11 @@ fn compressed(p: &Plan) -> Vec<(&str, u64, u64)> {
 
 #[test]
 fn compression_bytes_before_and_after() {
-    // The article's 1000 -> 1000 linear: 1,001,000 fp32 parameters = 4,004,000 bytes. int8 per
-    // channel, symmetric: 1,000,000 bytes + 1,000 scales x 4 + the fp32 bias 1,000 x 4 =
-    // 1,008,000. Pruning 50% leaves the dense bytes as they are.
+    // Bytes after are those of the tensors the runtime stores (`plan::stored`), as the run's
+    // report counts them. The article's 1000 -> 1000 linear: 1,001,000 fp32 parameters =
+    // 4,004,000 bytes. Dynamic int8 per channel, symmetric, on the CPU: 1,000,000 bytes + 1,000
+    // fp32 scales x 4 + the fp32 bias 1,000 x 4 = 1,008,000. Pruning 50% leaves the dense bytes
+    // as they are.
     let p = plan_of("experiments/article_prune_quantize.exp");
     assert_eq!(compressed(&p), vec![("fc", 4_004_000, 1_008_000)]);
     let c = p.compression.as_ref().expect("compression");
@@ -455,30 +457,31 @@ fn compression_bytes_before_and_after() {
     assert_eq!(c.model_bytes_after, 1_008_000);
     assert!((c.ratio - 4_004_000.0 / 1_008_000.0).abs() < 1e-12);
 
-    // int8 on the MLP: fc1 200,704 + 256 x 4 + 256 x 4 = 202,752 (from 803,840); fc2 2,560 +
-    // 40 + 40 = 2,640 (from 10,280). The model: 814,120 -> 205,392, 3.96x.
+    // Weight-only int8 on the MLP (its scales in bf16, the kernel's input dtype): fc1 200,704 +
+    // 256 x 2 + 256 x 4 = 202,240 (from 803,840); fc2 2,560 + 20 + 40 = 2,620 (from 10,280).
+    // The model: 814,120 -> 204,860, 3.97x.
     let p = plan_of("experiments/mnist_mlp_int8.exp");
     assert_eq!(
         compressed(&p),
-        vec![("fc1", 803_840, 202_752), ("fc2", 10_280, 2_640)]
+        vec![("fc1", 803_840, 202_240), ("fc2", 10_280, 2_620)]
     );
     let c = p.compression.as_ref().expect("compression");
     assert_eq!(
         (c.model_bytes_before, c.model_bytes_after),
-        (814_120, 205_392)
+        (814_120, 204_860)
     );
     assert!(c.ratio >= 3.9);
 
-    // int4 on fc2 (10 x 256, groups of 128): 2,560 / 2 = 1,280 bytes, 2 groups x 10 rows x
-    // (bf16 scale + bf16 zero) = 80, bias 40: 1,400.
+    // int4 on fc2 (10 x 256, groups of 128): the kernel packs 16 rows (10 padded), 16 x 256 / 2
+    // = 2,048 bytes, and 2 groups x 16 rows x (bf16 scale + bf16 zero) = 128, bias 40: 2,216.
     let p = plan_of("experiments/mnist_mlp_int4.exp");
-    assert_eq!(compressed(&p), vec![("fc2", 10_280, 1_400)]);
+    assert_eq!(compressed(&p), vec![("fc2", 10_280, 2_216)]);
 
-    // bf16 casts: 2 bytes a parameter.
+    // bf16 casts: 2 bytes a weight, the bias stays fp32.
     let p = plan_of("experiments/mnist_mlp_bf16_weights.exp");
     assert_eq!(
         compressed(&p),
-        vec![("fc1", 803_840, 401_920), ("fc2", 10_280, 5_140)]
+        vec![("fc1", 803_840, 402_432), ("fc2", 10_280, 5_160)]
     );
 
     // Half of fc1's 256 units: 128 x 784 weights + 128 biases, fp32; fc2, which reads them,
@@ -523,4 +526,29 @@ fn compression_shows_schedules_in_words_in_text_and_yaml() {
     assert!(!serde_yaml::to_string(&p)
         .expect("yaml")
         .contains("compression"));
+}
+
+#[test]
+fn the_layer_table_lines_up_whatever_its_widths() {
+    // Fixed columns (kind 18, output 16, params 12 wide) were pushed out of line by long shapes
+    // and counts: the head's 2,097,153,000 parameters are 13 characters.
+    let text = "experiment \"wide\" {\n  data {\n    source synthetic(inputs: normal([3, 64, 64]), targets: randint(1000), count: 64)\n    batch 8\n  }\n  model {\n    input [3, 64, 64]\n    a_convolution_with_a_long_name: conv2d(512, 3, padding: 1)\n    flatten\n    head: linear(1000)\n  }\n  device cpu\n  optimizer sgd(lr: 0.1)\n  train {\n    steps 1\n    loss cross_entropy\n  }\n}\n";
+    let checked = kiln::check::check_text("wide.exp", text);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    let out = kiln::plan::to_text(&plan(&checked.trials[0]));
+    let lines: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("layer"))
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    let device = lines[0].find("device").expect("device column");
+    let params_end = lines[0].find("params").expect("params column") + "params".len();
+    for l in &lines[1..] {
+        assert_eq!(l.find("cpu"), Some(device), "{out}");
+        assert!(
+            l[..params_end].ends_with(|c: char| c.is_ascii_digit()),
+            "{out}"
+        );
+    }
 }

@@ -47,7 +47,8 @@ fn nested_schedules_show_their_resolved_parameters() {
     let text = to_text(&p);
     for line in [
         "schedule   sequence, milestones [10 steps]\n",
-        "           0. from the start: warmup(length: 10 steps, start_factor: (step + 1) / length)\n",
+        // The default ramp is said in words, not as a formula.
+        "           0. from the start: warmup(length: 10 steps, start_factor: none: lr / 10 at step 1, reaching lr at step 10)\n",
         "           1. from 10 steps: cosine(warmup: none, min_lr: 0.0001)\n",
     ] {
         assert!(text.contains(line), "{line:?} not in\n{text}");
@@ -58,6 +59,11 @@ fn nested_schedules_show_their_resolved_parameters() {
     assert_eq!(s["milestones"][0], "10 steps");
     assert_eq!(s["schedules"][0]["name"], "warmup");
     assert_eq!(s["schedules"][0]["length"], "10 steps");
+    assert_eq!(
+        s["schedules"][0]["start_factor"],
+        "none: lr / 10 at step 1, reaching lr at step 10"
+    );
+    assert!(!text.contains("(step + 1) / length"), "{text}");
     assert_eq!(s["schedules"][1]["name"], "cosine");
     assert_eq!(s["schedules"][1]["min_lr"].as_f64(), Some(1e-4));
 

@@ -170,6 +170,52 @@ fn report_prints_the_key_figures() {
 }
 
 #[test]
+fn every_value_is_shown_at_the_step_it_was_computed() {
+    // 40 steps an epoch, a validation every 50 steps: the one at step 50 was shown in the row of
+    // epoch 2, beside the training figures of step 80.
+    let root = scratch("steps");
+    let dir = root.clone();
+    write_run(&dir, &Fake::default());
+    let train = |e: u64, loss: f64| {
+        format!(
+            "{{\"split\":\"train\",\"epoch\":{e},\"step\":{},\"lr\":0.001,\"train_loss\":{loss},\"train_accuracy\":0.5,\"seconds\":1.0,\"samples_per_s\":100.0}}\n",
+            40 * e
+        )
+    };
+    let val = |e: u64, step: u64, loss: f64| {
+        format!("{{\"split\":\"val\",\"epoch\":{e},\"step\":{step},\"loss\":{loss},\"accuracy\":0.5}}\n")
+    };
+    let metrics = [
+        train(1, 0.91),
+        val(2, 50, 0.777),
+        train(2, 0.62),
+        val(2, 80, 0.555),
+    ]
+    .concat();
+    std::fs::write(dir.join("metrics.jsonl"), metrics).expect("metrics");
+    let text = stdout(&kiln(&[Path::new("report"), &dir]));
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // epoch, step, lr, train loss, train acc, val loss, val acc, seconds, samples/s.
+    assert_eq!(rows.len(), 3, "{text}");
+    assert_eq!(
+        rows[0][..6],
+        ["1", "40", "0.001", "0.9100", "50.00%", "-"],
+        "{text}"
+    );
+    assert_eq!(rows[1][..6], ["2", "50", "-", "-", "-", "0.7770"], "{text}");
+    assert_eq!(
+        rows[2][..6],
+        ["2", "80", "0.001", "0.6200", "50.00%", "0.5550"],
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
 fn report_of_a_regression_run_has_no_accuracy() {
     let root = scratch("regression");
     let dir = root.clone();
@@ -204,11 +250,11 @@ fn long_runs_elide_the_middle_epochs_unless_all() {
     );
     let short = stdout(&kiln(&[Path::new("report"), &dir]));
     assert!(
-        short.contains("… 16 more epochs (--all shows them)"),
+        short.contains("… 16 more rows (--all shows them)"),
         "{short}"
     );
     let all = stdout(&kiln(&[Path::new("report"), &dir, Path::new("--all")]));
-    assert!(!all.contains("more epochs"), "{all}");
+    assert!(!all.contains("more rows"), "{all}");
     let rows = all
         .lines()
         .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
@@ -404,17 +450,17 @@ fn compare_shows_both_runs_and_their_differences() {
     assert!(text.contains("3 -   optimizer: adam(lr: 0.001)"), "{text}");
     assert!(text.contains("3 +   optimizer: adam(lr: 0.01)"), "{text}");
     assert!(!text.contains("- data:"), "{text}");
-    // Per-epoch, side by side; epoch 4 only in B.
+    // Step by step, side by side; step 500 (epoch 4) only in B.
     assert!(
         text.contains("A train loss") && text.contains("B val loss"),
         "{text}"
     );
     let epoch4 = text
         .lines()
-        .find(|l| l.starts_with("4 "))
-        .unwrap_or_else(|| panic!("no epoch 4 in:\n{text}"));
+        .find(|l| l.starts_with("500 "))
+        .unwrap_or_else(|| panic!("no step 500 in:\n{text}"));
     assert!(
-        epoch4.contains('-') && epoch4.contains("0.1000"),
+        epoch4.contains(" 4 ") && epoch4.contains('-') && epoch4.contains("0.1000"),
         "{epoch4}"
     );
 
@@ -549,5 +595,63 @@ fn runs_written_by_the_typed_writer_read_back_and_nan_ranks_last() {
     ] {
         assert!(text.contains(needle), "no {needle:?} in:\n{text}");
     }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn the_compression_table_lines_up_whatever_its_widths() {
+    // Layer names over 20 characters, methods over 28 and sizes over 12 pushed the fixed
+    // columns out of line.
+    use kiln::rundir::{Compressed, CompressedLayer, Outcome, Report, RunDir};
+    let root = scratch("compression-table");
+    let run = RunDir::create(root.join("run")).expect("run dir");
+    let layer = |name: &str, method: &str, before: u64, after: u64| CompressedLayer {
+        name: name.into(),
+        method: method.into(),
+        sparsity: 0.5,
+        shape_before: vec![10, 10],
+        shape_after: vec![10, 10],
+        bytes_before: before,
+        bytes_after: after,
+    };
+    let report = Report {
+        experiment: "wide".into(),
+        outcome: Outcome {
+            steps: 10,
+            epochs: 1,
+            ..Outcome::default()
+        },
+        compression: Some(Compressed {
+            layers: vec![
+                layer(
+                    "encoder.attention_block_with_a_long_name.query",
+                    "l1_unstructured 50%, after training, then 3 epochs of fine-tuning + int8 per_channel",
+                    5_000_000_000_000_000,
+                    1,
+                ),
+                layer("fc", "int8", 400, 100),
+            ],
+            bytes_before: 5_000_000_000_000_400,
+            bytes_after: 101,
+            ..Compressed::default()
+        }),
+        ..Report::default()
+    };
+    run.write_report(&report).expect("report");
+    let text = stdout(&kiln(&[Path::new("report"), &root.join("run")]));
+    let lines: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "compression")
+        .skip(1)
+        .take(3)
+        .collect();
+    assert!(lines[0].contains("bytes after"), "{text}");
+    // Right-aligned last column: every line ends in the same column; the method column starts
+    // in one place.
+    let width = lines[0].chars().count();
+    assert!(lines.iter().all(|l| l.chars().count() == width), "{text}");
+    let method = lines[0].find("method").expect("method column");
+    assert_eq!(lines[1].find("l1_unstructured"), Some(method), "{text}");
+    assert_eq!(lines[2].find("int8"), Some(method), "{text}");
     let _ = std::fs::remove_dir_all(&root);
 }

@@ -238,7 +238,13 @@ fn a_resume_that_changes_what_the_run_computes_is_refused() {
         )),
         "{t}"
     );
-    assert!(t.contains("+   optimizer adamw(lr: 1e-3)"), "{t}");
+    // The settings as each run ended with them: B's from its second version.
+    assert!(
+        t.lines().any(|l| l.trim_start().starts_with("optimizer")
+            && l.contains("adamw(lr: 3e-3)")
+            && l.trim_end().ends_with("adamw(lr: 1e-3)")),
+        "{t}"
+    );
 }
 
 /// Flips one byte in the middle of `path` (inside the tensors' data).
@@ -325,5 +331,54 @@ fn a_resumed_run_records_what_an_uninterrupted_run_records() {
             .unwrap_or_else(|| panic!("no {row} row: {t}"));
         assert!(line.trim_end().ends_with("same"), "{line}\n{t}");
     }
-    assert!(t.contains("experiment.exp: identical"), "{t}");
+    assert!(t.contains("settings: identical"), "{t}");
+}
+
+#[test]
+fn a_resumed_epoch_reports_the_time_and_speed_of_all_its_steps() {
+    // An epoch resumed near its end showed its samples over the time of its last few steps
+    // only (2,578 samples/s against 33 before the interruption). Without evaluations, the
+    // epochs' seconds add up to the run's training time, those before the interruption
+    // included, and each epoch's speed is its samples over its seconds.
+    let dir = scratch("speed");
+    let long = SMALL
+        .replace("count: 2000", "count: 8000")
+        .replace("    split(train: 0.8, val: 0.2)\n", "")
+        .replace("    eval_every 100 steps\n", "")
+        .replace("steps 400", "steps 330")
+        .replace("every: 20 steps, keep: 2", "every: 30 steps, keep: 2");
+    let exp = write(&dir, "long.exp", &long);
+    let d = dir.join("run");
+    killed_run(&exp, &d, 180);
+    // 8,000 samples: 250 steps an epoch; the checkpoint is one within the first.
+    let at = newest_checkpoint(&d).expect("a checkpoint");
+    assert!(at < 250, "killed at step {at}, after the first epoch");
+    let o = resume(&exp, &d);
+    assert!(o.status.success(), "{}", text(&o));
+    let epochs: Vec<serde_json::Value> = std::fs::read_to_string(d.join("metrics.jsonl"))
+        .expect("metrics")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("JSON"))
+        .filter(|l| l["split"] == "train")
+        .collect();
+    assert_eq!(epochs.len(), 2);
+    let seconds: Vec<f64> = epochs
+        .iter()
+        .map(|l| l["seconds"].as_f64().expect("seconds"))
+        .collect();
+    for (l, samples) in epochs.iter().zip([8000.0, 80.0 * 32.0]) {
+        let speed = l["samples_per_s"].as_f64().expect("samples/s");
+        let s = l["seconds"].as_f64().expect("seconds");
+        assert!(
+            (speed * s - samples).abs() < 1e-6 * samples,
+            "{speed} samples/s over {s}s"
+        );
+    }
+    // The run's training seconds, from its samples and speed over every part of it.
+    let total = 330.0 * 32.0 / report(&d)["samples_per_s"].as_f64().expect("samples/s");
+    let sum: f64 = seconds.iter().sum();
+    assert!(
+        sum <= total * (1.0 + 1e-9) && sum >= 0.97 * total,
+        "epochs of {seconds:?}s in a training of {total}s (interrupted at step {at})"
+    );
 }

@@ -494,7 +494,11 @@ fn early_stopping_on_the_training_loss_watches_each_epoch() {
 fn a_sweep_runs_every_trial_and_ranks_them() {
     let dir = scratch("sweep");
     let exp = SMALL
-        .replace("adamw(lr: 3e-3)", "adamw(lr: sweep [1e-2, 1e-3, 1e-4])")
+        // A value longer than the table's old fixed column (32 characters).
+        .replace(
+            "adamw(lr: 3e-3)",
+            "adamw(lr: sweep [0.0100000000000000000000000000000001, 1e-3, 1e-4])",
+        )
         .replace("checkpoint(every: 20 steps, keep: 2)", "");
     let path = write(&dir, "sweep.exp", &exp);
     let o = run(&[
@@ -522,6 +526,19 @@ fn a_sweep_runs_every_trial_and_ranks_them() {
         })
         .collect();
     assert!(acc.windows(2).all(|w| w[0] >= w[1]), "{table}");
+    // The columns line up whatever the values' widths: every directory starts under its header.
+    let header = table
+        .lines()
+        .find(|l| l.starts_with("rank"))
+        .unwrap_or_else(|| panic!("no header in {table}"));
+    let column = header.find("run directory").expect("a directory column");
+    for r in &rows {
+        assert!(
+            r.get(column..)
+                .is_some_and(|d| d.starts_with(&*dir.to_string_lossy())),
+            "{table}"
+        );
+    }
     for k in 1..=3 {
         let trial = run_dir(&dir.join("runs"), "small").join(format!("trial-{k:03}"));
         assert!(
@@ -588,4 +605,157 @@ fn a_file_name_that_is_not_utf8_runs_like_any_other() {
         out.as_os_str(),
     ]);
     assert!(out.exists());
+}
+
+#[test]
+fn compare_shows_the_settings_that_differ_after_extends() {
+    // A run of a file that extends another was compared by the files' text: the whole base
+    // against the few lines of the file that extends it.
+    let dir = scratch("compare-extends");
+    let base = write(&dir, "base.exp", &SMALL.replace("steps 400", "steps 20"));
+    let child = write(
+        &dir,
+        "child.exp",
+        "extends \"base.exp\"\n\nexperiment \"small\" {\n  optimizer adamw(lr: 1e-3)\n  data {\n    batch 16\n  }\n}\n",
+    );
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    for (file, run_dir) in [(&base, &a), (&child, &b)] {
+        let o = run(&["run", s(file), "--quiet", "--run-dir", s(run_dir)]);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let o = run(&["compare", s(&a), s(&b)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = String::from_utf8_lossy(&o.stdout);
+    let start = t
+        .find("settings that differ (2 of ")
+        .unwrap_or_else(|| panic!("no settings section in:\n{t}"));
+    let section: Vec<&str> = t[start..]
+        .lines()
+        .skip(2)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let row = |name: &str| -> Vec<&str> {
+        section
+            .iter()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row in:\n{t}"))
+            .split("  ")
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .collect()
+    };
+    assert_eq!(row("data.batch"), ["data.batch", "32", "16"], "{t}");
+    assert_eq!(
+        row("optimizer"),
+        ["optimizer", "adamw(lr: 3e-3)", "adamw(lr: 1e-3)"],
+        "{t}"
+    );
+    assert_eq!(section.len(), 2, "{t}");
+    assert!(!t.contains("changed line"), "{t}");
+}
+
+#[test]
+fn an_allowed_warning_is_silenced_by_every_command() {
+    // K0411 (weight-only int8 gains nothing for small CPU layers) was printed by every `kiln
+    // check`, `kiln plan` and `kiln run` of the file, with no way to say it was understood.
+    let dir = scratch("allow");
+    let warned = SMALL.replace("steps 400", "steps 100").replace(
+        "  device cpu\n",
+        "  device cpu\n  compress {\n    quantize fc1 int8\n  }\n",
+    );
+    let allowed = warned.replace("  seed 3\n", "  seed 3\n  allow [K0411]\n");
+    for (name, source, count) in [("warned.exp", &warned, 1), ("allowed.exp", &allowed, 0)] {
+        let file = write(&dir, name, source);
+        let check = run(&["check", s(&file)]);
+        assert_eq!(check.status.code(), Some(0), "{}", text(&check));
+        let plan = run(&["plan", s(&file)]);
+        assert!(plan.status.success(), "{}", text(&plan));
+        let run_dir = dir.join(name.replace(".exp", ""));
+        let ran = run(&["run", s(&file), "--quiet", "--run-dir", s(&run_dir)]);
+        assert!(ran.status.success(), "{}", text(&ran));
+        for o in [&check, &plan, &ran] {
+            assert_eq!(
+                text(o).matches("K0411").count(),
+                count,
+                "{name}: {}",
+                text(o)
+            );
+        }
+        let summary = String::from_utf8_lossy(&check.stderr);
+        let warnings = if count == 0 {
+            "0 warnings"
+        } else {
+            "1 warning"
+        };
+        assert!(summary.contains(warnings), "{name}: {summary}");
+    }
+    // Only warnings can be allowed.
+    let error = write(
+        &dir,
+        "error.exp",
+        &allowed.replace("allow [K0411]", "allow [K0411, K0301]"),
+    );
+    let o = run(&["check", s(&error)]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("K0119"), "{}", text(&o));
+}
+
+#[test]
+fn every_figure_is_shown_with_the_step_it_was_computed_at() {
+    // 40 steps an epoch, a validation every 50 steps: the one at step 50 was printed under the
+    // line of epoch 1 (step 40) and shown in the report's row of epoch 2 (step 80).
+    let dir = scratch("steps");
+    let exp = SMALL
+        .replace("batch 32", "batch 40")
+        .replace("steps 400", "steps 120")
+        .replace("eval_every 100 steps", "eval_every 50 steps")
+        .replace("schedule cosine(warmup: 20 steps)\n", "");
+    let file = write(&dir, "steps.exp", &exp);
+    let d = dir.join("run");
+    let o = run(&["run", s(&file), "--run-dir", s(&d)]);
+    assert!(o.status.success(), "{}", text(&o));
+    let progress = String::from_utf8_lossy(&o.stderr);
+    let lines: Vec<&str> = progress
+        .lines()
+        .filter(|l| l.starts_with("epoch"))
+        .collect();
+    let at: Vec<String> = lines
+        .iter()
+        .map(|l| l.split_whitespace().take(6).collect::<Vec<_>>().join(" "))
+        .collect();
+    assert_eq!(
+        at,
+        [
+            "epoch 1 step 40 train loss",
+            "epoch 2 step 50 val loss",
+            "epoch 2 step 80 train loss",
+            "epoch 3 step 100 val loss",
+            "epoch 3 step 120 train loss",
+        ],
+        "{progress}"
+    );
+    // The report: the validation at step 50 is a row of its own, not epoch 2's.
+    let o = run(&["report", s(&d)]);
+    let table = String::from_utf8_lossy(&o.stdout);
+    let row = |step: &str| -> Vec<String> {
+        table
+            .lines()
+            .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .find(|c| c.len() > 2 && c[1] == step && c[0].parse::<u64>().is_ok())
+            .unwrap_or_else(|| panic!("no row of step {step} in:\n{table}"))
+    };
+    let val50 = metrics(&d)
+        .into_iter()
+        .find(|l| l["split"] == "val" && l["step"] == 50)
+        .expect("the validation at step 50");
+    assert_eq!(val50["epoch"], 2);
+    let r50 = row("50");
+    assert_eq!((r50[0].as_str(), r50[3].as_str()), ("2", "-"), "{table}");
+    assert_eq!(
+        r50[5],
+        format!("{:.4}", val50["loss"].as_f64().expect("loss")),
+        "{table}"
+    );
+    let r80 = row("80");
+    assert_eq!(r80[5], "-", "{table}");
 }

@@ -304,9 +304,10 @@ fn quantize(
         QUANT_SCHEMES,
     )?;
     let applies = match scheme {
-        Scheme::Bf16 | Scheme::Fp16 => Applies::Cast,
         Scheme::Int4 => Applies::Linear { int4: true },
-        Scheme::Int8 | Scheme::Fp8 | Scheme::Qat => Applies::Linear { int4: false },
+        Scheme::Int8 | Scheme::Fp8 | Scheme::Qat | Scheme::Bf16 | Scheme::Fp16 => {
+            Applies::Linear { int4: false }
+        }
     };
     let step = match scheme {
         Scheme::Bf16 | Scheme::Fp16 => format!("casting to {kind}"),

@@ -20,6 +20,8 @@ fn elsewhere(word: &str) -> Option<KeywordHint> {
 pub struct Cx {
     /// Everything found so far.
     pub diags: Vec<Diagnostic>,
+    /// The warnings the experiment allows (`allow`), by code: left out of its diagnostics.
+    pub allowed: Vec<String>,
 }
 
 pub use crate::diagnostic::problem::Range;

@@ -21,6 +21,7 @@ use crate::syntax::ast::{Statement, ValueKind};
 
 /// Keywords of the experiment block.
 pub const KEYWORDS: &[&str] = &[
+    "allow",
     "description",
     "tags",
     "seed",
@@ -101,6 +102,10 @@ pub(super) fn check_experiment(
         s
     };
 
+    if let Some(s) = get("allow") {
+        let allowed = super::allow::check(cx, s);
+        cx.allowed = allowed;
+    }
     let description = get("description").and_then(|s| cx.single(s).and_then(|v| cx.string(v)));
     let tags = get("tags").map_or(Some(vec![]), |s| {
         let v = cx.single(s)?;

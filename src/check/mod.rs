@@ -3,11 +3,13 @@
 //! It reads only the files it is given (through a [`Loader`]) and never stops at the first
 //! problem: every diagnostic of a file, and of every trial of its sweeps, is reported in one pass.
 
+mod allow;
 mod compress;
 mod consistency;
 pub mod cx;
 mod data;
 mod datafiles;
+mod effective;
 mod experiment;
 mod fs;
 mod groups;
@@ -38,6 +40,7 @@ pub use fs::{FsLoader, MAX_SOURCE_BYTES};
 
 /// The words of the language by the block they belong to, for editors (completion, hover).
 pub mod words {
+    pub use super::allow::warning_codes;
     pub use super::compress::KEYWORDS as COMPRESS;
     pub use super::data::KEYWORDS as DATA;
     pub use super::experiment::KEYWORDS as EXPERIMENT;
@@ -75,6 +78,9 @@ pub trait Loader: Sync {
 pub struct Options {
     /// Device capacities given on the command line; they override the file's `memory` lines.
     pub device_memory: Vec<(Device, u64)>,
+    /// Record each trial's effective settings (`Experiment::settings`), as `kiln run` does for
+    /// its report. Off otherwise: checking alone has no use for them.
+    pub effective_settings: bool,
 }
 
 /// The outcome of checking one file.
@@ -186,8 +192,12 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     if let Some(mut e) = checked.filter(|_| no_errors(&cx)) {
                         memory_warnings(&mut cx, &e, options);
                         apply_memory_overrides(&mut e, options);
+                        if options.effective_settings {
+                            e.settings = effective::settings(stmt, &sources);
+                        }
                         trials.push(e);
                     }
+                    allow::silence(&mut cx.diags, &cx.allowed);
                     per_trial.push(cx.diags);
                 }
                 merge_trials(&mut diags, per_trial, n);

@@ -238,6 +238,7 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
             typed(Typed {
                 stmt,
                 trial,
+                allow: cx.allowed.clone(),
                 name,
                 description,
                 tags,
@@ -264,6 +265,7 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
 struct Typed<'a> {
     stmt: &'a Statement,
     trial: Vec<(String, String)>,
+    allow: Vec<String>,
     name: Option<String>,
     description: Option<Option<String>>,
     tags: Option<Vec<String>>,
@@ -287,6 +289,7 @@ fn typed(t: Typed) -> Option<Experiment> {
     let Typed {
         stmt,
         trial,
+        allow,
         name,
         description,
         tags,
@@ -313,6 +316,8 @@ fn typed(t: Typed) -> Option<Experiment> {
         tags: tags?,
         seed: seed?,
         trial,
+        allow,
+        settings: Vec::new(),
         data: crate::ir::Data {
             ignore_label: train.loss.ignore_index(),
             token_vocab: super::tokens::file_vocab(&data.data.source, &nodes),

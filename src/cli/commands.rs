@@ -23,6 +23,7 @@ pub fn check(
 ) -> Result<i32, String> {
     let options = Options {
         device_memory: device_memory.to_vec(),
+        ..Options::default()
     };
     let files = discover(paths)?;
     let results: Vec<Checked> = files.par_iter().map(|f| guarded(f, &options)).collect();
@@ -84,6 +85,7 @@ pub fn plan(
 ) -> Result<i32, String> {
     let options = Options {
         device_memory: device_memory.to_vec(),
+        ..Options::default()
     };
     // The loader refuses what is not a regular file (K0003) without opening it.
     let checked = guarded(path, &options);

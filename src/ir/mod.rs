@@ -149,6 +149,11 @@ pub struct Experiment {
     pub seed: u64,
     /// The sweep values of this trial, as `(setting, value)`; empty without a sweep.
     pub trial: Vec<(String, String)>,
+    /// The warnings it silences (`allow`), by code (`K0411`).
+    pub allow: Vec<String>,
+    /// Every setting once `extends` is resolved and sweeps substituted, as `(path, value)`
+    /// (`data.batch`, `64`), for the run's report; see `check::effective`.
+    pub settings: Vec<(String, String)>,
     /// The data pipeline.
     pub data: Data,
     /// The model.

@@ -16,6 +16,10 @@ const KEYWORDS: &[(&str, &str)] = &[
         "Reads a base experiment file and overrides its statements.",
     ),
     ("description", "Free text describing the experiment."),
+    (
+        "allow",
+        "Warnings to silence, by code: `allow [K0411]` (errors cannot be allowed).",
+    ),
     ("tags", "Free labels for the experiment."),
     ("seed", "The seed for every random generator."),
     (

@@ -1,21 +1,18 @@
 //! The compression section of the plan: each compressed layer's weight bytes before and after
 //! its steps, the whole model's, and the steps in words.
 //!
-//! Bytes after compression, for a layer of N outputs and K inputs (its bias, B values, stays
-//! fp32 unless cast): `int8` and `qat` store N·K bytes plus a 4-byte fp32 scale per output
-//! channel (one per tensor when `per_tensor`) and, when affine, a 4-byte zero point each; `int4`
-//! stores N·K/2 bytes plus a bf16 scale and a bf16 zero (4 bytes) per group of inputs per row;
-//! `fp8` stores N·K bytes plus 4-byte scales (one per tensor, or one per row); `bf16` and `fp16`
-//! store every parameter in 2 bytes. Unstructured pruning leaves the dense bytes as they are and
-//! reports the sparsity; structured pruning keeps `C - round(amount·C)` of the layer's C units
-//! along its dimension and scales its bytes with them.
+//! A quantized layer's bytes after compression are those of the tensors it is stored as
+//! ([`super::stored`]), padding included, exactly as `kiln export` writes them and the run's
+//! report counts them. Other layers stay fp32. Unstructured pruning leaves the dense bytes as
+//! they are and reports the sparsity; structured pruning keeps `C - round(amount·C)` of the
+//! layer's C units along its dimension and scales its bytes with them.
 
 use serde::Serialize;
 
 use super::fmt_bytes;
 use crate::ir::{
-    Compression, Duration, Granularity, Layer, LayerKind, Node, Precision, PruneMethod,
-    PruneSchedule, QuantScheme,
+    Compression, Duration, Granularity, Layer, LayerKind, Node, PruneMethod, PruneSchedule,
+    QuantScheme,
 };
 
 /// One compressed layer.
@@ -212,38 +209,6 @@ pub fn scheme_words(scheme: &QuantScheme) -> String {
     }
 }
 
-/// Bytes of a quantized `s`.
-fn quantized_bytes(s: &Shape2, scheme: &QuantScheme) -> u64 {
-    let per = |g: &Granularity| match g {
-        Granularity::PerTensor => 1,
-        Granularity::PerChannel => s.outputs,
-    };
-    let bias = 4 * s.bias;
-    match scheme {
-        QuantScheme::Int8 {
-            granularity,
-            symmetric,
-            ..
-        } => {
-            let zero_points = if *symmetric { 0 } else { 4 * per(granularity) };
-            s.weight + 4 * per(granularity) + zero_points + bias
-        }
-        QuantScheme::Qat { granularity } => s.weight + 4 * per(granularity) + bias,
-        QuantScheme::Int4 { group_size } => {
-            let groups = s.inputs.div_ceil((*group_size).max(1));
-            s.weight.div_ceil(2) + 4 * groups * s.outputs + bias
-        }
-        QuantScheme::Fp8 { granularity } => s.weight + 4 * per(granularity) + bias,
-        QuantScheme::Cast { to } => {
-            let each = match to {
-                Precision::Fp32 => 4,
-                Precision::Bf16 | Precision::Fp16 => 2,
-            };
-            each * (s.weight + s.bias)
-        }
-    }
-}
-
 /// The expected shrink of structured pruning along `dim`: the kept units and the new shape.
 /// This is the layer's own share; `plan::shrink` works out the whole model's shrunk sizes,
 /// the consuming layers' inputs included.
@@ -392,7 +357,13 @@ pub fn compression(
             }
         }
         row.bytes_after = match &quantized {
-            Some(scheme) => quantized_bytes(&shape, scheme),
+            Some(scheme) => super::stored::stored_bytes(
+                scheme,
+                shape.outputs,
+                shape.inputs,
+                shape.bias > 0,
+                l.device,
+            ),
             None => 4 * (shape.weight + shape.bias),
         };
         saved = saved.saturating_add(row.bytes_before.saturating_sub(row.bytes_after));
@@ -411,13 +382,22 @@ pub fn compression(
 pub fn write_text(out: &mut String, c: &CompressionPlan) {
     use std::fmt::Write;
     let _ = writeln!(out, "\ncompression (parameters' bytes before -> after)");
+    // Columns as wide as their widest cell.
     let w = c
         .layers
         .iter()
-        .map(|l| l.layer.len())
+        .map(|l| l.layer.chars().count())
         .max()
         .unwrap_or(5)
         .max(5);
+    let b = c
+        .layers
+        .iter()
+        .flat_map(|l| [l.bytes_before, l.bytes_after])
+        .chain([c.model_bytes_before, c.model_bytes_after])
+        .map(|n| fmt_bytes(n).len())
+        .max()
+        .unwrap_or(0);
     for l in &c.layers {
         let mut notes = Vec::new();
         if let Some(s) = l.sparsity {
@@ -440,7 +420,7 @@ pub fn write_text(out: &mut String, c: &CompressionPlan) {
         };
         let _ = writeln!(
             out,
-            "  {:<w$}  {:>11} -> {:>11}  x{:.2}{notes}",
+            "  {:<w$}  {:>b$} -> {:>b$}  x{:.2}{notes}",
             l.layer,
             fmt_bytes(l.bytes_before),
             fmt_bytes(l.bytes_after),
@@ -452,7 +432,7 @@ pub fn write_text(out: &mut String, c: &CompressionPlan) {
     }
     let _ = writeln!(
         out,
-        "  {:<w$}  {:>11} -> {:>11}  x{:.2} smaller",
+        "  {:<w$}  {:>b$} -> {:>b$}  x{:.2} smaller",
         "model",
         fmt_bytes(c.model_bytes_before),
         fmt_bytes(c.model_bytes_after),

@@ -15,6 +15,7 @@ pub mod groups;
 pub mod schedule;
 pub mod shrink;
 mod splits;
+pub mod stored;
 
 use serde::Serialize;
 
@@ -111,7 +112,9 @@ pub struct StageNeed {
 pub struct Plan {
     /// Experiment name.
     pub experiment: String,
-    /// Sweep values of this trial.
+    /// Sweep values of this trial, as `(name, value)`: a mapping in sweep order in YAML (left
+    /// out without a sweep).
+    #[serde(serialize_with = "as_mapping", skip_serializing_if = "Vec::is_empty")]
     pub trial: Vec<(String, String)>,
     /// Per-sample input shape.
     pub input: Shape,
@@ -154,6 +157,16 @@ pub struct Plan {
     /// Weights before and after compression (left out of YAML when nothing is compressed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionPlan>,
+}
+
+/// `(name, value)` pairs as a mapping, in order.
+fn as_mapping<S: serde::Serializer>(pairs: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(pairs.len()))?;
+    for (k, v) in pairs {
+        map.serialize_entry(k, v)?;
+    }
+    map.end()
 }
 
 /// The data as the plan shows it.
@@ -622,30 +635,32 @@ pub fn to_text(p: &Plan) -> String {
     let _ = write!(out, "schedule   ");
     schedule::write_text(&mut out, &p.schedule, 11);
     let _ = writeln!(out, "parallel   {}\n", p.parallel);
-    let name_w = p
+    // Columns as wide as their widest cell: long names, shapes and counts stay aligned.
+    let header = [
+        "layer",
+        "kind",
+        "output",
+        "params",
+        "flops/sample",
+        "device",
+    ]
+    .map(String::from);
+    let rows: Vec<Vec<String>> = p
         .layers
         .iter()
-        .map(|l| l.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(5);
-    let _ = writeln!(
-        out,
-        "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  device",
-        "layer", "kind", "output", "params", "flops/sample"
-    );
-    for l in &p.layers {
-        let _ = writeln!(
-            out,
-            "{:<name_w$}  {:<18} {:<16} {:>12} {:>16}  {}",
-            l.name,
-            l.kind,
-            l.output.to_string(),
-            fmt_count(l.params),
-            fmt_count(l.flops),
-            l.device
-        );
-    }
+        .map(|l| {
+            vec![
+                l.name.clone(),
+                l.kind.clone(),
+                l.output.to_string(),
+                fmt_count(l.params),
+                fmt_count(l.flops),
+                l.device.to_string(),
+            ]
+        })
+        .collect();
+    use crate::table::Align::{Left, Right};
+    out += &crate::table::render(&header, &rows, &[Left, Left, Left, Right, Right, Left], "");
     let t = &p.totals;
     let _ = writeln!(out, "\nparameters        {}", fmt_count(t.params));
     let _ = writeln!(out, "weights           {}", fmt_bytes(t.weight_bytes));

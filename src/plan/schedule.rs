@@ -74,9 +74,18 @@ fn length(d: &Duration) -> String {
     }
 }
 
-/// A warmup's first factor: the given `start_factor`, or the default ramp.
-fn start(factor: Option<f64>) -> Param {
-    factor.map_or_else(|| Param::Text("(step + 1) / length".into()), Param::Number)
+/// A warmup's first factor: the given `start_factor`, or, without one, what the default ramp
+/// does in words (it is no `LinearLR` factor: step `t` runs at `lr * (t + 1) / L`).
+fn start(factor: Option<f64>, warmup: &Duration) -> Param {
+    match (factor, warmup) {
+        (Some(f), _) => Param::Number(f),
+        (None, Duration::Steps(n)) => {
+            Param::Text(format!("none: lr / {n} at step 1, reaching lr at step {n}"))
+        }
+        (None, Duration::Epochs(_)) => {
+            Param::Text("none: lr / L at step 1, reaching lr at step L, the warmup's last".into())
+        }
+    }
 }
 
 /// The row of a checked schedule.
@@ -105,8 +114,8 @@ pub fn row(s: &Schedule) -> ScheduleRow {
                 Text(warmup.as_ref().map_or_else(|| "none".into(), length)),
             )];
             params.push(("min_lr", Number(*min_lr)));
-            if warmup.is_some() {
-                params.push(("start_factor", start(*factor)));
+            if let Some(w) = warmup {
+                params.push(("start_factor", start(*factor, w)));
             }
             leaf("cosine", params)
         }
@@ -117,7 +126,7 @@ pub fn row(s: &Schedule) -> ScheduleRow {
             "warmup",
             vec![
                 ("length", Text(length(l))),
-                ("start_factor", start(*factor)),
+                ("start_factor", start(*factor, l)),
             ],
         ),
         Schedule::OneCycle(c) => leaf("one_cycle", one_cycle(c)),
@@ -194,7 +203,7 @@ fn plateau(p: &Plateau) -> Vec<(&'static str, Param)> {
     ]
 }
 
-/// `cosine(warmup: 500 steps, min_lr: 0, start_factor: (step + 1) / length)`; a sequence on
+/// `cosine(warmup: 500 steps, min_lr: 0, start_factor: 0.1)`; a sequence on
 /// one line per schedule, indented by `indent`.
 pub fn write_text(out: &mut String, r: &ScheduleRow, indent: usize) {
     use std::fmt::Write;

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use super::{write_yaml, Error, Eval};
 
 /// What a checkpoint was made with, compared when a run resumes from it. Each entry is
-/// `(what, value)`, in a fixed order, so differences can be named one by one.
+/// `(what, value)`, in a fixed order, so differences can be named one by one; written as
+/// mappings in that order (older versions wrote `[what, value]` lists, which still read).
 #[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
 #[serde(default)]
 pub struct Fingerprint {
@@ -18,9 +19,11 @@ pub struct Fingerprint {
     pub layers: Vec<String>,
     /// What changes what the run computes (optimizer, loss, data, split, seed, batch, shuffle,
     /// precision, strategy, compression, ...): a resume that changes one is refused.
+    #[serde(with = "super::report::pairs")]
     pub computes: Vec<(String, String)>,
     /// What a resume may change (learning rate and its schedule, length, evaluation,
     /// checkpoints, early stopping): changes are recorded in the run's history.
+    #[serde(with = "super::report::pairs")]
     pub settings: Vec<(String, String)>,
 }
 
@@ -56,6 +59,10 @@ pub struct Position {
     pub train_loss: f64,
     /// Seconds spent training so far, over every part of the run.
     pub seconds: f64,
+    /// `seconds` when the epoch in progress began, so that an epoch's time and samples per
+    /// second cover all its steps, those before an interruption included; `None` in checkpoints
+    /// of older versions.
+    pub epoch_began: Option<f64>,
     /// Training samples seen so far, over every part of the run.
     pub samples: f64,
     /// Seconds spent waiting for data so far.
@@ -91,6 +98,8 @@ pub struct PhaseMark {
 #[derive(Serialize, Deserialize, Debug, Clone, Copy, Default, PartialEq)]
 #[serde(default)]
 pub struct Measured {
+    /// The step whose weights were evaluated (0 in checkpoints of older versions).
+    pub step: u64,
     /// On the validation split, when there is one.
     pub val: Option<Eval>,
     /// On the test split, when there is one.

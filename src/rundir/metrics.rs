@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Deserializer, Serialize};
 
+use super::TopK;
+
 /// Reads a float that may be `null` (a non-finite value written to JSON) as NaN.
 fn nan_if_null<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
@@ -55,10 +57,12 @@ pub struct EpochRecord {
     pub train_loss: f64,
     /// Training accuracy over the epoch, for class targets.
     pub train_accuracy: Option<f64>,
-    /// Wall seconds of the epoch.
+    /// Wall seconds of the epoch (evaluations within it included), over every part of a run
+    /// that was interrupted and resumed in it (the steps taken again after the resume counted
+    /// once).
     #[serde(deserialize_with = "nan_if_null")]
     pub seconds: f64,
-    /// Training samples per second in the epoch.
+    /// Training samples of the epoch per second of `seconds`: both cover the same steps.
     #[serde(deserialize_with = "nan_if_null")]
     pub samples_per_s: f64,
     /// The phase the epoch belongs to, outside the written training (absent there, and in
@@ -123,16 +127,17 @@ impl std::fmt::Display for PhaseTag {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(from = "EvalLine", into = "EvalLine")]
 pub struct EvalRecord {
-    /// The epoch in progress (0-based, as the training loop counts).
+    /// The epoch it was taken in (1-based): the epoch in progress, or the one just finished
+    /// for an evaluation between epochs.
     pub epoch: u64,
-    /// Optimizer steps so far.
+    /// The optimizer steps taken when it was computed: the weights it evaluated.
     pub step: u64,
     /// Mean loss.
     pub loss: f64,
     /// Top-1 accuracy, for class targets.
     pub accuracy: Option<f64>,
-    /// `(k, top-k accuracy)`, when asked for.
-    pub top_k: Option<(u64, f64)>,
+    /// The top-k accuracy, when asked for.
+    pub top_k: Option<TopK>,
     /// Mean absolute error, when asked for.
     pub mae: Option<f64>,
     /// Root mean squared error, when asked for.
@@ -205,7 +210,10 @@ impl From<EvalLine> for EvalRecord {
                 .strip_suffix("_accuracy")?
                 .parse()
                 .ok()?;
-            Some((k, value.unwrap_or(f64::NAN)))
+            Some(TopK {
+                k,
+                accuracy: value.unwrap_or(f64::NAN),
+            })
         });
         EvalRecord {
             epoch: l.epoch,
@@ -234,7 +242,7 @@ impl From<EvalRecord> for EvalLine {
             phase: r.phase,
             top: r
                 .top_k
-                .map(|(k, a)| (format!("top_{k}_accuracy"), Some(a)))
+                .map(|t| (format!("top_{}_accuracy", t.k), Some(t.accuracy)))
                 .into_iter()
                 .collect(),
         }

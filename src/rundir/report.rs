@@ -11,7 +11,10 @@ use super::{MetricLine, PhaseKind, Segment};
 pub struct Report {
     /// Experiment name.
     pub experiment: String,
-    /// Sweep values of the trial, as `(name, value)`.
+    /// Sweep values of the trial, as `(name, value)`; written as a mapping in sweep order (left
+    /// out without a sweep), read from a mapping or from the `[name, value]` pairs older
+    /// versions wrote.
+    #[serde(with = "pairs", skip_serializing_if = "Vec::is_empty")]
     pub trial: Vec<(String, String)>,
     /// Kiln's version.
     pub kiln: String,
@@ -39,6 +42,11 @@ pub struct Report {
     /// What compression did, when the experiment compresses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compression: Option<Compressed>,
+    /// Every setting of the experiment as it ran, `extends` resolved and sweeps substituted:
+    /// a mapping of paths to values (`data.batch: '64'`) in the experiment's order, which
+    /// `kiln compare` compares. Left out by older versions.
+    #[serde(with = "pairs", skip_serializing_if = "Vec::is_empty")]
+    pub settings: Vec<(String, String)>,
 }
 
 /// The compressed model against the uncompressed one: the uncompressed model is the trained
@@ -58,6 +66,11 @@ pub struct Compressed {
     pub val: Option<BeforeAfter<Eval>>,
     /// Test metrics before and after.
     pub test: Option<BeforeAfter<Eval>>,
+    /// The steps whose weights `val` and `test` evaluated: before, the end of training (where
+    /// the compression applied after it starts); after, the end of the run, after any
+    /// fine-tuning. Left out by older versions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<BeforeAfter<u64>>,
     /// Inference latency of the whole model at each batch size measured.
     pub latency: Vec<Latency>,
 }
@@ -172,8 +185,8 @@ pub struct Eval {
     pub loss: f64,
     /// Top-1 accuracy, for class targets.
     pub accuracy: Option<f64>,
-    /// `(k, top-k accuracy)`, when asked for.
-    pub top_k: Option<(u64, f64)>,
+    /// The top-k accuracy, when asked for.
+    pub top_k: Option<TopK>,
     /// Mean absolute error over the split, when asked for with a regression loss.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mae: Option<f64>,
@@ -193,5 +206,80 @@ impl Eval {
             .into_iter()
             .filter_map(|(name, v)| v.map(|v| (name, v)))
             .collect()
+
+    }
+}
+
+/// A top-k accuracy: the fraction of targets among the `k` highest scores. Written as
+/// `{k: 3, accuracy: 0.9}`; the `[3, 0.9]` of older versions still reads.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq)]
+#[serde(from = "TopKRead")]
+pub struct TopK {
+    /// How many of the highest scores count.
+    pub k: u64,
+    /// The fraction of targets among them.
+    pub accuracy: f64,
+}
+
+/// The forms a [`TopK`] is read from.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TopKRead {
+    Named { k: u64, accuracy: f64 },
+    Pair(u64, f64),
+}
+
+impl From<TopKRead> for TopK {
+    fn from(r: TopKRead) -> TopK {
+        match r {
+            TopKRead::Named { k, accuracy } | TopKRead::Pair(k, accuracy) => TopK { k, accuracy },
+        }
+    }
+}
+
+/// `(name, value)` pairs written as a mapping, in order, and read from a mapping or from the
+/// `[name, value]` lists older versions wrote.
+pub(super) mod pairs {
+    use serde::de::{Deserializer, MapAccess, SeqAccess, Visitor};
+    use serde::ser::{SerializeMap, Serializer};
+
+    pub fn serialize<S: Serializer>(pairs: &[(String, String)], s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(pairs.len()))?;
+        for (k, v) in pairs {
+            map.serialize_entry(k, v)?;
+        }
+        map.end()
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, String)>, D::Error> {
+        struct Pairs;
+        impl<'de> Visitor<'de> for Pairs {
+            type Value = Vec<(String, String)>;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a mapping of names to values, or a list of [name, value] pairs")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    out.push(entry);
+                }
+                Ok(out)
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(pair) = seq.next_element()? {
+                    out.push(pair);
+                }
+                Ok(out)
+            }
+
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Vec::new())
+            }
+        }
+        d.deserialize_any(Pairs)
     }
 }

@@ -26,6 +26,7 @@ fn epoch(e: u64, loss: f64) -> EpochRecord {
 }
 
 fn eval(e: u64, top_k: Option<(u64, f64)>) -> EvalRecord {
+    let top_k = top_k.map(|(k, accuracy)| TopK { k, accuracy });
     EvalRecord {
         epoch: e,
         step: 125 * e,
@@ -70,7 +71,10 @@ fn report() -> Report {
             val: Some(Eval {
                 loss: 0.25,
                 accuracy: Some(0.93),
-                top_k: Some((5, 0.99)),
+                top_k: Some(TopK {
+                    k: 5,
+                    accuracy: 0.99,
+                }),
                 mae: Some(0.125),
                 rmse: Some(0.25),
                 r2: Some(-0.5),
@@ -131,6 +135,10 @@ fn report() -> Report {
                 },
             }),
             test: None,
+            steps: Some(BeforeAfter {
+                before: 300,
+                after: 375,
+            }),
             latency: vec![Latency {
                 batch: 1,
                 before_ms: 0.05,
@@ -141,6 +149,10 @@ fn report() -> Report {
             MetricLine::Train(epoch(1, 0.5)),
             MetricLine::Val(eval(0, Some((5, 0.99)))),
             MetricLine::Val(eval(1, None)),
+        ],
+        settings: vec![
+            ("data.batch".into(), "64".into()),
+            ("optimizer".into(), "adam(lr: 1e-3)".into()),
         ],
     }
 }
@@ -175,6 +187,47 @@ fn a_report_of_another_version_reads_with_defaults() {
     std::fs::write(dir.join(REPORT), "params: [not a number\n").expect("write");
     let e = read_report(&dir).expect_err("malformed");
     assert_eq!(e.op, Op::Parse);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn reports_name_their_fields_and_read_the_pairs_of_older_versions() {
+    let dir = scratch("named");
+    let run = RunDir::create(dir.clone()).expect("create");
+    run.write_report(&report()).expect("write");
+    let text = std::fs::read_to_string(dir.join(REPORT)).expect("report");
+    // A sweep's values are a mapping in sweep order, a top-k accuracy names its parts.
+    assert!(
+        text.contains("trial:\n  lr: '0.01'\n  width: '128'\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  top_k:\n    k: 5\n    accuracy: 0.99\n"),
+        "{text}"
+    );
+    // A run without a sweep writes no `trial`.
+    let plain = Report {
+        trial: Vec::new(),
+        ..report()
+    };
+    run.write_report(&plain).expect("write");
+    let text = std::fs::read_to_string(dir.join(REPORT)).expect("report");
+    assert!(!text.contains("trial"), "{text}");
+    // What older versions wrote: pairs as lists.
+    std::fs::write(
+        dir.join(REPORT),
+        "experiment: old\ntrial:\n- - lr\n  - '0.1'\nval:\n  loss: 0.5\n  accuracy: 0.8\n  top_k:\n  - 3\n  - 0.9\n",
+    )
+    .expect("write");
+    let r = read_report(&dir).expect("read");
+    assert_eq!(r.trial, vec![("lr".to_string(), "0.1".to_string())]);
+    assert_eq!(
+        r.outcome.val.and_then(|v| v.top_k),
+        Some(TopK {
+            k: 3,
+            accuracy: 0.9
+        })
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -384,6 +437,20 @@ fn checkpoint_index_round_trips_and_prunes() {
     want.tensors = "step-000000030.safetensors".into();
     assert_eq!(read, want);
     assert_eq!(tensors, dir.join("step-000000030.safetensors"));
+    // The fingerprint's entries are a mapping; the `[what, value]` lists of older versions read.
+    let path = dir.join("step-000000030.yaml");
+    let text = std::fs::read_to_string(&path).expect("sidecar");
+    assert!(text.contains("  computes:\n    seed: '1'\n"), "{text}");
+    std::fs::write(
+        &path,
+        text.replace(
+            "  computes:\n    seed: '1'\n",
+            "  computes:\n  - - seed\n    - '1'\n",
+        ),
+    )
+    .expect("older sidecar");
+    let read: Sidecar = read_yaml(&path).expect("an older sidecar reads");
+    assert_eq!(read.fingerprint, want.fingerprint);
 
     // A damaged newest checkpoint (other bytes, or fewer) is passed over for an older intact one.
     std::fs::write(dir.join(checkpoint::tensors_name(30)), b"x").expect("flip");

@@ -446,8 +446,8 @@ fn line(e: &Eval) -> String {
     if let Some(a) = e.accuracy {
         s += &format!(", accuracy {:.4}%", 100.0 * a);
     }
-    if let Some((k, a)) = e.top_k {
-        s += &format!(", top-{k} {:.4}%", 100.0 * a);
+    if let Some(t) = e.top_k {
+        s += &format!(", top-{} {:.4}%", t.k, 100.0 * t.accuracy);
     }
     for (name, x) in e.regression() {
         s += &format!(", {name} {x:.6}");

@@ -154,11 +154,13 @@ impl Hook for Records {
         // the epoch in progress, one between epochs to the epoch just finished.
         let epoch = cx.pos.epoch + u64::from(cx.pos.batch_in_epoch > 0);
         let phase = self.timeline.tag(cx.pos, epoch);
+        if !e.last {
+            cx.out
+                .progress()
+                .eval(epoch, phase.as_ref(), cx.pos.step, &e.eval);
+        }
         cx.pos.metrics_lines = cx.out.eval_record(epoch, cx.pos.step, &e.eval, phase)?;
         cx.pos.last_eval_step = Some(cx.pos.step);
-        if !e.last {
-            cx.out.progress().eval(&e.eval);
-        }
         Ok(Flow::Continue)
     }
 

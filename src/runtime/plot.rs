@@ -119,10 +119,12 @@ fn charts(lines: &[MetricLine], name: &str) -> Vec<(&'static str, Chart)> {
                 val_loss.extend(finite(r.loss).map(|y| (step, y)));
                 let acc = r.accuracy.and_then(finite);
                 val_acc.extend(acc.map(|y| (step, 100.0 * y)));
-                if let Some((k, y)) = r.top_k {
-                    let entry =
-                        top_k.get_or_insert_with(|| (format!("val top-{k} accuracy"), Vec::new()));
-                    entry.1.extend(finite(y).map(|y| (step, 100.0 * y)));
+                if let Some(t) = r.top_k {
+                    let entry = top_k
+                        .get_or_insert_with(|| (format!("val top-{} accuracy", t.k), Vec::new()));
+                    entry
+                        .1
+                        .extend(finite(t.accuracy).map(|y| (step, 100.0 * y)));
                 }
             }
         }

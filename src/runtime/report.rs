@@ -225,13 +225,21 @@ impl Progress {
         }
     }
 
-    /// An evaluation finished.
-    pub fn eval(&self, e: &Eval) {
+    /// Where a figure was computed: `epoch 2/3  step 60` (the epoch 1-based), or the phase's
+    /// epoch, `finetune 1/3  step 260`.
+    fn at(&self, epoch: u64, phase: Option<&PhaseTag>, step: u64) -> String {
+        format!("{}  step {step}", self.label(epoch, phase))
+    }
+
+    /// An evaluation of the weights of `step` finished, in `epoch` (1-based: the epoch in
+    /// progress, or the one that just ended).
+    pub fn eval(&self, epoch: u64, phase: Option<&PhaseTag>, step: u64, e: &Eval) {
         if self.quiet {
             return;
         }
         let mut line = format!(
-            "  val loss {:.4}{}",
+            "{}  val loss {:.4}{}",
+            self.at(epoch, phase, step),
             e.loss,
             e.accuracy
                 .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a))
@@ -260,9 +268,8 @@ impl Progress {
             .map_or(String::new(), |a| format!("  accuracy {:.2}%", 100.0 * a));
         let _ = writeln!(
             std::io::stderr(),
-            "{}  step {}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",
-            self.label(r.epoch, r.phase.as_ref()),
-            r.step,
+            "{}  train loss {:.4}{acc}  {:.0} samples/s  {:.1}s",
+            self.at(r.epoch, r.phase.as_ref(), r.step),
             r.train_loss,
             r.samples_per_s,
             r.seconds

@@ -108,7 +108,12 @@ pub fn main(opts: &RunOptions) -> i32 {
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
-    let checked = check_path(&opts.file, &FsLoader, &Options::default());
+    // The report records each trial's settings as it ran, for `kiln compare`.
+    let options = Options {
+        effective_settings: true,
+        ..Options::default()
+    };
+    let checked = check_path(&opts.file, &FsLoader, &options);
     let style = style();
     for d in &checked.diagnostics {
         eprint(&to_text(d, &checked.sources, style));
@@ -456,7 +461,7 @@ fn run_trial(
             let (writer, warnings) = RunWriter::resume(dir.clone(), exp.span)?;
             kiln::supervise::record_run_dir(dir);
             for w in &warnings {
-                eprint(&to_text(w, &checked.sources, style()));
+                warn(exp, w, checked);
             }
             for path in writer.removed() {
                 eprint(&format!(
@@ -523,9 +528,9 @@ fn run_trial(
     };
     let (mut writer, resume, history) = match resumed {
         Some(writer) => {
-            let mut warn = |w: &Diagnostic| eprint(&to_text(w, &checked.sources, style()));
+            let mut warned = |w: &Diagnostic| warn(exp, w, checked);
             let (saved, history) =
-                resume_point(exp, &writer, &print, text, ended, reach, &mut warn)?;
+                resume_point(exp, &writer, &print, text, ended, reach, &mut warned)?;
             (Some(writer), Some(saved), history)
         }
         // Another rank resumes from the checkpoint rank 0 resumes from, reading it only.
@@ -691,6 +696,13 @@ fn run_io(e: &kiln::rundir::Error, exp: &Experiment) -> Diagnostic {
         stage: RunStage::Record,
     }
     .diagnostic()
+}
+
+/// Prints a warning of the run unless the experiment allows it (`allow`).
+fn warn(exp: &Experiment, w: &Diagnostic, checked: &Checked) {
+    if !exp.allow.iter().any(|code| code == w.code.code()) {
+        eprint(&to_text(w, &checked.sources, style()));
+    }
 }
 
 fn style() -> Style {

@@ -68,6 +68,7 @@ pub fn write_report(
         resumed: ran.history.iter().skip(1).cloned().collect(),
         metrics: writer.metrics()?,
         compression: ran.compressed.clone(),
+        settings: exp.settings.clone(),
     };
     writer.write_report(&report)
 }
@@ -91,40 +92,64 @@ pub fn short_result(dir: &Path) -> String {
     out
 }
 
-/// Prints a sweep's trials ranked by [`kiln::rundir::rank`] (trials without a report last).
+/// Prints a sweep's trials ranked by [`kiln::rundir::rank`] (trials without a report last), in
+/// columns as wide as their values.
 pub fn sweep_table(dirs: &[(usize, &Experiment, PathBuf)]) {
-    let mut rows: Vec<(Option<Report>, String)> = Vec::new();
+    use kiln::table::{render, Align};
+    let fmt = |x: Option<f64>, pct: bool| {
+        x.map_or("-".to_string(), |x| {
+            if pct {
+                format!("{:.2}%", 100.0 * x)
+            } else {
+                format!("{x:.4}")
+            }
+        })
+    };
+    let mut rows: Vec<(Option<Report>, Vec<String>)> = Vec::new();
     for (i, exp, dir) in dirs {
         let report = kiln::rundir::read_report(dir).ok();
         let o = report.as_ref().map(|r| &r.outcome);
         let val = o.and_then(|o| o.val);
         let t: Vec<String> = exp.trial.iter().map(|(k, v)| format!("{k}={v}")).collect();
-        let fmt = |x: Option<f64>, pct: bool| {
-            x.map_or("-".to_string(), |x| {
-                if pct {
-                    format!("{:.2}%", 100.0 * x)
-                } else {
-                    format!("{x:.4}")
-                }
-            })
-        };
-        let row = format!(
-            "{i:<6} {:<32} {:>10} {:>9} {:>9}  {}",
+        let cells = vec![
+            i.to_string(),
             t.join(" "),
             fmt(o.map(|o| o.train_loss), false),
             fmt(val.map(|v| v.loss), false),
             fmt(val.and_then(|v| v.accuracy), true),
-            dir.display()
-        );
-        rows.push((report, row));
+            dir.display().to_string(),
+        ];
+        rows.push((report, cells));
     }
     kiln::rundir::rank(&mut rows, |(r, _)| r.as_ref().map(|r| &r.outcome));
-    let mut out = format!(
-        "\n{:<5} {:<6} {:<32} {:>10} {:>9} {:>9}  run directory\n",
-        "rank", "trial", "values", "train loss", "val loss", "val acc"
-    );
-    for (rank, (_, row)) in rows.iter().enumerate() {
-        out += &format!("{:<5} {row}\n", rank + 1);
-    }
+    let header = [
+        "rank",
+        "trial",
+        "values",
+        "train loss",
+        "val loss",
+        "val acc",
+        "run directory",
+    ]
+    .map(String::from);
+    let body: Vec<Vec<String>> = rows
+        .into_iter()
+        .enumerate()
+        .map(|(rank, (_, cells))| {
+            let mut row = vec![(rank + 1).to_string()];
+            row.extend(cells);
+            row
+        })
+        .collect();
+    let align = [
+        Align::Left,
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Right,
+        Align::Left,
+    ];
+    let out = format!("\n{}", render(&header, &body, &align, ""));
     let _ = write!(std::io::stdout(), "{out}");
 }

@@ -24,7 +24,7 @@ use super::state::{restore, state_dict, Checkpoints};
 use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
-use kiln::rundir::{Measured, Segment};
+use kiln::rundir::{Measured, Segment, TopK};
 
 pub use kiln::rundir::{Eval, Outcome};
 
@@ -56,9 +56,9 @@ pub struct Trainer<'a> {
     pub pruner: Option<Pruner>,
     /// The run's phases: the training, then compression's fine-tuning or rounds.
     pub timeline: Timeline,
-    /// The uncompressed model's evaluations (validation, test), taken just before pruning
-    /// after training; `None` until then.
-    pub uncompressed: Option<(Option<Eval>, Option<Eval>)>,
+    /// The uncompressed model's evaluations (the step whose weights they evaluated, validation,
+    /// test), taken just before pruning after training; `None` until then.
+    pub uncompressed: Option<(u64, Option<Eval>, Option<Eval>)>,
 }
 
 /// The observers of every run: records and progress, the NaN check, early stopping; records
@@ -158,9 +158,10 @@ pub fn evaluate(
         Ok(Eval {
             loss: mean(loss, weight),
             accuracy: classes.then_some(mean(correct, counted)),
-            top_k: top_k
-                .filter(|_| classes)
-                .map(|k| (k, mean(in_top, counted))),
+            top_k: top_k.filter(|_| classes).map(|k| TopK {
+                k,
+                accuracy: mean(in_top, counted),
+            }),
             mae: score(Metric::Mae, |s| s.mae),
             rmse: score(Metric::Rmse, |s| s.rmse),
             r2: score(Metric::R2, |s| s.r2),
@@ -306,6 +307,17 @@ impl Trainer<'_> {
                 .per_epoch
                 .min(until.saturating_sub(pos.step) + pos.batch_in_epoch);
             let done = pos.batch_in_epoch;
+            // An epoch's time and samples per second cover the same steps: all of the epoch,
+            // those before an interruption included (its start is kept in the position), or,
+            // resuming a checkpoint of an older version, the steps this process takes.
+            let now = base_seconds + started.elapsed().as_secs_f64();
+            if done == 0 {
+                pos.epoch_began = Some(now);
+            }
+            let (began, seen_before) = match pos.epoch_began {
+                Some(t) => (t, 0.0),
+                None => (now, pos.epoch_seen),
+            };
             let mut cx = Cx {
                 pos: &mut pos,
                 out: &mut *self.out,
@@ -313,7 +325,6 @@ impl Trainer<'_> {
             for h in &mut self.hooks {
                 h.start_epoch(&mut cx, batches, done);
             }
-            let epoch_start = Instant::now();
             while pos.step < until && !timeline.over(&pos) {
                 let Some(next) = loader.next() else { break };
                 let (x, y) = next?;
@@ -381,6 +392,7 @@ impl Trainer<'_> {
             wait += loader.wait_seconds();
             // A phase that is over closes its last epoch, however many of its batches it took.
             let epoch_done = pos.batch_in_epoch >= budget.per_epoch || timeline.over(&pos);
+            let seconds = base_seconds + started.elapsed().as_secs_f64() - began;
             let record = EpochRecord {
                 epoch: epoch + 1,
                 step: pos.step,
@@ -389,8 +401,8 @@ impl Trainer<'_> {
                 train_accuracy: objective
                     .classes()
                     .then_some(pos.epoch_correct / pos.epoch_counted.max(f64::MIN_POSITIVE)),
-                seconds: epoch_start.elapsed().as_secs_f64(),
-                samples_per_s: pos.epoch_seen / epoch_start.elapsed().as_secs_f64().max(1e-9),
+                seconds,
+                samples_per_s: (pos.epoch_seen - seen_before) / seconds.max(1e-9),
                 phase: timeline.tag(&pos, epoch + 1),
             };
             pos.train_loss = record.train_loss;
@@ -433,7 +445,7 @@ impl Trainer<'_> {
         outcome.data_wait = (pos.wait_seconds / pos.seconds.max(1e-9)).min(1.0);
         outcome.stopped_early = pos.phases.iter().any(|m| m.stopped);
         outcome.phases = timeline.ran(&pos);
-        self.uncompressed = pos.uncompressed.map(|m| (m.val, m.test));
+        self.uncompressed = pos.uncompressed.map(|m| (m.step, m.val, m.test));
         // Evaluate the final weights unless the last evaluation already saw them.
         let seen = match last_val {
             Some(v) if !changed && pos.last_eval_step == Some(pos.step) => Some(v),
@@ -485,7 +497,11 @@ impl Trainer<'_> {
                 Some(t) => Some(self.evaluate(objective, t)?),
                 None => None,
             };
-            pos.uncompressed = Some(Measured { val, test });
+            pos.uncompressed = Some(Measured {
+                step: pos.step,
+                val,
+                test,
+            });
         }
         let fired = match &mut self.pruner {
             Some(p) => p.fire(Boundary {

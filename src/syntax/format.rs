@@ -66,31 +66,43 @@ enum Tok<'a> {
 fn lex(text: &str) -> Vec<Tok<'_>> {
     let bytes = text.as_bytes();
     let mut tokens = Vec::new();
+    // The open brackets, and whether the next token starts an argument of a call: there a
+    // name followed by `:` is the argument's name (`lr:1e-3`, as the grammar reads it), not a
+    // device's `cuda:0`.
+    let mut open: Vec<u8> = Vec::new();
+    let mut argument = false;
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
         let start = i;
         i += 1;
+        let starts_argument = std::mem::replace(&mut argument, false);
         match c {
-            b' ' | b'\t' => {}
+            b' ' | b'\t' => argument = starts_argument,
             b'\\' if matches!(bytes.get(i), Some(b'\n' | b'\r')) => {
+                argument = starts_argument;
                 i += if bytes[i..].starts_with(b"\r\n") {
                     2
                 } else {
                     1
                 };
             }
-            b'\n' => tokens.push(Tok::Newline),
+            b'\n' => {
+                argument = starts_argument;
+                tokens.push(Tok::Newline);
+            }
             b'\r' => {
                 if bytes.get(i) == Some(&b'\n') {
                     i += 1;
                 }
+                argument = starts_argument;
                 tokens.push(Tok::Newline);
             }
             b'#' => {
                 while i < bytes.len() && !matches!(bytes[i], b'\n' | b'\r') {
                     i += 1;
                 }
+                argument = starts_argument;
                 tokens.push(Tok::Comment(text[start..i].trim_end()));
             }
             b'"' => {
@@ -100,18 +112,34 @@ fn lex(text: &str) -> Vec<Tok<'_>> {
                 i = (i + 1).min(bytes.len());
                 tokens.push(Tok::Str(&text[start..i]));
             }
-            b'(' | b'[' | b'{' => tokens.push(Tok::Open(c)),
-            b')' | b']' | b'}' => tokens.push(Tok::Close(c)),
-            b',' => tokens.push(Tok::Comma),
+            b'(' | b'[' | b'{' => {
+                open.push(c);
+                argument = c == b'(';
+                tokens.push(Tok::Open(c));
+            }
+            b')' | b']' | b'}' => {
+                open.pop();
+                tokens.push(Tok::Close(c));
+            }
+            b',' => {
+                argument = open.last() == Some(&b'(');
+                tokens.push(Tok::Comma);
+            }
             b':' => tokens.push(Tok::Colon),
             b';' => tokens.push(Tok::Semi),
             b'-' if bytes.get(i) == Some(&b'>') => {
                 i += 1;
                 tokens.push(Tok::Arrow);
             }
-            _ if text[start..].starts_with('\u{FEFF}') => i = start + '\u{FEFF}'.len_utf8(),
+            _ if text[start..].starts_with('\u{FEFF}') => {
+                argument = starts_argument;
+                i = start + '\u{FEFF}'.len_utf8();
+            }
             _ => {
-                while i < bytes.len() && word_continues(bytes, i) {
+                while i < bytes.len()
+                    && word_continues(bytes, i)
+                    && !(starts_argument && bytes[i] == b':')
+                {
                     i += 1;
                 }
                 tokens.push(Tok::Word(&text[start..i]));
@@ -457,6 +485,18 @@ mod tests {
         assert_eq!(
             fmt("fc1 : linear ( 784->256 , bias :false ) 1e-3  10_000 cuda:0 80GiB [ 1 ,2, ]"),
             "fc1: linear(784 -> 256, bias: false) 1e-3 10_000 cuda:0 80GiB [1, 2]\n"
+        );
+    }
+
+    #[test]
+    fn every_argument_name_gets_its_space_and_devices_keep_their_colon() {
+        assert_eq!(
+            fmt("s split(train:0.8, val:0.2)\no adam(lr:1e-3)\nd f(at:cuda:0) [cuda:0, cuda:1] cuda:2\n"),
+            "s split(train: 0.8, val: 0.2)\no adam(lr: 1e-3)\nd f(at: cuda:0) [cuda:0, cuda:1] cuda:2\n"
+        );
+        assert_eq!(
+            fmt("a f(\n  x:1, # one\n  y:2)\n"),
+            "a f(\n  x: 1,  # one\n  y: 2,\n)\n"
         );
     }
 

@@ -144,6 +144,47 @@ pub fn example_val_accuracy(file: &str, name: &str) -> f64 {
         .expect("val accuracy")
 }
 
+/// The paths of arrays in `v` that hold a tuple rather than a list: an array of arrays, or of
+/// values of different kinds (a string and a number, an integer and a fraction, as `[3, 0.9]`).
+/// Output for programs names its fields instead.
+pub fn tuples(v: &serde_json::Value) -> Vec<String> {
+    use serde_json::Value;
+    fn kind(v: &Value) -> &'static str {
+        match v {
+            Value::Null => "null",
+            Value::Bool(_) => "bool",
+            Value::Number(n) if n.is_f64() => "fraction",
+            Value::Number(_) => "integer",
+            Value::String(_) => "string",
+            Value::Array(_) => "array",
+            Value::Object(_) => "object",
+        }
+    }
+    fn walk(v: &Value, path: &str, out: &mut Vec<String>) {
+        match v {
+            Value::Array(items) => {
+                let first = items.first().map(kind);
+                let mixed = items.iter().any(|i| Some(kind(i)) != first);
+                if mixed || first == Some("array") {
+                    out.push(path.to_string());
+                }
+                for (i, item) in items.iter().enumerate() {
+                    walk(item, &format!("{path}[{i}]"), out);
+                }
+            }
+            Value::Object(fields) => {
+                for (k, item) in fields {
+                    walk(item, &format!("{path}.{k}"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(v, "", &mut out);
+    out
+}
+
 /// Metrics without the timing fields, which differ between runs.
 pub fn metrics(dir: &Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(dir.join("metrics.jsonl"))

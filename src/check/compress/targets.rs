@@ -15,16 +15,15 @@ use crate::syntax::ast::{Ident, Value, ValueKind};
 pub(super) enum Applies {
     /// Pruning: layers with a weight (or a bias, for `layer.bias`).
     Prune,
-    /// Quantization: linear layers; `int4` keeps its own code (K0204) for a named layer.
+    /// Quantization and casts: linear layers (the runtime stores no other layer compressed);
+    /// `int4` keeps its own code (K0204) for a named layer.
     Linear {
         /// Whether the scheme is `int4`.
         int4: bool,
     },
-    /// A cast to bf16 or fp16: layers with a weight.
-    Cast,
 }
 
-/// Whether a layer kind has a `weight` that pruning and casts apply to: the matrices and
+/// Whether a layer kind has a `weight` that pruning applies to: the matrices and
 /// kernels of linear, convolution and embedding layers.
 pub(super) fn has_weight(kind: &LayerKind) -> bool {
     match kind {
@@ -77,8 +76,8 @@ fn has_bias(kind: &LayerKind) -> bool {
 fn need(applies: Applies, param: Option<&str>) -> TargetNeed {
     match (applies, param) {
         (Applies::Prune, Some("bias")) => TargetNeed::Bias,
-        (Applies::Linear { .. } | Applies::Cast, Some("bias")) => TargetNeed::NotBias,
-        (Applies::Prune | Applies::Cast, _) => TargetNeed::Weight,
+        (Applies::Linear { .. }, Some("bias")) => TargetNeed::NotBias,
+        (Applies::Prune, _) => TargetNeed::Weight,
         (Applies::Linear { .. }, _) => TargetNeed::Linear,
     }
 }

@@ -38,7 +38,9 @@ pub fn compare(
     };
     let after_val = t.splits.val.as_ref().map(eval).transpose()?;
     let after_test = t.splits.test.as_ref().map(eval).transpose()?;
-    let (before_val, before_test) = t.uncompressed.unwrap_or((outcome.val, outcome.test));
+    let (before_step, before_val, before_test) =
+        t.uncompressed
+            .unwrap_or((outcome.steps, outcome.val, outcome.test));
     let pair = |b, a| match (b, a) {
         (Some(before), Some(after)) => Some(BeforeAfter { before, after }),
         _ => None,
@@ -49,6 +51,10 @@ pub fn compare(
         bytes_after: fin.bytes_after,
         val: pair(before_val, after_val),
         test: pair(before_test, after_test),
+        steps: Some(BeforeAfter {
+            before: before_step,
+            after: outcome.steps,
+        }),
         latency: if latency {
             let plain = plain_copy(t.exp, nodes, net, over)?;
             latencies(t.exp, &plain, &fin.net)?

@@ -280,9 +280,37 @@ fn quantize(
         .diagnostic());
     };
     let bias = find(format!("{layer}.bias"));
+    if matches!(scheme, QuantScheme::Fp8 { .. }) && device == Device::Cpu {
+        return Err(Problem::Fp8OnCpu {
+            span,
+            layer: layer.to_string(),
+            layer_span: span,
+        }
+        .diagnostic());
+    }
+    match conversion(scheme) {
+        Conversion::Kernel(method) => QLinear::new(weight, bias, method).at(span),
+        Conversion::Observed(granularity) => {
+            let (params, activation_scale) = qat::converted(trained, layer, granularity, span)?;
+            QLinear::int8_static(weight, bias, &params, activation_scale).at(span)
+        }
+    }
+}
+
+/// How a scheme's layers become quantized linears after training.
+pub enum Conversion {
+    /// Quantized from the trained weight, to run this kernel.
+    Kernel(QuantMethod),
+    /// `qat`: converted from the observers training kept, with weight scales of this
+    /// granularity ([`QLinear::int8_static`]).
+    Observed(Granularity),
+}
+
+/// How the layers of `scheme` are converted after training.
+pub fn conversion(scheme: QuantScheme) -> Conversion {
     // The int8 and int4 kernels are vectorised for bf16 inputs only.
     let fast = Kind::BFloat16;
-    let method = match scheme {
+    Conversion::Kernel(match scheme {
         QuantScheme::Int8 {
             granularity,
             symmetric,
@@ -304,17 +332,7 @@ fn quantize(
             group_size: group_size as i64,
             activations: fast,
         },
-        QuantScheme::Fp8 { granularity } => {
-            if device == Device::Cpu {
-                return Err(Problem::Fp8OnCpu {
-                    span,
-                    layer: layer.to_string(),
-                    layer_span: span,
-                }
-                .diagnostic());
-            }
-            QuantMethod::Fp8 { granularity }
-        }
+        QuantScheme::Fp8 { granularity } => QuantMethod::Fp8 { granularity },
         QuantScheme::Cast { to } => QuantMethod::Cast {
             kind: if to == Precision::Fp16 {
                 Kind::Half
@@ -322,12 +340,8 @@ fn quantize(
                 Kind::BFloat16
             },
         },
-        QuantScheme::Qat { granularity } => {
-            let (params, activation_scale) = qat::converted(trained, layer, granularity, span)?;
-            return QLinear::int8_static(weight, bias, &params, activation_scale).at(span);
-        }
-    };
-    QLinear::new(weight, bias, method).at(span)
+        QuantScheme::Qat { granularity } => return Conversion::Observed(granularity),
+    })
 }
 
 /// A pruning statement as the report names it: `l1_unstructured 50% after training`.

@@ -585,6 +585,92 @@ fn tensors_and_bytes_list_what_is_stored() {
 }
 
 #[test]
+fn stored_tensors_are_what_the_plan_costs() {
+    use super::super::finalize::{conversion, Conversion};
+    use kiln::ir::{Precision, QuantScheme};
+    // `kiln plan` costs a quantized layer with `kiln::plan::stored`; the report counts the bytes
+    // of what the kernels store. Every scheme, at sizes that need padding and sizes that do not,
+    // with and without a bias, stores exactly the listed tensors.
+    let schemes = [
+        QuantScheme::Int8 {
+            granularity: Granularity::PerTensor,
+            symmetric: true,
+            dynamic: false,
+        },
+        QuantScheme::Int8 {
+            granularity: Granularity::PerChannel,
+            symmetric: false,
+            dynamic: false,
+        },
+        QuantScheme::Int8 {
+            granularity: Granularity::PerTensor,
+            symmetric: false,
+            dynamic: true,
+        },
+        QuantScheme::Int8 {
+            granularity: Granularity::PerChannel,
+            symmetric: true,
+            dynamic: true,
+        },
+        QuantScheme::Int4 { group_size: 32 },
+        QuantScheme::Fp8 {
+            granularity: Granularity::PerTensor,
+        },
+        QuantScheme::Fp8 {
+            granularity: Granularity::PerChannel,
+        },
+        QuantScheme::Qat {
+            granularity: Granularity::PerChannel,
+        },
+        QuantScheme::Cast {
+            to: Precision::Bf16,
+        },
+        QuantScheme::Cast {
+            to: Precision::Fp16,
+        },
+    ];
+    // The CPU always; CUDA's layouts (other padding) where a GPU is present.
+    let mut devices = vec![(Device::Cpu, kiln::ir::Device::Cpu)];
+    if tch::Cuda::is_available() {
+        devices.push((Device::Cuda(0), kiln::ir::Device::Cuda(0)));
+    }
+    for ((n, k), (device, on)) in [(10, 40), (33, 64), (64, 128)]
+        .into_iter()
+        .flat_map(|size| devices.iter().map(move |d| (size, *d)))
+    {
+        let w = Tensor::randn([n, k], (Kind::Float, device));
+        let b = Tensor::randn([n], (Kind::Float, device));
+        for bias in [true, false] {
+            let b = bias.then_some(&b);
+            for scheme in schemes {
+                let layer = match conversion(scheme) {
+                    Conversion::Kernel(method) => QLinear::new(&w, b, method),
+                    Conversion::Observed(granularity) => {
+                        let p = qparams(&w, granularity, QConfig::INT8_SYMMETRIC).expect("qparams");
+                        QLinear::int8_static(&w, b, &p, 0.05)
+                    }
+                }
+                .expect("layer");
+                let got: Vec<(String, u64)> = layer
+                    .tensors()
+                    .iter()
+                    .map(|(name, t)| {
+                        let bytes = t.numel() * t.kind().elt_size_in_bytes();
+                        (name.clone(), bytes as u64)
+                    })
+                    .collect();
+                let want: Vec<(String, u64)> =
+                    kiln::plan::stored::stored(&scheme, n as u64, k as u64, bias, on)
+                        .into_iter()
+                        .map(|s| (s.name.to_string(), s.bytes))
+                        .collect();
+                assert_eq!(got, want, "{scheme:?} at {n} x {k} on {on}, bias {bias}");
+            }
+        }
+    }
+}
+
+#[test]
 fn misuse_is_an_error_not_a_crash() {
     let w = Tensor::randn([16, 64], tch::kind::FLOAT_CPU);
     let int4 = |group_size| QuantMethod::Int4 {
