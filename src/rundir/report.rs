@@ -206,7 +206,6 @@ impl Eval {
             .into_iter()
             .filter_map(|(name, v)| v.map(|v| (name, v)))
             .collect()
-
     }
 }
 

@@ -373,7 +373,16 @@ fn phases_are_named_in_records_and_old_records_read_without_them() {
     let MetricLine::Val(back) = serde_json::from_str(old).expect("decode") else {
         panic!("not a validation line");
     };
-    assert_eq!((back.phase, back.top_k), (None, Some(TopK { k: 5, accuracy: 0.9 })));
+    assert_eq!(
+        (back.phase, back.top_k),
+        (
+            None,
+            Some(TopK {
+                k: 5,
+                accuracy: 0.9
+            })
+        )
+    );
 }
 
 #[test]
