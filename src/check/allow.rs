@@ -5,18 +5,10 @@
 //! naming the warnings that can be.
 
 use super::cx::Cx;
+use super::words::warning_codes;
 use crate::diagnostic::problem::Expected;
 use crate::diagnostic::{Code, Diagnostic, Problem, Severity};
 use crate::syntax::ast::{Statement, ValueKind};
-
-/// The codes of every warning, the words `allow` accepts.
-pub fn warning_codes() -> Vec<&'static str> {
-    Code::ALL
-        .iter()
-        .filter(|c| c.severity() == Severity::Warning)
-        .map(|c| c.code())
-        .collect()
-}
 
 /// Reads an `allow` statement: a warning's code or a list of them. Returns the codes read (an
 /// unknown one is reported and left out).

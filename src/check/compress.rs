@@ -8,7 +8,8 @@ use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
 use super::model::ModelOut;
-use super::settings::{callee, Called, Choice};
+use super::read::{callee, Called};
+use super::words::{Choice, COMPRESS};
 use crate::diagnostic::problem::{Arguments, Form, GroupedLayer, OutOfRange, INT4_GROUP_SIZES};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{
@@ -79,9 +80,6 @@ const QUANT_SCHEMES: &[Choice<Scheme>] = &[
     ("fp16", Scheme::Fp16, &[]),
 ];
 
-/// Keywords of the compress block.
-pub const KEYWORDS: &[&str] = &["prune", "quantize"];
-
 /// What the compress block is checked against besides the model: the training's precision and
 /// an upper bound of its length.
 pub struct Training {
@@ -120,7 +118,7 @@ pub fn check_compress(
                     Code::UnknownKeyword,
                     "compression step",
                     &s.keyword,
-                    KEYWORDS,
+                    COMPRESS,
                 );
                 None
             }

@@ -9,8 +9,8 @@
 use std::cmp::Ordering;
 
 use super::cx::Cx;
+use super::parallel::ParallelIn;
 use super::placement::{within, Placement};
-use super::settings::ParallelIn;
 use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
 use crate::diagnostic::Problem;
 use crate::ir::{

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use super::cx::Cx;
-use super::data::SOURCES;
+use super::words::SOURCES;
 use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
 use crate::diagnostic::problem::{DataFit, OutOfRange};

@@ -9,33 +9,19 @@ use super::cx::Cx;
 use super::data::check_data;
 use super::datafiles::{self, DataFiles};
 use super::model::{check_model, Feed, ModelOut};
+use super::optimizer::check_optimizer;
+use super::parallel::{check_parallel, ParallelIn};
 use super::placement::Placement;
+use super::read::{block, unknown_reference};
 use super::schedule::check_schedule;
-use super::settings::{check_optimizer, check_parallel, check_train, ParallelIn};
 use super::ties::Parts;
-use crate::diagnostic::problem::{Arguments, Form, Unknown};
+use super::train::check_train;
+use super::words::EXPERIMENT;
+use crate::diagnostic::problem::{Arguments, Form};
 use crate::diagnostic::Problem;
 use crate::ir::{Data, Device, Duration, Experiment, Node, Parallel, Precision, Source};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, ValueKind};
-
-/// Keywords of the experiment block.
-pub const KEYWORDS: &[&str] = &[
-    "allow",
-    "description",
-    "tags",
-    "seed",
-    "data",
-    "model",
-    "device",
-    "place",
-    "memory",
-    "parallel",
-    "compress",
-    "optimizer",
-    "schedule",
-    "train",
-];
 
 /// Keywords that may appear more than once.
 const REPEATABLE: &[&str] = &["place", "memory"];
@@ -62,32 +48,16 @@ pub(super) fn check_experiment(
             None
         }
     };
-    let Some(body) = &stmt.body else {
-        cx.report(Problem::WrongArguments {
-            span: stmt.span,
-            situation: Arguments::NoBlock {
-                keyword: "experiment".into(),
-                example: "experiment \"name\" { ... }",
-            },
-        });
+    let Some((statements, seen)) = block(
+        cx,
+        stmt,
+        "experiment setting",
+        EXPERIMENT,
+        REPEATABLE,
+        "experiment \"name\" { ... }",
+    ) else {
         return (None, Vec::new());
     };
-    let mut seen: HashMap<&str, &Statement> = HashMap::new();
-    for s in &body.statements {
-        let kw = s.keyword.name.as_str();
-        if !KEYWORDS.contains(&kw) {
-            cx.unknown_keyword("experiment setting", s, KEYWORDS);
-            continue;
-        }
-        if REPEATABLE.contains(&kw) {
-            continue;
-        }
-        if let Some(first) = seen.get(kw) {
-            duplicate(cx, kw, first, s);
-        } else {
-            seen.insert(kw, s);
-        }
-    }
     let get = |k: &str| seen.get(k).copied();
     let require = |cx: &mut Cx, k: &'static [&'static str], example: &'static str| {
         let s = get(k[0]);
@@ -171,7 +141,7 @@ pub(super) fn check_experiment(
     });
     let train_stmt = require(cx, &["train"], "train { epochs 10; loss cross_entropy }");
     let train_in = train_stmt.and_then(|s| check_train(cx, s));
-    let memory = check_memory(cx, &body.statements);
+    let memory = check_memory(cx, statements);
 
     let dp_devices_default = device.unwrap_or(Device::Auto);
     let parallel = get("parallel").map_or(Some(ParallelIn::plain(Parallel::None)), |s| {
@@ -181,7 +151,7 @@ pub(super) fn check_experiment(
     // Placement: inline `on` and `place` statements.
     let placements = model
         .as_ref()
-        .and_then(|m| check_placements(cx, &body.statements, m));
+        .and_then(|m| check_placements(cx, statements, m));
 
     let training = Training {
         fp16: train_in
@@ -200,7 +170,7 @@ pub(super) fn check_experiment(
         cx,
         Parts {
             stmt,
-            statements: &body.statements,
+            statements,
             trial,
             name,
             description: description_ok(description, get("description")),
@@ -248,15 +218,6 @@ fn description_ok(d: Option<String>, stmt: Option<&Statement>) -> Option<Option<
         (None, None) => Some(None),
         (None, Some(_)) => None,
     }
-}
-
-/// Reports a setting given twice in one block.
-pub fn duplicate(cx: &mut Cx, kw: &str, first: &Statement, again: &Statement) {
-    cx.report(Problem::DuplicateSetting {
-        span: again.keyword.span,
-        first: first.keyword.span,
-        name: kw.to_string(),
-    });
 }
 
 fn check_memory(cx: &mut Cx, statements: &[Statement]) -> Option<Vec<(Device, u64, Span)>> {
@@ -370,22 +331,4 @@ fn check_placements(
         }
     }
     ok.then_some(out)
-}
-
-/// Reports a name that is no layer or block of the model.
-/// A `suffix` such as `.weight` is set aside while looking for a similar name.
-pub fn unknown_reference(
-    cx: &mut Cx,
-    ident: &crate::syntax::ast::Ident,
-    known: &[&str],
-    suffix: &str,
-) {
-    cx.report(Problem::UnknownReference {
-        unknown: Unknown {
-            span: ident.span,
-            name: ident.name.clone(),
-            candidates: super::cx::strings(known),
-        },
-        suffix: suffix.to_string(),
-    });
 }

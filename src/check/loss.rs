@@ -4,39 +4,13 @@
 
 use super::cx::{Cx, Range};
 use super::model::ModelOut;
-use super::settings::{callee, Called, Choice};
+use super::read::{callee, Called};
+use super::words::{LossName, LOSSES};
 use crate::diagnostic::problem::LossShape;
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Loss, Shape, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
-
-/// The losses.
-#[derive(Clone, Copy)]
-pub(super) enum LossName {
-    CrossEntropy,
-    Mse,
-    L1,
-    Huber,
-    SmoothL1,
-    BceWithLogits,
-    Nll,
-}
-
-/// Losses and their parameters in positional order.
-pub(super) const LOSSES: &[Choice<LossName>] = &[
-    (
-        "cross_entropy",
-        LossName::CrossEntropy,
-        &["label_smoothing", "weight", "ignore_index"],
-    ),
-    ("mse", LossName::Mse, &[]),
-    ("l1", LossName::L1, &[]),
-    ("huber", LossName::Huber, &["delta"]),
-    ("smooth_l1", LossName::SmoothL1, &["beta"]),
-    ("bce_with_logits", LossName::BceWithLogits, &["pos_weight"]),
-    ("nll", LossName::Nll, &["weight", "ignore_index"]),
-];
 
 /// PyTorch's default `ignore_index`.
 const IGNORE_INDEX: i64 = -100;

@@ -12,19 +12,23 @@ mod datafiles;
 mod effective;
 mod experiment;
 mod fs;
-mod groups;
 mod homes;
 pub mod layers;
 mod loss;
 mod model;
+mod optimizer;
+mod parallel;
 mod placement;
+mod read;
 mod schedule;
-mod settings;
 mod shrink;
+mod source;
 mod split;
 mod sweep;
 mod ties;
 mod tokens;
+mod train;
+pub mod words;
 
 use std::path::{Path, PathBuf};
 
@@ -37,17 +41,6 @@ use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
 pub use fs::{FsLoader, MAX_SOURCE_BYTES};
-
-/// The words of the language by the block they belong to, for editors (completion, hover).
-pub mod words {
-    pub use super::allow::warning_codes;
-    pub use super::compress::KEYWORDS as COMPRESS;
-    pub use super::data::KEYWORDS as DATA;
-    pub use super::experiment::KEYWORDS as EXPERIMENT;
-    pub use super::schedule::schedule_names;
-    pub use super::settings::TRAIN_KEYWORDS as TRAIN;
-    pub use super::settings::{loss_names, optimizer_names};
-}
 
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {

@@ -3,79 +3,13 @@
 //! involve the data (a validation split to watch).
 
 use super::cx::{Cx, Range};
-use super::settings::{callee_value, duration_of, Called, Choice};
+use super::read::{callee_value, duration_of, Called};
+use super::words::{Sched, SCHEDULES};
 use crate::diagnostic::problem::Sequence;
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Data, Duration, OneCycle, Plateau, PlateauMetric, Schedule, Targets};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
-
-/// The learning-rate schedules.
-#[derive(Clone, Copy)]
-pub(super) enum Sched {
-    Constant,
-    Step,
-    Exponential,
-    Cosine,
-    Warmup,
-    OneCycle,
-    Linear,
-    ReduceOnPlateau,
-    Sequence,
-}
-
-/// Learning-rate schedules and their parameters.
-pub(super) const SCHEDULES: &[Choice<Sched>] = &[
-    ("constant", Sched::Constant, &[]),
-    ("step", Sched::Step, &["every", "gamma"]),
-    ("exponential", Sched::Exponential, &["gamma"]),
-    (
-        "cosine",
-        Sched::Cosine,
-        &["warmup", "min_lr", "start_factor"],
-    ),
-    ("warmup", Sched::Warmup, &["length", "start_factor"]),
-    (
-        "one_cycle",
-        Sched::OneCycle,
-        &[
-            "max_lr",
-            "pct_start",
-            "div_factor",
-            "final_div_factor",
-            "three_phase",
-            "anneal",
-            "cycle_momentum",
-            "base_momentum",
-            "max_momentum",
-        ],
-    ),
-    (
-        "linear",
-        Sched::Linear,
-        &["start_factor", "end_factor", "length"],
-    ),
-    (
-        "reduce_on_plateau",
-        Sched::ReduceOnPlateau,
-        &[
-            "monitor",
-            "mode",
-            "factor",
-            "patience",
-            "threshold",
-            "threshold_mode",
-            "cooldown",
-            "min_lr",
-        ],
-    ),
-    ("sequence", Sched::Sequence, &["schedules", "milestones"]),
-];
-
-/// Schedule names with their parameters in positional order (completion, hover).
-pub fn schedule_names() -> impl Iterator<Item = (&'static str, &'static [&'static str])> {
-    SCHEDULES.iter().map(|(n, _, p)| (*n, *p))
-}
 
 /// Checks `schedule NAME(args)`. `one_cycle` cycles the momentum of every optimizer, as
 /// `OneCycleLR` does: SGD and RMSprop without momentum get one.

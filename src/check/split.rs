@@ -3,7 +3,7 @@
 //! file with no `source` at all).
 
 use super::cx::{Cx, Range};
-use super::data::{source_value, SourceOut};
+use super::source::{source_value, SourceOut};
 use crate::diagnostic::problem::{Arguments, Expected, Form, Inconsistent, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::{HeldOut, Split, Targets};

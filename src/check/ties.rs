@@ -15,9 +15,10 @@ use super::cx::Cx;
 use super::data::DataOut;
 use super::datafiles::{self, Declared, Wants};
 use super::model::ModelOut;
+use super::parallel::ParallelIn;
 use super::placement::{place_nodes, Placement};
 use super::schedule::check_plateau;
-use super::settings::{ParallelIn, TrainIn};
+use super::train::TrainIn;
 use crate::diagnostic::problem::{Ignored, Inconsistent, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::{
@@ -475,7 +476,7 @@ fn check_batch(
     batch: u64,
     batch_span: Span,
     dp: u64,
-    t: &super::settings::TrainIn,
+    t: &TrainIn,
     p: &ParallelIn,
     train: &mut crate::ir::Train,
 ) -> bool {

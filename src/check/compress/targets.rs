@@ -2,9 +2,9 @@
 //! layers the step applies to, and the kind of each layer checked (K0114, K0204, K0215).
 
 use super::super::cx::Cx;
-use super::super::experiment::unknown_reference;
 use super::super::model::ModelOut;
 use super::super::placement::within;
+use super::super::read::unknown_reference;
 use crate::diagnostic::problem::TargetNeed;
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Layer, LayerKind, Target};

@@ -7,17 +7,16 @@
 
 use std::collections::HashSet;
 
-use super::cx::{Bound, Cx};
-use super::experiment::unknown_reference;
-use super::model::ModelOut;
-use super::placement::within;
+use super::super::cx::{Bound, Cx};
+use super::super::model::ModelOut;
+use super::super::placement::within;
+use super::super::read::unknown_reference;
+use super::Hyper;
 use crate::diagnostic::problem::Expected;
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{layers, tensors, ParamGroup, Tensor, CLASSES};
 use crate::span::Span;
 use crate::syntax::ast::{Args, Ident, Value, ValueKind};
-
-use super::settings::Hyper;
 
 /// Where a parameter was selected: the group, the selector's span and its text.
 type Owner = (usize, Span, String);
