@@ -196,18 +196,21 @@ pub(super) fn check_experiment(
 }
 
 /// The most optimizer steps a training of `length` can last: the steps, or for epochs of
-/// synthetic data, epochs x batches of all its samples (the training split is no larger).
+/// synthetic data, epochs x the steps of an epoch of all its samples (the training split is no
+/// larger).
 fn max_steps(length: &Duration, data: Option<&Data>) -> Option<u64> {
     match (length, data) {
         (Duration::Steps(n), _) => Some(*n),
         (
             Duration::Epochs(e),
-            Some(Data {
-                source: Source::Synthetic { count, .. },
-                batch,
-                ..
-            }),
-        ) if *batch > 0 => e.checked_mul(count.div_ceil(*batch)),
+            Some(
+                data @ Data {
+                    source: Source::Synthetic { count, .. },
+                    batch,
+                    ..
+                },
+            ),
+        ) if *batch > 0 => e.checked_mul(data.steps_per_epoch(*count)),
         (Duration::Epochs(_), _) => None,
     }
 }
