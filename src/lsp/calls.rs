@@ -4,7 +4,25 @@
 //! `schedule sequence([...], milestones: [...])` often does, and a call may sit inside another
 //! call's list, as each schedule of a `sequence` does.
 
-use super::features::is_word;
+/// Whether `c` may be part of a word of the language (a keyword, a name).
+pub(super) fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
+/// The keyword of a statement's text: its first word, after an optional `label:`.
+pub(super) fn statement_keyword(text: &str) -> String {
+    let mut parts = text.split(|c: char| !is_word(c)).filter(|w| !w.is_empty());
+    let first = parts.next().unwrap_or_default();
+    let label = text
+        .trim_start()
+        .strip_prefix(first)
+        .is_some_and(|rest| rest.trim_start().starts_with(':'));
+    if label {
+        parts.next().unwrap_or_default().to_string()
+    } else {
+        first.to_string()
+    }
+}
 
 /// An opening still unmatched at the position.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +117,7 @@ pub(super) fn context(text: &str, at: usize) -> (String, Vec<Open>) {
             _ => {}
         }
     }
-    let keyword = super::completion::statement_keyword(&text[statement_start..at]);
+    let keyword = statement_keyword(&text[statement_start..at]);
     (keyword, opens)
 }
 

@@ -5,9 +5,9 @@ use std::path::Path;
 
 use lsp_types::{CompletionItem, CompletionItemKind, CompletionTextEdit, Position, TextEdit, Uri};
 
-use super::calls;
+use super::calls::{self, is_word, statement_keyword};
 use super::engine::{path_of, Doc};
-use super::features::{block_name, is_word, walk};
+use super::features::{block_name, walk};
 use super::words;
 
 /// The keyword of each block open at `at`, outermost first (strings and comments skipped).
@@ -47,21 +47,6 @@ fn enclosing(text: &str, at: usize) -> Vec<String> {
         }
     }
     stack
-}
-
-/// The keyword of a statement's text: its first word, after an optional `label:`.
-pub(super) fn statement_keyword(text: &str) -> String {
-    let mut parts = text.split(|c: char| !is_word(c)).filter(|w| !w.is_empty());
-    let first = parts.next().unwrap_or_default();
-    let label = text
-        .trim_start()
-        .strip_prefix(first)
-        .is_some_and(|rest| rest.trim_start().starts_with(':'));
-    if label {
-        parts.next().unwrap_or_default().to_string()
-    } else {
-        first.to_string()
-    }
 }
 
 fn item(label: &str, kind: CompletionItemKind, detail: Option<String>) -> CompletionItem {

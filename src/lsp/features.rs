@@ -8,14 +8,11 @@ use lsp_types::{
     MarkupContent, MarkupKind, Position, Range, SymbolKind, TextEdit, Uri, WorkspaceEdit,
 };
 
+use super::calls::is_word;
 use super::engine::{path_of, uri_of, Doc, Engine};
 use super::words;
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
-
-pub(super) fn is_word(c: char) -> bool {
-    c.is_alphanumeric() || c == '_'
-}
 
 /// The word around byte `at`, with its start.
 fn word_at(text: &str, at: usize) -> Option<(usize, &str)> {
