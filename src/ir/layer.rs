@@ -19,6 +19,7 @@ mod positional;
 mod shape;
 mod spec;
 
+pub use norm::LayerNorm;
 pub use spec::{Fallback, Param, Spec};
 
 use super::numel;
@@ -135,6 +136,42 @@ impl Kind {
         }
     }
 
+    /// The spatial dimensions after the channels of the one input rank this kind takes
+    /// (`conv2d`'s `[C, H, W]`: 2), or `None` for kinds that take other inputs.
+    pub fn spatial(self) -> Option<usize> {
+        match self {
+            Kind::Conv2d
+            | Kind::MaxPool2d
+            | Kind::AvgPool2d
+            | Kind::BatchNorm2d
+            | Kind::AdaptiveAvgPool2d => Some(2),
+            Kind::Conv1d | Kind::MaxPool1d | Kind::AvgPool1d | Kind::AdaptiveAvgPool1d => Some(1),
+            Kind::Linear
+            | Kind::BatchNorm1d
+            | Kind::LayerNorm
+            | Kind::GroupNorm
+            | Kind::Dropout
+            | Kind::Relu
+            | Kind::LeakyRelu
+            | Kind::Elu
+            | Kind::Prelu
+            | Kind::Gelu
+            | Kind::Silu
+            | Kind::Tanh
+            | Kind::Sigmoid
+            | Kind::Softmax
+            | Kind::LogSoftmax
+            | Kind::Flatten
+            | Kind::Reshape
+            | Kind::Mean
+            | Kind::Embedding
+            | Kind::Positional
+            | Kind::Sinusoidal
+            | Kind::Attention
+            | Kind::TransformerBlock => None,
+        }
+    }
+
     /// The kind a word names, if any.
     pub fn from_name(name: &str) -> Option<Kind> {
         Kind::ALL.iter().copied().find(|k| k.name() == name)
@@ -177,7 +214,7 @@ pub enum LayerKind {
     /// Batch normalisation over the channels of `[C, H, W]`.
     BatchNorm2d { norm: BatchNorm },
     /// Layer normalisation over the trailing dimensions.
-    LayerNorm { shape: Vec<i64>, eps: f64 },
+    LayerNorm { norm: LayerNorm },
     /// Group normalisation.
     GroupNorm {
         groups: i64,
@@ -484,7 +521,7 @@ impl LayerKind {
                     norm::affine(&mut out, "", &[norm.features], true);
                 }
             }
-            LayerKind::LayerNorm { shape, .. } => norm::affine(&mut out, "", shape, true),
+            LayerKind::LayerNorm { norm } => norm::layer(&mut out, norm),
             LayerKind::GroupNorm { channels, .. } => norm::affine(&mut out, "", &[*channels], true),
             LayerKind::Prelu { parameters, .. } => activation::prelu(&mut out, *parameters),
             LayerKind::Embedding { vocab, dim, .. } => embedding::weights(&mut out, *vocab, *dim),
@@ -596,8 +633,8 @@ impl LayerKind {
                 norm.features = first;
                 input.to_vec()
             }
-            LayerKind::LayerNorm { shape, .. } => {
-                *shape = norm::trailing(input, shape);
+            LayerKind::LayerNorm { norm } => {
+                norm.shape = norm::trailing(input, &norm.shape);
                 input.to_vec()
             }
             LayerKind::GroupNorm { channels, .. } => {

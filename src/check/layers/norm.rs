@@ -4,7 +4,7 @@ use super::{Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::{Declared, OutOfRange};
 use crate::diagnostic::Problem;
-use crate::ir::{BatchNorm, LayerKind};
+use crate::ir::{BatchNorm, LayerKind, LayerNorm};
 use crate::syntax::ast::ValueKind;
 
 /// Checks a batch normalisation over `[C, H, W]` (`two_d`) or `[C]`/`[C, L]`.
@@ -65,7 +65,7 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let eps = lc.num_or("eps", 1e-5, Range::Positive)?;
     let shape = lc.input(flow)?;
     lc.rank(&shape, flow, "at least 1-D", !shape.is_empty())?;
-    let norm = match declared {
+    let shape_norm = match declared {
         Some((d, at)) => {
             if d.len() > shape.len() || shape[shape.len() - d.len()..] != d[..] {
                 let declared = Declared::Trailing {
@@ -78,7 +78,11 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
         }
         None => vec![*shape.last()?],
     };
-    let kind = LayerKind::LayerNorm { shape: norm, eps };
+    let norm = LayerNorm {
+        shape: shape_norm,
+        eps,
+    };
+    let kind = LayerKind::LayerNorm { norm };
     Some(Checked::new(kind, &shape, shape.clone()))
 }
 

@@ -5,6 +5,15 @@
 use super::spec::{given, inferred, required, Param, Spec};
 use super::Weight;
 
+/// Layer normalisation's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerNorm {
+    /// The trailing dimensions normalised over, and the shape of the affine parameters.
+    pub shape: Vec<i64>,
+    /// Added to the variance.
+    pub eps: f64,
+}
+
 const BATCHNORM: &[Param] = &[
     inferred("num_features"),
     given("eps", "1e-5"),
@@ -54,6 +63,11 @@ pub(super) fn affine(out: &mut Vec<Weight>, prefix: &str, shape: &[i64], bias: b
     if bias {
         out.push(Weight::norm(format!("{prefix}bias"), shape.to_vec()));
     }
+}
+
+/// A layer norm's `weight` and `bias` over its normalised shape.
+pub(super) fn layer(out: &mut Vec<Weight>, norm: &LayerNorm) {
+    affine(out, "", &norm.shape, true);
 }
 
 /// The normalised trailing `shape` of a layer norm on `input` after its units changed: the

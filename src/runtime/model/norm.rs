@@ -5,7 +5,7 @@ use tch::Tensor;
 use super::{Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::BatchNorm;
+use kiln::ir::{BatchNorm, LayerNorm};
 
 /// An affine `weight` (ones) and `bias` (zeros) of `shape`, under `prefix`.
 pub(super) fn init_affine(i: &mut Init, prefix: &str, shape: &[i64]) -> Result<(), Diagnostic> {
@@ -41,6 +41,21 @@ pub(super) fn init_batch(i: &mut Init, norm: &BatchNorm) -> Result<(), Diagnosti
         i.buffer("running_var", var);
     }
     Ok(())
+}
+
+/// `nn.LayerNorm`'s `weight` (ones) and `bias` (zeros).
+pub(super) fn init_layer(i: &mut Init, norm: &LayerNorm) -> Result<(), Diagnostic> {
+    init_affine(i, "", &norm.shape)
+}
+
+/// A `layernorm` layer.
+pub(super) fn layer_norm(
+    net: &Net,
+    l: &LayerRun,
+    norm: &LayerNorm,
+    x: &Tensor,
+) -> Result<Tensor, Diagnostic> {
+    layer(net, l, "", &norm.shape, norm.eps, x)
 }
 
 /// The layer's parameter of local name `name`, when it has one (a layer norm's bias).
