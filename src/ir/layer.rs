@@ -41,6 +41,7 @@ pub enum Kind {
     BatchNorm1d,
     BatchNorm2d,
     LayerNorm,
+    RmsNorm,
     GroupNorm,
     Dropout,
     Relu,
@@ -78,6 +79,7 @@ impl Kind {
         Kind::BatchNorm1d,
         Kind::BatchNorm2d,
         Kind::LayerNorm,
+        Kind::RmsNorm,
         Kind::GroupNorm,
         Kind::Dropout,
         Kind::Relu,
@@ -115,6 +117,7 @@ impl Kind {
             Kind::BatchNorm1d => "batchnorm1d",
             Kind::BatchNorm2d => "batchnorm2d",
             Kind::LayerNorm => "layernorm",
+            Kind::RmsNorm => "rmsnorm",
             Kind::GroupNorm => "groupnorm",
             Kind::Dropout => "dropout",
             Kind::Relu => "relu",
@@ -151,6 +154,7 @@ impl Kind {
             Kind::Linear
             | Kind::BatchNorm1d
             | Kind::LayerNorm
+            | Kind::RmsNorm
             | Kind::GroupNorm
             | Kind::Dropout
             | Kind::Relu
@@ -215,7 +219,7 @@ pub enum LayerKind {
     BatchNorm1d { norm: BatchNorm },
     /// Batch normalisation over the channels of `[C, H, W]`.
     BatchNorm2d { norm: BatchNorm },
-    /// Layer normalisation over the trailing dimensions.
+    /// Layer normalisation over the trailing dimensions, or RMS normalisation (`rmsnorm`).
     LayerNorm { norm: LayerNorm },
     /// Group normalisation.
     GroupNorm {
@@ -303,6 +307,7 @@ impl LayerKind {
             LayerKind::AdaptiveAvgPool2d { .. } => Kind::AdaptiveAvgPool2d,
             LayerKind::BatchNorm1d { .. } => Kind::BatchNorm1d,
             LayerKind::BatchNorm2d { .. } => Kind::BatchNorm2d,
+            LayerKind::LayerNorm { norm } if norm.rms => Kind::RmsNorm,
             LayerKind::LayerNorm { .. } => Kind::LayerNorm,
             LayerKind::GroupNorm { .. } => Kind::GroupNorm,
             LayerKind::Dropout { .. } => Kind::Dropout,
@@ -432,6 +437,7 @@ pub fn spec(kind: Kind) -> &'static Spec {
         Kind::BatchNorm1d => &norm::BATCHNORM1D,
         Kind::BatchNorm2d => &norm::BATCHNORM2D,
         Kind::LayerNorm => &norm::LAYERNORM,
+        Kind::RmsNorm => &norm::RMSNORM,
         Kind::GroupNorm => &norm::GROUPNORM,
         Kind::Dropout => &activation::DROPOUT,
         Kind::Relu | Kind::Gelu | Kind::Silu | Kind::Tanh | Kind::Sigmoid => &activation::PLAIN,

@@ -53,7 +53,8 @@ pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Opti
     Some(Checked::new(kind, &shape, shape.clone()))
 }
 
-pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
+/// Checks a layer norm, or an RMS norm when `rms`.
+pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow, rms: bool) -> Option<Checked> {
     let declared = match lc.bound.get("normalized_shape") {
         None => None,
         Some(v) if matches!(v.kind, ValueKind::List(_)) => Some((lc.cx.shape(v)?, v.span)),
@@ -62,7 +63,7 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
             v.span,
         )),
     };
-    let eps = lc.num_or("eps", 1e-5, Range::Positive)?;
+    let eps = lc.num_or("eps", LayerNorm::default_eps(rms), Range::Positive)?;
     let shape = lc.input(flow)?;
     lc.rank(&shape, flow, "at least 1-D", !shape.is_empty())?;
     let shape_norm = match declared {
@@ -81,6 +82,7 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let norm = LayerNorm {
         shape: shape_norm,
         eps,
+        rms,
     };
     let kind = LayerKind::LayerNorm { norm };
     Some(Checked::new(kind, &shape, shape.clone()))

@@ -1,6 +1,7 @@
-//! Normalisation: `batchnorm1d`, `batchnorm2d`, `layernorm`, `groupnorm`. Each normalises and
-//! scales every value once (one FLOP a value); the affine parameters are per channel or per
-//! normalised position, so structured pruning slices them with the units they scale.
+//! Normalisation: `batchnorm1d`, `batchnorm2d`, `layernorm`, `rmsnorm`, `groupnorm`. Each
+//! normalises and scales every value once (one FLOP a value); the affine parameters are per
+//! channel or per normalised position, so structured pruning slices them with the units they
+//! scale.
 
 use super::spec::{given, inferred, required, Param, Spec};
 use super::Weight;
@@ -10,8 +11,24 @@ use super::Weight;
 pub struct LayerNorm {
     /// The trailing dimensions normalised over, and the shape of the affine parameters.
     pub shape: Vec<i64>,
-    /// Added to the variance.
+    /// Added to the variance (to the mean square, for `rmsnorm`).
     pub eps: f64,
+    /// RMS normalisation (`nn.RMSNorm`): divided by the root mean square, not centred, and
+    /// scaled by a `weight` without a `bias`.
+    pub rms: bool,
+}
+
+impl LayerNorm {
+    /// The eps when none is given: `nn.LayerNorm`'s 1e-5, or for an RMS norm PyTorch's when
+    /// `eps=None`, `torch.finfo(torch.float32).eps` (it computes in fp32 for fp16 and bf16
+    /// inputs too).
+    pub fn default_eps(rms: bool) -> f64 {
+        if rms {
+            f32::EPSILON as f64
+        } else {
+            1e-5
+        }
+    }
 }
 
 const BATCHNORM: &[Param] = &[
@@ -46,6 +63,16 @@ pub static LAYERNORM: Spec = Spec {
     shapes: "unchanged",
 };
 
+/// `rmsnorm(normalized_shape, eps)`.
+pub static RMSNORM: Spec = Spec {
+    params: &[
+        given("normalized_shape", "the last dimension"),
+        given("eps", "1.1920929e-7, PyTorch's `eps=None` in fp32"),
+    ],
+    note: None,
+    shapes: "unchanged; `nn.RMSNorm`: `x / sqrt(mean(x^2) + eps) * weight` over the normalized shape, no bias",
+};
+
 /// `groupnorm(num_groups, num_channels, eps)`.
 pub static GROUPNORM: Spec = Spec {
     params: &[
@@ -65,9 +92,9 @@ pub(super) fn affine(out: &mut Vec<Weight>, prefix: &str, shape: &[i64], bias: b
     }
 }
 
-/// A layer norm's `weight` and `bias` over its normalised shape.
+/// A layer norm's `weight` and `bias` over its normalised shape (an RMS norm has no bias).
 pub(super) fn layer(out: &mut Vec<Weight>, norm: &LayerNorm) {
-    affine(out, "", &norm.shape, true);
+    affine(out, "", &norm.shape, !norm.rms);
 }
 
 /// The normalised trailing `shape` of a layer norm on `input` after its units changed: the

@@ -1,4 +1,5 @@
-//! Normalisation: batch, layer and group norms. They run in fp32, as under autocast.
+//! Normalisation: batch, layer, RMS and group norms. They run in fp32, as under autocast, but
+//! for the RMS norm, which autocast leaves in its input's type (it computes in fp32 inside).
 
 use tch::Tensor;
 
@@ -43,19 +44,23 @@ pub(super) fn init_batch(i: &mut Init, norm: &BatchNorm) -> Result<(), Diagnosti
     Ok(())
 }
 
-/// `nn.LayerNorm`'s `weight` (ones) and `bias` (zeros).
+/// `nn.LayerNorm`'s `weight` (ones) and `bias` (zeros); `nn.RMSNorm`'s `weight` alone.
 pub(super) fn init_layer(i: &mut Init, norm: &LayerNorm) -> Result<(), Diagnostic> {
-    init_affine(i, "", &norm.shape)
+    init_scale(i, "", &norm.shape, !norm.rms)
 }
 
-/// A `layernorm` layer.
+/// A `layernorm` or `rmsnorm` layer.
 pub(super) fn layer_norm(
     net: &Net,
     l: &LayerRun,
     norm: &LayerNorm,
     x: &Tensor,
 ) -> Result<Tensor, Diagnostic> {
-    layer(net, l, "", &norm.shape, norm.eps, x)
+    if !norm.rms {
+        return layer(net, l, "", &norm.shape, norm.eps, x);
+    }
+    x.f_rms_norm(&norm.shape, Some(net.param(l, "weight")?), norm.eps)
+        .at(l.span)
 }
 
 /// The layer's parameter of local name `name`, when it has one (a layer norm's bias).
