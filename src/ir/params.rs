@@ -12,7 +12,7 @@ pub const CLASSES: &[(&str, &str)] = &[
     ),
     (
         "norms",
-        "every parameter of batchnorm, layernorm and groupnorm layers and of the norms inside transformer blocks",
+        "every parameter of batchnorm, layernorm, rmsnorm and groupnorm layers and of the norms inside transformer blocks",
     ),
     ("embeddings", "the tables of embedding and learned positional layers"),
 ];
