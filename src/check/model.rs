@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 
 use super::cx::Cx;
-use super::layers::{self, numel, Flow};
+use super::layers::{self, Flow};
 use crate::diagnostic::problem::{Arguments, Misplaced, OutOfRange, Producer};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{sample_fit, DType, Device, Kind, Layer, LayerKind, Node, SampleFit, Shape};
+use crate::ir::{numel, sample_fit, DType, Device, Kind, Layer, LayerKind, Node, SampleFit, Shape};
 use crate::span::Span;
 use crate::syntax::ast::{Block, Ident, Statement, Value, ValueKind};
 

@@ -180,40 +180,15 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             producer,
         } => {
             let (at, text) = produces(&producer);
-            let help = match layer {
-                Kind::Linear => "add a `flatten` or `reshape` before it".to_string(),
-                Kind::Conv2d
-                | Kind::MaxPool2d
-                | Kind::AvgPool2d
-                | Kind::BatchNorm2d
-                | Kind::AdaptiveAvgPool2d => {
+            let help = match (layer, layer.spatial()) {
+                (Kind::Linear, _) => "add a `flatten` or `reshape` before it".to_string(),
+                (_, Some(2)) => {
                     "2-D layers take [channels, height, width]: add a `reshape([1, 28, 28])`-style layer before it".to_string()
                 }
-                Kind::Conv1d | Kind::MaxPool1d | Kind::AvgPool1d | Kind::AdaptiveAvgPool1d => {
+                (_, Some(_)) => {
                     "1-D layers take [channels, length]: add a `reshape` before it".to_string()
                 }
-                Kind::BatchNorm1d
-                | Kind::LayerNorm
-                | Kind::GroupNorm
-                | Kind::Dropout
-                | Kind::Relu
-                | Kind::LeakyRelu
-                | Kind::Elu
-                | Kind::Prelu
-                | Kind::Gelu
-                | Kind::Silu
-                | Kind::Tanh
-                | Kind::Sigmoid
-                | Kind::Softmax
-                | Kind::LogSoftmax
-                | Kind::Flatten
-                | Kind::Reshape
-                | Kind::Mean
-                | Kind::Embedding
-                | Kind::Positional
-                | Kind::Sinusoidal
-                | Kind::Attention
-                | Kind::TransformerBlock => format!("give `{layer}` {wants} input"),
+                (_, None) => format!("give `{layer}` {wants} input"),
             };
             new(
                 span,

@@ -2,6 +2,29 @@
 //! with every size resolved. Each `LayerKind` variant is exactly one `Kind`, so the checker, the
 //! plan and the runtime all match on them exhaustively: a new kind that one of them forgets does
 //! not compile.
+//!
+//! Each family's pure facts live in one file under `layer/`: its kinds' [`Spec`], the trainable
+//! tensors with their shapes, the FLOPs, and how its sizes follow an input whose units changed
+//! (structured pruning). The checker adds arguments, spans and diagnostics to them, the plan
+//! costs and shrinks models with them, and the runtime adds the forward pass.
+
+mod activation;
+mod attention;
+mod conv;
+mod embedding;
+mod facts;
+mod linear;
+mod norm;
+mod pool;
+mod positional;
+mod shape;
+mod spec;
+
+pub use facts::Weight;
+pub use norm::LayerNorm;
+pub use spec::{Fallback, Param, Spec};
+
+use facts::count;
 
 /// The layer kinds of the language, one per word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -18,6 +41,7 @@ pub enum Kind {
     BatchNorm1d,
     BatchNorm2d,
     LayerNorm,
+    RmsNorm,
     GroupNorm,
     Dropout,
     Relu,
@@ -55,6 +79,7 @@ impl Kind {
         Kind::BatchNorm1d,
         Kind::BatchNorm2d,
         Kind::LayerNorm,
+        Kind::RmsNorm,
         Kind::GroupNorm,
         Kind::Dropout,
         Kind::Relu,
@@ -92,6 +117,7 @@ impl Kind {
             Kind::BatchNorm1d => "batchnorm1d",
             Kind::BatchNorm2d => "batchnorm2d",
             Kind::LayerNorm => "layernorm",
+            Kind::RmsNorm => "rmsnorm",
             Kind::GroupNorm => "groupnorm",
             Kind::Dropout => "dropout",
             Kind::Relu => "relu",
@@ -112,6 +138,43 @@ impl Kind {
             Kind::Sinusoidal => "sinusoidal",
             Kind::Attention => "attention",
             Kind::TransformerBlock => "transformer_block",
+        }
+    }
+
+    /// The spatial dimensions after the channels of the one input rank this kind takes
+    /// (`conv2d`'s `[C, H, W]`: 2), or `None` for kinds that take other inputs.
+    pub fn spatial(self) -> Option<usize> {
+        match self {
+            Kind::Conv2d
+            | Kind::MaxPool2d
+            | Kind::AvgPool2d
+            | Kind::BatchNorm2d
+            | Kind::AdaptiveAvgPool2d => Some(2),
+            Kind::Conv1d | Kind::MaxPool1d | Kind::AvgPool1d | Kind::AdaptiveAvgPool1d => Some(1),
+            Kind::Linear
+            | Kind::BatchNorm1d
+            | Kind::LayerNorm
+            | Kind::RmsNorm
+            | Kind::GroupNorm
+            | Kind::Dropout
+            | Kind::Relu
+            | Kind::LeakyRelu
+            | Kind::Elu
+            | Kind::Prelu
+            | Kind::Gelu
+            | Kind::Silu
+            | Kind::Tanh
+            | Kind::Sigmoid
+            | Kind::Softmax
+            | Kind::LogSoftmax
+            | Kind::Flatten
+            | Kind::Reshape
+            | Kind::Mean
+            | Kind::Embedding
+            | Kind::Positional
+            | Kind::Sinusoidal
+            | Kind::Attention
+            | Kind::TransformerBlock => None,
         }
     }
 
@@ -156,8 +219,8 @@ pub enum LayerKind {
     BatchNorm1d { norm: BatchNorm },
     /// Batch normalisation over the channels of `[C, H, W]`.
     BatchNorm2d { norm: BatchNorm },
-    /// Layer normalisation over the trailing dimensions.
-    LayerNorm { shape: Vec<i64>, eps: f64 },
+    /// Layer normalisation over the trailing dimensions, or RMS normalisation (`rmsnorm`).
+    LayerNorm { norm: LayerNorm },
     /// Group normalisation.
     GroupNorm {
         groups: i64,
@@ -244,6 +307,7 @@ impl LayerKind {
             LayerKind::AdaptiveAvgPool2d { .. } => Kind::AdaptiveAvgPool2d,
             LayerKind::BatchNorm1d { .. } => Kind::BatchNorm1d,
             LayerKind::BatchNorm2d { .. } => Kind::BatchNorm2d,
+            LayerKind::LayerNorm { norm } if norm.rms => Kind::RmsNorm,
             LayerKind::LayerNorm { .. } => Kind::LayerNorm,
             LayerKind::GroupNorm { .. } => Kind::GroupNorm,
             LayerKind::Dropout { .. } => Kind::Dropout,
@@ -356,4 +420,38 @@ impl BlockActivation {
         ("silu", BlockActivation::Silu),
         ("tanh", BlockActivation::Tanh),
     ];
+}
+
+/// The spec of a layer kind.
+pub fn spec(kind: Kind) -> &'static Spec {
+    match kind {
+        Kind::Linear => &linear::LINEAR,
+        Kind::Conv1d => &conv::CONV1D,
+        Kind::Conv2d => &conv::CONV2D,
+        Kind::MaxPool1d => &pool::MAX_POOL1D,
+        Kind::MaxPool2d => &pool::MAX_POOL2D,
+        Kind::AvgPool1d => &pool::AVG_POOL1D,
+        Kind::AvgPool2d => &pool::AVG_POOL2D,
+        Kind::AdaptiveAvgPool1d => &pool::ADAPTIVE1D,
+        Kind::AdaptiveAvgPool2d => &pool::ADAPTIVE2D,
+        Kind::BatchNorm1d => &norm::BATCHNORM1D,
+        Kind::BatchNorm2d => &norm::BATCHNORM2D,
+        Kind::LayerNorm => &norm::LAYERNORM,
+        Kind::RmsNorm => &norm::RMSNORM,
+        Kind::GroupNorm => &norm::GROUPNORM,
+        Kind::Dropout => &activation::DROPOUT,
+        Kind::Relu | Kind::Gelu | Kind::Silu | Kind::Tanh | Kind::Sigmoid => &activation::PLAIN,
+        Kind::LeakyRelu => &activation::LEAKY_RELU,
+        Kind::Elu => &activation::ELU,
+        Kind::Prelu => &activation::PRELU,
+        Kind::Softmax | Kind::LogSoftmax => &shape::SOFTMAX,
+        Kind::Flatten => &shape::FLATTEN,
+        Kind::Reshape => &shape::RESHAPE,
+        Kind::Mean => &shape::MEAN,
+        Kind::Embedding => &embedding::EMBEDDING,
+        Kind::Positional => &positional::POSITIONAL,
+        Kind::Sinusoidal => &positional::SINUSOIDAL,
+        Kind::Attention => &attention::ATTENTION,
+        Kind::TransformerBlock => &attention::TRANSFORMER_BLOCK,
+    }
 }

@@ -2,7 +2,7 @@
 //! rule (used by the checker on the files' headers and by the runtime on the loaded arrays) that
 //! says when a stored sample may be reshaped to the input.
 
-use super::Shape;
+use super::{numel, Shape};
 
 /// How a file source's samples are laid out, and how they move to the model's layout as they
 /// load.
@@ -57,7 +57,6 @@ pub enum SampleFit {
 /// 32, 32]` (32, 1024, 3072 against 3, 96, 3072) holds the same number of values, but reshaping
 /// it would scramble the pixels.
 pub fn sample_fit(data: &[i64], input: &[i64]) -> SampleFit {
-    let numel = |s: &[i64]| s.iter().fold(1i64, |n, d| n.saturating_mul(*d));
     if numel(data) != numel(input) {
         return SampleFit::Size;
     }

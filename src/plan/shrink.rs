@@ -189,6 +189,17 @@ fn slice(tensor: &'static str, dim: i64, block: i64, masked: bool) -> Slice {
     }
 }
 
+/// A norm's affine parameters that it has (`weight`, and `bias` unless it has none, as its
+/// family says), sliced along `dim` with the units; masked training zeroes them.
+fn affine(l: &Layer, dim: i64, block: i64) -> Vec<Slice> {
+    let weights = l.kind.weights();
+    ["weight", "bias"]
+        .into_iter()
+        .filter(|name| weights.iter().any(|w| w.local == *name))
+        .map(|name| slice(name, dim, block, true))
+        .collect()
+}
+
 /// `x·Φ(x)`, with erf from Abramowitz and Stegun 7.1.26 (error below 1.5e-7).
 fn gelu(x: f64) -> f64 {
     let z = x / std::f64::consts::SQRT_2;
@@ -385,10 +396,7 @@ impl<'m> Walk<'m> {
                 if !channel {
                     refuse(self, Reason::Mixes(kind));
                 }
-                let mut t = Vec::new();
-                if norm.affine {
-                    t.extend([slice("weight", 0, 1, true), slice("bias", 0, 1, true)]);
-                }
+                let mut t = affine(l, 0, 1);
                 if norm.track_running_stats {
                     t.extend([
                         slice("running_mean", 0, 1, false),
@@ -403,16 +411,13 @@ impl<'m> Walk<'m> {
                     fill: 0.0,
                 }
             }
-            LayerKind::LayerNorm { shape, .. } => {
-                let first = rank.saturating_sub(shape.len());
+            LayerKind::LayerNorm { norm } => {
+                let first = rank.saturating_sub(norm.shape.len());
                 if axis < first {
                     return pass(self, fill);
                 }
                 let dim = (axis - first) as i64;
-                let t = vec![
-                    slice("weight", dim, block, true),
-                    slice("bias", dim, block, true),
-                ];
+                let t = affine(l, dim, block);
                 self.member(var, l, Role::Follower, t, fill);
                 Flow::Units {
                     var,
@@ -425,7 +430,7 @@ impl<'m> Walk<'m> {
                 if !channel {
                     refuse(self, Reason::Mixes(kind));
                 }
-                let t = vec![slice("weight", 0, 1, true), slice("bias", 0, 1, true)];
+                let t = affine(l, 0, 1);
                 self.member(var, l, Role::Follower, t, fill);
                 self.on(var, Event::GroupNorm(l, *groups));
                 Flow::Units {

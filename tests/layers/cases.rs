@@ -275,6 +275,7 @@ pub fn cases() -> Vec<Case> {
     ];
     cases.extend(options());
     cases.extend(masks());
+    cases.extend(rms());
     cases
 }
 
@@ -484,5 +485,53 @@ fn masks() -> Vec<Case> {
             ],
         )
         .both_modes(),
+    ]
+}
+
+/// `rmsnorm` against `nn.RMSNorm` (PyTorch's default eps when none is given; autocast leaves
+/// it in its input's type), alone and between linears, where bf16 reaches it; and `silu`
+/// between linears in bf16.
+fn rms() -> Vec<Case> {
+    use Input::Float;
+    vec![
+        case(
+            "rmsnorm",
+            "last-dim",
+            Float(&[5, 8]),
+            "l: rmsnorm",
+            &[("l", "nn.RMSNorm(8)")],
+        )
+        .bf16(),
+        case(
+            "rmsnorm",
+            "two-dims-eps",
+            Float(&[5, 8]),
+            "l: rmsnorm([5, 8], eps: 1e-3)",
+            &[("l", "nn.RMSNorm([5, 8], eps=1e-3)")],
+        ),
+        case(
+            "rmsnorm",
+            "between-linears",
+            Float(&[16]),
+            "a: linear(16 -> 8)\nl: rmsnorm\nb: linear(4)",
+            &[
+                ("a", "nn.Linear(16, 8)"),
+                ("l", "nn.RMSNorm(8)"),
+                ("b", "nn.Linear(8, 4)"),
+            ],
+        )
+        .bf16(),
+        case(
+            "silu",
+            "between-linears",
+            Float(&[16]),
+            "a: linear(16 -> 8)\nsilu\nb: linear(4)",
+            &[
+                ("a", "nn.Linear(16, 8)"),
+                ("s", "nn.SiLU()"),
+                ("b", "nn.Linear(8, 4)"),
+            ],
+        )
+        .bf16(),
     ]
 }

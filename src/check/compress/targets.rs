@@ -23,53 +23,13 @@ pub(super) enum Applies {
     },
 }
 
-/// Whether a layer kind has a `weight` that pruning applies to: the matrices and
-/// kernels of linear, convolution and embedding layers.
-pub(super) fn has_weight(kind: &LayerKind) -> bool {
-    match kind {
-        LayerKind::Linear { .. }
-        | LayerKind::Conv1d { .. }
-        | LayerKind::Conv2d { .. }
-        | LayerKind::Embedding { .. } => true,
-        LayerKind::MaxPool1d { .. }
-        | LayerKind::MaxPool2d { .. }
-        | LayerKind::AvgPool1d { .. }
-        | LayerKind::AvgPool2d { .. }
-        | LayerKind::AdaptiveAvgPool1d { .. }
-        | LayerKind::AdaptiveAvgPool2d { .. }
-        | LayerKind::BatchNorm1d { .. }
-        | LayerKind::BatchNorm2d { .. }
-        | LayerKind::LayerNorm { .. }
-        | LayerKind::GroupNorm { .. }
-        | LayerKind::Dropout { .. }
-        | LayerKind::Relu
-        | LayerKind::LeakyRelu { .. }
-        | LayerKind::Elu { .. }
-        | LayerKind::Prelu { .. }
-        | LayerKind::Gelu
-        | LayerKind::Silu
-        | LayerKind::Tanh
-        | LayerKind::Sigmoid
-        | LayerKind::Softmax { .. }
-        | LayerKind::LogSoftmax { .. }
-        | LayerKind::Flatten
-        | LayerKind::Reshape { .. }
-        | LayerKind::Mean { .. }
-        | LayerKind::Positional { .. }
-        | LayerKind::Attention { .. }
-        | LayerKind::TransformerBlock { .. } => false,
-    }
-}
-
-/// Whether a layer has a bias that pruning can apply to: a linear or convolution layer's,
-/// when it was declared with one (the other kinds with a weight have none).
-fn has_bias(kind: &LayerKind) -> bool {
-    match kind {
-        LayerKind::Linear { bias, .. } => *bias,
-        LayerKind::Conv1d { conv } | LayerKind::Conv2d { conv } => conv.bias,
-        // Embeddings have a weight and no bias; norms' biases are not pruned.
-        _ => false,
-    }
+/// Whether pruning applies to the layer's tensor `local` (`weight` or `bias`): the matrices,
+/// kernels and biases of linear and convolution layers and embedding tables, as each family
+/// says (`LayerKind::weights`); norms' biases are not pruned.
+fn prunable(kind: &LayerKind, local: &str) -> bool {
+    kind.weights()
+        .iter()
+        .any(|w| w.prunable && w.local == local)
 }
 
 /// What a step needs of a target named with `param`.
@@ -84,8 +44,8 @@ fn need(applies: Applies, param: Option<&str>) -> TargetNeed {
 
 fn fits(need: TargetNeed, kind: &LayerKind) -> bool {
     match need {
-        TargetNeed::Weight => has_weight(kind),
-        TargetNeed::Bias => has_bias(kind),
+        TargetNeed::Weight => prunable(kind, "weight"),
+        TargetNeed::Bias => prunable(kind, "bias"),
         TargetNeed::Linear => matches!(kind, LayerKind::Linear { .. }),
         TargetNeed::NotBias => false,
     }

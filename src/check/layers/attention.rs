@@ -1,39 +1,10 @@
 //! `attention` (multi-head self-attention) and `transformer_block`.
 
-use super::{count, given, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::Ignored;
 use crate::diagnostic::Problem;
 use crate::ir::{Block, BlockActivation, LayerKind};
-
-/// `attention(heads, dropout, causal, window)`.
-pub static ATTENTION: Spec = Spec {
-    params: &[
-        required("heads"),
-        given("dropout", "0"),
-        given("causal", "false"),
-        given("window", "none"),
-    ],
-    note: Some("`window: K` lets query `i` attend to keys `j` with `i - K < j < i + K` (with `causal`, `i - K < j <= i`)"),
-    shapes: "`[S, E]`, unchanged; multi-head self-attention, `heads` divides `E`",
-};
-
-/// `transformer_block(heads, hidden, dropout, causal, norm, activation, eps, bias, window)`.
-pub static TRANSFORMER_BLOCK: Spec = Spec {
-    params: &[
-        required("heads"),
-        given("hidden", "4E"),
-        given("dropout", "0.1"),
-        given("causal", "false"),
-        given("norm", "pre"),
-        given("activation", "gelu"),
-        given("eps", "1e-5"),
-        given("bias", "true"),
-        given("window", "none"),
-    ],
-    note: Some("`norm` is `pre` or `post`; `activation` is `gelu`, `relu`, `silu` or `tanh`; `window` as for `attention`"),
-    shapes: "`[S, E]`, unchanged; `nn.TransformerEncoderLayer`: pre-norm `x + attention(layernorm(x))`, then `x + mlp(layernorm(x))`; post-norm `layernorm(x + attention(x))`, then `layernorm(x + mlp(x))`; the MLP has width `hidden`; `eps` is the layer norms', `bias: false` drops every bias",
-};
 
 /// Reads a transformer block's options: `norm`, `activation`, `eps`, `bias`.
 fn block_options(lc: &mut LayerCheck) -> Option<Block> {
@@ -96,9 +67,6 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
             situation: Ignored::WindowCoversSequence,
         });
     }
-    let (sf, ef) = (s as f64, e as f64);
-    let attn_params = 4.0 * ef * ef + 4.0 * ef;
-    let attn_flops = 8.0 * sf * ef * ef + 4.0 * sf * sf * ef;
     let Some(Some(options)) = options else {
         let kind = LayerKind::Attention {
             width: e,
@@ -107,22 +75,9 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
             causal,
             window,
         };
-        return Some(Checked::new(
-            kind,
-            shape,
-            count(attn_params),
-            count(attn_flops),
-        ));
+        return Some(Checked::new(kind, &shape, shape.clone()));
     };
     let h = hidden.unwrap_or(4 * e);
-    let hf = h as f64;
-    // Without biases: the projections lose `4E`, the MLP `hidden + E`, the norms `2E`.
-    let params = if options.bias {
-        attn_params + 4.0 * ef + 2.0 * ef * hf + hf + ef
-    } else {
-        4.0 * ef * ef + 2.0 * ef + 2.0 * ef * hf
-    };
-    let flops = attn_flops + 4.0 * sf * ef * hf;
     let kind = LayerKind::TransformerBlock {
         width: e,
         heads,
@@ -132,7 +87,7 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
         window,
         block: options,
     };
-    Some(Checked::new(kind, shape, count(params), count(flops)))
+    Some(Checked::new(kind, &shape, shape.clone()))
 }
 
 #[cfg(test)]

@@ -1,34 +1,9 @@
 //! `conv1d` and `conv2d`.
 
-use super::{count, given, inferred, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::{Declared, OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{Conv, LayerKind};
-
-const PARAMS: &[super::Param] = &[
-    required("out_channels"),
-    required("kernel_size"),
-    given("stride", "1"),
-    given("padding", "0"),
-    given("dilation", "1"),
-    given("groups", "1"),
-    given("bias", "true"),
-    inferred("in_channels"),
-];
-
-/// `conv1d(out_channels, kernel_size, stride, padding, dilation, groups, bias, in_channels)`.
-pub static CONV1D: Spec = Spec {
-    params: PARAMS,
-    note: Some("or `conv1d(in -> out, k)`"),
-    shapes: "`[C, L]` -> `[out, L']`",
-};
-
-/// As `conv1d`, with sizes a number or `[h, w]`.
-pub static CONV2D: Spec = Spec {
-    params: PARAMS,
-    note: Some("or `conv2d(in -> out, k)`; sizes are a number or `[h, w]`"),
-    shapes: "`[C, H, W]` -> `[out, H', W']`",
-};
 
 /// Checks a convolution of rank 2 (`two_d`) or 1.
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Checked> {
@@ -102,16 +77,10 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Che
         };
         output.push(lc.window(window, &shape, flow)?);
     }
-    let kernel: f64 = conv.kernel.iter().map(|k| *k as f64).product();
-    let per_group = (inputs / conv.groups) as f64;
-    let outputs = conv.outputs as f64;
-    let params = count(outputs * per_group * kernel + if conv.bias { outputs } else { 0.0 });
-    let out_positions: f64 = output[1..].iter().map(|d| *d as f64).product();
-    let flops = count(2.0 * per_group * kernel * outputs * out_positions);
     let kind = if two_d {
         LayerKind::Conv2d { conv }
     } else {
         LayerKind::Conv1d { conv }
     };
-    Some(Checked::new(kind, output, params, flops))
+    Some(Checked::new(kind, &shape, output))
 }

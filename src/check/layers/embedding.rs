@@ -1,21 +1,9 @@
 //! `embedding`: token ids to vectors.
 
-use super::{count, given, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::OutOfRange;
 use crate::diagnostic::Problem;
 use crate::ir::{DType, LayerKind};
-
-/// `embedding(num_embeddings, embedding_dim, pad)`; `pad` is `nn.Embedding`'s `padding_idx`
-/// and also masks those tokens out of attention and of `mean` over the sequence.
-pub static EMBEDDING: Spec = Spec {
-    params: &[
-        required("num_embeddings"),
-        required("embedding_dim"),
-        given("pad", "none"),
-    ],
-    note: None,
-    shapes: "integer ids `[...]` -> `[..., embedding_dim]`; the `pad` id's row starts at zero and is not trained (`padding_idx`), and attention and `mean(0)` skip its positions",
-};
 
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let vocab = lc.required_uint("num_embeddings", 1);
@@ -57,13 +45,8 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
             return None;
         }
     }
-    let mut output = shape;
+    let mut output = shape.clone();
     output.push(dim);
-    let params = count(vocab as f64 * dim as f64);
-    Some(Checked::new(
-        LayerKind::Embedding { vocab, dim, pad },
-        output,
-        params,
-        0,
-    ))
+    let kind = LayerKind::Embedding { vocab, dim, pad };
+    Some(Checked::new(kind, &shape, output))
 }

@@ -1,8 +1,8 @@
-//! Layer kinds in the checker: one home per family. Each family module holds, for its kinds,
-//! the spec (parameters in positional order, their defaults, the shapes it maps) and one check
-//! function that reads the arguments, infers the output shape from the input shape and counts
-//! parameters and FLOPs for the plan. [`spec`] and [`check`] dispatch over [`Kind`] with
-//! exhaustive matches, so a kind added to the language without a home does not compile.
+//! Layer kinds in the checker: one home per family, beside the family's facts in `ir` (its
+//! spec, tensors, FLOPs). Each family module holds one check function that reads the
+//! arguments, checks them against the input shape with diagnostics and spans, and infers the
+//! output shape; parameters and FLOPs come from the facts. [`check`] dispatches over [`Kind`]
+//! with an exhaustive match, so a kind added to the language without a check does not compile.
 
 mod activation;
 mod attention;
@@ -18,93 +18,10 @@ use super::cx::{Bound, Cx, Range};
 use crate::diagnostic::problem::{Arguments, Declared, Producer, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, Kind, LayerKind, Shape};
+
+pub use crate::ir::{spec, Fallback};
 use crate::span::Span;
 use crate::syntax::ast::{Value, ValueKind};
-
-/// One parameter of a layer kind.
-#[derive(Clone, Copy, Debug)]
-pub struct Param {
-    /// Its name, as written in `name: value`.
-    pub name: &'static str,
-    /// What happens when it is not given.
-    pub default: Fallback,
-}
-
-/// The value a parameter takes when it is not given.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fallback {
-    /// It must be given.
-    Required,
-    /// It is inferred from the input shape.
-    Inferred,
-    /// This value, as the language reference writes it.
-    Value(&'static str),
-}
-
-/// What the language reference says about one layer kind.
-#[derive(Debug)]
-pub struct Spec {
-    /// Parameters in positional order.
-    pub params: &'static [Param],
-    /// Another way of writing the arguments, if any (`linear(in -> out)`).
-    pub note: Option<&'static str>,
-    /// The input shapes it takes and the output shape it gives.
-    pub shapes: &'static str,
-}
-
-const fn required(name: &'static str) -> Param {
-    Param {
-        name,
-        default: Fallback::Required,
-    }
-}
-
-const fn inferred(name: &'static str) -> Param {
-    Param {
-        name,
-        default: Fallback::Inferred,
-    }
-}
-
-const fn given(name: &'static str, value: &'static str) -> Param {
-    Param {
-        name,
-        default: Fallback::Value(value),
-    }
-}
-
-/// The spec of a layer kind.
-pub fn spec(kind: Kind) -> &'static Spec {
-    match kind {
-        Kind::Linear => &linear::LINEAR,
-        Kind::Conv1d => &conv::CONV1D,
-        Kind::Conv2d => &conv::CONV2D,
-        Kind::MaxPool1d => &pool::MAX_POOL1D,
-        Kind::MaxPool2d => &pool::MAX_POOL2D,
-        Kind::AvgPool1d => &pool::AVG_POOL1D,
-        Kind::AvgPool2d => &pool::AVG_POOL2D,
-        Kind::AdaptiveAvgPool1d => &pool::ADAPTIVE1D,
-        Kind::AdaptiveAvgPool2d => &pool::ADAPTIVE2D,
-        Kind::BatchNorm1d => &norm::BATCHNORM1D,
-        Kind::BatchNorm2d => &norm::BATCHNORM2D,
-        Kind::LayerNorm => &norm::LAYERNORM,
-        Kind::GroupNorm => &norm::GROUPNORM,
-        Kind::Dropout => &activation::DROPOUT,
-        Kind::Relu | Kind::Gelu | Kind::Silu | Kind::Tanh | Kind::Sigmoid => &activation::PLAIN,
-        Kind::LeakyRelu => &activation::LEAKY_RELU,
-        Kind::Elu => &activation::ELU,
-        Kind::Prelu => &activation::PRELU,
-        Kind::Softmax | Kind::LogSoftmax => &shape::SOFTMAX,
-        Kind::Flatten => &shape::FLATTEN,
-        Kind::Reshape => &shape::RESHAPE,
-        Kind::Mean => &shape::MEAN,
-        Kind::Embedding => &embedding::EMBEDDING,
-        Kind::Positional => &positional::POSITIONAL,
-        Kind::Sinusoidal => &positional::SINUSOIDAL,
-        Kind::Attention => &attention::ATTENTION,
-        Kind::TransformerBlock => &attention::TRANSFORMER_BLOCK,
-    }
-}
 
 /// The parameter names of a kind, in positional order (for binding arguments).
 pub fn param_names(kind: Kind) -> Vec<&'static str> {
@@ -139,14 +56,14 @@ pub struct Checked {
 }
 
 impl Checked {
-    /// A float-valued layer.
-    fn new(kind: LayerKind, output: Vec<i64>, params: u64, flops: u64) -> Checked {
+    /// A float-valued layer on `input`, its parameters and FLOPs as its family counts them.
+    fn new(kind: LayerKind, input: &[i64], output: Vec<i64>) -> Checked {
         Checked {
+            params: kind.params(),
+            flops: kind.flops(input, &output),
             kind,
             output,
             dtype: DType::Float,
-            params,
-            flops,
         }
     }
 }
@@ -171,7 +88,8 @@ pub fn check(cx: &mut Cx, kind: Kind, span: Span, bound: &Bound, flow: &Flow) ->
         Kind::AdaptiveAvgPool2d => pool::check_adaptive(&mut lc, flow, true),
         Kind::BatchNorm1d => norm::check_batch(&mut lc, flow, false),
         Kind::BatchNorm2d => norm::check_batch(&mut lc, flow, true),
-        Kind::LayerNorm => norm::check_layer(&mut lc, flow),
+        Kind::LayerNorm => norm::check_layer(&mut lc, flow, false),
+        Kind::RmsNorm => norm::check_layer(&mut lc, flow, true),
         Kind::GroupNorm => norm::check_group(&mut lc, flow),
         Kind::Dropout => activation::check_dropout(&mut lc, flow),
         Kind::Relu => activation::check_plain(&mut lc, flow, LayerKind::Relu),
@@ -193,17 +111,6 @@ pub fn check(cx: &mut Cx, kind: Kind, span: Span, bound: &Bound, flow: &Flow) ->
         Kind::Attention => attention::check(&mut lc, flow, false),
         Kind::TransformerBlock => attention::check(&mut lc, flow, true),
     }
-}
-
-/// Number of elements of a shape (saturating).
-pub fn numel(shape: &[i64]) -> i64 {
-    shape.iter().fold(1i64, |n, d| n.saturating_mul(*d))
-}
-
-/// A parameter or FLOP count from a product of sizes. Counts are computed in f64, exact below
-/// 2^53, so that absurd sizes saturate instead of overflowing.
-fn count(x: f64) -> u64 {
-    x as u64
 }
 
 /// A size the file declares, with where it declares it.

@@ -1,54 +1,11 @@
 //! Normalisation: `batchnorm1d`, `batchnorm2d`, `layernorm`, `groupnorm`.
 
-use super::{count, given, inferred, numel, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::{Declared, OutOfRange};
 use crate::diagnostic::Problem;
-use crate::ir::{BatchNorm, LayerKind};
+use crate::ir::{BatchNorm, LayerKind, LayerNorm};
 use crate::syntax::ast::ValueKind;
-
-const BATCHNORM: &[super::Param] = &[
-    inferred("num_features"),
-    given("eps", "1e-5"),
-    given("momentum", "0.1"),
-    given("affine", "true"),
-    given("track_running_stats", "true"),
-];
-
-/// `batchnorm1d(num_features, eps, momentum, affine, track_running_stats)`.
-pub static BATCHNORM1D: Spec = Spec {
-    params: BATCHNORM,
-    note: None,
-    shapes: "`[C]` or `[C, L]`, unchanged",
-};
-
-/// `batchnorm2d(num_features, eps, momentum, affine, track_running_stats)`.
-pub static BATCHNORM2D: Spec = Spec {
-    params: BATCHNORM,
-    note: None,
-    shapes: "`[C, H, W]`, unchanged",
-};
-
-/// `layernorm(normalized_shape, eps)`.
-pub static LAYERNORM: Spec = Spec {
-    params: &[
-        given("normalized_shape", "the last dimension"),
-        given("eps", "1e-5"),
-    ],
-    note: None,
-    shapes: "unchanged",
-};
-
-/// `groupnorm(num_groups, num_channels, eps)`.
-pub static GROUPNORM: Spec = Spec {
-    params: &[
-        required("num_groups"),
-        inferred("num_channels"),
-        given("eps", "1e-5"),
-    ],
-    note: None,
-    shapes: "`[C, ...]`, unchanged",
-};
 
 /// Checks a batch normalisation over `[C, H, W]` (`two_d`) or `[C]`/`[C, L]`.
 pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Checked> {
@@ -81,7 +38,6 @@ pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Opti
             return None;
         }
     }
-    let n = numel(&shape).max(0) as u64;
     let norm = BatchNorm {
         features,
         eps,
@@ -94,11 +50,11 @@ pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Opti
     } else {
         LayerKind::BatchNorm1d { norm }
     };
-    let params = if affine { 2 * features as u64 } else { 0 };
-    Some(Checked::new(kind, shape, params, n))
+    Some(Checked::new(kind, &shape, shape.clone()))
 }
 
-pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
+/// Checks a layer norm, or an RMS norm when `rms`.
+pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow, rms: bool) -> Option<Checked> {
     let declared = match lc.bound.get("normalized_shape") {
         None => None,
         Some(v) if matches!(v.kind, ValueKind::List(_)) => Some((lc.cx.shape(v)?, v.span)),
@@ -107,10 +63,10 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
             v.span,
         )),
     };
-    let eps = lc.num_or("eps", 1e-5, Range::Positive)?;
+    let eps = lc.num_or("eps", LayerNorm::default_eps(rms), Range::Positive)?;
     let shape = lc.input(flow)?;
     lc.rank(&shape, flow, "at least 1-D", !shape.is_empty())?;
-    let norm = match declared {
+    let shape_norm = match declared {
         Some((d, at)) => {
             if d.len() > shape.len() || shape[shape.len() - d.len()..] != d[..] {
                 let declared = Declared::Trailing {
@@ -123,14 +79,13 @@ pub(super) fn check_layer(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
         }
         None => vec![*shape.last()?],
     };
-    let n = numel(&shape).max(0) as u64;
-    let params = count(2.0 * numel(&norm) as f64);
-    Some(Checked::new(
-        LayerKind::LayerNorm { shape: norm, eps },
-        shape,
-        params,
-        n,
-    ))
+    let norm = LayerNorm {
+        shape: shape_norm,
+        eps,
+        rms,
+    };
+    let kind = LayerKind::LayerNorm { norm };
+    Some(Checked::new(kind, &shape, shape.clone()))
 }
 
 pub(super) fn check_group(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
@@ -162,11 +117,10 @@ pub(super) fn check_group(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
         });
         return None;
     }
-    let n = numel(&shape).max(0) as u64;
     let kind = LayerKind::GroupNorm {
         groups,
         channels: c,
         eps,
     };
-    Some(Checked::new(kind, shape, 2 * c as u64, n))
+    Some(Checked::new(kind, &shape, shape.clone()))
 }

@@ -1,57 +1,9 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
-use super::{count, given, numel, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::{OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{LayerKind, Pool};
-
-/// `max_pool1d(kernel_size, stride, padding, ceil_mode)`.
-pub static MAX_POOL1D: Spec = Spec {
-    params: AVG_POOL1D.params.split_at(4).0,
-    note: None,
-    shapes: "`[C, L]` -> `[C, L']`",
-};
-
-/// `max_pool2d`, with the parameters of `max_pool1d`.
-pub static MAX_POOL2D: Spec = Spec {
-    params: MAX_POOL1D.params,
-    note: Some("sizes are a number or `[h, w]`"),
-    shapes: "`[C, H, W]` -> `[C, H', W']`",
-};
-
-/// `avg_pool1d(kernel_size, stride, padding, ceil_mode, count_include_pad)`.
-pub static AVG_POOL1D: Spec = Spec {
-    params: &[
-        required("kernel_size"),
-        given("stride", "= kernel"),
-        given("padding", "0"),
-        given("ceil_mode", "false"),
-        given("count_include_pad", "true"),
-    ],
-    note: None,
-    shapes: "`[C, L]` -> `[C, L']`",
-};
-
-/// `avg_pool2d`, with the parameters of `avg_pool1d`.
-pub static AVG_POOL2D: Spec = Spec {
-    params: AVG_POOL1D.params,
-    note: Some("sizes are a number or `[h, w]`"),
-    shapes: "`[C, H, W]` -> `[C, H', W']`",
-};
-
-/// `adaptive_avg_pool1d(output_size)`.
-pub static ADAPTIVE1D: Spec = Spec {
-    params: &[required("output_size")],
-    note: None,
-    shapes: "`[C, L]` -> `[C, output_size]`",
-};
-
-/// `adaptive_avg_pool2d(output_size)`.
-pub static ADAPTIVE2D: Spec = Spec {
-    params: ADAPTIVE1D.params,
-    note: Some("sizes are a number or `[h, w]`"),
-    shapes: "`[C, H, W]` -> `[C, h, w]`",
-};
 
 /// The spatial rank of a pooling kind and how its input is described.
 fn spatial(two_d: bool) -> (usize, &'static str) {
@@ -109,14 +61,13 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
         };
         output.push(lc.window(window, &shape, flow)?);
     }
-    let flops = count(numel(&output) as f64 * numel(&pool.kernel) as f64);
     let kind = match (max, two_d) {
         (true, false) => LayerKind::MaxPool1d { pool },
         (true, true) => LayerKind::MaxPool2d { pool },
         (false, false) => LayerKind::AvgPool1d { pool },
         (false, true) => LayerKind::AvgPool2d { pool },
     };
-    Some(Checked::new(kind, output, 0, flops))
+    Some(Checked::new(kind, &shape, output))
 }
 
 /// Checks an adaptive average pooling of rank 2 (`two_d`) or 1.
@@ -128,7 +79,6 @@ pub(super) fn check_adaptive(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> O
     };
     let shape = lc.input(flow)?;
     lc.rank(&shape, flow, want, shape.len() == dims + 1)?;
-    let n = numel(&shape).max(0) as u64;
     let mut output = vec![shape[0]];
     output.extend(&size);
     let kind = if two_d {
@@ -136,7 +86,7 @@ pub(super) fn check_adaptive(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> O
     } else {
         LayerKind::AdaptiveAvgPool1d { output: size }
     };
-    Some(Checked::new(kind, output, 0, n))
+    Some(Checked::new(kind, &shape, output))
 }
 
 #[cfg(test)]

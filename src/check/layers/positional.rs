@@ -1,24 +1,10 @@
 //! `positional` (a learned table of positions, as GPT-2's `wpe`) and `sinusoidal` (the fixed
 //! encoding of Vaswani et al.), both added to a `[sequence, width]` input.
 
-use super::{count, given, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::OutOfRange;
 use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
-
-/// `positional(max_len)`.
-pub static POSITIONAL: Spec = Spec {
-    params: &[required("max_len")],
-    note: None,
-    shapes: "`[S, E]`, unchanged; adds row `s` of a learned `[max_len, E]` table to position `s` (`N(0, 1)` init, as `nn.Embedding`)",
-};
-
-/// `sinusoidal(max_len)`.
-pub static SINUSOIDAL: Spec = Spec {
-    params: &[given("max_len", "S")],
-    note: None,
-    shapes: "`[S, E]`, unchanged, `E` even; adds `PE[s, 2i] = sin(s / 10000^(2i/E))`, `PE[s, 2i+1] = cos(s / 10000^(2i/E))`",
-};
 
 /// Checks a positional layer: learned when `learned`, sinusoidal otherwise.
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, learned: bool) -> Option<Checked> {
@@ -54,16 +40,10 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, learned: bool) -> Option<C
         });
         return None;
     }
-    let params = if learned {
-        max_len as f64 * e as f64
-    } else {
-        0.0
-    };
     let kind = LayerKind::Positional {
         max_len,
         width: e,
         learned,
     };
-    let flops = count(s as f64 * e as f64);
-    Some(Checked::new(kind, shape, count(params), flops))
+    Some(Checked::new(kind, &shape, shape.clone()))
 }

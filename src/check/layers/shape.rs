@@ -1,40 +1,13 @@
 //! Layers that reshape or reduce: `flatten`, `reshape`, `mean`, and the softmaxes, which take a
 //! dimension like `mean` does.
 
-use super::{given, numel, required, Checked, Flow, LayerCheck, Spec};
+use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::{Expected, NoOp, OutOfRange};
 use crate::diagnostic::Problem;
+use crate::ir::numel;
 use crate::ir::LayerKind;
 use crate::span::Span;
 use crate::syntax::ast::ValueKind;
-
-/// `flatten`.
-pub static FLATTEN: Spec = Spec {
-    params: &[],
-    note: None,
-    shapes: "`[...]` -> `[product]`",
-};
-
-/// `reshape(shape)`.
-pub static RESHAPE: Spec = Spec {
-    params: &[required("shape")],
-    note: None,
-    shapes: "same number of values; one `-1` allowed",
-};
-
-/// `mean(dim)`.
-pub static MEAN: Spec = Spec {
-    params: &[required("dim")],
-    note: None,
-    shapes: "removes `dim`",
-};
-
-/// `softmax(dim)` and `log_softmax(dim)`.
-pub static SOFTMAX: Spec = Spec {
-    params: &[given("dim", "-1")],
-    note: None,
-    shapes: "unchanged",
-};
 
 /// What a layer that takes a dimension does along it.
 pub(super) enum DimOp {
@@ -66,21 +39,25 @@ pub(super) fn check_dim(lc: &mut LayerCheck, flow: &Flow, op: DimOp) -> Option<C
         });
         return None;
     }
-    let n = numel(&shape).max(0) as u64;
-    Some(match op {
-        DimOp::Softmax => Checked::new(LayerKind::Softmax { dim: resolved }, shape, 0, n),
-        DimOp::LogSoftmax => Checked::new(LayerKind::LogSoftmax { dim: resolved }, shape, 0, n),
+    let (kind, output) = match op {
+        DimOp::Softmax => (LayerKind::Softmax { dim: resolved }, shape.clone()),
+        DimOp::LogSoftmax => (LayerKind::LogSoftmax { dim: resolved }, shape.clone()),
         DimOp::Mean => {
-            let mut output = shape;
+            let mut output = shape.clone();
             output.remove(resolved as usize);
-            Checked::new(LayerKind::Mean { dim: resolved }, output, 0, n)
+            (LayerKind::Mean { dim: resolved }, output)
         }
-    })
+    };
+    Some(Checked::new(kind, &shape, output))
 }
 
 pub(super) fn check_flatten(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let shape = lc.input(flow)?;
-    Some(Checked::new(LayerKind::Flatten, vec![numel(&shape)], 0, 0))
+    Some(Checked::new(
+        LayerKind::Flatten,
+        &shape,
+        vec![numel(&shape)],
+    ))
 }
 
 pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
@@ -135,14 +112,10 @@ pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
             },
         });
     }
-    Some(Checked::new(
-        LayerKind::Reshape {
-            shape: output.clone(),
-        },
-        output,
-        0,
-        0,
-    ))
+    let kind = LayerKind::Reshape {
+        shape: output.clone(),
+    };
+    Some(Checked::new(kind, &shape, output))
 }
 
 fn reshape_error(lc: &mut LayerCheck, at: Span, shape: &[i64], dims: &[i64], flow: &Flow) {

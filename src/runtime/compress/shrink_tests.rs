@@ -75,7 +75,7 @@ fn shapes_are_planned(net: &Net, nodes: &[Node]) {
                 vec![norm.features]
             }
             LayerKind::GroupNorm { channels, .. } => vec![*channels],
-            LayerKind::LayerNorm { shape, .. } => shape.clone(),
+            LayerKind::LayerNorm { norm } => norm.shape.clone(),
             LayerKind::Prelu { parameters, .. } => vec![*parameters],
             _ => continue,
         };

@@ -206,7 +206,7 @@ fn init(i: &mut Init) -> Result<(), Diagnostic> {
         LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
             norm::init_batch(i, &norm)
         }
-        LayerKind::LayerNorm { shape, .. } => norm::init_affine(i, "", &shape),
+        LayerKind::LayerNorm { norm } => norm::init_layer(i, &norm),
         LayerKind::GroupNorm { channels, .. } => norm::init_affine(i, "", &[channels]),
         LayerKind::Prelu { parameters, init } => activation::init_prelu(i, parameters, init),
         LayerKind::Embedding { vocab, dim, pad } => embedding::init(i, vocab, dim, pad),
@@ -267,7 +267,7 @@ fn forward(
         LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
             norm::batch(net, l, norm, x, train)
         }
-        LayerKind::LayerNorm { shape, eps } => norm::layer(net, l, "", shape, *eps, x),
+        LayerKind::LayerNorm { norm } => norm::layer_norm(net, l, norm, x),
         LayerKind::GroupNorm { groups, eps, .. } => norm::group(net, l, *groups, *eps, x),
         LayerKind::Dropout { p } => x.f_dropout(*p, train).at(s),
         LayerKind::Relu => x.f_relu().at(s),

@@ -1,11 +1,12 @@
-//! Normalisation: batch, layer and group norms. They run in fp32, as under autocast.
+//! Normalisation: batch, layer, RMS and group norms. They run in fp32, as under autocast, but
+//! for the RMS norm, which autocast leaves in its input's type (it computes in fp32 inside).
 
 use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::BatchNorm;
+use kiln::ir::{BatchNorm, LayerNorm};
 
 /// An affine `weight` (ones) and `bias` (zeros) of `shape`, under `prefix`.
 pub(super) fn init_affine(i: &mut Init, prefix: &str, shape: &[i64]) -> Result<(), Diagnostic> {
@@ -41,6 +42,25 @@ pub(super) fn init_batch(i: &mut Init, norm: &BatchNorm) -> Result<(), Diagnosti
         i.buffer("running_var", var);
     }
     Ok(())
+}
+
+/// `nn.LayerNorm`'s `weight` (ones) and `bias` (zeros); `nn.RMSNorm`'s `weight` alone.
+pub(super) fn init_layer(i: &mut Init, norm: &LayerNorm) -> Result<(), Diagnostic> {
+    init_scale(i, "", &norm.shape, !norm.rms)
+}
+
+/// A `layernorm` or `rmsnorm` layer.
+pub(super) fn layer_norm(
+    net: &Net,
+    l: &LayerRun,
+    norm: &LayerNorm,
+    x: &Tensor,
+) -> Result<Tensor, Diagnostic> {
+    if !norm.rms {
+        return layer(net, l, "", &norm.shape, norm.eps, x);
+    }
+    x.f_rms_norm(&norm.shape, Some(net.param(l, "weight")?), norm.eps)
+        .at(l.span)
 }
 
 /// The layer's parameter of local name `name`, when it has one (a layer norm's bias).

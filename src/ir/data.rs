@@ -1,0 +1,334 @@
+//! The data pipeline: sources, generators, splits, normalisation and the targets.
+
+use serde::Serialize;
+
+use super::{Layout, Shape};
+use crate::span::Span;
+
+/// The data pipeline.
+#[derive(Clone, Debug)]
+pub struct Data {
+    /// Where samples come from.
+    pub source: Source,
+    /// The `source` statement, for runtime data errors.
+    pub source_span: Span,
+    /// Fractions of the samples for each split.
+    pub split: Split,
+    /// Input scaling of `source` (see [`HeldOut::scale`]).
+    pub scale: Option<f64>,
+    /// How `source`'s samples are laid out (`layout: channels_last`).
+    pub layout: Layout,
+    /// The validation split's own source, when `split` names one instead of a fraction.
+    pub val: Option<HeldOut>,
+    /// The test split's own source, when `split` names one instead of a fraction.
+    pub test: Option<HeldOut>,
+    /// Global batch size.
+    pub batch: u64,
+    /// The `batch` statement, for out-of-memory reports.
+    pub batch_span: Span,
+    /// Whether an epoch leaves out its last, partial training batch (`drop_last`, false by
+    /// default as in PyTorch's `DataLoader`).
+    pub drop_last: bool,
+    /// Samples per evaluation batch (`eval_batch`, the training `batch` by default).
+    pub eval_batch: u64,
+    /// Whether to reshuffle the training split every epoch.
+    pub shuffle: bool,
+    /// Per-channel (or scalar) normalisation of inputs.
+    pub normalize: Option<Normalize>,
+    /// What a target is.
+    pub targets: Targets,
+    /// The class label the loss ignores (its `ignore_index`), which the data may hold besides
+    /// the classes.
+    pub ignore_label: Option<i64>,
+    /// The vocabulary of the model's first layer, an `embedding`, when a file source feeds it
+    /// token ids: the runtime refuses ids outside `[0, vocab)`.
+    pub token_vocab: Option<u64>,
+    /// What `kiln check` read from the data files' headers; `None` for synthetic data and for
+    /// files it could not read (absent here, or a loader that reads no data files).
+    pub read: Option<ReadData>,
+}
+
+impl Data {
+    /// The number of samples, when known: a synthetic source's `count`, or the count `kiln
+    /// check` read from the files' headers (`None` when the files were not read, or when a CSV
+    /// file is too large to count its rows).
+    pub fn samples(&self) -> Option<u64> {
+        match &self.source {
+            Source::Synthetic { count, .. } => Some(*count),
+            _ => self.read.as_ref().and_then(|r| r.samples),
+        }
+    }
+
+    /// Optimizer steps in one epoch of `train` training samples: see [`steps_per_epoch`].
+    pub fn steps_per_epoch(&self, train: u64) -> u64 {
+        steps_per_epoch(train, self.batch, self.drop_last)
+    }
+
+    /// Whether there is a validation split: a fraction of `source`, or its own source.
+    pub fn has_val(&self) -> bool {
+        self.split.val > 0.0 || self.val.is_some()
+    }
+}
+
+/// Batches in one epoch of `samples` samples in batches of `batch`: the last one partial, or
+/// left out with `drop_last` (as PyTorch's `DataLoader`). The one count of an epoch's steps:
+/// `kiln check`, `kiln run`, `kiln eval`, `kiln export` and the loader all read it.
+pub fn steps_per_epoch(samples: u64, batch: u64, drop_last: bool) -> u64 {
+    match batch {
+        0 => 0,
+        _ if drop_last => samples / batch,
+        _ => samples.div_ceil(batch),
+    }
+}
+
+/// A split's own source (`split(val: npy(...))`): all of its samples go to that split, in file
+/// order.
+#[derive(Clone, Debug)]
+pub struct HeldOut {
+    /// Where the samples come from.
+    pub source: Source,
+    /// The source's call, for runtime data errors.
+    pub span: Span,
+    /// What uint8 inputs are divided by as they are read (`scale: 255`); `None` keeps them
+    /// (`scale: none`). By default 255 for IDX files and `None` for every other format.
+    pub scale: Option<f64>,
+    /// How its samples are laid out (`layout: channels_last`).
+    pub layout: Layout,
+}
+
+/// What the checker read from the headers of a source's files.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadData {
+    /// The number of samples; `None` when it is not known from a bounded read (a large CSV).
+    pub samples: Option<u64>,
+    /// The per-sample input shape as the file stores it (`[28, 28]` for MNIST).
+    pub sample: Vec<u64>,
+}
+
+/// Fractions of the data given to each split (they sum to at most 1).
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Split {
+    /// Training fraction.
+    pub train: f64,
+    /// Validation fraction.
+    pub val: f64,
+    /// Test fraction.
+    pub test: f64,
+}
+
+impl Split {
+    /// Samples of `n` in each split, in order train, val, test: `floor(fraction x n)` each, no
+    /// more than those left. The checker counts steps and the runtime splits with it.
+    ///
+    /// A relative tolerance of 1e-12 keeps `0.29 x 100` at 29 despite its rounding in binary.
+    pub fn counts(&self, n: u64) -> (u64, u64, u64) {
+        let count = |f: f64, left: u64| -> u64 {
+            let c = (f.max(0.0) * n as f64 * (1.0 + 1e-12)).floor();
+            (c as u64).min(left)
+        };
+        let train = count(self.train, n);
+        let val = count(self.val, n - train);
+        let test = count(self.test, n - train - val);
+        (train, val, test)
+    }
+}
+
+/// `(x - mean) / std`, per channel when lists are given.
+#[derive(Clone, Debug, Serialize)]
+pub struct Normalize {
+    /// Means.
+    pub mean: Vec<f64>,
+    /// Standard deviations.
+    pub std: Vec<f64>,
+}
+
+/// What the training targets are.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Targets {
+    /// Class indices; the number of classes when known.
+    Classes(Option<u64>),
+    /// Real values of this per-sample shape.
+    Values(Shape),
+    /// Not known statically (a file source without `classes` or `shape`).
+    Unknown,
+    /// A class index per token: targets of per-sample shape `shape` (the inputs' shape), each
+    /// one of `classes` classes when known; the model gives a score per class for each token,
+    /// `[..shape, classes]`.
+    Tokens {
+        /// The number of classes, when known.
+        classes: Option<u64>,
+        /// The per-sample shape of the targets.
+        shape: Shape,
+    },
+}
+
+/// Where the samples come from.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Generated samples, as `torch.randn(count, *shape)`.
+    Synthetic {
+        /// Input generator.
+        inputs: Generator,
+        /// Target generator.
+        targets: Generator,
+        /// Number of samples.
+        count: u64,
+    },
+    /// MNIST-format IDX files, optionally gzipped.
+    Idx {
+        /// Images file.
+        images: String,
+        /// Labels file.
+        labels: String,
+    },
+    /// Two `.npy` arrays.
+    Npy {
+        /// Inputs array.
+        inputs: String,
+        /// Targets array.
+        targets: String,
+    },
+    /// An `.npz` archive with two named arrays.
+    Npz {
+        /// The archive.
+        path: String,
+        /// Key of the inputs.
+        inputs: String,
+        /// Key of the targets.
+        targets: String,
+    },
+    /// A CSV file with one target column.
+    Csv {
+        /// The file.
+        path: String,
+        /// The target column's name.
+        target: String,
+        /// Whether the first row is a header.
+        header: bool,
+    },
+    /// A safetensors file with two named tensors.
+    Safetensors {
+        /// The file.
+        path: String,
+        /// Name of the inputs tensor.
+        inputs: String,
+        /// Name of the targets tensor.
+        targets: String,
+    },
+}
+
+/// A random generator of per-sample tensors.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Generator {
+    /// Normal distribution.
+    Normal {
+        /// Per-sample shape.
+        shape: Shape,
+        /// Mean.
+        mean: f64,
+        /// Standard deviation.
+        std: f64,
+    },
+    /// Uniform distribution on `[low, high)`.
+    Uniform {
+        /// Per-sample shape.
+        shape: Shape,
+        /// Lower bound.
+        low: f64,
+        /// Upper bound.
+        high: f64,
+    },
+    /// Uniform integers on `[0, high)`.
+    Randint {
+        /// Per-sample shape.
+        shape: Shape,
+        /// Exclusive upper bound.
+        high: u64,
+    },
+    /// Classes computed from a sequence of `randint` inputs: one per sequence, or one per
+    /// token for the per-token tasks.
+    Task(SequenceTask),
+}
+
+/// Classes computed from a sequence of token ids `x[0..S)` in `[0, V)`: one per sequence, or
+/// one per token (`copy`, `reverse`, `sort`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SequenceTask {
+    /// The most frequent id, the smallest on ties (`V` classes; order-blind).
+    Majority,
+    /// The first id, `x[0]` (`V` classes; depends on order).
+    First,
+    /// The position of the largest id, the first on ties (`S` classes; depends on order).
+    Argmax,
+    /// Per token: the ids themselves, `y[i] = x[i]` (`V` classes per token).
+    Copy,
+    /// Per token: the ids in reverse order, `y[i] = x[S-1-i]` (`V` classes per token).
+    Reverse,
+    /// Per token: the ids sorted ascending, `y = sorted(x)` (`V` classes per token).
+    Sort,
+}
+
+impl SequenceTask {
+    /// Every task.
+    pub const ALL: &'static [SequenceTask] = &[
+        SequenceTask::Majority,
+        SequenceTask::First,
+        SequenceTask::Argmax,
+        SequenceTask::Copy,
+        SequenceTask::Reverse,
+        SequenceTask::Sort,
+    ];
+
+    /// The task's word in the language, written as a call: `majority()`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SequenceTask::Majority => "majority",
+            SequenceTask::First => "first",
+            SequenceTask::Argmax => "argmax",
+            SequenceTask::Copy => "copy",
+            SequenceTask::Reverse => "reverse",
+            SequenceTask::Sort => "sort",
+        }
+    }
+
+    /// Whether the task gives a class per token (targets of the inputs' shape `[S]`) rather
+    /// than one per sequence.
+    pub fn per_token(self) -> bool {
+        matches!(
+            self,
+            SequenceTask::Copy | SequenceTask::Reverse | SequenceTask::Sort
+        )
+    }
+
+    /// The number of classes over sequences of `length` ids below `vocab`.
+    pub fn classes(self, vocab: u64, length: u64) -> u64 {
+        match self {
+            SequenceTask::Majority
+            | SequenceTask::First
+            | SequenceTask::Copy
+            | SequenceTask::Reverse
+            | SequenceTask::Sort => vocab,
+            SequenceTask::Argmax => length,
+        }
+    }
+}
+
+/// The per-sample shape of a class: a scalar.
+static SCALAR: Shape = Shape(Vec::new());
+
+impl Generator {
+    /// The per-sample shape it generates; for a sequence task, a scalar (a per-token task's
+    /// targets take the inputs' shape, which the task alone does not know).
+    pub fn shape(&self) -> &Shape {
+        match self {
+            Generator::Normal { shape, .. }
+            | Generator::Uniform { shape, .. }
+            | Generator::Randint { shape, .. } => shape,
+            Generator::Task(_) => &SCALAR,
+        }
+    }
+}
