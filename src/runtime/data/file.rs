@@ -219,14 +219,18 @@ impl Stream {
         (&mut self.reader)
             .take(limit)
             .read_to_end(&mut out)
-            .map_err(|e| {
-                if self.gzipped {
-                    file.corrupt_gzip(&e, span)
-                } else {
-                    file.missing(&DataFile::reason(&e), span)
-                }
-            })?;
+            .map_err(|e| self.fault(&e, file, span))?;
         Ok(out)
+    }
+
+    /// The failure of a read of the content: K0503 for gzip data that cannot be decompressed,
+    /// K0502 otherwise.
+    pub(super) fn fault(&self, error: &std::io::Error, file: &DataFile, span: Span) -> DataError {
+        if self.gzipped {
+            file.corrupt_gzip(error, span)
+        } else {
+            file.missing(&DataFile::reason(error), span)
+        }
     }
 }
 
