@@ -15,7 +15,7 @@ mod sample;
 pub use layer::{BatchNorm, Block, BlockActivation, Conv, Kind, LayerKind, Pool};
 pub use loss::{Loss, Metric};
 pub use params::{tensors, Tensor, CLASSES};
-pub use sample::{sample_fit, Layout, SampleFit};
+pub use sample::{input_fit, sample_fit, target_fit, InputMisfit, Layout, SampleFit, TargetMisfit};
 
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]

@@ -462,7 +462,7 @@ fn prepare(
     }
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
-    let raw = layout::arrange(raw, layout, span)?;
+    let raw = layout::arrange(raw, layout, input, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
     if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
         tokens::check_range(&raw, &inputs, vocab, span)?;
@@ -472,7 +472,8 @@ fn prepare(
     Ok(Dataset { inputs, targets })
 }
 
-/// `[N, ..input]`, Float or Int64 by the model's input type.
+/// `[N, ..input]`, Float or Int64 by the model's input type (the samples fit the input: see
+/// `layout::arrange`).
 fn shape_inputs(
     raw: &Raw,
     n: i64,
@@ -482,8 +483,6 @@ fn shape_inputs(
 ) -> Result<Tensor, DataError> {
     let from = &raw.inputs_from;
     let x = &raw.inputs;
-    let xs = x.size();
-    layout::fits(from, &xs[1..], input, span)?;
     let want: i64 = input.iter().product();
     let kind = x.f_kind().at(span)?;
     let unsupported = || {

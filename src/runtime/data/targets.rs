@@ -1,7 +1,7 @@
 //! The targets of a source shaped as the experiment makes them: class indices (checked against
 //! the class count, the loss's `ignore_index` aside), a class per token, or values.
 
-use kiln::ir::Targets;
+use kiln::ir::{target_fit, Targets};
 use kiln::span::Span;
 use tch::{Kind, Tensor};
 
@@ -79,9 +79,16 @@ pub(super) fn shape(
             "store the targets as integers (class labels) or floats (values)",
         ));
     }
+    let tokens = match targets {
+        Targets::Tokens { shape, .. } => &shape[..],
+        _ => &[],
+    };
+    // The rule `kiln check` applies to the files' headers; a class loss over undeclared targets
+    // is the checker's to refuse.
+    let misfit = target_fit(&ys[1..], targets, tokens, false).is_err();
     match targets {
         Targets::Classes(classes) => {
-            if per != 1 {
+            if misfit {
                 return Err(invalid(
                     span,
                     format!(
@@ -101,7 +108,7 @@ pub(super) fn shape(
             Ok(y)
         }
         Targets::Tokens { shape, classes } => {
-            if per != shape.iter().product::<i64>() || !is_integer(kind) {
+            if misfit || !is_integer(kind) {
                 return Err(invalid(
                     span,
                     format!(
@@ -125,7 +132,7 @@ pub(super) fn shape(
         }
         Targets::Values(shape) => {
             let want: i64 = shape.iter().product();
-            if per != want {
+            if misfit {
                 return Err(invalid(
                     span,
                     format!(
