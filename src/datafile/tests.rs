@@ -288,3 +288,13 @@ fn csv_rows_skip_blank_lines_and_count_from_one() {
     let rows: Vec<(usize, &str)> = rows("\u{feff}a,b\r\n\n \t\n1,2\n").collect();
     assert_eq!(rows, [(1, "a,b"), (4, "1,2")]);
 }
+
+#[test]
+fn cut_keeps_short_text_and_cuts_long_text() {
+    assert_eq!(cut("short", 40), "short");
+    assert_eq!(cut(&"é".repeat(40), 40), "é".repeat(40));
+    assert_eq!(
+        cut(&"é".repeat(41), 40),
+        format!("{}… (41 characters)", "é".repeat(40))
+    );
+}

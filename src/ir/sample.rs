@@ -226,4 +226,73 @@ mod tests {
         assert_eq!(*l.arranged(&[5]), vec![5]);
         assert_eq!(*Layout::AsStored.arranged(&[32, 32, 3]), vec![32, 32, 3]);
     }
+
+    #[test]
+    fn samples_reach_the_input_through_the_declared_shape_and_the_layout() {
+        let last = Layout::ChannelsLast(None);
+        assert_eq!(
+            input_fit(&[784], None, &Layout::AsStored, &[1, 28, 28]),
+            Ok(())
+        );
+        assert_eq!(input_fit(&[32, 32, 3], None, &last, &[3, 32, 32]), Ok(()));
+        assert_eq!(
+            input_fit(&[3072], Some(&[32, 32, 3][..]), &last, &[3, 32, 32]),
+            Ok(())
+        );
+        assert_eq!(
+            input_fit(&[3072], Some(&[32, 32, 2][..]), &last, &[3, 32, 32]),
+            Err(InputMisfit::DeclaredSize)
+        );
+        assert_eq!(
+            input_fit(&[32, 32, 3], Some(&[3, 32, 32][..]), &last, &[32, 32, 3]),
+            Err(InputMisfit::DeclaredOrder {
+                channels_last: true
+            })
+        );
+        assert_eq!(
+            input_fit(&[12], None, &last, &[12]),
+            Err(InputMisfit::FlatLayout)
+        );
+        assert_eq!(
+            input_fit(&[32, 32, 3], None, &Layout::AsStored, &[3, 32, 32]),
+            Err(InputMisfit::Order {
+                channels_last: true
+            })
+        );
+        assert_eq!(
+            input_fit(&[3, 3], None, &Layout::AsStored, &[784]),
+            Err(InputMisfit::Size)
+        );
+    }
+
+    #[test]
+    fn targets_fit_classes_tokens_and_values() {
+        let classes = Targets::Classes(Some(10));
+        assert_eq!(target_fit(&[], &classes, &[], false), Ok(()));
+        assert_eq!(target_fit(&[1], &classes, &[], false), Ok(()));
+        assert_eq!(
+            target_fit(&[4], &classes, &[], false),
+            Err(TargetMisfit::NotClassLabels)
+        );
+        assert_eq!(target_fit(&[4], &Targets::Unknown, &[], false), Ok(()));
+        assert_eq!(
+            target_fit(&[4], &Targets::Unknown, &[], true),
+            Err(TargetMisfit::NotClassLabels)
+        );
+        let tokens = Targets::Tokens {
+            classes: None,
+            shape: Shape(vec![16]),
+        };
+        assert_eq!(target_fit(&[16], &tokens, &[16], false), Ok(()));
+        assert_eq!(
+            target_fit(&[15], &tokens, &[16], false),
+            Err(TargetMisfit::NotTokenClasses)
+        );
+        let values = Targets::Values(Shape(vec![2, 3]));
+        assert_eq!(target_fit(&[6], &values, &[], false), Ok(()));
+        assert_eq!(
+            target_fit(&[5], &values, &[], false),
+            Err(TargetMisfit::Size)
+        );
+    }
 }

@@ -262,7 +262,6 @@ pub(super) fn missing_key(
 mod tests {
     use super::super::tests::{all_train, data, expect_failure, Scratch};
     use super::super::{load, DType, Source, Targets};
-    use super::*;
     use kiln::diagnostic::Code;
     use std::time::{Duration, Instant};
 
@@ -338,15 +337,5 @@ mod tests {
             "FIFO",
         );
         assert!(started.elapsed() < Duration::from_secs(2));
-    }
-
-    #[test]
-    fn cut_keeps_short_text_and_cuts_long_text() {
-        assert_eq!(cut("short", 40), "short");
-        assert_eq!(cut(&"é".repeat(40), 40), "é".repeat(40));
-        assert_eq!(
-            cut(&"é".repeat(41), 40),
-            format!("{}… (41 characters)", "é".repeat(40))
-        );
     }
 }
