@@ -4,6 +4,11 @@
 //! count. Every reader is bounded in bytes: a header larger than [`MAX_HEADER_BYTES`] is refused
 //! and a CSV file's rows are counted only within its first [`CSV_COUNT_BYTES`].
 //!
+//! It is the one reader of these formats: besides the checker's headers, it gives the runtime
+//! where each format's values lie (`npy::Npy::offset`, `zip::Entry::locate`, `idx::read`, the
+//! CSV `rows`), so that the runtime only decodes the bytes it locates and the two never parse a
+//! header twice.
+//!
 //! The module imports nothing from the rest of the crate and does no IO of its own beyond the
 //! reader it is given; the checker's `FsLoader` opens the files (regular files only).
 
