@@ -26,6 +26,18 @@ pub struct Csv {
     pub rows: Rows,
 }
 
+/// The rows of CSV text that are not blank, each with its 1-based line: a byte-order mark at the
+/// start is dropped, lines end at `\n` or `\r\n`. The one row reader of Kiln: `kiln check`
+/// counts rows with it, the runtime reads them.
+pub fn rows(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.strip_prefix('\u{feff}')
+        .unwrap_or(text)
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| (i + 1, l))
+}
+
 /// Splits a CSV line at commas outside double quotes, and unquotes the cells.
 fn cells(line: &str) -> Vec<String> {
     let mut raw = Vec::new();
@@ -73,26 +85,16 @@ pub(super) fn header(r: &mut impl Read, size: u64) -> Result<Csv, String> {
     } else {
         &bytes[..bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)]
     };
+    let text = String::from_utf8_lossy(kept);
     let mut count = 0u64;
     let mut first = None;
     let mut second = None;
-    for line in kept.split(|b| *b == b'\n') {
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
+    for (_, line) in rows(&text) {
         count += 1;
-        if count <= 2 {
-            let text = String::from_utf8_lossy(line);
-            let text = text
-                .strip_prefix('\u{feff}')
-                .unwrap_or(&text)
-                .trim_end_matches('\r');
-            let row = cells(text);
-            if count == 1 {
-                first = Some(row);
-            } else {
-                second = Some(row);
-            }
+        if count == 1 {
+            first = Some(cells(line));
+        } else if count == 2 {
+            second = Some(cells(line));
         }
     }
     let first = first.ok_or("it holds no rows")?;

@@ -4,20 +4,25 @@
 //! count. Every reader is bounded in bytes: a header larger than [`MAX_HEADER_BYTES`] is refused
 //! and a CSV file's rows are counted only within its first [`CSV_COUNT_BYTES`].
 //!
+//! It is the one reader of these formats: besides the checker's headers, it gives the runtime
+//! where each format's values lie (`npy::Npy::offset`, `zip::Entry::locate`, `idx::read`, the
+//! CSV `rows`), so that the runtime only decodes the bytes it locates and the two never parse a
+//! header twice.
+//!
 //! The module imports nothing from the rest of the crate and does no IO of its own beyond the
 //! reader it is given; the checker's `FsLoader` opens the files (regular files only).
 
 mod csv;
-mod idx;
-mod npy;
+pub mod idx;
+pub mod npy;
 mod safetensors;
-mod zip;
+pub mod zip;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io::{Read, Seek};
 
-pub use csv::{split_cells, unquote, Csv, Rows};
-pub use npy::field as npy_field;
+pub use csv::{rows, split_cells, unquote, Csv, Rows};
 
 /// The largest header Kiln reads: 16 MiB (a safetensors header, an `.npz` directory).
 pub const MAX_HEADER_BYTES: u64 = 16 * 1024 * 1024;
@@ -128,11 +133,29 @@ pub fn read_header<R: Read + Seek>(
 ) -> Result<Header, String> {
     match format {
         Format::Idx => idx::header(file).map(Header::Array),
-        Format::Npy => npy::header(file, size).map(Header::Array),
+        Format::Npy => npy::header(file, size).map(|npy| Header::Array(npy.array)),
         Format::Npz(wanted) => zip::members(file, size, wanted).map(Header::Members),
         Format::Safetensors => safetensors::header(file, size).map(Header::Members),
         Format::Csv => csv::header(file, size).map(Header::Csv),
     }
+}
+
+/// `text`, or its first `keep` characters, `…` and its length when it is longer: file content
+/// quoted in a message is never echoed whole.
+pub fn cut(text: &str, keep: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(keep) {
+        None => Cow::Borrowed(text),
+        Some((end, _)) => Cow::Owned(format!(
+            "{}… ({} characters)",
+            &text[..end],
+            text.chars().count()
+        )),
+    }
+}
+
+/// Cell-sized file content in a message: at most 40 characters, then `…` and the length.
+pub fn quote(text: &str) -> Cow<'_, str> {
+    cut(text, 40)
 }
 
 /// Up to `n` bytes from `r`: fewer only at the end of the stream.

@@ -1,12 +1,51 @@
-//! `.npy` headers: the magic, the version, and the dictionary of `descr`, `fortran_order` and
-//! `shape`.
+//! `.npy` arrays: the magic, the version, the dictionary of `descr`, `fortran_order` and
+//! `shape`, and where the values lie. The one `.npy` header reader of Kiln: the checker reads
+//! files and `.npz` members with it, the runtime reads what follows the header.
 
 use std::io::Read;
 
 use super::{read_exact, read_up_to, Array, Elem, MAX_HEADER_BYTES};
 
+/// What a `.npy` header declares, and where the values lie.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Npy {
+    /// The element type and the shape.
+    pub array: Array,
+    /// The dtype as the header writes it (`<f4`); `None` for a structured dtype.
+    pub descr: Option<String>,
+    /// The bytes of one value in the file (0 when the type is not a number).
+    pub item: u64,
+    /// Whether the values are big-endian.
+    pub big_endian: bool,
+    /// Whether the values are stored column-major (Fortran order): the shape is unchanged,
+    /// only where the values lie.
+    pub fortran: bool,
+    /// Where the values start: the bytes of the preamble and the header.
+    pub offset: u64,
+}
+
+impl Npy {
+    /// The number of values, when it fits 64 bits.
+    pub fn count(&self) -> Option<u64> {
+        self.array
+            .shape
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+    }
+
+    /// The bytes of the values, when they fit 64 bits.
+    pub fn body_len(&self) -> Option<u64> {
+        self.count()?.checked_mul(self.item)
+    }
+
+    /// The bytes of the whole array, header included, when they fit 64 bits.
+    pub fn total(&self) -> Option<u64> {
+        self.body_len()?.checked_add(self.offset)
+    }
+}
+
 /// The header of a `.npy` array; `size` bounds what a header may declare.
-pub(super) fn header(r: &mut impl Read, size: u64) -> Result<Array, String> {
+pub fn header(r: &mut impl Read, size: u64) -> Result<Npy, String> {
     const MAGIC: &[u8] = b"\x93NUMPY";
     let start = read_up_to(r, 10)?;
     if !start.starts_with(MAGIC) {
@@ -20,11 +59,12 @@ pub(super) fn header(r: &mut impl Read, size: u64) -> Result<Array, String> {
     if start.len() < 10 {
         return Err(truncated(start.len()));
     }
-    let len = match start[6] {
-        1 => u64::from(u16::from_le_bytes([start[8], start[9]])),
+    let (len, preamble) = match start[6] {
+        1 => (u64::from(u16::from_le_bytes([start[8], start[9]])), 10),
         2 | 3 => {
             let more = read_exact(r, 2, truncated)?;
-            u64::from(u32::from_le_bytes([start[8], start[9], more[0], more[1]]))
+            let len = u32::from_le_bytes([start[8], start[9], more[0], more[1]]);
+            (u64::from(len), 12)
         }
         v => return Err(format!("it has .npy format version {v}, not 1, 2 or 3")),
     };
@@ -35,25 +75,32 @@ pub(super) fn header(r: &mut impl Read, size: u64) -> Result<Array, String> {
     }
     let text = read_exact(r, len, truncated)?;
     let text = String::from_utf8_lossy(&text);
-    parse(&text)
+    parse(&text, preamble + len)
 }
 
-/// Parses the header dictionary.
-pub(super) fn parse(text: &str) -> Result<Array, String> {
+/// Parses the header dictionary of an array whose values start at `offset`.
+fn parse(text: &str, offset: u64) -> Result<Npy, String> {
     let descr = field(text, "descr")?;
-    let elem = match descr.chars().next() {
+    let descr = match descr.chars().next() {
         Some(q @ ('\'' | '"')) => {
             let body = &descr[1..];
             let end = body.find(q).ok_or("its header's `descr` is malformed")?;
-            dtype(&body[..end])
+            Some(body[..end].to_string())
         }
-        _ => Elem::Other("a structured dtype".into()),
+        _ => None,
     };
-    // Fortran order changes where values lie, not the shape: the runtime reads both.
+    let (elem, item, big_endian) = match &descr {
+        Some(d) => dtype(d),
+        None => (Elem::Other("a structured dtype".into()), 0, false),
+    };
     let fortran = field(text, "fortran_order")?;
-    if !fortran.starts_with("True") && !fortran.starts_with("False") {
+    let fortran = if fortran.starts_with("True") {
+        true
+    } else if fortran.starts_with("False") {
+        false
+    } else {
         return Err("its header's `fortran_order` is malformed".into());
-    }
+    };
     let shape = field(text, "shape")?;
     let inner = shape
         .strip_prefix('(')
@@ -66,11 +113,18 @@ pub(super) fn parse(text: &str) -> Result<Array, String> {
         .map(|d| d.trim_end_matches('L').parse::<u64>())
         .collect::<Result<Vec<u64>, _>>()
         .map_err(|_| "its header's `shape` is malformed".to_string())?;
-    Ok(Array { elem, shape })
+    Ok(Npy {
+        array: Array { elem, shape },
+        descr,
+        item,
+        big_endian,
+        fortran,
+        offset,
+    })
 }
 
-/// The text after `'key':` in a `.npy` header dictionary (the runtime's reader uses it too).
-pub fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
+/// The text after `'key':` in a `.npy` header dictionary.
+fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
     let at = [format!("'{key}'"), format!("\"{key}\"")]
         .iter()
         .find_map(|k| header.find(k.as_str()).map(|i| i + k.len()))
@@ -82,13 +136,20 @@ pub fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
         .ok_or_else(|| format!("its header's `{key}` is malformed"))
 }
 
-/// The element type of a numpy dtype string (`<f4`, `|u1`).
-fn dtype(descr: &str) -> Elem {
-    let rest = descr.trim_start_matches(['<', '>', '|', '=']);
+/// The element type of a numpy dtype string (`<f4`, `|u1`), the bytes of one value (0 when it
+/// is not a number) and whether they are big-endian (`>`; `=` and no mark are this machine's
+/// order).
+fn dtype(descr: &str) -> (Elem, u64, bool) {
+    let (big, rest) = match descr.chars().next() {
+        Some('<' | '|') => (false, &descr[1..]),
+        Some('>') => (true, &descr[1..]),
+        Some('=') => (cfg!(target_endian = "big"), &descr[1..]),
+        _ => (cfg!(target_endian = "big"), descr),
+    };
     let mut chars = rest.chars();
     let code = chars.next().unwrap_or(' ');
     let bytes: u8 = chars.as_str().parse().unwrap_or(0);
-    match (code, bytes) {
+    let elem = match (code, bytes) {
         ('f', 2 | 4 | 8) => Elem::Float { bits: bytes * 8 },
         ('i', 1 | 2 | 4 | 8) => Elem::Int {
             signed: true,
@@ -99,6 +160,7 @@ fn dtype(descr: &str) -> Elem {
             bits: bytes * 8,
         },
         ('b', 1) => Elem::Bool,
-        _ => Elem::Other(descr.to_string()),
-    }
+        _ => return (Elem::Other(descr.to_string()), 0, big),
+    };
+    (elem, u64::from(bytes), big)
 }

@@ -220,3 +220,81 @@ fn csv_rows_and_cells() {
     assert_eq!(csv.rows, Rows::AtLeast(CSV_COUNT_BYTES / 4));
     assert!(read(b"\n \n", &Format::Csv).is_err());
 }
+
+#[test]
+fn npy_headers_locate_their_values() {
+    let bytes = npy(">i2", "(3, 2)", 1);
+    let h = npy::header(&mut &bytes[..], bytes.len() as u64).expect("a header");
+    let dict = bytes.len() as u64 - 64 - 10;
+    assert_eq!(h.offset, 10 + dict);
+    assert_eq!((h.item, h.big_endian, h.fortran), (2, true, false));
+    assert_eq!((h.count(), h.body_len()), (Some(6), Some(12)));
+    assert_eq!(h.descr.as_deref(), Some(">i2"));
+    let v3 = npy("<f8", "(1,)", 3);
+    let h = npy::header(&mut &v3[..], v3.len() as u64).expect("a header");
+    assert_eq!(h.offset, v3.len() as u64 - 64);
+}
+
+#[test]
+fn zip_members_are_located() {
+    let archive = zip(&[
+        ("inputs.npy", npy("<f8", "(4, 2, 3)", 1), true),
+        ("targets.npy", npy("<i8", "(4,)", 1), false),
+    ]);
+    let size = archive.len() as u64;
+    let entries = zip::directory(&mut Cursor::new(&archive), size).expect("a directory");
+    assert_eq!(entries[0].key(), "inputs");
+    let stored = entries[1]
+        .locate(&mut Cursor::new(&archive), size)
+        .expect("stored");
+    assert!(!stored.deflated);
+    let start = stored.start as usize;
+    assert_eq!(&archive[start..start + 6], b"\x93NUMPY");
+    assert_eq!(stored.len, entries[1].size);
+    assert!(
+        entries[0]
+            .locate(&mut Cursor::new(&archive), size)
+            .expect("deflated")
+            .deflated
+    );
+    let err = zip::directory(&mut Cursor::new(b"not a zip archive at all"), 24).expect_err("text");
+    assert!(err.contains("no zip directory"), "{err}");
+}
+
+#[test]
+fn idx_faults_are_facts() {
+    let ok = idx(&[2, 3], 0x08);
+    let h = idx::read(&mut &ok[..]).expect("a header");
+    assert_eq!((h.magic, h.offset, h.array.shape), (0x0802, 12, vec![2, 3]));
+    assert!(matches!(
+        idx::read(&mut &[0u8, 0][..]),
+        Err(idx::Fault::NoMagic(2))
+    ));
+    assert!(matches!(
+        idx::read(&mut &b"hello"[..]),
+        Err(idx::Fault::NotIdx(0x6865_6c6c))
+    ));
+    assert!(matches!(
+        idx::read(&mut &ok[..9]),
+        Err(idx::Fault::Dims {
+            magic: 0x0802,
+            held: 5
+        })
+    ));
+}
+
+#[test]
+fn csv_rows_skip_blank_lines_and_count_from_one() {
+    let rows: Vec<(usize, &str)> = rows("\u{feff}a,b\r\n\n \t\n1,2\n").collect();
+    assert_eq!(rows, [(1, "a,b"), (4, "1,2")]);
+}
+
+#[test]
+fn cut_keeps_short_text_and_cuts_long_text() {
+    assert_eq!(cut("short", 40), "short");
+    assert_eq!(cut(&"é".repeat(40), 40), "é".repeat(40));
+    assert_eq!(
+        cut(&"é".repeat(41), 40),
+        format!("{}… (41 characters)", "é".repeat(40))
+    );
+}

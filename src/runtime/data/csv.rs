@@ -1,6 +1,6 @@
 //! CSV sources: one row of numbers per sample, the target one of the columns.
 
-use kiln::datafile::{split_cells, unquote};
+use kiln::datafile::{rows, split_cells, unquote};
 use kiln::span::Span;
 use rayon::prelude::*;
 use tch::Tensor;
@@ -37,13 +37,7 @@ fn parse_csv(
     span: Span,
 ) -> Result<CsvData, DataError> {
     let name = file.name();
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let rows: Vec<(usize, &str)> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| (i + 1, l))
-        .collect();
+    let rows: Vec<(usize, &str)> = rows(text).collect();
     let Some(&(_, first)) = rows.first() else {
         return Err(invalid(
             span,

@@ -219,14 +219,18 @@ impl Stream {
         (&mut self.reader)
             .take(limit)
             .read_to_end(&mut out)
-            .map_err(|e| {
-                if self.gzipped {
-                    file.corrupt_gzip(&e, span)
-                } else {
-                    file.missing(&DataFile::reason(&e), span)
-                }
-            })?;
+            .map_err(|e| self.fault(&e, file, span))?;
         Ok(out)
+    }
+
+    /// The failure of a read of the content: K0503 for gzip data that cannot be decompressed,
+    /// K0502 otherwise.
+    pub(super) fn fault(&self, error: &std::io::Error, file: &DataFile, span: Span) -> DataError {
+        if self.gzipped {
+            file.corrupt_gzip(error, span)
+        } else {
+            file.missing(&DataFile::reason(error), span)
+        }
     }
 }
 
@@ -258,7 +262,6 @@ pub(super) fn missing_key(
 mod tests {
     use super::super::tests::{all_train, data, expect_failure, Scratch};
     use super::super::{load, DType, Source, Targets};
-    use super::*;
     use kiln::diagnostic::Code;
     use std::time::{Duration, Instant};
 
@@ -334,15 +337,5 @@ mod tests {
             "FIFO",
         );
         assert!(started.elapsed() < Duration::from_secs(2));
-    }
-
-    #[test]
-    fn cut_keeps_short_text_and_cuts_long_text() {
-        assert_eq!(cut("short", 40), "short");
-        assert_eq!(cut(&"é".repeat(40), 40), "é".repeat(40));
-        assert_eq!(
-            cut(&"é".repeat(41), 40),
-            format!("{}… (41 characters)", "é".repeat(40))
-        );
     }
 }

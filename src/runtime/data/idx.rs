@@ -1,6 +1,7 @@
 //! IDX sources (MNIST-style images and labels of unsigned bytes, plain or gzipped); a gzipped
 //! file is decompressed no further than its header declares.
 
+use kiln::datafile::idx::{self, Fault};
 use kiln::ir::DType;
 use kiln::span::Span;
 use rayon::prelude::*;
@@ -63,18 +64,25 @@ fn read_idx(file: &DataFile, role: IdxRole, span: Span) -> Result<Idx, DataError
             "the file is incomplete; download or copy it again",
         )
     };
-    let bytes = stream.read_up_to(4, file, span)?;
-    if bytes.len() < 4 {
-        return Err(truncated("at least a 4-byte header".into(), bytes.len()));
-    }
-    let found = u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-    if bytes[0] != 0 || bytes[1] != 0 {
-        return Err(wrong(format!(
+    let not_idx = |found: u32| {
+        wrong(format!(
             "{name} is not an IDX file: it starts with 0x{found:08x}, but IDX {what} start with {magic}"
-        )));
-    }
-    if bytes[2] != 0x08 {
-        let kind = match bytes[2] {
+        ))
+    };
+    // The header by the one IDX reader; its type and dimensions are checked before a truncated
+    // list of dimensions is.
+    let (found, parsed) = match idx::read(&mut stream.reader) {
+        Ok(header) => (header.magic, Ok(header)),
+        Err(Fault::Io(e)) => return Err(stream.fault(&e, file, span)),
+        Err(Fault::NoMagic(held)) => {
+            return Err(truncated("at least a 4-byte header".into(), held))
+        }
+        Err(Fault::NotIdx(found)) => return Err(not_idx(found)),
+        Err(Fault::Dims { magic, held }) => (magic, Err(held)),
+    };
+    let [_, _, type_byte, ndims] = found.to_be_bytes();
+    if type_byte != 0x08 {
+        let kind = match type_byte {
             0x09 => "signed bytes",
             0x0b => "16-bit integers",
             0x0c => "32-bit integers",
@@ -86,7 +94,7 @@ fn read_idx(file: &DataFile, role: IdxRole, span: Span) -> Result<Idx, DataError
             "{name} holds {kind} (magic 0x{found:08x}), but only IDX files of unsigned bytes are supported"
         )));
     }
-    let ndims = usize::from(bytes[3]);
+    let ndims = usize::from(ndims);
     let fits = match role {
         IdxRole::Images => ndims >= 2,
         IdxRole::Labels => ndims == 1,
@@ -102,16 +110,17 @@ fn read_idx(file: &DataFile, role: IdxRole, span: Span) -> Result<Idx, DataError
         )));
     }
     let header = 4 + 4 * ndims;
-    let raw_dims = stream.read_up_to(4 * ndims as u64, file, span)?;
-    if raw_dims.len() < 4 * ndims {
-        return Err(truncated(
-            format!("{ndims} dimensions ({header} header bytes)"),
-            4 + raw_dims.len(),
-        ));
-    }
-    let dims: Vec<usize> = raw_dims
-        .chunks_exact(4)
-        .map(|d| u32::from_be_bytes([d[0], d[1], d[2], d[3]]) as usize)
+    let dims: Vec<usize> = parsed
+        .map_err(|held| {
+            truncated(
+                format!("{ndims} dimensions ({header} header bytes)"),
+                4 + held,
+            )
+        })?
+        .array
+        .shape
+        .iter()
+        .map(|&d| d as usize)
         .collect();
     let described = dims
         .iter()

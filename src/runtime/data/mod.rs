@@ -7,18 +7,20 @@
 //!
 //! Every problem with the data is a [`DataError`] at the experiment's `source` statement: K0502 when
 //! a file cannot be read, K0503 when what it holds is wrong (its conversion into a `Diagnostic` is
-//! the one place it becomes a diagnostic). The file formats (IDX, `.npy`, the
-//! zip archive of an `.npz`, CSV) are parsed here with every length checked before a byte is
-//! copied: libtorch's own `.npy` reader trusts the header's shape and reads past the end of a
-//! truncated file, so a damaged file must be caught before it gets there.
+//! the one place it becomes a diagnostic). The headers of the file formats (IDX, `.npy`, the
+//! zip archive of an `.npz`) and CSV's rows and cells are read by `kiln::datafile`, the checker's
+//! reader; the readers here turn the bytes it locates into tensors, with every length checked
+//! before a byte is copied: libtorch's own `.npy` reader trusts the header's shape and reads past
+//! the end of a truncated file, so a damaged file must be caught before it gets there.
 //!
 //! Shuffling and splitting use a small Rust PRNG (SplitMix64 with Fisher-Yates), never torch's
 //! generator, so that the order of the data does not disturb the random numbers of the model.
 //!
 //! This file holds the interface ([`load`], [`Dataset`], [`Splits`]), the checking and shaping of
-//! what a source holds against the model, and the helpers the readers share. Each source has its
-//! own file: `file` (opening, reading and gunzipping a named file, bounded), `synthetic`, `idx`, `npy`, `npz`,
-//! `csv` and `safetensors`; `split` holds the splits and the PRNG, `loader` the [`Loader`].
+//! a source's inputs against the model, and the helpers the readers share; `targets` shapes the
+//! targets. Each source has its own file: `file` (opening, reading and gunzipping a named file,
+//! bounded), `synthetic`, `idx`, `npy`, `npz`, `csv` and `safetensors`; `split` holds the splits
+//! and the PRNG, `loader` the [`Loader`].
 
 mod csv;
 mod error;
@@ -34,15 +36,19 @@ mod options_tests;
 mod safetensors;
 mod split;
 mod synthetic;
+mod targets;
 #[cfg(test)]
 mod tests;
 mod tokens;
 
-use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use kiln::ir::{DType, Data, Layout, Normalize, Source, Targets};
+use kiln::datafile::{cut, quote};
+use kiln::ir::{DType, Data, Layout, Normalize, Source};
+// The readers' tests name targets from here, beside `Source`.
+#[cfg(test)]
+use kiln::ir::Targets;
 use kiln::span::Span;
 use tch::{Kind, TchError, Tensor};
 
@@ -177,24 +183,6 @@ fn invalid(
 fn fmt_shape(shape: &[i64]) -> String {
     let dims: Vec<String> = shape.iter().map(i64::to_string).collect();
     format!("[{}]", dims.join(", "))
-}
-
-/// `text`, or its first `keep` characters, `…` and its length when it is longer: file content
-/// quoted in a message is never echoed whole.
-pub(super) fn cut(text: &str, keep: usize) -> Cow<'_, str> {
-    match text.char_indices().nth(keep) {
-        None => Cow::Borrowed(text),
-        Some((end, _)) => Cow::Owned(format!(
-            "{}… ({} characters)",
-            &text[..end],
-            text.chars().count()
-        )),
-    }
-}
-
-/// Cell-sized file content in a message: at most 40 characters, then `…` and the length.
-pub(super) fn quote(text: &str) -> Cow<'_, str> {
-    cut(text, 40)
 }
 
 /// `` `a`, `b` `` (at most 12 names, each cut to 40 characters, then a count).
@@ -474,17 +462,18 @@ fn prepare(
     }
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
-    let raw = layout::arrange(raw, layout, span)?;
+    let raw = layout::arrange(raw, layout, input, span)?;
     let inputs = shape_inputs(&raw, n, input, dtype, span)?;
     if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
         tokens::check_range(&raw, &inputs, vocab, span)?;
     }
     let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
-    let targets = shape_targets(&raw, n, &data.targets, data.ignore_label, span)?;
+    let targets = targets::shape(&raw, n, &data.targets, data.ignore_label, span)?;
     Ok(Dataset { inputs, targets })
 }
 
-/// `[N, ..input]`, Float or Int64 by the model's input type.
+/// `[N, ..input]`, Float or Int64 by the model's input type (the samples fit the input: see
+/// `layout::arrange`).
 fn shape_inputs(
     raw: &Raw,
     n: i64,
@@ -494,8 +483,6 @@ fn shape_inputs(
 ) -> Result<Tensor, DataError> {
     let from = &raw.inputs_from;
     let x = &raw.inputs;
-    let xs = x.size();
-    layout::fits(from, &xs[1..], input, span)?;
     let want: i64 = input.iter().product();
     let kind = x.f_kind().at(span)?;
     let unsupported = || {
@@ -596,212 +583,4 @@ fn normalize(
     let mean = to_tensor(&mean).at(span)?;
     let std = to_tensor(&std).at(span)?;
     x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
-}
-
-/// Refuses a class label of `y` (`[N]`, or `[N, ..]` per token) outside `[0, classes)` that is
-/// not the loss's `ignore_index`, a label the data may hold besides the classes.
-fn in_classes(
-    raw: &Raw,
-    y: &Tensor,
-    classes: Option<u64>,
-    ignore: Option<i64>,
-    span: Span,
-) -> Result<(), DataError> {
-    let Some(k) = classes else {
-        return Ok(());
-    };
-    let k = i64::try_from(k).unwrap_or(i64::MAX);
-    let outside = y
-        .f_lt(0)
-        .and_then(|low| low.f_logical_or(&y.f_ge(k)?))
-        .and_then(|out| match ignore {
-            Some(i) => out.f_logical_and(&y.f_ne(i)?),
-            None => Ok(out),
-        })
-        .at(span)?;
-    let Some(i) = first_true(&outside).at(span)? else {
-        return Ok(());
-    };
-    let flat = y.f_reshape([-1]).at(span)?;
-    let label = flat.f_int64_value(&[i]).at(span)?;
-    let per = (flat.numel() / y.size().first().copied().unwrap_or(1).max(1) as usize).max(1) as i64;
-    let at = if per == 1 {
-        raw.sample(i)
-    } else {
-        format!("{}, token {}", raw.sample(i / per), i % per)
-    };
-    Err(invalid(
-        span,
-        format!(
-            "{} holds the label {label} for {at}, outside the {k} classes [0, {k})",
-            raw.targets_from
-        ),
-        "label out of range",
-        format!("labels must lie in [0, {k}); check `classes:` and the file"),
-    ))
-}
-
-/// `[N]` Int64 class indices (checked against the class count), `[N, ..shape]` Int64 class
-/// indices per token, or `[N, ..shape]` Float values.
-fn shape_targets(
-    raw: &Raw,
-    n: i64,
-    targets: &Targets,
-    ignore: Option<i64>,
-    span: Span,
-) -> Result<Tensor, DataError> {
-    let from = &raw.targets_from;
-    let y = &raw.targets;
-    let ys = y.size();
-    let per: i64 = ys[1..].iter().product();
-    let kind = y.f_kind().at(span)?;
-    if !is_integer(kind) && !is_float(kind) {
-        return Err(invalid(
-            span,
-            format!(
-                "{from} holds {} values, but only real numbers are supported",
-                kind_name(kind)
-            ),
-            "unsupported element type",
-            "store the targets as integers (class labels) or floats (values)",
-        ));
-    }
-    match targets {
-        Targets::Classes(classes) => {
-            if per != 1 {
-                return Err(invalid(
-                    span,
-                    format!(
-                        "{from} holds {per} values per sample {}, but class labels are one per sample",
-                        fmt_shape(&ys[1..])
-                    ),
-                    "not class labels",
-                    "give one class index per sample",
-                ));
-            }
-            let y = y.f_reshape([n]).at(span)?;
-            if is_float(kind) {
-                float_labels(raw, &y, *classes, ignore, span)?;
-            }
-            let y = y.f_to_kind(Kind::Int64).at(span)?;
-            in_classes(raw, &y, *classes, ignore, span)?;
-            Ok(y)
-        }
-        Targets::Tokens { shape, classes } => {
-            if per != shape.iter().product::<i64>() || !is_integer(kind) {
-                return Err(invalid(
-                    span,
-                    format!(
-                        "{from} holds {} per sample {}, but the targets are a class per token of {}",
-                        kind_name(kind),
-                        fmt_shape(&ys[1..]),
-                        fmt_shape(shape)
-                    ),
-                    "not a class per token",
-                    "give every split the same per-token targets",
-                ));
-            }
-            let mut s = vec![n];
-            s.extend_from_slice(shape);
-            let y = y
-                .f_reshape(s.as_slice())
-                .and_then(|y| y.f_to_kind(Kind::Int64))
-                .at(span)?;
-            in_classes(raw, &y, *classes, ignore, span)?;
-            Ok(y)
-        }
-        Targets::Values(shape) => {
-            let want: i64 = shape.iter().product();
-            if per != want {
-                return Err(invalid(
-                    span,
-                    format!(
-                        "{from} holds {per} values per sample {}, but the targets are declared as {} ({want} values)",
-                        fmt_shape(&ys[1..]),
-                        fmt_shape(shape)
-                    ),
-                    "wrong target size",
-                    "make the targets' shape match the data",
-                ));
-            }
-            let mut s = vec![n];
-            s.extend_from_slice(shape);
-            let converted = y.f_to_kind(Kind::Float).at(span)?;
-            finite::check_overflow(raw, y, &converted, from, span)?;
-            converted.f_reshape(s.as_slice()).at(span)
-        }
-        Targets::Unknown if is_integer(kind) => {
-            let y = if per == 1 {
-                y.f_reshape([n]).at(span)?
-            } else {
-                y.shallow_clone()
-            };
-            y.f_to_kind(Kind::Int64).at(span)
-        }
-        Targets::Unknown => {
-            let converted = y.f_to_kind(Kind::Float).at(span)?;
-            finite::check_overflow(raw, y, &converted, from, span)?;
-            Ok(converted)
-        }
-    }
-}
-
-/// Checks class labels stored as floats (`[N]`) before they become integers: each a whole
-/// number, inside `[0, classes)` when the class count is known, and small enough to be an index
-/// otherwise. A label is named by its real value (`1e30`, `-3.5`).
-fn float_labels(
-    raw: &Raw,
-    y: &Tensor,
-    classes: Option<u64>,
-    ignore: Option<i64>,
-    span: Span,
-) -> Result<(), DataError> {
-    let from = &raw.targets_from;
-    if let Some((i, v)) = first_fraction(y).at(span)? {
-        return Err(invalid(
-            span,
-            format!(
-                "{from} holds {} for {}, which is not a class index (not a whole number)",
-                fmt_value(v),
-                raw.sample(i)
-            ),
-            "not a class label",
-            "class labels are whole numbers from 0",
-        ));
-    }
-    // Beyond 2^53, floats skip whole numbers; no class count comes near.
-    let (low, high, within) = match classes {
-        Some(k) => (0.0, k as f64, format!("outside the {k} classes [0, {k})")),
-        None => (
-            -9_007_199_254_740_992.0,
-            9_007_199_254_740_992.0,
-            "too large to be a class index".to_string(),
-        ),
-    };
-    let outside = y
-        .f_lt(low)
-        .and_then(|below| below.f_logical_or(&y.f_ge(high)?))
-        .and_then(|out| match ignore {
-            Some(i) => out.f_logical_and(&y.f_ne(i as f64)?),
-            None => Ok(out),
-        })
-        .at(span)?;
-    if let Some(i) = first_true(&outside).at(span)? {
-        let label = y.f_double_value(&[i]).at(span)?;
-        let help = match classes {
-            Some(k) => format!("labels must lie in [0, {k}); check `classes:` and the file"),
-            None => "class labels are whole numbers from 0".to_string(),
-        };
-        return Err(invalid(
-            span,
-            format!(
-                "{from} holds the label {} for {}, {within}",
-                fmt_value(label),
-                raw.sample(i)
-            ),
-            "label out of range",
-            help,
-        ));
-    }
-    Ok(())
 }

@@ -1,8 +1,10 @@
-//! `.npy` arrays: the header parsed and the data checked against it before torch reads a byte.
+//! `.npy` arrays: the header read by [`kiln::datafile::npy`], then the values it declares checked
+//! against the bytes that follow it before torch reads a byte, and converted to a kind torch has.
 
 use std::borrow::Cow;
 
-use kiln::datafile::npy_field;
+use kiln::datafile::npy::{self, Npy};
+use kiln::datafile::Elem;
 use kiln::span::Span;
 use rayon::prelude::*;
 use tch::{Kind, TchError, Tensor};
@@ -10,6 +12,15 @@ use tch::{Kind, TchError, Tensor};
 use super::error::{At, DataError};
 use super::file::DataFile;
 use super::{fmt_shape, invalid, quote};
+
+/// Dimensions as torch writes them; one beyond `i64` (refused before a tensor is made) shows as
+/// `i64::MAX`.
+fn signed(shape: &[u64]) -> Vec<i64> {
+    shape
+        .iter()
+        .map(|&d| i64::try_from(d).unwrap_or(i64::MAX))
+        .collect()
+}
 
 /// An array parsed from `.npy` bytes, its data checked and converted to a kind torch reads in
 /// native byte order.
@@ -32,39 +43,52 @@ enum NpyConv {
     Unsigned,
 }
 
-/// The kind torch reads a numpy dtype as: `(kind, item size in the file, big-endian, conversion)`.
-fn npy_dtype(descr: &str) -> Result<(Kind, usize, bool, NpyConv), String> {
-    let mut chars = descr.chars();
-    let order = chars.next().unwrap_or(' ');
-    let (big, rest) = match order {
-        '<' | '|' => (false, chars.as_str()),
-        '>' => (true, chars.as_str()),
-        '=' => (cfg!(target_endian = "big"), chars.as_str()),
-        _ => (cfg!(target_endian = "big"), descr),
-    };
-    let mut rest_chars = rest.chars();
-    let code = rest_chars.next().unwrap_or(' ');
-    let size: usize = rest_chars.as_str().parse().unwrap_or(0);
-    let plain = |kind| Ok((kind, size, big, NpyConv::Plain));
-    match (code, size) {
-        ('f', 2) => plain(Kind::Half),
-        ('f', 4) => plain(Kind::Float),
-        ('f', 8) => plain(Kind::Double),
-        ('i', 1) => plain(Kind::Int8),
-        ('i', 2) => plain(Kind::Int16),
-        ('i', 4) => plain(Kind::Int),
-        ('i', 8) => plain(Kind::Int64),
-        ('u', 1) => plain(Kind::Uint8),
-        ('u', 2) => Ok((Kind::Int, 2, big, NpyConv::Unsigned)),
-        ('u', 4) | ('u', 8) => Ok((Kind::Int64, size, big, NpyConv::Unsigned)),
-        ('b', 1) => Ok((Kind::Bool, 1, big, NpyConv::Bool)),
-        _ => {
+/// The kind torch reads an array's values as, and how they become it.
+fn npy_kind(header: &Npy) -> Result<(Kind, NpyConv), String> {
+    let plain = |kind| Ok((kind, NpyConv::Plain));
+    match &header.array.elem {
+        Elem::Float { bits: 16 } => plain(Kind::Half),
+        Elem::Float { bits: 32 } => plain(Kind::Float),
+        Elem::Float { .. } => plain(Kind::Double),
+        Elem::Int {
+            signed: true,
+            bits: 8,
+        } => plain(Kind::Int8),
+        Elem::Int {
+            signed: true,
+            bits: 16,
+        } => plain(Kind::Int16),
+        Elem::Int {
+            signed: true,
+            bits: 32,
+        } => plain(Kind::Int),
+        Elem::Int { signed: true, .. } => plain(Kind::Int64),
+        Elem::Int {
+            signed: false,
+            bits: 8,
+        } => plain(Kind::Uint8),
+        Elem::Int {
+            signed: false,
+            bits: 16,
+        } => Ok((Kind::Int, NpyConv::Unsigned)),
+        Elem::Int { signed: false, .. } => Ok((Kind::Int64, NpyConv::Unsigned)),
+        Elem::Bool => Ok((Kind::Bool, NpyConv::Bool)),
+        Elem::Other(_) => {
+            let Some(descr) = &header.descr else {
+                return Err(
+                    "it holds a structured array; only plain numeric arrays are supported".into(),
+                );
+            };
+            let code = descr
+                .trim_start_matches(['<', '>', '|', '='])
+                .chars()
+                .next();
             let what = match code {
-                'c' => "complex numbers",
-                'U' | 'S' | 'a' => "strings",
-                'O' => "Python objects",
-                'M' | 'm' => "dates or times",
-                'V' => "raw records",
+                Some('c') => "complex numbers",
+                Some('U' | 'S' | 'a') => "strings",
+                Some('O') => "Python objects",
+                Some('M' | 'm') => "dates or times",
+                Some('V') => "raw records",
                 _ => "values of an unknown type",
             };
             Err(format!(
@@ -75,158 +99,40 @@ fn npy_dtype(descr: &str) -> Result<(Kind, usize, bool, NpyConv), String> {
     }
 }
 
-/// What the header of a `.npy` array declares.
-#[derive(Debug)]
-pub(super) struct NpyHeader {
-    kind: Kind,
-    /// The item size in the file.
-    item: usize,
-    big: bool,
-    conv: NpyConv,
-    fortran: bool,
-    shape: Vec<i64>,
-    /// The number of values.
-    count: usize,
-    /// The bytes of the values.
-    need: usize,
-    /// Where the values start (the length of the preamble and the header).
-    pub(super) end: usize,
-    /// The dtype as the header writes it.
-    descr: String,
-}
-
-impl NpyHeader {
-    /// The bytes of the whole array, header included.
-    pub(super) fn total(&self) -> usize {
-        self.end.saturating_add(self.need)
-    }
-}
-
-/// Where the header of a `.npy` array ends, from its first 12 bytes (or fewer, when the file is
-/// that short).
-pub(super) fn npy_header_end(bytes: &[u8]) -> Option<usize> {
-    match bytes.get(6)? {
-        1 => bytes
-            .get(8..10)
-            .map(|b| 10 + usize::from(u16::from_le_bytes([b[0], b[1]]))),
-        2 | 3 => bytes
-            .get(8..12)
-            .map(|b| 12usize.saturating_add(u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)),
-        _ => None,
-    }
-}
-
-/// Parses the preamble and header of `.npy` bytes (format versions 1 to 3); `bytes` need hold
-/// no more than the header.
-pub(super) fn npy_header(bytes: &[u8]) -> Result<NpyHeader, String> {
-    const MAGIC: &[u8] = b"\x93NUMPY";
-    if !bytes.starts_with(MAGIC) {
-        return Err(if MAGIC.starts_with(bytes) {
-            "it is truncated inside its magic string".into()
-        } else {
-            "it does not start with the .npy magic string".into()
-        });
-    }
-    let start = match bytes.get(6) {
-        Some(1) => 10,
-        Some(2 | 3) => 12,
-        Some(v) => return Err(format!("its format version {v} is not supported")),
-        None => return Err("it is truncated inside its header".into()),
-    };
-    let end = npy_header_end(bytes).ok_or("it is truncated inside its header")?;
-    let header = bytes
-        .get(start..end)
-        .ok_or("it is truncated inside its header")?;
-    let header = std::str::from_utf8(header).map_err(|_| "its header is not text")?;
-
-    let descr_text = npy_field(header, "descr")?;
-    if descr_text.starts_with('[') {
-        return Err("it holds a structured array; only plain numeric arrays are supported".into());
-    }
-    let mark = descr_text
-        .chars()
-        .next()
-        .filter(|&c| c == '\'' || c == '"')
-        .ok_or("its header's `descr` is not a string")?;
-    let descr = descr_text[1..]
-        .split(mark)
-        .next()
-        .ok_or("its header's `descr` is not a string")?;
-    let (kind, item, big, conv) = npy_dtype(descr)?;
-
-    let fortran_text = npy_field(header, "fortran_order")?;
-    let fortran = if fortran_text.starts_with("True") {
-        true
-    } else if fortran_text.starts_with("False") {
-        false
-    } else {
-        return Err("its header's `fortran_order` is not True or False".into());
-    };
-
-    let shape_text = npy_field(header, "shape")?;
-    let inner = shape_text
-        .strip_prefix('(')
-        .and_then(|s| s.split(')').next())
-        .ok_or("its header's `shape` is not a tuple")?;
-    let shape = inner
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| d.trim_end_matches('L').parse::<i64>())
-        .collect::<Result<Vec<i64>, _>>()
-        .map_err(|_| {
-            format!(
-                "its header's shape ({}) is not a tuple of sizes",
-                quote(inner)
-            )
-        })?;
-    if shape.iter().any(|&d| d < 0) {
-        return Err(format!(
-            "its header's shape ({}) has a negative size",
-            quote(inner)
-        ));
-    }
-    let count = shape
-        .iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d as usize))
-        .ok_or_else(|| format!("its shape ({}) is too large", quote(inner)))?;
-    let need = count
-        .checked_mul(item)
-        .ok_or_else(|| format!("its shape ({}) is too large", quote(inner)))?;
-    Ok(NpyHeader {
-        kind,
-        item,
-        big,
-        conv,
-        fortran,
-        shape,
-        count,
-        need,
-        end,
-        descr: descr.to_string(),
-    })
-}
-
-/// Parses `.npy` bytes (format versions 1 to 3).
+/// Parses `.npy` bytes (format versions 1 to 3): the header by the one `.npy` reader
+/// ([`kiln::datafile::npy`]), then the values it declares.
 fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
-    let NpyHeader {
-        kind,
-        item,
-        big,
-        conv,
-        fortran,
-        shape,
-        count,
-        need,
-        end,
-        descr,
-    } = npy_header(bytes)?;
-    let body = &bytes[end..];
+    let header = npy::header(&mut { bytes }, bytes.len() as u64)?;
+    let (kind, conv) = npy_kind(&header)?;
+    let too_large = || {
+        format!(
+            "its shape {} is too large",
+            fmt_shape(&signed(&header.array.shape))
+        )
+    };
+    let shape: Vec<i64> = header
+        .array
+        .shape
+        .iter()
+        .map(|&d| i64::try_from(d).map_err(|_| too_large()))
+        .collect::<Result<_, _>>()?;
+    let count = header
+        .count()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(too_large)?;
+    let need = header
+        .body_len()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(too_large)?;
+    let item = header.item as usize;
+    let big = header.big_endian;
+    // The header was read from these bytes: it ends within them.
+    let body = &bytes[header.offset as usize..];
     if body.len() < need {
         return Err(format!(
             "it is truncated: its header describes {} values of `{}` ({need} bytes), but only {} bytes follow it",
             fmt_shape(&shape),
-            quote(&descr),
+            quote(header.descr.as_deref().unwrap_or_default()),
             body.len()
         ));
     }
@@ -271,7 +177,7 @@ fn parse_npy(bytes: &[u8]) -> Result<NpyArray<'_>, String> {
     Ok(NpyArray {
         kind,
         shape,
-        fortran,
+        fortran: header.fortran,
         data,
     })
 }

@@ -1,169 +1,55 @@
-//! `.npz` sources: a zip reader (stored and deflated members, zip64) and the `.npy` arrays inside;
-//! a deflated member is inflated no further than it and the array's header declare.
+//! `.npz` sources: the archive's directory and where each member lies, read by the one zip
+//! reader ([`kiln::datafile::zip`]); the members extracted here (stored, or deflated and inflated
+//! no further than they and the array's header declare) and checked against their CRC-32.
 
 use std::borrow::Cow;
-use std::io::Read;
+use std::io::{Cursor, Read};
 
+use kiln::datafile::npy;
+use kiln::datafile::zip::{self, Entry};
 use kiln::span::Span;
 use tch::Tensor;
 
 use super::error::DataError;
 use super::file::{missing_key, DataFile};
-use super::npy::{npy_bytes, npy_header, npy_header_end};
+use super::npy::npy_bytes;
 use super::{invalid, quote, Raw};
 
-/// One member of a zip archive, from its central directory.
-#[derive(Debug)]
-struct ZipEntry {
-    name: String,
-    flags: u16,
-    method: u16,
-    crc: u32,
-    compressed: u64,
-    size: u64,
-    offset: u64,
+/// A reader that keeps the bytes read through it.
+struct Kept<R> {
+    inner: R,
+    bytes: Vec<u8>,
 }
 
-fn le16(b: &[u8], at: usize) -> Option<u16> {
-    b.get(at..at.checked_add(2)?)
-        .map(|s| u16::from_le_bytes([s[0], s[1]]))
-}
-
-fn le32(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at.checked_add(4)?)
-        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
-}
-
-fn le64(b: &[u8], at: usize) -> Option<u64> {
-    let s = b.get(at..at.checked_add(8)?)?;
-    let mut a = [0u8; 8];
-    a.copy_from_slice(s);
-    Some(u64::from_le_bytes(a))
-}
-
-/// `u64` to `usize`, as an offset into the archive.
-fn offset(v: u64) -> Option<usize> {
-    usize::try_from(v).ok()
-}
-
-/// The members of a zip archive (zip64 included), from its central directory.
-fn zip_entries(b: &[u8]) -> Result<Vec<ZipEntry>, String> {
-    const EOCD: u32 = 0x0605_4b50;
-    const EOCD64: u32 = 0x0606_4b50;
-    const LOCATOR64: u32 = 0x0706_4b50;
-    const CENTRAL: u32 = 0x0201_4b50;
-    let corrupt = || "its zip directory is corrupt".to_string();
-    let last = b.len().saturating_sub(22);
-    let first = last.saturating_sub(0xFFFF);
-    let eocd = (first..=last)
-        .rev()
-        .find(|&i| le32(b, i) == Some(EOCD))
-        .ok_or("it has no zip directory (it is truncated, or not a zip archive)")?;
-    let mut entries = u64::from(le16(b, eocd + 10).ok_or_else(corrupt)?);
-    let mut cd_size = u64::from(le32(b, eocd + 12).ok_or_else(corrupt)?);
-    let mut cd_offset = u64::from(le32(b, eocd + 16).ok_or_else(corrupt)?);
-    if entries == 0xFFFF || cd_size == 0xFFFF_FFFF || cd_offset == 0xFFFF_FFFF {
-        let locator = eocd.checked_sub(20).ok_or_else(corrupt)?;
-        if le32(b, locator) != Some(LOCATOR64) {
-            return Err(corrupt());
-        }
-        let at = le64(b, locator + 8).and_then(offset).ok_or_else(corrupt)?;
-        if le32(b, at) != Some(EOCD64) {
-            return Err(corrupt());
-        }
-        entries = le64(b, at + 32).ok_or_else(corrupt)?;
-        cd_size = le64(b, at + 40).ok_or_else(corrupt)?;
-        cd_offset = le64(b, at + 48).ok_or_else(corrupt)?;
+impl<R: Read> Read for Kept<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.bytes.extend_from_slice(&buf[..n]);
+        Ok(n)
     }
-    let start = offset(cd_offset).ok_or_else(corrupt)?;
-    let end = offset(cd_size)
-        .and_then(|s| start.checked_add(s))
-        .filter(|&e| e <= b.len())
-        .ok_or_else(corrupt)?;
-    let mut out = Vec::with_capacity(entries.min(1024) as usize);
-    let mut p = start;
-    for _ in 0..entries {
-        if p >= end || le32(b, p) != Some(CENTRAL) {
-            return Err(corrupt());
-        }
-        let field16 = |at: usize| le16(b, p + at).ok_or_else(corrupt);
-        let field32 = |at: usize| le32(b, p + at).ok_or_else(corrupt);
-        let (flags, method) = (field16(8)?, field16(10)?);
-        let crc = field32(16)?;
-        let mut compressed = u64::from(field32(20)?);
-        let mut size = u64::from(field32(24)?);
-        let name_len = usize::from(field16(28)?);
-        let extra_len = usize::from(field16(30)?);
-        let comment_len = usize::from(field16(32)?);
-        let mut local = u64::from(field32(42)?);
-        let name_at = p + 46;
-        let name = b.get(name_at..name_at + name_len).ok_or_else(corrupt)?;
-        let name = String::from_utf8_lossy(name).into_owned();
-        let extra = b
-            .get(name_at + name_len..name_at + name_len + extra_len)
-            .ok_or_else(corrupt)?;
-        // The zip64 extra field holds, in order, the sizes and offset that do not fit 32 bits.
-        let mut e = 0;
-        while e + 4 <= extra.len() {
-            let id = le16(extra, e).ok_or_else(corrupt)?;
-            let len = usize::from(le16(extra, e + 2).ok_or_else(corrupt)?);
-            if id == 0x0001 {
-                let mut q = e + 4;
-                let mut wide = |v: &mut u64, full: u64| -> Result<(), String> {
-                    if *v == full {
-                        *v = le64(extra, q).ok_or_else(corrupt)?;
-                        q += 8;
-                    }
-                    Ok(())
-                };
-                wide(&mut size, 0xFFFF_FFFF)?;
-                wide(&mut compressed, 0xFFFF_FFFF)?;
-                wide(&mut local, 0xFFFF_FFFF)?;
-            }
-            e += 4 + len;
-        }
-        out.push(ZipEntry {
-            name,
-            flags,
-            method,
-            crc,
-            compressed,
-            size,
-            offset: local,
-        });
-        p = name_at + name_len + extra_len + comment_len;
-    }
-    Ok(out)
 }
 
 /// Inflates a deflated member holding a `.npy` array: its header first, then no more than the
 /// member declares and its header needs (one byte more is read, to refuse more data than
 /// declared).
-fn inflate(data: &[u8], entry: &ZipEntry, size: usize) -> Result<Vec<u8>, String> {
+fn inflate(data: &[u8], entry: &Entry, size: usize) -> Result<Vec<u8>, String> {
     let name = quote(&entry.name);
     let corrupt = || format!("its member `{name}` is corrupt or truncated");
-    let mut decoder = flate2::read::DeflateDecoder::new(data);
-    let mut out = Vec::new();
-    let mut more = |out: &mut Vec<u8>, upto: usize| -> Result<(), String> {
-        let want = upto.saturating_sub(out.len()) as u64;
-        (&mut decoder)
-            .take(want)
-            .read_to_end(out)
-            .map(drop)
-            .map_err(|_| corrupt())
+    // The `.npy` preamble and the header it announces, inflated no further than declared.
+    let mut kept = Kept {
+        inner: flate2::read::DeflateDecoder::new(data),
+        bytes: Vec::new(),
     };
-    // The `.npy` preamble, then the header it announces.
-    more(&mut out, 12.min(size))?;
-    let end = npy_header_end(&out)
-        .filter(|&end| end <= size)
-        .unwrap_or(out.len());
-    more(&mut out, end)?;
-    let header = npy_header(&out)
+    let header = npy::header(&mut (&mut kept).take(size as u64), size as u64)
         .map_err(|reason| format!("its member `{name}` is not a valid .npy array: {reason}"))?;
-    if size > header.total() {
+    let Kept {
+        inner: mut decoder,
+        bytes: mut out,
+    } = kept;
+    let total = header.total().unwrap_or(u64::MAX);
+    if size as u64 > total {
         return Err(format!(
-            "its member `{name}` declares {size} bytes, but the array its header describes needs {}; it was decompressed no further",
-            header.total()
+            "its member `{name}` declares {size} bytes, but the array its header describes needs {total}; it was decompressed no further"
         ));
     }
     // Deflate expands a byte to at most 1032.
@@ -171,7 +57,11 @@ fn inflate(data: &[u8], entry: &ZipEntry, size: usize) -> Result<Vec<u8>, String
         size.min(data.len().saturating_mul(1032))
             .saturating_sub(out.len()),
     );
-    more(&mut out, size.saturating_add(1))?;
+    let want = size.saturating_add(1).saturating_sub(out.len()) as u64;
+    (&mut decoder)
+        .take(want)
+        .read_to_end(&mut out)
+        .map_err(|_| corrupt())?;
     if out.len() != size {
         return Err(if out.len() > size {
             format!("its member `{name}` holds more than the {size} bytes it declares; it was decompressed no further")
@@ -182,34 +72,22 @@ fn inflate(data: &[u8], entry: &ZipEntry, size: usize) -> Result<Vec<u8>, String
     Ok(out)
 }
 
-/// The uncompressed bytes of a member, checked against its CRC-32.
-fn zip_extract<'a>(b: &'a [u8], entry: &ZipEntry) -> Result<Cow<'a, [u8]>, String> {
-    const LOCAL: u32 = 0x0403_4b50;
+/// The uncompressed bytes of a member, located by the zip reader and checked against its CRC-32.
+fn extract<'a>(b: &'a [u8], entry: &Entry) -> Result<Cow<'a, [u8]>, String> {
     let name = quote(&entry.name);
     let corrupt = || format!("its member `{name}` is corrupt or truncated");
-    if entry.flags & 1 != 0 {
-        return Err(format!("its member `{name}` is encrypted"));
-    }
-    let at = offset(entry.offset).ok_or_else(corrupt)?;
-    if le32(b, at) != Some(LOCAL) {
-        return Err(corrupt());
-    }
-    let name_len = usize::from(le16(b, at + 26).ok_or_else(corrupt)?);
-    let extra_len = usize::from(le16(b, at + 28).ok_or_else(corrupt)?);
-    let start = at + 30 + name_len + extra_len;
-    let data = offset(entry.compressed)
-        .and_then(|len| b.get(start..start.checked_add(len)?))
+    let body = entry.locate(&mut Cursor::new(b), b.len() as u64)?;
+    // `locate` keeps the member within the archive.
+    let data = usize::try_from(body.start)
+        .ok()
+        .zip(usize::try_from(body.len).ok())
+        .and_then(|(start, len)| b.get(start..start.checked_add(len)?))
         .ok_or_else(corrupt)?;
-    let size = offset(entry.size).ok_or_else(corrupt)?;
-    let out: Cow<'a, [u8]> = match entry.method {
-        0 if data.len() == size => Cow::Borrowed(data),
-        0 => return Err(corrupt()),
-        8 => Cow::Owned(inflate(data, entry, size)?),
-        m => {
-            return Err(format!(
-                "its member `{name}` uses zip compression method {m}; only stored and deflated members (as `np.savez` and `np.savez_compressed` write) are supported"
-            ))
-        }
+    let out: Cow<'a, [u8]> = if body.deflated {
+        let size = usize::try_from(entry.size).map_err(|_| corrupt())?;
+        Cow::Owned(inflate(data, entry, size)?)
+    } else {
+        Cow::Borrowed(data)
     };
     let mut crc = flate2::Crc::new();
     crc.update(&out);
@@ -229,22 +107,22 @@ pub(super) fn read(
     span: Span,
 ) -> Result<Raw, DataError> {
     let bytes = file.read(span)?;
-    let entries = zip_entries(&bytes).map_err(|reason| {
-        invalid(
-            span,
-            format!("{} is not a valid .npz archive: {reason}", file.name()),
-            "malformed archive",
-            "write the archive with numpy's `np.savez` or `np.savez_compressed`",
-        )
-    })?;
-    let key_of = |e: &ZipEntry| e.name.strip_suffix(".npy").unwrap_or(&e.name).to_string();
-    let keys: Vec<String> = entries.iter().map(key_of).collect();
+    let entries =
+        zip::directory(&mut Cursor::new(&bytes[..]), bytes.len() as u64).map_err(|reason| {
+            invalid(
+                span,
+                format!("{} is not a valid .npz archive: {reason}", file.name()),
+                "malformed archive",
+                "write the archive with numpy's `np.savez` or `np.savez_compressed`",
+            )
+        })?;
+    let keys: Vec<String> = entries.iter().map(|e| e.key().to_string()).collect();
     let array = |key: &str| -> Result<Tensor, DataError> {
         let entry = entries
             .iter()
-            .find(|e| key_of(e) == key)
+            .find(|e| e.key() == key)
             .ok_or_else(|| missing_key(file, "array", key, &keys, span))?;
-        let data = zip_extract(&bytes, entry).map_err(|reason| {
+        let data = extract(&bytes, entry).map_err(|reason| {
             invalid(
                 span,
                 format!("{} is not a valid .npz archive: {reason}", file.name()),
