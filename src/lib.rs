@@ -14,6 +14,7 @@ pub mod diagnostic;
 pub mod ir;
 pub mod lsp;
 pub mod plan;
+pub mod present;
 pub mod rundir;
 pub mod span;
 pub mod supervise;

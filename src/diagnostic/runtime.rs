@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::problem::{Death, KilledRun, Problem, RunStage, Torch, Unavailable};
 use super::Diagnostic;
-use crate::plan::fmt_bytes;
+use crate::present::fmt_bytes;
 use crate::span::Span;
 
 /// Runtime problems in words. Only those variants are passed here.
