@@ -20,3 +20,7 @@ pub mod span;
 pub mod supervise;
 pub mod syntax;
 pub mod table;
+
+#[cfg(test)]
+#[path = "../tests/support/toolkit.rs"]
+mod toolkit;

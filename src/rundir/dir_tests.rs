@@ -4,12 +4,13 @@
 
 use std::path::PathBuf;
 
-use super::tests::{outcome, report, scratch};
+use super::tests::{outcome, report};
 use super::*;
+use crate::toolkit::scratch;
 
 #[test]
 fn checkpoint_index_round_trips_and_prunes() {
-    let dir = scratch("checkpoints");
+    let dir = scratch("rundir-checkpoints");
     let side = |step| Sidecar {
         kiln: "0.1.0".into(),
         fingerprint: Fingerprint {
@@ -96,7 +97,7 @@ impl serde::Serialize for Unencodable {
 
 #[test]
 fn a_serialisation_failure_is_an_error_and_writes_nothing() {
-    let dir = scratch("encode");
+    let dir = scratch("rundir-encode");
     let e = write_yaml(&dir, REPORT, &Unencodable).expect_err("cannot encode");
     assert_eq!(e.op, Op::Encode);
     assert_eq!(e.path, dir.join(REPORT));
@@ -108,7 +109,7 @@ fn a_serialisation_failure_is_an_error_and_writes_nothing() {
 
 #[test]
 fn write_failures_name_the_file() {
-    let dir = scratch("unwritable");
+    let dir = scratch("rundir-unwritable");
     // A directory in the way of the file makes the rename fail, even as root.
     let run = RunDir::create(dir.clone()).expect("create");
     std::fs::create_dir_all(dir.join(REPORT).join("x")).expect("dir");
@@ -162,7 +163,7 @@ fn ranking_puts_the_best_first_and_nan_last() {
 
 #[test]
 fn a_run_directory_has_one_writer_and_is_never_reused() {
-    let parent = scratch("exclusive");
+    let parent = scratch("rundir-exclusive");
     // Directories made in the same second get distinct names.
     let a = create_unique(&parent, "20261130-120000").expect("first");
     let b = create_unique(&parent, "20261130-120000").expect("second");
@@ -212,7 +213,7 @@ fn a_run_directory_has_one_writer_and_is_never_reused() {
 
 #[test]
 fn every_version_of_the_experiment_is_kept() {
-    let dir = scratch("versions");
+    let dir = scratch("rundir-versions");
     let run = RunDir::create(dir.clone()).expect("create");
     assert_eq!(run.record_version("a").expect("v1"), EXPERIMENT);
     assert_eq!(run.record_version("a").expect("same"), EXPERIMENT);
@@ -232,7 +233,7 @@ fn every_version_of_the_experiment_is_kept() {
 
 #[test]
 fn an_extended_runs_earlier_reports_are_set_aside_and_kept() {
-    let dir = scratch("reports");
+    let dir = scratch("rundir-reports");
     let run = RunDir::create(dir.clone()).expect("create");
     assert_eq!(run.set_aside_report().expect("none yet"), None);
     let first = report();

@@ -1,16 +1,7 @@
 //! Round trips of every record and its values; the helpers the run directory's tests share.
 
-use std::path::PathBuf;
-
 use super::*;
-
-/// A fresh scratch directory for one test.
-pub(super) fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-rundir-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
+use crate::toolkit::scratch;
 
 fn epoch(e: u64, loss: f64) -> EpochRecord {
     EpochRecord {
@@ -159,7 +150,7 @@ pub(super) fn report() -> Report {
 
 #[test]
 fn report_round_trips() {
-    let dir = scratch("report");
+    let dir = scratch("rundir-report");
     let run = RunDir::create(dir.clone()).expect("create");
     let written = report();
     run.write_report(&written).expect("write");
@@ -173,7 +164,7 @@ fn report_round_trips() {
 
 #[test]
 fn a_report_of_another_version_reads_with_defaults() {
-    let dir = scratch("older");
+    let dir = scratch("rundir-older");
     std::fs::write(
         dir.join(REPORT),
         "experiment: old\ntrain_loss: .nan\nsomething_new: 3\n",
@@ -192,7 +183,7 @@ fn a_report_of_another_version_reads_with_defaults() {
 
 #[test]
 fn reports_name_their_fields_and_read_the_pairs_of_older_versions() {
-    let dir = scratch("named");
+    let dir = scratch("rundir-named");
     let run = RunDir::create(dir.clone()).expect("create");
     run.write_report(&report()).expect("write");
     let text = std::fs::read_to_string(dir.join(REPORT)).expect("report");
@@ -233,7 +224,7 @@ fn reports_name_their_fields_and_read_the_pairs_of_older_versions() {
 
 #[test]
 fn metrics_and_steps_round_trip_and_truncate() {
-    let dir = scratch("metrics");
+    let dir = scratch("rundir-metrics");
     let mut run = RunDir::create(dir.clone()).expect("create");
     let lines = vec![
         MetricLine::Train(epoch(1, 0.5)),
@@ -387,7 +378,7 @@ fn phases_are_named_in_records_and_old_records_read_without_them() {
 
 #[test]
 fn unknown_and_cut_lines_are_skipped() {
-    let dir = scratch("cut");
+    let dir = scratch("rundir-cut");
     let good = serde_json::to_string(&MetricLine::Train(epoch(1, 0.5))).expect("encode");
     std::fs::write(
         dir.join(METRICS),
@@ -405,7 +396,7 @@ fn unknown_and_cut_lines_are_skipped() {
 /// one unit in the last place off (`…673` as `…671`), besides ordinary and extreme ones.
 #[test]
 fn metric_values_read_back_bit_for_bit() {
-    let dir = scratch("exact");
+    let dir = scratch("rundir-exact");
     let mut run = RunDir::create(dir.clone()).expect("create");
     let values = [
         1.109_724_065_992_567_3,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::runtime::reference::python_command;
+use crate::toolkit::{python_command, scratch};
 use kiln::ir::Granularity;
 use tch::{Device, Kind, Tensor};
 
@@ -49,8 +49,7 @@ fn configs() -> Vec<(String, QConfig)> {
 fn reference() -> (HashMap<String, Tensor>, HashMap<String, Tensor>) {
     static FILES: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     let (inputs, outputs) = FILES.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("kiln-quant-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("scratch directory");
+        let dir = scratch("quant");
         // Rows scaled differently, one all zero, one positive, one negative.
         let w = Tensor::randn([30, 40], (Kind::Float, tch::Device::Cpu))
             * Tensor::rand([30, 1], (Kind::Float, tch::Device::Cpu))
