@@ -1,7 +1,7 @@
 //! Text for people, at the edge: the numbers every command writes the same way (counts with
 //! thousands separators, bytes with a binary unit) and the plan as `kiln plan` prints it. The
-//! plan ([`crate::plan`]) computes facts; this module words them for `kiln plan`, `kiln report`,
-//! the language server's hover and the diagnostics that quote sizes.
+//! plan ([`crate::plan`]) computes facts; this module words them for `kiln plan`, `kiln report`
+//! and the diagnostics that quote sizes.
 
 pub mod plan;
 
