@@ -14,8 +14,13 @@ pub mod diagnostic;
 pub mod ir;
 pub mod lsp;
 pub mod plan;
+pub mod present;
 pub mod rundir;
 pub mod span;
 pub mod supervise;
 pub mod syntax;
 pub mod table;
+
+#[cfg(test)]
+#[path = "../tests/support/toolkit.rs"]
+mod toolkit;

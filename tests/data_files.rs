@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::files::{npy_bytes as npy, zip};
+use support::files::{self, npy_bytes as npy, zip, Array};
 use support::scratch;
 
 /// How a `kiln run` ended.
@@ -179,22 +179,9 @@ fn labels_npy() -> Vec<u8> {
 
 /// A safetensors file of float32 `inputs` `[2, 3, 4]` and int64 `targets` `[2]`.
 fn safetensors(inputs: &[f32]) -> Vec<u8> {
-    let x = le_bytes(inputs);
-    let y: Vec<u8> = [3i64, 7].iter().flat_map(|v| v.to_le_bytes()).collect();
-    let mut header = format!(
-        r#"{{"inputs":{{"dtype":"F32","shape":[2,3,4],"data_offsets":[0,{}]}},"targets":{{"dtype":"I64","shape":[2],"data_offsets":[{},{}]}}}}"#,
-        x.len(),
-        x.len(),
-        x.len() + y.len()
-    );
-    while header.len() % 8 != 0 {
-        header.push(' ');
-    }
-    let mut b = (header.len() as u64).to_le_bytes().to_vec();
-    b.extend_from_slice(header.as_bytes());
-    b.extend_from_slice(&x);
-    b.extend_from_slice(&y);
-    b
+    let x = Array::f32(&[2, 3, 4], inputs);
+    let y = Array::i64(&[2], &[3, 7]);
+    files::safetensors(&[("inputs", &x), ("targets", &y)])
 }
 
 /// A CSV file of two samples of twelve features and a label, with `bad` written in feature

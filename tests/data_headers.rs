@@ -2,10 +2,13 @@
 //! sample shape recorded for the plan), a loader in memory reads nothing, a sweep's trials agree,
 //! and a FIFO named as a data file is refused without being opened.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use kiln::check::{check_path, check_text, FsLoader, Options};
 use kiln::ir::ReadData;
+
+mod support;
+use support::scratch;
 
 /// The small data files of the goldens (4 samples of 3x3 values, labels below 3).
 fn data(name: &str) -> String {
@@ -20,13 +23,6 @@ fn experiment(source: &str, extra: &str) -> String {
     format!(
         "experiment \"d\" {{\n  data {{\n    source {source}\n    {extra}\n    batch 2\n  }}\n  model {{\n    input [9]\n    fc: linear(3)\n  }}\n  optimizer adam(lr: 1e-3)\n  train {{\n    epochs 1\n    loss cross_entropy\n  }}\n}}\n"
     )
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-headers-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 /// Checks `text` as a file on disk; the diagnostics' codes and each trial's `data.read`.

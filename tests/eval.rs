@@ -8,6 +8,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::Value;
+use support::files::{self, Array};
 use support::parity;
 use support::{report, run, s, same_computation, scratch, text, write, TINY};
 
@@ -150,25 +151,28 @@ experiment "from-torch" {
 
 /// Writes a safetensors file of float tensors: `(name, dtype, shape)`, filled with zeros.
 fn safetensors(path: &Path, tensors: &[(&str, &str, &[usize])]) {
-    let mut header = serde_json::Map::new();
-    let mut offset = 0;
-    for (name, dtype, shape) in tensors {
-        let size = if *dtype == "F64" { 8 } else { 4 };
-        let bytes = shape.iter().product::<usize>() * size;
-        header.insert(
-            (*name).into(),
-            serde_json::json!({ "dtype": dtype, "shape": shape, "data_offsets": [offset, offset + bytes] }),
-        );
-        offset += bytes;
-    }
-    let mut head = serde_json::to_vec(&header).expect("header");
-    while !head.len().is_multiple_of(8) {
-        head.push(b' ');
-    }
-    let mut out = (head.len() as u64).to_le_bytes().to_vec();
-    out.extend(head);
-    out.extend(vec![0u8; offset]);
-    std::fs::write(path, out).expect("write");
+    let arrays: Vec<(&str, Array)> = tensors
+        .iter()
+        .map(|(name, dtype, shape)| {
+            let (descr, size) = if *dtype == "F64" {
+                ("<f8", 8)
+            } else {
+                ("<f4", 4)
+            };
+            let bytes = vec![0u8; shape.iter().product::<usize>() * size];
+            let shape = shape.to_vec();
+            (
+                *name,
+                Array {
+                    descr,
+                    shape,
+                    bytes,
+                },
+            )
+        })
+        .collect();
+    let named: Vec<(&str, &Array)> = arrays.iter().map(|(name, a)| (*name, a)).collect();
+    std::fs::write(path, files::safetensors(&named)).expect("write");
 }
 
 /// `kiln eval ARGS`, which must fail with `status` and the diagnostic `code`; its text.

@@ -4,9 +4,12 @@
 #![cfg(unix)]
 
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
+use support::scratch;
 
 /// How long `kiln check` and `kiln plan` may take to answer on hostile input.
 const DEADLINE: Duration = Duration::from_secs(2);
@@ -60,14 +63,6 @@ fn kiln_within(deadline: Duration, dir: &Path, args: &[&str]) -> Answer {
         stdout: stdout.join().expect("stdout reader"),
         stderr: stderr.join().expect("stderr reader"),
     }
-}
-
-/// An empty directory of its own for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-hostile-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 fn mkfifo(path: &Path) {

@@ -234,7 +234,7 @@ fn what_crosses_between_devices_each_step() {
         })
     );
     assert!(p.communication.transfers.is_empty());
-    let text = kiln::plan::to_text(&p);
+    let text = kiln::present::plan::to_text(&p);
     assert!(
         text.contains("all-reduce of 3.82 MiB of gradients over 4 replicas: each sends and receives 5.73 MiB (ring)"),
         "{text}"
@@ -243,7 +243,7 @@ fn what_crosses_between_devices_each_step() {
     // One device: nothing crosses, and the text has no communication section.
     let p = plan_of("experiments/mnist_mlp.exp");
     assert_eq!(p.communication, Default::default());
-    assert!(!kiln::plan::to_text(&p).contains("communication"));
+    assert!(!kiln::present::plan::to_text(&p).contains("communication"));
 }
 
 #[test]
@@ -302,7 +302,7 @@ fn pipeline_memory_per_stage() {
             ),
         ]
     );
-    let text = kiln::plan::to_text(&p);
+    let text = kiln::present::plan::to_text(&p);
     assert!(
         text.contains("stage 1 (stage2.fc2 .. stage2.fc3) on cuda:1: 18.17 MiB"),
         "{text}"
@@ -427,7 +427,7 @@ experiment "dp" {
             (Device::Cuda(2), 1_036, 1_036, 0, 1_504, 3_576),
         ]
     );
-    let text = kiln::plan::to_text(&p);
+    let text = kiln::present::plan::to_text(&p);
     assert!(
         text.contains("data over 3 replicas [cuda:0, cuda:0, cuda:2]"),
         "{text}"
@@ -504,7 +504,7 @@ fn compression_bytes_before_and_after() {
 #[test]
 fn compression_shows_schedules_in_words_in_text_and_yaml() {
     let p = plan_of("experiments/mnist_mlp_prune_gradual.exp");
-    let text = kiln::plan::to_text(&p);
+    let text = kiln::present::plan::to_text(&p);
     assert!(
         text.contains("prune l1_unstructured 90%, gradual 0 -> 90% over steps 100..1000 every 50"),
         "{text}"
@@ -517,12 +517,12 @@ fn compression_shows_schedules_in_words_in_text_and_yaml() {
     );
     assert!(yaml.contains("sparsity: 0.9"), "{yaml}");
     let p = plan_of("experiments/mnist_mlp_prune_iterative.exp");
-    assert!(kiln::plan::to_text(&p)
+    assert!(kiln::present::plan::to_text(&p)
         .contains("iterative, 3 rounds of 41.5% of the remaining weights, rewinding to step 125"));
     // Nothing compressed, no section.
     let p = plan_of("experiments/mnist_mlp.exp");
     assert!(p.compression.is_none());
-    assert!(!kiln::plan::to_text(&p).contains("compression"));
+    assert!(!kiln::present::plan::to_text(&p).contains("compression"));
     assert!(!serde_yaml::to_string(&p)
         .expect("yaml")
         .contains("compression"));
@@ -535,7 +535,7 @@ fn the_layer_table_lines_up_whatever_its_widths() {
     let text = "experiment \"wide\" {\n  data {\n    source synthetic(inputs: normal([3, 64, 64]), targets: randint(1000), count: 64)\n    batch 8\n  }\n  model {\n    input [3, 64, 64]\n    a_convolution_with_a_long_name: conv2d(512, 3, padding: 1)\n    flatten\n    head: linear(1000)\n  }\n  device cpu\n  optimizer sgd(lr: 0.1)\n  train {\n    steps 1\n    loss cross_entropy\n  }\n}\n";
     let checked = kiln::check::check_text("wide.exp", text);
     assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
-    let out = kiln::plan::to_text(&plan(&checked.trials[0]));
+    let out = kiln::present::plan::to_text(&plan(&checked.trials[0]));
     let lines: Vec<&str> = out
         .lines()
         .skip_while(|l| !l.starts_with("layer"))

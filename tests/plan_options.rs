@@ -2,7 +2,8 @@
 //! `sequence` schedules included), the evaluation batch's activations in the memory estimate,
 //! and each split's own source, in its text and its YAML.
 
-use kiln::plan::{plan, to_text, Plan};
+use kiln::plan::{plan, Plan};
+use kiln::present::plan::to_text;
 
 /// The plan of a small experiment with `data` lines and a `schedule` line.
 fn plan_with(data: &str, schedule: &str, optimizer: &str) -> Plan {

@@ -1,7 +1,10 @@
 //! `kiln report` and `kiln compare` on run directories written by hand.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+mod support;
+use support::scratch;
 
 fn kiln(args: &[&Path]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kiln"))
@@ -17,14 +20,6 @@ fn stdout(o: &Output) -> String {
 
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-report-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
 }
 
 /// What a fake run looks like.

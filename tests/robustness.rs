@@ -146,7 +146,7 @@ fn use_checked(checked: &Checked, render_diagnostics: bool) {
     for trial in &checked.trials {
         let plan = kiln::plan::plan(trial);
         plan_is_consistent(&plan);
-        std::hint::black_box(kiln::plan::to_text(&plan));
+        std::hint::black_box(kiln::present::plan::to_text(&plan));
     }
     assert!(
         checked.diagnostics.iter().all(|d| d.code != Code::Internal),

@@ -54,9 +54,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// A fresh scratch directory for one test, holding `experiment` as the experiment file.
 fn scratch_with(name: &str, experiment: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-signals-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let dir = support::scratch(name);
     std::fs::write(dir.join(EXP), experiment).expect("experiment");
     dir
 }

@@ -7,6 +7,9 @@ use clap::{Parser, Subcommand};
 
 #[path = "../runtime/mod.rs"]
 mod runtime;
+#[cfg(test)]
+#[path = "../../tests/support/toolkit.rs"]
+mod toolkit;
 
 /// Runs Kiln experiments on libtorch.
 #[derive(Parser)]

@@ -159,17 +159,11 @@ fn kind(meta: &Metadata) -> FileKind {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kiln-fs-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch dir");
-        dir
-    }
+    use crate::toolkit::scratch;
 
     #[test]
     fn a_file_at_the_limit_is_read_and_one_byte_more_is_refused() {
-        let dir = scratch("limit");
+        let dir = scratch("fs-limit");
         let path = dir.join("a.exp");
         std::fs::write(&path, vec![b'#'; 100]).expect("write");
         assert_eq!(read_bounded(&path, 100).expect("fits").len(), 100);
@@ -189,7 +183,7 @@ mod tests {
             FsLoader.read(Path::new("/dev/zero")),
             Err(Unreadable::NotRegular(FileKind::CharDevice))
         );
-        let dir = scratch("dir");
+        let dir = scratch("fs-dir");
         assert_eq!(
             FsLoader.read(&dir),
             Err(Unreadable::NotRegular(FileKind::Directory))
@@ -198,7 +192,7 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_the_systems_reason() {
-        let dir = scratch("missing");
+        let dir = scratch("fs-missing");
         assert!(matches!(
             FsLoader.read(&dir.join("none.exp")),
             Err(Unreadable::Io(_))

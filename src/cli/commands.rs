@@ -11,9 +11,9 @@ use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::{Code, Problem, Severity};
 use kiln::ir::Device;
-use kiln::plan;
 use kiln::span::{Sources, Span};
 use kiln::syntax::ast::Unit;
+use kiln::{plan, present};
 
 /// `kiln check`.
 pub fn check(
@@ -113,7 +113,7 @@ pub fn plan(
                 if i > 0 {
                     let _ = writeln!(out);
                 }
-                let _ = write!(out, "{}", plan::to_text(&p));
+                let _ = write!(out, "{}", present::plan::to_text(&p));
             }
             PlanFormat::Yaml => {
                 let _ = writeln!(out, "---");

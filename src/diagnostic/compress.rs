@@ -2,7 +2,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
-use crate::plan::fmt_count;
+use crate::present::fmt_count;
 use crate::span::Span;
 
 /// The group sizes the INT4 kernels take.

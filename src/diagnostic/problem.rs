@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use super::Code;
 use crate::ir::{Device, Kind, Shape};
 use crate::span::Span;
 
@@ -17,11 +16,13 @@ pub use super::datafile::DataFit;
 pub use super::evaluation::{Mismatch, NoWeights};
 pub use super::extend::{Extension, Lengths};
 pub use super::keywords::{Home, KeywordHint};
+pub use super::runs::{Change, Resume, Taken};
+pub use super::runtime::{Death, KilledRun, RunStage, Torch, Unavailable};
 pub use super::schedule::Sequence;
 pub use super::shapes::Window;
 pub use super::situation::{
-    Arguments, Change, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
-    OutOfRange, Producer, Range, Resume, RunStage, Sweep, Taken, Torch, Unavailable, Unknown,
+    Arguments, Declared, Expected, Form, Ignored, Inconsistent, LossShape, Misplaced, NoOp,
+    OutOfRange, Producer, Range, Sweep, Unknown,
 };
 pub use super::syntax::{Habit, Within};
 pub use super::unreadable::{FileKind, Unreadable};
@@ -962,143 +963,4 @@ pub enum Problem {
         /// cannot be read.
         detail: String,
     },
-}
-
-/// Why a signal killed the runtime, as far as `kiln` can tell.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Death {
-    /// SIGKILL while memory was short: the kernel's out-of-memory killer.
-    OutOfMemory {
-        /// The runtime's peak resident memory, in bytes.
-        peak: u64,
-        /// The memory it could use (the cgroup's limit or the machine's), when known.
-        limit: Option<u64>,
-    },
-    /// SIGKILL with memory to spare: another process (`kill -9`).
-    Killed,
-    /// SIGXFSZ: a file grew past the file-size limit.
-    FileSize,
-    /// SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT: a crash.
-    Crash,
-    /// Any other signal, sent by another process.
-    Other,
-}
-
-/// A run directory of a killed runtime.
-#[derive(Clone, Debug, PartialEq)]
-pub struct KilledRun {
-    /// The run directory, as the runtime named it.
-    pub dir: PathBuf,
-    /// The sweep trial (1-based) it holds, for a sweep's run.
-    pub trial: Option<usize>,
-    /// Its newest checkpoint: the step and the tensors file.
-    pub checkpoint: Option<(u64, PathBuf)>,
-}
-
-impl Problem {
-    /// The problem's stable code.
-    pub fn code(&self) -> Code {
-        match self {
-            Problem::Syntax { .. } => Code::Syntax,
-            Problem::InvalidUtf8 { .. } => Code::InvalidUtf8,
-            Problem::Io { .. } => Code::Io,
-            Problem::TooDeep { .. } => Code::TooDeep,
-            Problem::Internal { .. } => Code::Internal,
-            Problem::UnknownKeyword { .. } => Code::UnknownKeyword,
-            Problem::UnknownLayer(_) => Code::UnknownLayer,
-            Problem::UnknownOptimizer(_) => Code::UnknownOptimizer,
-            Problem::UnknownLoss(_) => Code::UnknownLoss,
-            Problem::UnknownDevice { .. } => Code::UnknownDevice,
-            Problem::UnknownParameter { .. } => Code::UnknownParameter,
-            Problem::UnknownSchedule(_) => Code::UnknownSchedule,
-            Problem::UnknownMetric(_) => Code::UnknownMetric,
-            Problem::UnknownSource { .. } => Code::UnknownSource,
-            Problem::UnknownPruneMethod(_) => Code::UnknownPruneMethod,
-            Problem::UnknownQuantScheme(_) => Code::UnknownQuantScheme,
-            Problem::UnknownStrategy(_) => Code::UnknownStrategy,
-            Problem::UnknownChoice { .. } => Code::UnknownChoice,
-            Problem::UnknownReference { .. } => Code::UnknownReference,
-            Problem::ExperimentCount { .. } => Code::ExperimentCount,
-            Problem::MissingSetting { .. } => Code::MissingSetting,
-            Problem::DuplicateName { .. } => Code::DuplicateName,
-            Problem::DuplicateSetting { .. } => Code::DuplicateSetting,
-            Problem::WrongType { .. } => Code::WrongType,
-            Problem::WrongArguments { .. } => Code::WrongArguments,
-            Problem::OutOfRange { .. } => Code::OutOfRange,
-            Problem::ExtendsNotFound { .. } => Code::ExtendsNotFound,
-            Problem::ExtendsCycle { .. } => Code::ExtendsCycle,
-            Problem::Misplaced { .. } => Code::Misplaced,
-            Problem::PipelineOneStage { .. } => Code::PipelineOneStage,
-            Problem::DdpWithoutWorldSize { .. } => Code::DdpWithoutWorldSize,
-            Problem::Fp8OnCpu { .. } => Code::Fp8OnCpu,
-            Problem::Int4NonLinear { .. } => Code::Int4NonLinear,
-            Problem::Int4GroupSize { .. } => Code::Int4GroupSize,
-            Problem::QatFp16 { .. } => Code::QatFp16,
-            Problem::CompressTargetKind { .. } => Code::CompressTargetKind,
-            Problem::CompressConflict { .. } => Code::CompressConflict,
-            Problem::QuantNoSpeedup { .. } => Code::QuantNoSpeedup,
-            Problem::PruneLeavesNothing { .. } => Code::PruneLeavesNothing,
-            Problem::CannotShrink { .. } => Code::CannotShrink,
-            Problem::BatchArithmetic { .. } => Code::BatchArithmetic,
-            Problem::MicroBatches { .. } => Code::MicroBatches,
-            Problem::HeadsIndivisible { .. } => Code::HeadsIndivisible,
-            Problem::TooManyStages { .. } => Code::TooManyStages,
-            Problem::PlacementConflict { .. } => Code::PlacementConflict,
-            Problem::Inconsistent { .. } => Code::Inconsistent,
-            Problem::BadSweep { .. } => Code::BadSweep,
-            Problem::NormalizeChannels { .. } => Code::NormalizeChannels,
-            Problem::ShapeMismatch { .. } => Code::ShapeMismatch,
-            Problem::RankMismatch { .. } => Code::RankMismatch,
-            Problem::LossShape { .. } => Code::LossShape,
-            Problem::ResidualShape { .. } => Code::ResidualShape,
-            Problem::ReshapeSize { .. } => Code::ReshapeSize,
-            Problem::DtypeMismatch { .. } => Code::DtypeMismatch,
-            Problem::DataShape { .. } => Code::DataShape,
-            Problem::SequenceTask { .. } | Problem::TokenTargets { .. } => Code::SequenceTask,
-            Problem::EmptyDimension { .. } => Code::EmptyDimension,
-            Problem::DataParallelOneDevice { .. } => Code::DataParallelOneDevice,
-            Problem::MemoryExceeded { .. } => Code::MemoryExceeded,
-            Problem::ModelParallelOneDevice { .. } => Code::ModelParallelOneDevice,
-            Problem::NoOpLayer { .. } => Code::NoOpLayer,
-            Problem::DoubleSoftmax { .. } => Code::DoubleSoftmax,
-            Problem::IgnoredSetting { .. } => Code::IgnoredSetting,
-            Problem::PlacementIgnored { .. } => Code::PlacementIgnored,
-            Problem::PipelineBatchNorm { .. } => Code::PipelineBatchNorm,
-            Problem::DropoutSharedGenerator { .. } => Code::DropoutSharedGenerator,
-            Problem::OutlastsTraining { .. } => Code::OutlastsTraining,
-            Problem::PlateauWithoutValidation { .. } => Code::PlateauWithoutValidation,
-            Problem::BadSequence { .. } => Code::BadSequence,
-            Problem::DeviceUnavailable { .. } => Code::DeviceUnavailable,
-            Problem::DataMismatch { .. } => Code::DataMismatch,
-            Problem::DataHeader { .. } => Code::DataHeader,
-            Problem::DataFileMissing { .. } => Code::DataFileMissing,
-            Problem::GroupOverlap { .. } => Code::GroupOverlap,
-            Problem::BatchNormOneValue { .. } => Code::BatchNormOneValue,
-            Problem::EmptyGroup { .. } => Code::EmptyGroup,
-            Problem::WeightlessBatch { .. } => Code::WeightlessBatch,
-            Problem::DataMissing { .. } => Code::DataMissing,
-            Problem::DataInvalid { .. } => Code::DataInvalid,
-            Problem::NonFiniteLoss { .. } => Code::NonFiniteLoss,
-            Problem::OutOfMemory { .. } => Code::OutOfMemory,
-            Problem::Interrupted { .. } => Code::Interrupted,
-            Problem::ResumeIncompatible { .. } => Code::ResumeIncompatible,
-            Problem::TorchError { .. } => Code::TorchError,
-            Problem::RunIo { .. } => Code::RunIo,
-            Problem::RunDirTaken { .. } => Code::RunDirTaken,
-            Problem::CheckpointDamaged { .. } => Code::CheckpointDamaged,
-            Problem::StaleLock { .. } => Code::StaleLock,
-            Problem::RuntimeKilled { .. } => Code::RuntimeKilled,
-            Problem::RankFailed { .. } => Code::RankFailed,
-            Problem::RendezvousFailed { .. } => Code::RendezvousFailed,
-            Problem::RanksDiffer { .. } => Code::RanksDiffer,
-            Problem::BackendUnavailable { .. } => Code::BackendUnavailable,
-            Problem::NoWeights { .. } => Code::NoWeights,
-            Problem::WeightsMismatch { .. } => Code::WeightsMismatch,
-            Problem::SplitEmpty { .. } => Code::SplitEmpty,
-            Problem::ExportNotEvaluable { .. } => Code::ExportNotEvaluable,
-            Problem::ShorterThanTrained { .. } => Code::ShorterThanTrained,
-            Problem::NotExtendable { .. } => Code::NotExtendable,
-            Problem::RunComplete { .. } => Code::RunComplete,
-        }
-    }
 }

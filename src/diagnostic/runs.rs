@@ -1,7 +1,10 @@
 //! Wording of the problems of run directories and resuming (K0507, K0510, K0512, K0513).
 
-use super::problem::{Change, Problem, Resume, Taken};
+use std::path::PathBuf;
+
+use super::problem::Problem;
 use super::Diagnostic;
+use crate::span::Span;
 
 /// Run-directory problems in words. Only those variants are passed here.
 pub(super) fn words(problem: Problem) -> Diagnostic {
@@ -132,4 +135,51 @@ fn changed(code: super::Code, span: crate::span::Span, changes: &[Change]) -> Di
         d.note = Some(lines.join("\n"));
     }
     d.help("these change what the run computes: resume with the experiment the checkpoint was made with, or start a new run; a resume may change the learning rate, the length, and the evaluation, checkpoint and early-stopping settings")
+}
+
+/// The situations of K0507.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Resume {
+    /// The run directory holds no checkpoint.
+    NoCheckpoint {
+        /// The run directory.
+        dir: PathBuf,
+    },
+    /// The experiment changed, since the checkpoint, in what the run computes.
+    Changed {
+        /// Each difference.
+        changes: Vec<Change>,
+    },
+    /// The checkpoint lacks a tensor the model has.
+    MissingTensor {
+        /// The tensor's `state_dict` name.
+        name: String,
+    },
+}
+
+/// One difference between a checkpoint's experiment and the one resuming from it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Change {
+    /// What differs (`seed`, `layer 3`, `optimizer`).
+    pub what: String,
+    /// The checkpoint's value; `None` when it had none.
+    pub was: Option<String>,
+    /// The experiment's value; `None` when it has none.
+    pub now: Option<String>,
+    /// Where the experiment says it, when it is written in one place.
+    pub span: Option<Span>,
+}
+
+/// Why a run directory cannot be used (K0510).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Taken {
+    /// A new run was asked for in a directory that holds files.
+    Exists,
+    /// Another process is writing the run (named when known).
+    InUse {
+        /// The holder, as `process 42 on host (since ...)`.
+        holder: Option<String>,
+    },
+    /// `--resume` names a directory that holds no run.
+    NotARun,
 }

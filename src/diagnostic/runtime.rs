@@ -1,10 +1,10 @@
 //! Wording of runtime problems (K0420, K0501 to K0509, K0511).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use super::problem::{Death, KilledRun, Problem, RunStage, Torch, Unavailable};
+use super::problem::Problem;
 use super::Diagnostic;
-use crate::plan::fmt_bytes;
+use crate::present::fmt_bytes;
 use crate::span::Span;
 
 /// Runtime problems in words. Only those variants are passed here.
@@ -259,4 +259,100 @@ fn kept(file: &Path, runs: &[KilledRun]) -> String {
         })
         .collect();
     each.join("; ")
+}
+
+/// Why a signal killed the runtime, as far as `kiln` can tell.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Death {
+    /// SIGKILL while memory was short: the kernel's out-of-memory killer.
+    OutOfMemory {
+        /// The runtime's peak resident memory, in bytes.
+        peak: u64,
+        /// The memory it could use (the cgroup's limit or the machine's), when known.
+        limit: Option<u64>,
+    },
+    /// SIGKILL with memory to spare: another process (`kill -9`).
+    Killed,
+    /// SIGXFSZ: a file grew past the file-size limit.
+    FileSize,
+    /// SIGSEGV, SIGBUS, SIGILL, SIGFPE or SIGABRT: a crash.
+    Crash,
+    /// Any other signal, sent by another process.
+    Other,
+}
+
+/// A run directory of a killed runtime.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KilledRun {
+    /// The run directory, as the runtime named it.
+    pub dir: PathBuf,
+    /// The sweep trial (1-based) it holds, for a sweep's run.
+    pub trial: Option<usize>,
+    /// Its newest checkpoint: the step and the tensors file.
+    pub checkpoint: Option<(u64, PathBuf)>,
+}
+
+/// The situations of K0501.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Unavailable {
+    /// fp16 training on the CPU.
+    Fp16OnCpu,
+    /// A CUDA device this machine lacks.
+    Missing {
+        /// The device as the experiment or the command line names it (`cuda:1`, `--device`).
+        named: String,
+        /// The CUDA index needed.
+        index: usize,
+        /// How many CUDA devices the machine has.
+        count: usize,
+    },
+}
+
+/// The situations of K0508.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Torch {
+    /// libtorch returned an error.
+    Libtorch {
+        /// Its first line.
+        detail: String,
+    },
+    /// A layer met an input the checks should have excluded.
+    Layer {
+        /// What it met (`attention expects [batch, sequence, width], got [2, 3]`).
+        detail: String,
+    },
+    /// A layer lacks a tensor that lowering should have created.
+    Lowering {
+        /// The layer's name.
+        layer: String,
+        /// What kind of tensor (`parameter`).
+        what: String,
+        /// Its local name (`weight`).
+        name: String,
+    },
+    /// The thread preparing batches stopped before the end of the epoch.
+    LoaderStopped,
+    /// The model's output does not fit the targets as the loss needs them (after a one-unit
+    /// output is squeezed against one target per sample).
+    LossShapes {
+        /// The loss's name.
+        loss: &'static str,
+        /// The output's shape, batch included.
+        output: Vec<i64>,
+        /// The targets' shape, batch included.
+        targets: Vec<i64>,
+        /// What the loss needs, in words.
+        needs: &'static str,
+    },
+}
+
+/// What the run was doing when a file of its run directory failed (K0509).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunStage {
+    /// Writing or reading a checkpoint.
+    Checkpoint,
+    /// Recording the run (progress, report).
+    Record,
+    /// Plotting curves.
+    Plot,
 }

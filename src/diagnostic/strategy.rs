@@ -3,7 +3,7 @@
 use super::counted;
 use super::problem::{Ignored, Inconsistent, Problem, Sweep};
 use super::{Code, Diagnostic};
-use crate::plan::{fmt_bytes, fmt_count};
+use crate::present::{fmt_bytes, fmt_count};
 use crate::span::Span;
 
 fn s(n: u64) -> &'static str {

@@ -1,7 +1,7 @@
 //! Why a file could not be read: K0003 for a file named on the command line, K0122 for a base
 //! named by `extends`. The facts, and the words for them.
 
-use crate::plan::{fmt_bytes, fmt_count};
+use crate::present::{fmt_bytes, fmt_count};
 
 /// Why a file could not be read.
 #[derive(Clone, Debug, PartialEq)]

@@ -316,7 +316,7 @@ mod tests {
 
     #[test]
     fn paths_complete_in_data_sources_and_extends() {
-        let dir = std::env::temp_dir().join(format!("kiln-lsp-paths-{}", std::process::id()));
+        let dir = crate::toolkit::scratch("lsp-paths");
         std::fs::create_dir_all(dir.join("data/mnist")).unwrap();
         std::fs::write(dir.join("data/train.npy"), b"").unwrap();
         std::fs::write(dir.join("base.exp"), b"").unwrap();

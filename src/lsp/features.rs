@@ -458,7 +458,7 @@ pub(crate) mod tests {
 
     #[test]
     fn an_extends_string_leads_to_its_base_and_to_the_files_sharing_it() {
-        let dir = std::env::temp_dir().join(format!("kiln-lsp-extends-{}", std::process::id()));
+        let dir = crate::toolkit::scratch("lsp-extends");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("base.exp"), "experiment \"base\" {}\n").unwrap();
         let mut engine = Engine::default();

@@ -9,7 +9,6 @@
 
 use serde::Serialize;
 
-use super::fmt_bytes;
 use crate::ir::{
     Compression, Duration, Granularity, Layer, LayerKind, Node, PruneMethod, PruneSchedule,
     QuantScheme,
@@ -115,7 +114,7 @@ fn round_half_even(x: f64) -> u64 {
 }
 
 /// A percentage without needless decimals: `50%`, `12.5%`.
-fn percent(x: f64) -> String {
+pub fn percent(x: f64) -> String {
     let p = (x * 1000.0).round() / 10.0;
     format!("{p}%")
 }
@@ -376,68 +375,6 @@ pub fn compression(
         model_bytes_after,
         ratio: model_bytes_before as f64 / model_bytes_after.max(1) as f64,
     })
-}
-
-/// Writes the compression section of the plan's text.
-pub fn write_text(out: &mut String, c: &CompressionPlan) {
-    use std::fmt::Write;
-    let _ = writeln!(out, "\ncompression (parameters' bytes before -> after)");
-    // Columns as wide as their widest cell.
-    let w = c
-        .layers
-        .iter()
-        .map(|l| l.layer.chars().count())
-        .max()
-        .unwrap_or(5)
-        .max(5);
-    let b = c
-        .layers
-        .iter()
-        .flat_map(|l| [l.bytes_before, l.bytes_after])
-        .chain([c.model_bytes_before, c.model_bytes_after])
-        .map(|n| fmt_bytes(n).len())
-        .max()
-        .unwrap_or(0);
-    for l in &c.layers {
-        let mut notes = Vec::new();
-        if let Some(s) = l.sparsity {
-            notes.push(format!("{} sparse, dense bytes unchanged", percent(s)));
-        }
-        if let Some(g) = &l.global {
-            notes.push(format!(
-                "{} sparse over its {} targets together, dense bytes unchanged",
-                percent(g.sparsity),
-                g.targets
-            ));
-        }
-        if let Some(k) = &l.kept {
-            notes.push(format!("keeps {} of {} {}", k.units, k.of, k.along));
-        }
-        let notes = if notes.is_empty() {
-            String::new()
-        } else {
-            format!("  ({})", notes.join("; "))
-        };
-        let _ = writeln!(
-            out,
-            "  {:<w$}  {:>b$} -> {:>b$}  x{:.2}{notes}",
-            l.layer,
-            fmt_bytes(l.bytes_before),
-            fmt_bytes(l.bytes_after),
-            l.bytes_before as f64 / l.bytes_after.max(1) as f64,
-        );
-        for s in &l.steps {
-            let _ = writeln!(out, "  {:<w$}    {s}", "");
-        }
-    }
-    let _ = writeln!(
-        out,
-        "  {:<w$}  {:>b$} -> {:>b$}  x{:.2} smaller",
-        "model",
-        fmt_bytes(c.model_bytes_before),
-        fmt_bytes(c.model_bytes_after),
-        c.ratio
-    );
 }
 
 #[cfg(test)]

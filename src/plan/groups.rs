@@ -4,7 +4,6 @@
 
 use serde::Serialize;
 
-use super::fmt_count;
 use crate::ir::{layers, tensors, Experiment, OptimizerKind};
 
 /// One parameter group in the plan.
@@ -56,71 +55,4 @@ pub fn groups(e: &Experiment) -> Vec<GroupRow> {
         tensors: rest.into_iter().map(|t| t.name).collect(),
     });
     rows
-}
-
-/// The settings of an algorithm besides the learning rate and weight decay, in words.
-fn settings(kind: &OptimizerKind) -> String {
-    match kind {
-        OptimizerKind::Sgd {
-            momentum,
-            dampening,
-            nesterov,
-        } => format!("momentum {momentum}, dampening {dampening}, nesterov {nesterov}"),
-        OptimizerKind::Adam {
-            betas,
-            eps,
-            amsgrad,
-        }
-        | OptimizerKind::AdamW {
-            betas,
-            eps,
-            amsgrad,
-        } => format!(
-            "betas [{}, {}], eps {eps:e}, amsgrad {amsgrad}",
-            betas.0, betas.1
-        ),
-        OptimizerKind::RmsProp {
-            alpha,
-            eps,
-            momentum,
-            centered,
-        } => format!("alpha {alpha}, eps {eps:e}, momentum {momentum}, centered {centered}"),
-    }
-}
-
-/// The most tensor names a group's line lists in text; YAML lists them all.
-const SHOWN: usize = 8;
-
-/// Writes the groups as text, after the plan's totals.
-pub fn write_text(out: &mut String, rows: &[GroupRow]) {
-    use std::fmt::Write;
-    if rows.is_empty() {
-        return;
-    }
-    let _ = writeln!(out, "\nparameter groups");
-    for r in rows {
-        let what = if r.select.is_empty() {
-            "in no group".to_string()
-        } else {
-            r.select.join(", ")
-        };
-        let n = r.tensors.len();
-        let _ = writeln!(
-            out,
-            "  {what}: {} parameter{} in {n} tensor{}; lr {}, weight_decay {}, {}",
-            fmt_count(r.params),
-            if r.params == 1 { "" } else { "s" },
-            if n == 1 { "" } else { "s" },
-            r.lr,
-            r.weight_decay,
-            settings(&r.optimizer)
-        );
-        if n > 0 {
-            let mut names = r.tensors[..n.min(SHOWN)].join(", ");
-            if n > SHOWN {
-                let _ = write!(names, ", ... ({n} in all)");
-            }
-            let _ = writeln!(out, "    {names}");
-        }
-    }
 }

@@ -202,26 +202,3 @@ fn plateau(p: &Plateau) -> Vec<(&'static str, Param)> {
         ("min_lr", Number(p.min_lr)),
     ]
 }
-
-/// `cosine(warmup: 500 steps, min_lr: 0, start_factor: 0.1)`; a sequence on
-/// one line per schedule, indented by `indent`.
-pub fn write_text(out: &mut String, r: &ScheduleRow, indent: usize) {
-    use std::fmt::Write;
-    if r.schedules.is_empty() {
-        let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}: {v}")).collect();
-        let _ = writeln!(out, "{}({})", r.name, params.join(", "));
-        return;
-    }
-    let _ = writeln!(out, "sequence, milestones [{}]", r.milestones.join(", "));
-    for (i, s) in r.schedules.iter().enumerate() {
-        let from = match i {
-            0 => "from the start".to_string(),
-            _ => format!(
-                "from {}",
-                r.milestones.get(i - 1).map_or("?", String::as_str)
-            ),
-        };
-        let _ = write!(out, "{:indent$}{i}. {from}: ", "");
-        write_text(out, s, indent + 3);
-    }
-}

@@ -52,23 +52,3 @@ pub(super) fn rows(data: &Data) -> Vec<SplitRow> {
         .filter_map(|(split, own)| own.as_ref().map(|o| row(split, o)))
         .collect()
 }
-
-/// `val        npy("val_x.npy", "val_y.npy")`, one line per split.
-pub(super) fn write_text(out: &mut String, rows: &[SplitRow]) {
-    use std::fmt::Write;
-    for r in rows {
-        let what = match r.samples {
-            Some(n) => format!("{n} samples"),
-            None => {
-                let files: Vec<String> = r.files.iter().map(|f| format!("{f:?}")).collect();
-                files.join(", ")
-            }
-        };
-        let _ = writeln!(
-            out,
-            "{:<10} own source {}({what})",
-            format!("{} split", r.split),
-            r.source
-        );
-    }
-}

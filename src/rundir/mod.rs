@@ -21,6 +21,8 @@
 //! Nothing here uses libtorch.
 
 pub mod checkpoint;
+#[cfg(test)]
+mod dir_tests;
 mod lock;
 mod metrics;
 pub mod path_text;

@@ -73,6 +73,7 @@ pub fn newest(dir: &Path) -> (Option<(Sidecar, PathBuf)>, Vec<Damaged>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::toolkit::scratch;
 
     fn side() -> Sidecar {
         Sidecar {
@@ -86,16 +87,9 @@ mod tests {
         }
     }
 
-    fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kiln-weights-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("scratch");
-        dir
-    }
-
     #[test]
     fn a_second_publish_writes_a_new_version_and_keeps_the_first() {
-        let dir = scratch("versions");
+        let dir = scratch("weights-versions");
         let tmp = dir.join(".weights.safetensors.tmp");
         std::fs::write(&tmp, b"first").expect("write");
         let first = publish(&dir, &tmp, &side()).expect("publish");
@@ -117,7 +111,7 @@ mod tests {
 
     #[test]
     fn damaged_or_unfinished_versions_are_passed_over() {
-        let dir = scratch("damaged");
+        let dir = scratch("weights-damaged");
         let tmp = dir.join(".weights.safetensors.tmp");
         std::fs::write(&tmp, b"first").expect("write");
         publish(&dir, &tmp, &side()).expect("publish");
@@ -130,7 +124,7 @@ mod tests {
         assert_eq!(found.expect("intact").0.tensors, "weights.safetensors");
         assert_eq!(damaged.len(), 1);
         assert!(damaged[0].reason.contains("bytes"), "{:?}", damaged[0]);
-        assert!(newest(&scratch("none")).0.is_none());
+        assert!(newest(&scratch("weights-none")).0.is_none());
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -100,8 +100,8 @@ fn export(opts: &ExportOptions) -> Result<(), Failure> {
         std::io::stdout(),
         "wrote {} ({} of weights, {} before compression) and its manifest",
         out.join("model.safetensors").display(),
-        kiln::plan::fmt_bytes(r.compressed.bytes_after),
-        kiln::plan::fmt_bytes(r.compressed.bytes_before)
+        kiln::present::fmt_bytes(r.compressed.bytes_after),
+        kiln::present::fmt_bytes(r.compressed.bytes_before)
     );
     Ok(())
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tch::{Device, Kind, Tensor};
 
 use super::model::{build, Net};
-use super::reference::{python, root};
+use crate::toolkit::{python, root, scratch};
 
 #[path = "../../tests/layers/cases.rs"]
 mod cases;
@@ -317,9 +317,7 @@ fn every_layer_kind_has_a_case() {
 #[test]
 fn layer_parity_with_pytorch() {
     let python = python("the layer parity test");
-    let scratch = std::env::temp_dir().join(format!("kiln-layers-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).expect("scratch directory");
+    let scratch = scratch("layers");
     let cases = cases();
     let mut runs = Vec::new();
     for (i, case) in cases.iter().enumerate() {
@@ -399,8 +397,7 @@ fn small_net() -> Net {
 #[test]
 fn load_reports_missing_and_misshapen_weights() {
     let net = small_net();
-    let dir = std::env::temp_dir().join(format!("kiln-layers-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let dir = scratch("layers-load");
     let full: Vec<(String, Tensor)> = net
         .params
         .iter()

@@ -27,8 +27,6 @@ pub mod optim;
 pub mod output;
 pub mod parallel;
 pub mod plot;
-#[cfg(test)]
-pub mod reference;
 pub mod regression;
 pub mod report;
 pub mod resume;

@@ -365,9 +365,7 @@ mod tests {
     use kiln::span::FileId;
 
     fn run_dir(name: &str, metrics: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("kiln-plot-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = crate::toolkit::scratch(&format!("plot-{name}"));
         std::fs::write(dir.join("metrics.jsonl"), metrics).expect("write metrics");
         dir
     }
@@ -485,9 +483,7 @@ mod tests {
 
     #[test]
     fn missing_metrics_means_no_plots_and_unreadable_metrics_fail() {
-        let dir = std::env::temp_dir().join(format!("kiln-plot-{}-missing", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = crate::toolkit::scratch("plot-missing");
         write_curves(&dir, span()).expect("nothing to plot");
         assert!(!dir.join("loss.png").exists());
         // A directory where the file should be cannot be read.

@@ -726,8 +726,8 @@ fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
             format!(
                 "{} {} (activations {})",
                 d.device,
-                kiln::plan::fmt_bytes(d.total_bytes),
-                kiln::plan::fmt_bytes(d.activation_bytes)
+                kiln::present::fmt_bytes(d.total_bytes),
+                kiln::present::fmt_bytes(d.activation_bytes)
             )
         })
         .collect();

@@ -6,24 +6,14 @@
 pub mod files;
 pub mod formatting;
 pub mod parity;
+mod toolkit;
+
+pub use toolkit::{root, scratch};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-/// The repository's root.
-pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// A fresh scratch directory for one test.
-pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kiln-e2e-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
 
 /// `kiln` with `args`, in the repository's root, without colour.
 pub fn kiln(args: &[&str]) -> Command {

@@ -2,34 +2,21 @@
 //! spec file, training with `kiln run --init` and reading its per-step records, and comparing two
 //! series of losses. The reference scripts share `tests/support/torchref.py` in the same way.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
 
+use super::toolkit::python;
+pub use super::toolkit::SINGLE_THREADED;
 use super::{root, s, text};
-
-/// One CPU thread on both sides: the same kernels in the same order.
-pub const SINGLE_THREADED: [(&str, &str); 2] = [("OMP_NUM_THREADS", "1"), ("MKL_NUM_THREADS", "1")];
-
-/// The project's Python, which has torch; a missing one fails the test, never skips it.
-pub fn python() -> PathBuf {
-    let python = root().join(".venv/bin/python");
-    assert!(
-        python.is_file(),
-        "the parity tests need PyTorch in the project's virtualenv, and `{}` is missing: \
-         run `bash scripts/quickstart.sh` (or scripts/setup.sh) to create it",
-        python.display()
-    );
-    python
-}
 
 /// Writes `spec` as `dir/spec.json` and runs `script` (relative to the repository's root) on it
 /// with the project's Python, on one thread; a failing script fails the test with its output.
 pub fn reference(script: &str, spec: &Value, dir: &Path) {
     let path = dir.join("spec.json");
     std::fs::write(&path, serde_json::to_string_pretty(spec).expect("json")).expect("write spec");
-    let python = python();
+    let python = python("the parity tests");
     let out = Command::new(&python)
         .arg(root().join(script))
         .arg(&path)

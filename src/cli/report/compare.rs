@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
+use kiln::present::fmt_count;
 use kiln::rundir::Eval;
 
 use super::summary::resumed;
@@ -23,7 +24,7 @@ fn delta_in(a: Option<f64>, b: Option<f64>, decimals: usize, unit: &str) -> Stri
             }
             let d = b - a;
             let abs = if decimals == 0 {
-                grouped(d.abs().round() as u64)
+                fmt_count(d.abs().round() as u64)
             } else {
                 format!("{:.decimals$}", d.abs())
             };
@@ -251,7 +252,7 @@ fn steps_comparison(a: &[Row], b: &[Row], all: bool) -> String {
                 (p, q) => p.or(q).map_or_else(|| "-".into(), |e| e.to_string()),
             };
             let mut row = vec![
-                grouped(*step),
+                fmt_count(*step),
                 epoch,
                 loss(x.and_then(|r| r.train_loss)),
                 loss(y.and_then(|r| r.train_loss)),

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use kiln::present::fmt_count;
 use kiln::rundir::{self, Report};
 
 use super::text::*;
@@ -31,7 +32,7 @@ pub(super) fn summary(run: &Run, all: bool) -> String {
     }
     // Each figure says which weights it measured: the final ones, at the run's last step, and
     // the training loss the mean over the last epoch's steps.
-    let end = format!("at step {}", grouped(r.outcome.steps));
+    let end = format!("at step {}", fmt_count(r.outcome.steps));
     pairs.push((
         "train loss",
         format!(
@@ -84,15 +85,15 @@ fn last_epoch(rows: &[Row]) -> Option<String> {
     Some(format!(
         "mean of epoch {}, steps {} to {}",
         last.epoch,
-        grouped(first),
-        grouped(last.step)
+        fmt_count(first),
+        fmt_count(last.step)
     ))
 }
 
 /// The compression section: each layer's sparsity and bytes, the totals, the metrics and the
 /// latency before and after, saying plainly where the compressed model is slower.
 fn compression(c: &kiln::rundir::Compressed) -> String {
-    let bytes = kiln::plan::fmt_bytes;
+    let bytes = kiln::present::fmt_bytes;
     let mut out = String::from("compression\n");
     let header = ["layer", "method", "sparsity", "bytes before", "bytes after"].map(String::from);
     let rows: Vec<Vec<String>> = c
@@ -118,7 +119,7 @@ fn compression(c: &kiln::rundir::Compressed) -> String {
     // The uncompressed model is measured where training ended, the compressed one at the end
     // of the run (after any fine-tuning).
     let at =
-        |step: Option<u64>| step.map_or_else(String::new, |s| format!(" (step {})", grouped(s)));
+        |step: Option<u64>| step.map_or_else(String::new, |s| format!(" (step {})", fmt_count(s)));
     let (before, after) = (at(c.steps.map(|s| s.before)), at(c.steps.map(|s| s.after)));
     for (split, ba) in [("validation", &c.val), ("test", &c.test)] {
         if let Some(ba) = ba {

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use kiln::present::fmt_count;
 use kiln::rundir::{Eval, Report};
 pub(super) use kiln::table::Align;
 
@@ -26,19 +27,6 @@ pub(super) fn pct(x: Option<f64>) -> String {
     x.map_or_else(|| "-".into(), |x| format!("{:.2}%", 100.0 * x))
 }
 
-/// An integer with thousands separators.
-pub(super) fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// A learning rate: four significant digits, in scientific notation when small.
 pub(super) fn significant(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
@@ -57,12 +45,12 @@ pub(super) fn significant(x: f64) -> String {
 }
 
 pub(super) fn count(x: Option<u64>) -> String {
-    x.map_or_else(|| "-".into(), grouped)
+    x.map_or_else(|| "-".into(), fmt_count)
 }
 
 pub(super) fn rate(x: Option<f64>) -> String {
     match x {
-        Some(x) if x.is_finite() && x >= 0.0 => grouped(x.round() as u64),
+        Some(x) if x.is_finite() && x >= 0.0 => fmt_count(x.round() as u64),
         Some(x) => format!("{x}"),
         None => "-".into(),
     }
@@ -177,8 +165,6 @@ mod tests {
 
     #[test]
     fn formats() {
-        assert_eq!(grouped(1_234_567), "1,234,567");
-        assert_eq!(grouped(12), "12");
         assert_eq!(duration(Some(12.34)), "12.3s");
         assert_eq!(duration(Some(123.4)), "2m 03s");
         assert_eq!(duration(Some(3723.0)), "1h 02m 03s");

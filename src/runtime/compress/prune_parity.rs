@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::{json, Value};
 use tch::Tensor;
 
-use crate::runtime::reference::python_command;
+use crate::toolkit::{python_command, scratch};
 
 use super::tests::{equal, few_distinct, uniform, zeros, GENERATOR};
 use super::*;
@@ -378,9 +378,7 @@ fn check_case(index: usize, case: &Case, theirs: &HashMap<String, Tensor>) -> (V
 #[test]
 fn masks_equal_pytorchs() {
     let _generator = GENERATOR.lock().unwrap_or_else(|e| e.into_inner());
-    let scratch = std::env::temp_dir().join(format!("kiln-prune-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&scratch);
-    std::fs::create_dir_all(&scratch).expect("scratch directory");
+    let scratch = scratch("prune");
     let (cases, norms) = (cases(), norm_cases());
     let mut inputs: Vec<(String, Tensor)> = Vec::new();
     for case in &cases {

@@ -25,6 +25,9 @@ mod qstored;
 pub use qstored::{from_stored, Stored};
 
 #[cfg(test)]
+#[path = "qlinear_tests.rs"]
+mod qlinear_tests;
+#[cfg(test)]
 #[path = "quant_tests.rs"]
 mod tests;
 

@@ -1,0 +1,368 @@
+//! The plan as `kiln plan` prints it: the experiment's settings, a table of its layers, the
+//! totals, memory per device and per pipeline stage, the parameter groups, compression and what
+//! crosses between devices each step. `kiln plan --format yaml` serialises the [`Plan`] itself.
+
+use std::fmt::Write;
+
+use super::{fmt_bytes, fmt_count};
+use crate::ir::OptimizerKind;
+use crate::plan::compress::percent;
+use crate::plan::groups::GroupRow;
+use crate::plan::schedule::ScheduleRow;
+use crate::plan::splits::SplitRow;
+use crate::plan::{CompressionPlan, DataRow, DeviceNeed, Plan};
+use crate::table::{
+    self,
+    Align::{Left, Right},
+};
+
+/// `activations 1.00 MiB`, or the evaluation's when they are larger (they are counted instead).
+fn activations(d: &DeviceNeed) -> String {
+    if d.eval_activation_bytes > d.activation_bytes {
+        format!(
+            "evaluation activations {} (training {})",
+            fmt_bytes(d.eval_activation_bytes),
+            fmt_bytes(d.activation_bytes)
+        )
+    } else {
+        format!("activations {}", fmt_bytes(d.activation_bytes))
+    }
+}
+
+/// Renders a plan as a table for people.
+pub fn to_text(p: &Plan) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "experiment {}", p.experiment);
+    if !p.trial.is_empty() {
+        let t: Vec<String> = p.trial.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+        let _ = writeln!(out, "trial      {}", t.join(", "));
+    }
+    let _ = writeln!(
+        out,
+        "input      {}  batch {} (micro-batch {})  {}  {}",
+        p.input, p.batch, p.micro_batch, p.precision, p.optimizer
+    );
+    let _ = writeln!(out, "data       {}", data(&p.data));
+    splits(&mut out, &p.splits);
+    let _ = write!(out, "schedule   ");
+    schedule(&mut out, &p.schedule, 11);
+    let _ = writeln!(out, "parallel   {}\n", p.parallel);
+    // Columns as wide as their widest cell: long names, shapes and counts stay aligned.
+    let header = [
+        "layer",
+        "kind",
+        "output",
+        "params",
+        "flops/sample",
+        "device",
+    ]
+    .map(String::from);
+    let rows: Vec<Vec<String>> = p
+        .layers
+        .iter()
+        .map(|l| {
+            vec![
+                l.name.clone(),
+                l.kind.clone(),
+                l.output.to_string(),
+                fmt_count(l.params),
+                fmt_count(l.flops),
+                l.device.to_string(),
+            ]
+        })
+        .collect();
+    out += &table::render(&header, &rows, &[Left, Left, Left, Right, Right, Left], "");
+    let t = &p.totals;
+    let _ = writeln!(out, "\nparameters        {}", fmt_count(t.params));
+    let _ = writeln!(out, "weights           {}", fmt_bytes(t.weight_bytes));
+    let _ = writeln!(out, "gradients         {}", fmt_bytes(t.gradient_bytes));
+    let _ = writeln!(out, "optimizer state   {}", fmt_bytes(t.optimizer_bytes));
+    let _ = writeln!(
+        out,
+        "activations       {} per batch of {}",
+        fmt_bytes(t.activation_bytes),
+        p.batch
+    );
+    let _ = writeln!(
+        out,
+        "evaluation        {} per evaluation batch of {} (no gradients: input + widest layer)",
+        fmt_bytes(t.eval_activation_bytes),
+        p.eval_batch
+    );
+    let _ = writeln!(
+        out,
+        "forward FLOPs     {} per sample",
+        fmt_count(t.forward_flops_per_sample)
+    );
+    let _ = writeln!(
+        out,
+        "step FLOPs        {} (forward + backward, batch {})",
+        fmt_count(t.step_flops),
+        p.batch
+    );
+    let _ = writeln!(out, "\nmemory per device");
+    for d in &p.devices {
+        let each = if d.replicas > 1 {
+            format!(" (each of {})", d.replicas)
+        } else {
+            String::new()
+        };
+        let cap = d
+            .capacity_bytes
+            .map_or(String::new(), |c| format!(" of {}", fmt_bytes(c)));
+        let _ = writeln!(
+            out,
+            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + {}",
+            d.device.to_string(),
+            fmt_bytes(d.total_bytes),
+            cap,
+            each,
+            fmt_bytes(d.weight_bytes),
+            fmt_bytes(d.gradient_bytes),
+            fmt_bytes(d.optimizer_bytes),
+            activations(d)
+        );
+    }
+    if !p.stages.is_empty() {
+        let _ = writeln!(out, "\nmemory per pipeline stage");
+    }
+    for s in &p.stages {
+        let d = &s.memory;
+        let _ = writeln!(
+            out,
+            "  stage {} ({} .. {}) on {}: {}  = weights {} + gradients {} + optimizer {} + {} ({} micro-batch{} in flight)",
+            s.stage,
+            s.first,
+            s.last,
+            d.device,
+            fmt_bytes(d.total_bytes),
+            fmt_bytes(d.weight_bytes),
+            fmt_bytes(d.gradient_bytes),
+            fmt_bytes(d.optimizer_bytes),
+            activations(d),
+            s.in_flight,
+            if s.in_flight == 1 { "" } else { "es" }
+        );
+    }
+    groups(&mut out, &p.groups);
+    if let Some(c) = &p.compression {
+        compression(&mut out, c);
+    }
+    let c = &p.communication;
+    if c.transfers.is_empty() && c.allreduce.is_none() && c.pipeline_bubble.is_none() {
+        return out;
+    }
+    let _ = writeln!(out, "\ncommunication per step");
+    for t in &c.transfers {
+        let _ = writeln!(
+            out,
+            "  {} -> {}  {} -> {}  {} forward, as many bytes of gradients back",
+            t.after,
+            t.to_layer,
+            t.from,
+            t.to,
+            fmt_bytes(t.bytes_per_step)
+        );
+    }
+    if let Some(a) = &c.allreduce {
+        let _ = writeln!(
+            out,
+            "  all-reduce of {} of gradients over {} replicas: each sends and receives {} (ring)",
+            fmt_bytes(a.bytes),
+            a.replicas,
+            fmt_bytes(a.ring_bytes_per_replica)
+        );
+    }
+    if let Some(b) = c.pipeline_bubble {
+        let _ = writeln!(
+            out,
+            "  pipeline bubble: each stage idles {:.1}% of a step, (stages - 1) / (micro-batches + stages - 1)",
+            100.0 * b
+        );
+    }
+    out
+}
+
+/// `idx: 10,000 samples of [28, 28]`, or what is known of it.
+fn data(row: &DataRow) -> String {
+    let samples = match row.samples {
+        Some(n) => format!("{} sample{}", fmt_count(n), if n == 1 { "" } else { "s" }),
+        None if row.source == "synthetic" => String::new(),
+        None => "samples not read (file not here or too large to count)".into(),
+    };
+    match &row.sample {
+        Some(dims) => {
+            let d: Vec<String> = dims.iter().map(u64::to_string).collect();
+            format!("{}: {samples} of [{}]", row.source, d.join(", "))
+        }
+        None => format!("{}: {samples}", row.source),
+    }
+}
+
+/// `val        npy("val_x.npy", "val_y.npy")`, one line per split.
+fn splits(out: &mut String, rows: &[SplitRow]) {
+    for r in rows {
+        let what = match r.samples {
+            Some(n) => format!("{n} samples"),
+            None => {
+                let files: Vec<String> = r.files.iter().map(|f| format!("{f:?}")).collect();
+                files.join(", ")
+            }
+        };
+        let _ = writeln!(
+            out,
+            "{:<10} own source {}({what})",
+            format!("{} split", r.split),
+            r.source
+        );
+    }
+}
+
+/// `cosine(warmup: 500 steps, min_lr: 0, start_factor: 0.1)`; a sequence on
+/// one line per schedule, indented by `indent`.
+fn schedule(out: &mut String, r: &ScheduleRow, indent: usize) {
+    if r.schedules.is_empty() {
+        let params: Vec<String> = r.params.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        let _ = writeln!(out, "{}({})", r.name, params.join(", "));
+        return;
+    }
+    let _ = writeln!(out, "sequence, milestones [{}]", r.milestones.join(", "));
+    for (i, s) in r.schedules.iter().enumerate() {
+        let from = match i {
+            0 => "from the start".to_string(),
+            _ => format!(
+                "from {}",
+                r.milestones.get(i - 1).map_or("?", String::as_str)
+            ),
+        };
+        let _ = write!(out, "{:indent$}{i}. {from}: ", "");
+        schedule(out, s, indent + 3);
+    }
+}
+
+/// The settings of an algorithm besides the learning rate and weight decay, in words.
+fn settings(kind: &OptimizerKind) -> String {
+    match kind {
+        OptimizerKind::Sgd {
+            momentum,
+            dampening,
+            nesterov,
+        } => format!("momentum {momentum}, dampening {dampening}, nesterov {nesterov}"),
+        OptimizerKind::Adam {
+            betas,
+            eps,
+            amsgrad,
+        }
+        | OptimizerKind::AdamW {
+            betas,
+            eps,
+            amsgrad,
+        } => format!(
+            "betas [{}, {}], eps {eps:e}, amsgrad {amsgrad}",
+            betas.0, betas.1
+        ),
+        OptimizerKind::RmsProp {
+            alpha,
+            eps,
+            momentum,
+            centered,
+        } => format!("alpha {alpha}, eps {eps:e}, momentum {momentum}, centered {centered}"),
+    }
+}
+
+/// The most tensor names a group's line lists in text; YAML lists them all.
+const SHOWN: usize = 8;
+
+/// Writes the groups as text, after the plan's totals.
+fn groups(out: &mut String, rows: &[GroupRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nparameter groups");
+    for r in rows {
+        let what = if r.select.is_empty() {
+            "in no group".to_string()
+        } else {
+            r.select.join(", ")
+        };
+        let n = r.tensors.len();
+        let _ = writeln!(
+            out,
+            "  {what}: {} parameter{} in {n} tensor{}; lr {}, weight_decay {}, {}",
+            fmt_count(r.params),
+            if r.params == 1 { "" } else { "s" },
+            if n == 1 { "" } else { "s" },
+            r.lr,
+            r.weight_decay,
+            settings(&r.optimizer)
+        );
+        if n > 0 {
+            let mut names = r.tensors[..n.min(SHOWN)].join(", ");
+            if n > SHOWN {
+                let _ = write!(names, ", ... ({n} in all)");
+            }
+            let _ = writeln!(out, "    {names}");
+        }
+    }
+}
+
+/// The compression section, after the parameter groups.
+fn compression(out: &mut String, c: &CompressionPlan) {
+    let _ = writeln!(out, "\ncompression (parameters' bytes before -> after)");
+    // Columns as wide as their widest cell.
+    let w = c
+        .layers
+        .iter()
+        .map(|l| l.layer.chars().count())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let b = c
+        .layers
+        .iter()
+        .flat_map(|l| [l.bytes_before, l.bytes_after])
+        .chain([c.model_bytes_before, c.model_bytes_after])
+        .map(|n| fmt_bytes(n).len())
+        .max()
+        .unwrap_or(0);
+    for l in &c.layers {
+        let mut notes = Vec::new();
+        if let Some(s) = l.sparsity {
+            notes.push(format!("{} sparse, dense bytes unchanged", percent(s)));
+        }
+        if let Some(g) = &l.global {
+            notes.push(format!(
+                "{} sparse over its {} targets together, dense bytes unchanged",
+                percent(g.sparsity),
+                g.targets
+            ));
+        }
+        if let Some(k) = &l.kept {
+            notes.push(format!("keeps {} of {} {}", k.units, k.of, k.along));
+        }
+        let notes = if notes.is_empty() {
+            String::new()
+        } else {
+            format!("  ({})", notes.join("; "))
+        };
+        let _ = writeln!(
+            out,
+            "  {:<w$}  {:>b$} -> {:>b$}  x{:.2}{notes}",
+            l.layer,
+            fmt_bytes(l.bytes_before),
+            fmt_bytes(l.bytes_after),
+            l.bytes_before as f64 / l.bytes_after.max(1) as f64,
+        );
+        for s in &l.steps {
+            let _ = writeln!(out, "  {:<w$}    {s}", "");
+        }
+    }
+    let _ = writeln!(
+        out,
+        "  {:<w$}  {:>b$} -> {:>b$}  x{:.2} smaller",
+        "model",
+        fmt_bytes(c.model_bytes_before),
+        fmt_bytes(c.model_bytes_after),
+        c.ratio
+    );
+}
