@@ -11,6 +11,7 @@ use lsp_types::{
 use super::calls::is_word;
 use super::engine::{path_of, uri_of, Doc, Engine};
 use super::words;
+use crate::present::fmt_count;
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
@@ -54,7 +55,12 @@ pub fn hover(doc: &Doc, position: Position) -> Option<Hover> {
         if word == short || word == kind_word {
             let mut text = format!(
                 "**{}**: `{}`\n\noutput `{}` · {} parameters · {} FLOPs per sample · on `{}`",
-                l.name, kind_word, l.output, l.params, l.flops, l.device
+                l.name,
+                kind_word,
+                l.output,
+                fmt_count(l.params),
+                fmt_count(l.flops),
+                l.device
             );
             if let Some(more) = words::document(kind_word) {
                 text.push_str(&format!("\n\n---\n\n{more}"));
