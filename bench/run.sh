@@ -4,6 +4,10 @@
 #
 #   bash bench/run.sh            # 5 rounds
 #   ROUNDS=9 bash bench/run.sh   # more rounds on a noisy machine
+#   BASELINE=/path/to/other/kiln bash bench/run.sh
+#       also runs another build of Kiln (its `kiln`, with the `kiln-runtime` beside it, say one
+#       built from an earlier commit) in the same rotation, and prints this build's steps/s over
+#       the other's: the side-by-side figure for "no slower than the previous build".
 #
 # Models (bench/{mlp,linear,cnn}.exp, mirrored in the two baselines):
 #   mlp     MLP 784-256-10, batch 100, cross-entropy, Adam      target: kiln >= 1.30x PyTorch
@@ -63,6 +67,10 @@ tch_bench=target/release/examples/tch_bench
 for b in "$kiln" target/release/kiln-runtime "$tch_bench"; do
     [[ -x $b ]] || { echo "missing $b: build with cargo build --release --bins --examples" >&2; exit 2; }
 done
+baseline=${BASELINE:-}
+if [[ -n $baseline ]]; then
+    [[ -x $baseline && -x $(dirname "$baseline")/kiln-runtime ]] || { echo "BASELINE=$baseline: not an executable kiln with a kiln-runtime beside it" >&2; exit 2; }
+fi
 
 threads=$("$tch_bench" mlp 0 | awk '$1 == "threads" { print $2 }')
 [[ -n $threads ]] || { echo "could not read libtorch's thread count from $tch_bench" >&2; exit 2; }
@@ -81,10 +89,10 @@ measured() {
     value foreign_cpu <"$work/err" >"$work/foreign"
 }
 
-run_kiln() { # model -> steps/s
+run_kiln() { # model [binary] -> steps/s
     local runs=$work/runs
     rm -rf "$runs"
-    measured "$kiln" run "bench/$1.exp" --quiet --runs-dir "$runs" || return 1
+    measured "${2:-$kiln}" run "bench/$1.exp" --quiet --runs-dir "$runs" || return 1
     local report
     report=$(find "$runs" -name report.yaml | head -n 1)
     [[ -n $report ]] || { echo "kiln wrote no report.yaml for $1" >&2; return 1; }
@@ -92,13 +100,16 @@ run_kiln() { # model -> steps/s
 }
 run_torch() { measured "$PYTHON" bench/torch_eager.py "$1" "${steps[$1]}" --threads "$threads" && value steps_per_s <"$work/out"; }
 run_tch() { measured "$tch_bench" "$1" "${steps[$1]}" && value steps_per_s <"$work/out"; }
+run_base() { run_kiln "$1" "$baseline"; }
 
 programs=(kiln torch tch)
+[[ -n $baseline ]] && programs+=(base)
+n=${#programs[@]}
 echo "machine: $(nproc) CPUs, $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo); libtorch intra-op threads: $threads; $rounds rounds" >&2
 for ((r = 1; r <= rounds; r++)); do
     for m in "${models[@]}"; do
-        for ((k = 0; k < 3; k++)); do
-            p=${programs[$(((r + k) % 3))]}
+        for ((k = 0; k < n; k++)); do
+            p=${programs[$(((r + k) % n))]}
             # A run that other processes disturbed is repeated (up to $retries times); the least
             # disturbed attempt counts.
             best_sps='' best_foreign=''
@@ -156,6 +167,13 @@ for model in ["mlp", "linear", "cnn"]:
         "| %s | %s | %s | %s | %.3f (>= %.2f, %s) | %.3f (>= 0.97, %s) |"
         % (names[model], cell("kiln"), cell("torch"), cell("tch"), vs_torch, targets[model], mark(ok_torch), vs_tch, mark(ok_tch))
     )
+if ("mlp", "base") in runs:
+    print()
+    print("| model | this build | baseline | this build / baseline |")
+    print("|---|---|---|---|")
+    for model in ["mlp", "linear", "cnn"]:
+        a, b = (statistics.median(runs[(model, p)]) for p in ["kiln", "base"])
+        print("| %s | %.1f | %.1f | %.3f |" % (names[model], a, b, a / b))
 print()
 print("%d of %d runs were disturbed by other processes (over %.2f cores of foreign CPU use) in all their attempts" % (disturbed, len(rows), max_foreign))
 print("all targets met" if missed == 0 else "%d target(s) missed" % missed)
