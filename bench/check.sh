@@ -14,17 +14,22 @@
 #   With BASELINE, the other binary (say, built from an earlier commit) checks the same inputs in
 #   interleaved runs, and the ratio of the medians is printed: absolute times move by several
 #   percent from machine to machine and minute to minute, a side-by-side ratio much less.
+#        KILN=/path/to/kiln bash bench/check.sh
+#   measures that binary instead of building this checkout's (say, two earlier builds side by side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 RUNS=${RUNS:-20}
 DIR_RUNS=${DIR_RUNS:-5}
-KILN=${CARGO_TARGET_DIR:-target}/release/kiln
+KILN=${KILN:-}
 BASELINE=${BASELINE:-}
 
 # Only the binary measured here: a broken or slow build of `kiln-runtime` must not stop it.
-echo "== building: cargo build --release --bin kiln" >&2
-cargo build --release --bin kiln >&2
+if [ -z "$KILN" ]; then
+  KILN=${CARGO_TARGET_DIR:-target}/release/kiln
+  echo "== building: cargo build --release --bin kiln" >&2
+  cargo build --release --bin kiln >&2
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kiln-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
