@@ -9,11 +9,13 @@ use crate::span::Span;
 
 mod layer;
 mod loss;
+mod parallel;
 mod params;
 mod sample;
 
 pub use layer::{BatchNorm, Block, BlockActivation, Conv, Kind, LayerKind, Pool};
 pub use loss::{Loss, Metric};
+pub use parallel::{ParallelPlan, Parallelism, Ranks};
 pub use params::{tensors, Tensor, CLASSES};
 pub use sample::{sample_fit, Layout, SampleFit};
 
