@@ -67,7 +67,7 @@ impl<'a> Session<'a> {
         let mut notes = Vec::new();
         let rank = match rank {
             Some(r) => {
-                let (chosen, device) = ddp::check_rank(exp, r, over)?;
+                let (chosen, device) = ddp::check_rank(exp, &plan, over)?;
                 let nccl = matches!(
                     plan.strategy,
                     Parallelism::Ddp {

@@ -32,7 +32,7 @@ use super::super::hooks::Cancel;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::strategy::Strategy;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::{Experiment, Parallel};
+use kiln::ir::{Experiment, ParallelPlan, Parallelism};
 use kiln::rundir::Fingerprint;
 use kiln::span::Span;
 
@@ -90,13 +90,16 @@ pub struct Member<'a> {
     pub resume_step: Option<u64>,
 }
 
-/// The timeout and the `parallel` statement of a distributed experiment.
-pub fn settings(exp: &Experiment) -> (Duration, Span) {
-    match &exp.parallel {
-        Parallel::Distributed {
+/// The timeout and the `parallel` statement of a distributed plan (`exp`'s own statement
+/// otherwise).
+fn settings(exp: &Experiment, plan: &ParallelPlan) -> (Duration, Span) {
+    match &plan.strategy {
+        Parallelism::Ddp {
             timeout_s, span, ..
         } => (Duration::from_secs(*timeout_s), *span),
-        _ => (Duration::from_secs(60), exp.span),
+        Parallelism::Local | Parallelism::Replicas { .. } | Parallelism::Pipeline { .. } => {
+            (Duration::from_secs(60), exp.span)
+        }
     }
 }
 
@@ -106,11 +109,12 @@ impl Ddp {
     /// loop must watch for stopping.
     pub fn start(
         exp: &Experiment,
+        plan: &ParallelPlan,
         model: &dyn Model,
         member: Member,
         signals: Cancel,
     ) -> Result<(Ddp, Cancel), Diagnostic> {
-        let (timeout, span) = settings(exp);
+        let (timeout, span) = settings(exp, plan);
         let started = Instant::now();
         let me = member.rank.clone();
         let backend = member.backend;
@@ -353,17 +357,21 @@ impl Backprop for Ddp {
 /// Every rank holds the whole model and the whole optimizer state; rank 0 writes checkpoints.
 impl Strategy for Ddp {}
 
-/// Checks, before anything is built, that this rank was started as the experiment says (its
-/// world size, K0516) and that its backend can run here (K0517). `over` is the device
+/// Checks, before anything is built, that this rank (the plan's) was started as the experiment
+/// says (its world size, K0516) and that its backend can run here (K0517). `over` is the device
 /// `--device` puts every layer on. Returns the backend and, under NCCL without `--device`, the
 /// device of this rank's model, `cuda:LOCAL_RANK`. NCCL with `--device cpu` falls back to Gloo.
 pub fn check_rank(
     exp: &Experiment,
-    me: &Rank,
+    plan: &ParallelPlan,
     over: Option<tch::Device>,
 ) -> Result<(Backend, Option<tch::Device>), Diagnostic> {
-    let (_, span) = settings(exp);
-    let world = exp.parallel.data_parallel_size();
+    let (_, span) = settings(exp, plan);
+    let me = plan.ranks;
+    let world = match &plan.strategy {
+        Parallelism::Ddp { world_size, .. } => *world_size,
+        Parallelism::Local | Parallelism::Replicas { .. } | Parallelism::Pipeline { .. } => 1,
+    };
     if world != me.world as u64 {
         return Err(Problem::RanksDiffer {
             span,
@@ -376,7 +384,7 @@ pub fn check_rank(
         }
         .diagnostic());
     }
-    let Parallel::Distributed { backend, .. } = &exp.parallel else {
+    let Parallelism::Ddp { backend, .. } = &plan.strategy else {
         return Ok((Backend::Gloo, None));
     };
     let device = match (backend, over) {

@@ -61,7 +61,7 @@ pub fn apply(
     let strategy: Box<dyn Strategy> = match &plan.strategy {
         Parallelism::Ddp { .. } => match member {
             Some(m) => {
-                let (strategy, stop) = ddp::Ddp::start(exp, net, m, cancel.clone())?;
+                let (strategy, stop) = ddp::Ddp::start(exp, plan, net, m, cancel.clone())?;
                 return Ok((Box::new(strategy), stop));
             }
             None => Box::new(Local),
