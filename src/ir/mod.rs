@@ -12,6 +12,7 @@ mod data;
 mod layer;
 mod loss;
 mod optim;
+mod parallel;
 mod params;
 mod sample;
 mod train;
@@ -27,6 +28,7 @@ pub use layer::{
 };
 pub use loss::{Loss, Metric};
 pub use optim::{OneCycle, Optimizer, OptimizerKind, ParamGroup, Plateau, PlateauMetric, Schedule};
+pub use parallel::{ParallelPlan, Parallelism, Ranks};
 pub use params::{tensors, Tensor, CLASSES};
 pub use sample::{input_fit, sample_fit, target_fit, InputMisfit, Layout, SampleFit, TargetMisfit};
 pub use train::{Checkpoint, EarlyStop, Precision, Train};

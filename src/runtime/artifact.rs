@@ -7,17 +7,8 @@ use std::path::{Path, PathBuf};
 
 use tch::{Kind, Tensor};
 
-use super::budget::Budget;
 use super::compress::finalize::{finalize, Final};
-use super::compress::pruner::Pruner;
-use super::compress::qat;
-use super::compress::timeline::Timeline;
-use super::data;
-use super::eval::run_experiment;
-use super::failure::At;
-use super::model;
-use super::optim::Optim;
-use super::state::{data_digest, fingerprint, restore};
+use super::session::{run_experiment, Session};
 use kiln::check::Checked;
 use kiln::diagnostic::problem::Resume;
 use kiln::diagnostic::render::{to_text, Style};
@@ -93,7 +84,7 @@ fn export(opts: &ExportOptions) -> Result<(), Failure> {
         )));
     }
     let (checked, trial) = experiment(&opts.run_dir, opts.file.as_deref())?;
-    let r = restore_run(&checked, trial, &opts.run_dir, Some(tch::Device::Cpu))
+    let r = restore_run(&checked, trial, &opts.run_dir, tch::Device::Cpu)
         .map_err(|d| Failure::of(&d, &checked))?;
     write_export(&out, &r).map_err(Failure::Usage)?;
     let _ = writeln!(
@@ -238,7 +229,7 @@ fn restore_run(
     checked: &Checked,
     trial: Option<usize>,
     dir: &Path,
-    over: Option<tch::Device>,
+    over: tch::Device,
 ) -> Result<Restored, Diagnostic> {
     let index = trial.unwrap_or(1).saturating_sub(1);
     let Some(exp) = checked.trials.get(index).cloned() else {
@@ -250,37 +241,16 @@ fn restore_run(
         }
         .diagnostic());
     };
-    let nodes = super::parallel::placed(&exp).into_owned();
-    let over = super::parallel::model_device(&exp, over);
-    let mut trained = model::build(&nodes, exp.train.precision, over)?;
-    let base = checked
-        .sources
-        .get(exp.data.source_span.file)
-        .path
-        .parent()
-        .map_or_else(PathBuf::new, Path::to_path_buf);
-    let splits = data::load(
-        &exp.data,
-        &exp.model.input,
-        exp.model.input_dtype,
-        &base,
-        exp.seed,
-    )?;
-    let budget = Budget::new(
-        &exp.train,
-        &exp.data,
-        splits.train.len().max(0) as u64,
-        None,
-    )?;
-    let timeline = Timeline::new(&exp, &budget);
-    qat::install(&exp, &mut trained)?;
-    Pruner::new(&exp, &nodes, &mut trained, timeline)?;
-    let digest = data_digest(&splits).at(exp.data.source_span)?;
-    let (side, tensors) = super::resume::intact_checkpoint(&exp, dir, &fingerprint(&exp, &digest))?;
-    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
-    let mut optim = Optim::new(&exp.optimizer, &names);
-    restore(&trained, &mut optim, &tensors, exp.span)?;
-    let compressed = finalize(&exp, &nodes, &trained, over)?;
+    let session = Session::on(&exp, &checked.sources, over);
+    let mut trained = session.build()?;
+    let splits = session.data()?;
+    let (_, timeline) = session.length(&splits, None)?;
+    session.compress(&mut trained, timeline)?;
+    let print = session.fingerprint(&splits)?;
+    let (side, tensors) = super::resume::intact_checkpoint(&exp, dir, &print)?;
+    session.restore(&trained, &tensors)?;
+    let compressed = finalize(&exp, &session.nodes, &trained, session.model_device())?;
+    drop(session);
     Ok(Restored {
         step: side.position.step,
         exp,

@@ -8,25 +8,19 @@
 //! so a run's final weights give its final validation metrics bit for bit.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use super::budget::Budget;
 use super::checkpoint::Saved;
 use super::compress::finalize::{finalize, plain_copy};
-use super::compress::pruner::Pruner;
-use super::compress::qat;
-use super::compress::timeline::Timeline;
 use super::data::{self, Dataset};
-use super::failure::At;
-use super::model::{self, Net};
-use super::optim::Optim;
-use super::state::{data_digest, differences, fingerprint, restore};
-use super::step::{Local, Objective};
+use super::model::Net;
+use super::parallel::Local;
+use super::session::{run_experiment, Session};
+use super::step::Objective;
 use super::train::{evaluate, Eval};
 use super::weights::{load_strict, read_checkpoint, read_tensors};
-use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
-use kiln::datafile::{Format as DataFormat, Probe};
-use kiln::diagnostic::problem::{NoWeights, Resume, Unreadable};
+use kiln::check::{check_path, Checked, FsLoader, Options};
+use kiln::diagnostic::problem::NoWeights;
 use kiln::diagnostic::render::{to_json, to_text, Style};
 use kiln::diagnostic::{Code, Diagnostic, Problem};
 use kiln::ir::Experiment;
@@ -249,22 +243,10 @@ fn run(
     weights: &Weights,
     opts: &EvalOptions,
 ) -> Result<EvalReport, Diagnostic> {
-    let nodes = super::parallel::placed(exp).into_owned();
-    let over = super::run::resolve_devices(exp, &nodes, opts.device)?;
-    let over = super::parallel::model_device(exp, over);
-    let base = checked
-        .sources
-        .get(exp.data.source_span.file)
-        .path
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let splits = data::load(
-        &exp.data,
-        &exp.model.input,
-        exp.model.input_dtype,
-        &base,
-        exp.seed,
-    )?;
+    let session = Session::new(exp, &checked.sources, opts.device, None)?;
+    let over = session.model_device();
+    let nodes = &session.nodes;
+    let splits = session.data()?;
     let name = opts.split.unwrap_or(if splits.test.is_some() {
         SplitName::Test
     } else {
@@ -296,17 +278,10 @@ fn run(
     let compresses = !exp.compression.is_empty();
     // Plain weights evaluated as they are: the model without masks and observers.
     let plain = compresses && opts.uncompressed && matches!(weights, Weights::File(_));
-    let mut trained = model::build(&nodes, exp.train.precision, over)?;
-    let budget = Budget::new(
-        &exp.train,
-        &exp.data,
-        splits.train.len().max(0) as u64,
-        None,
-    )?;
-    let timeline = Timeline::new(exp, &budget);
+    let mut trained = session.build()?;
+    let (_, timeline) = session.length(&splits, None)?;
     if compresses && !plain {
-        qat::install(exp, &mut trained)?;
-        Pruner::new(exp, &nodes, &mut trained, timeline)?;
+        session.compress(&mut trained, timeline)?;
     }
     let mut exported = None;
     let (path, step) = match weights {
@@ -321,7 +296,7 @@ fn run(
                     }
                     .diagnostic());
                 }
-                let mut net = model::build(&nodes, exp.train.precision, over)?;
+                let mut net = session.build()?;
                 super::exported::load(&mut net, path, &tensors, exp)?;
                 exported = Some(net);
             } else {
@@ -333,14 +308,14 @@ fn run(
             let saved = read_checkpoint(path, exp)?;
             (
                 path.clone(),
-                Some(restore_saved(exp, &splits, &trained, saved)?),
+                Some(restore_saved(&session, &splits, &trained, saved)?),
             )
         }
         Weights::Run(dir) => {
             let (last, damaged) = kiln::rundir::weights::newest(dir);
             if let Some((side, path)) = last {
                 let tensors = read_tensors(&path, exp)?;
-                same_computation(exp, &splits, &side.fingerprint)?;
+                session.same_computation(&splits, &side.fingerprint)?;
                 load_strict(&trained, &path, &tensors, exp, compresses)?;
                 (path, Some(side.position.step))
             } else {
@@ -356,7 +331,10 @@ fn run(
                     .diagnostic());
                 };
                 let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
-                (path, Some(restore_saved(exp, &splits, &trained, saved)?))
+                (
+                    path,
+                    Some(restore_saved(&session, &splits, &trained, saved)?),
+                )
             }
         }
     };
@@ -369,9 +347,9 @@ fn run(
     } else if plain {
         ("uncompressed", at(&trained)?, None)
     } else {
-        let compressed = finalize(exp, &nodes, &trained, over)?;
+        let compressed = finalize(exp, nodes, &trained, over)?;
         let before = if opts.uncompressed {
-            Some(at(&plain_copy(exp, &nodes, &trained, over)?)?)
+            Some(at(&plain_copy(exp, nodes, &trained, over)?)?)
         } else {
             None
         };
@@ -393,35 +371,14 @@ fn run(
 /// Loads a checkpoint into `trained`, refused (K0507) when the experiment now computes something
 /// else than the run that wrote it; returns the checkpoint's step.
 fn restore_saved(
-    exp: &Experiment,
+    session: &Session,
     splits: &data::Splits,
     trained: &Net,
     (side, tensors): Saved,
 ) -> Result<u64, Diagnostic> {
-    same_computation(exp, splits, &side.fingerprint)?;
-    let names: Vec<&str> = trained.params.iter().map(|p| p.name.as_str()).collect();
-    let mut optim = Optim::new(&exp.optimizer, &names);
-    restore(trained, &mut optim, &tensors, exp.span)?;
+    session.same_computation(splits, &side.fingerprint)?;
+    session.restore(trained, &tensors)?;
     Ok(side.position.step)
-}
-
-/// Refuses (K0507) weights saved by a run whose experiment computed something else than `exp`
-/// does now: `print` is the fingerprint they were saved with.
-fn same_computation(
-    exp: &Experiment,
-    splits: &data::Splits,
-    print: &kiln::rundir::Fingerprint,
-) -> Result<(), Diagnostic> {
-    let digest = data_digest(splits).at(exp.data.source_span)?;
-    let (refused, _) = differences(exp, print, &fingerprint(exp, &digest));
-    if !refused.is_empty() {
-        return Err(Problem::ResumeIncompatible {
-            span: exp.span,
-            situation: Resume::Changed { changes: refused },
-        }
-        .diagnostic());
-    }
-    Ok(())
 }
 
 /// The report as lines: what was evaluated, then `val (model): loss 0.212300, accuracy 94.8000%`.
@@ -453,62 +410,4 @@ fn line(e: &Eval) -> String {
         s += &format!(", {name} {x:.6}");
     }
     s
-}
-
-/// The checked experiment of the run in `dir` and its trial: the run's newest copy of its
-/// experiment file (`experiment.exp`, or `experiment-N.exp` after a resume that changed it),
-/// read as if it stood where the run's file stood, so relative data paths and `extends` resolve
-/// as they did; or `file`, when given. Errors are usage errors.
-pub(super) fn run_experiment(
-    dir: &Path,
-    file: Option<&Path>,
-) -> Result<(Checked, Option<usize>), String> {
-    let source = kiln::rundir::read_source(dir).map_err(|e| e.to_string())?;
-    if let Some(file) = file {
-        return Ok((
-            check_path(file, &FsLoader, &Options::default()),
-            source.trial,
-        ));
-    }
-    let copy = kiln::rundir::versions(dir)
-        .last()
-        .and_then(|name| std::fs::read(dir.join(name)).ok());
-    let checked = match copy {
-        Some(text) => {
-            let loader = RunCopy {
-                path: FsLoader.canonical(&source.file),
-                text,
-            };
-            check_path(&source.file, &loader, &Options::default())
-        }
-        None => check_path(&source.file, &FsLoader, &Options::default()),
-    };
-    Ok((checked, source.trial))
-}
-
-/// The file system, except that the run's experiment file reads as the run's copy of it.
-struct RunCopy {
-    path: PathBuf,
-    text: Vec<u8>,
-}
-
-impl Loader for RunCopy {
-    fn read(&self, path: &Path) -> Result<Vec<u8>, Unreadable> {
-        if path == self.path || FsLoader.canonical(path) == self.path {
-            return Ok(self.text.clone());
-        }
-        FsLoader.read(path)
-    }
-
-    fn canonical(&self, path: &Path) -> PathBuf {
-        FsLoader.canonical(path)
-    }
-
-    fn data_header(&self, path: &Path, format: &DataFormat) -> Probe {
-        FsLoader.data_header(path, format)
-    }
-
-    fn siblings(&self, path: &Path) -> Vec<String> {
-        FsLoader.siblings(path)
-    }
 }

@@ -10,9 +10,9 @@ use super::checkpoint::Position;
 use super::compress::timeline::Timeline;
 use super::output::Output;
 use super::report::EpochRecord;
-use super::train::Eval;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{EarlyStop, Experiment};
+use kiln::rundir::Eval;
 use kiln::span::Span;
 
 /// Whether the loop goes on.

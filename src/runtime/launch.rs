@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use super::dist::rank::free_port;
 use super::hooks::Cancel;
-use super::run::RunOptions;
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Problem;
 use kiln::span::{Sources, Span};
@@ -27,9 +26,12 @@ use kiln::supervise::{signal_children, signal_name, spawn, Exit};
 /// How long the other ranks may take to report after one failed, before they are killed.
 const GRACE: Duration = Duration::from_secs(5);
 
-/// Starts `world` local ranks running `opts` and waits for them; returns the exit status.
+/// Starts `world` local ranks running this process's own command line and waits for them;
+/// `threads` is its `--threads` (when not given, the cores are split between the ranks) and
+/// `quiet` its `--quiet`. Returns the exit status.
 pub fn main(
-    opts: &RunOptions,
+    threads: Option<usize>,
+    quiet: bool,
     world: usize,
     span: Span,
     sources: &Sources,
@@ -53,12 +55,12 @@ pub fn main(
         return 2;
     };
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
-    if opts.threads.is_none() {
+    if threads.is_none() {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         args.push("--threads".into());
         args.push((cores / world).max(1).to_string().into());
     }
-    if !opts.quiet {
+    if !quiet {
         say(&format!(
             "starting {world} ranks on this machine (store at 127.0.0.1:{port})\n"
         ));

@@ -32,6 +32,7 @@ pub mod report;
 pub mod resume;
 pub mod run;
 pub mod schedule;
+pub mod session;
 pub mod state;
 pub mod step;
 pub mod summary;

@@ -6,8 +6,8 @@ use tch::Tensor;
 
 use super::checkpoint::{self, Sidecar};
 use super::report::{EpochRecord, Progress, RunWriter};
-use super::train::Eval;
 use kiln::diagnostic::Diagnostic;
+use kiln::rundir::Eval;
 use kiln::rundir::PhaseTag;
 use kiln::span::Span;
 

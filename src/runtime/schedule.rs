@@ -6,9 +6,9 @@
 use std::f64::consts::PI;
 
 use super::budget::Budget;
-use super::train::Eval;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, OneCycle, Plateau, PlateauMetric, Schedule};
+use kiln::rundir::Eval;
 use kiln::rundir::PlateauState;
 use kiln::span::Span;
 

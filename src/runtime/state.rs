@@ -1,17 +1,17 @@
-//! The training state a checkpoint holds: the model's tensors, the optimizer's state and the
-//! position; and when the loop writes it.
+//! What a run computes (its fingerprint, which a resume may not change) and the data's digest;
+//! and when the loop writes checkpoints (the tensors they hold are the strategy's to give).
 
 use tch::{TchError, Tensor};
 
 use super::budget::Budget;
 use super::checkpoint::{Fingerprint, Position, Sidecar};
 use super::data::Splits;
-use super::failure::At;
 use super::optim::Optim;
 use super::output::Output;
+use super::parallel::strategy::Strategy;
 use super::step::Model;
-use kiln::diagnostic::problem::{Change, Resume};
-use kiln::diagnostic::{Diagnostic, Problem};
+use kiln::diagnostic::problem::Change;
+use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Compression, Experiment};
 use kiln::rundir::Segment;
 use kiln::span::Span;
@@ -299,88 +299,6 @@ fn pairs(
         .collect()
 }
 
-/// The named tensors of a checkpoint: `param/…`, `buffer/…` and `optim/<param>/<state>`.
-pub fn tensors(model: &dyn Model, optim: &Optim) -> Vec<(String, Tensor)> {
-    let params = model.params();
-    let mut out: Vec<(String, Tensor)> = params
-        .iter()
-        .map(|(name, t)| (format!("param/{name}"), t.detach()))
-        .collect();
-    out.extend(
-        model
-            .buffers()
-            .iter()
-            .map(|(name, t)| (format!("buffer/{name}"), t.shallow_clone())),
-    );
-    for ((name, _), state) in params.iter().zip(&optim.state) {
-        for (key, t) in state {
-            out.push((format!("optim/{name}/{key}"), t.shallow_clone()));
-        }
-    }
-    out
-}
-
-/// The model's `state_dict`: its parameters and buffers by their PyTorch names, as a run's final
-/// weights hold them.
-pub fn state_dict(model: &dyn Model) -> Vec<(String, Tensor)> {
-    let params = model.params().into_iter().map(|(n, t)| (n, t.detach()));
-    let buffers = model
-        .buffers()
-        .into_iter()
-        .map(|(n, t)| (n, t.shallow_clone()));
-    params
-        .chain(buffers)
-        .map(|(n, t)| (n.to_string(), t))
-        .collect()
-}
-
-/// Loads a checkpoint's tensors into the model and the optimizer.
-pub fn restore(
-    model: &dyn Model,
-    optim: &mut Optim,
-    tensors: &[(String, Tensor)],
-    span: Span,
-) -> Result<(), Diagnostic> {
-    let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
-    let missing = |name: &str| {
-        Problem::ResumeIncompatible {
-            span,
-            situation: Resume::MissingTensor {
-                name: name.to_string(),
-            },
-        }
-        .diagnostic()
-    };
-    let params = model.params();
-    tch::no_grad(|| -> Result<(), Diagnostic> {
-        for (name, p) in &params {
-            let t = find(&format!("param/{name}")).ok_or_else(|| missing(name))?;
-            p.shallow_clone().f_copy_(t).at(span)?;
-        }
-        for (name, b) in model.buffers() {
-            let t = find(&format!("buffer/{name}")).ok_or_else(|| missing(name))?;
-            b.shallow_clone().f_copy_(t).at(span)?;
-        }
-        Ok(())
-    })?;
-    for (i, (name, p)) in params.iter().enumerate() {
-        let prefix = format!("optim/{name}/");
-        for (full, t) in tensors.iter().filter(|(n, _)| n.starts_with(&prefix)) {
-            let key: &'static str = match &full[prefix.len()..] {
-                "exp_avg" => "exp_avg",
-                "exp_avg_sq" => "exp_avg_sq",
-                "max_exp_avg_sq" => "max_exp_avg_sq",
-                "momentum_buffer" => "momentum_buffer",
-                "square_avg" => "square_avg",
-                "grad_avg" => "grad_avg",
-                other => return Err(missing(other)),
-            };
-            optim.state[i].push((key, t.f_to_device(p.device()).at(span)?));
-        }
-    }
-    Ok(())
-}
-
 /// When checkpoints are written: every `every` steps when the experiment asks for them, at the
 /// end of such a run, and whenever a run is cancelled.
 pub struct Checkpoints {
@@ -434,9 +352,10 @@ impl Checkpoints {
         }
     }
 
-    /// Writes one.
+    /// Writes one, holding what `strategy` saves of the model and the optimizer.
     pub fn save(
         &mut self,
+        strategy: &dyn Strategy,
         model: &dyn Model,
         optim: &Optim,
         pos: &Position,
@@ -446,7 +365,8 @@ impl Checkpoints {
             optimizer_steps: Some(optim.steps),
             ..pos.clone()
         };
-        out.checkpoint(&self.sidecar, &tensors(model, optim), self.keep, self.span)
+        let tensors = strategy.state_for_save(model, optim)?;
+        out.checkpoint(&self.sidecar, &tensors, self.keep, self.span)
     }
 }
 

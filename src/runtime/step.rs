@@ -94,9 +94,10 @@ pub struct Pass {
     pub nonfinite: Option<f64>,
 }
 
-/// How the gradients of one batch come to be: on one device ([`Local`]), over replicas, through
-/// pipeline stages, or on this rank of a process group. A parallel strategy is one `Backprop`;
-/// the step around it (zeroing, unscaling, clipping, the update) is the same for all.
+/// How the gradients of one batch come to be: on the model's own devices, over replicas, through
+/// pipeline stages, or on this rank of a process group. A parallel strategy is a `Backprop` with
+/// its state's layout (`parallel::strategy::Strategy`); the step around it (zeroing,
+/// unscaling, clipping, the update) is the same for all.
 pub trait Backprop {
     /// Leaves in the `.grad` of `model`'s parameters (zero on entry) the gradient of the
     /// batch's mean loss times `batch.scale`.
@@ -116,30 +117,6 @@ pub trait Backprop {
     /// Sums `values` in place over the processes that share evaluations (nothing to do alone).
     fn reduce(&self, _values: &mut [f64]) -> Result<(), Diagnostic> {
         Ok(())
-    }
-}
-
-/// The batch on the model's own devices: forward and backward of each micro-batch in turn.
-pub struct Local;
-
-impl Backprop for Local {
-    fn backprop(
-        &mut self,
-        model: &dyn Model,
-        objective: &Objective,
-        batch: &Batch,
-    ) -> Result<Pass, Diagnostic> {
-        micro_batches(batch, |xm, ym, pass| {
-            let out = model.forward(xm, true)?;
-            let ym = ym.f_to_device(out.device()).at(batch.span)?;
-            let Some(part) = objective.part(&out, &ym, batch.whole, pass, 1.0)? else {
-                return Ok(());
-            };
-            part.f_mul_scalar(batch.scale)
-                .at(batch.span)?
-                .f_backward()
-                .at(batch.span)
-        })
     }
 }
 
@@ -528,9 +505,9 @@ pub struct Stepper {
 }
 
 impl Stepper {
-    /// A stepper for `model` with the optimizer and step settings of `exp`.
-    pub fn new(exp: &Experiment, model: &dyn Model) -> Stepper {
-        let named = model.params();
+    /// A stepper updating `named`, the parameters this process owns (the strategy's
+    /// `params_owned`), with the optimizer and step settings of `exp`.
+    pub fn new(exp: &Experiment, named: Vec<(&str, &Tensor)>) -> Stepper {
         let names: Vec<&str> = named.iter().map(|(n, _)| *n).collect();
         let params: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
         let t = &exp.train;

@@ -17,10 +17,11 @@ use super::hooks::{
     each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
 };
 use super::output::Output;
+use super::parallel::strategy::Strategy;
 use super::regression::{Regression, Scores};
 use super::report::EpochRecord;
 use super::schedule::Lr;
-use super::state::{restore, state_dict, Checkpoints};
+use super::state::Checkpoints;
 use super::step::{Backprop, Model, Objective, Stepper};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
@@ -34,8 +35,9 @@ pub struct Trainer<'a> {
     pub exp: &'a Experiment,
     /// The model, as the loop sees it.
     pub model: &'a dyn Model,
-    /// How the gradients of a batch are computed: the parallel strategy.
-    pub backprop: Box<dyn Backprop>,
+    /// The parallel strategy: how the gradients of a batch are computed, and what checkpoints
+    /// and the final weights hold.
+    pub strategy: Box<dyn Strategy>,
     /// The data.
     pub splits: Splits,
     /// Where batches go.
@@ -176,7 +178,7 @@ impl Trainer<'_> {
         evaluate(
             self.exp,
             self.model,
-            self.backprop.as_ref(),
+            self.strategy.as_ref(),
             self.device,
             objective,
             data,
@@ -248,7 +250,7 @@ impl Trainer<'_> {
             &budget,
             exp.data.source_span,
         );
-        let mut stepper = Stepper::new(exp, self.model);
+        let mut stepper = Stepper::new(exp, self.strategy.params_owned(self.model));
         if let Some(p) = &self.pruner {
             stepper.hooks.push(Box::new(p.keeper()));
         }
@@ -256,7 +258,8 @@ impl Trainer<'_> {
             Checkpoints::new(exp, &budget, self.fingerprint.clone(), self.history.clone());
         let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
-            restore(self.model, &mut stepper.optim, &tensors, span)?;
+            self.strategy
+                .restore(self.model, &mut stepper.optim, &tensors, span)?;
             stepper.optim.steps = side.position.optimizer_steps.unwrap_or(side.position.step);
             pos = side.position;
             lr.resume(pos.plateau);
@@ -336,7 +339,7 @@ impl Trainer<'_> {
                 // draws the same masks as an uninterrupted one.
                 tch::manual_seed((exp.seed.wrapping_mul(1_000_003).wrapping_add(pos.step)) as i64);
                 let s = stepper.step(
-                    self.backprop.as_mut(),
+                    self.strategy.as_mut(),
                     self.model,
                     &objective,
                     &x,
@@ -382,10 +385,22 @@ impl Trainer<'_> {
                     timeline.stop(&mut pos);
                 }
                 if checkpoints.due(pos.step) {
-                    checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
+                    checkpoints.save(
+                        self.strategy.as_ref(),
+                        self.model,
+                        &stepper.optim,
+                        &pos,
+                        &mut *self.out,
+                    )?;
                 }
                 if self.cancel.is_cancelled() {
-                    checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
+                    checkpoints.save(
+                        self.strategy.as_ref(),
+                        self.model,
+                        &stepper.optim,
+                        &pos,
+                        &mut *self.out,
+                    )?;
                     return Err(self.interrupted(&pos));
                 }
             }
@@ -463,12 +478,19 @@ impl Trainer<'_> {
         // A compressing run always keeps its final weights: `kiln eval` and `kiln export`
         // make the compressed model from them.
         if checkpoints.enabled() || !exp.compression.is_empty() {
-            checkpoints.save(self.model, &stepper.optim, &pos, &mut *self.out)?;
+            checkpoints.save(
+                self.strategy.as_ref(),
+                self.model,
+                &stepper.optim,
+                &pos,
+                &mut *self.out,
+            )?;
         }
         // Every run that ends keeps its final weights, for `kiln eval RUN_DIR`.
         let side = checkpoints.sidecar(&pos);
+        let weights = self.strategy.state_dict(self.model)?;
         self.out
-            .final_weights(&side, &state_dict(self.model), exp.optimizer.span)?;
+            .final_weights(&side, &weights, exp.optimizer.span)?;
         self.out.flush_steps()?;
         Ok(outcome)
     }

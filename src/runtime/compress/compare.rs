@@ -30,7 +30,7 @@ pub fn compare(
         evaluate(
             t.exp,
             &fin.net,
-            t.backprop.as_ref(),
+            t.strategy.as_ref(),
             t.device,
             &objective,
             data,

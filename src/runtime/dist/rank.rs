@@ -93,6 +93,15 @@ impl Rank {
         }
     }
 
+    /// Where this process stands, as the parallel plan holds it.
+    pub fn place(&self) -> kiln::ir::Ranks {
+        kiln::ir::Ranks {
+            rank: self.rank,
+            local_rank: self.local_rank,
+            world: self.world,
+        }
+    }
+
     /// Whether this process serves the store (rank 0, unless torchrun's agent serves it).
     pub fn serves_store(&self) -> bool {
         self.rank == 0 && !self.agent_store

@@ -23,6 +23,7 @@ use tch::{Device, Tensor};
 use super::super::failure::{torch_failure, At};
 use super::super::model::{self, tch_device, Net};
 use super::super::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
+use super::strategy::Strategy;
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::Experiment;
 use kiln::span::Span;
@@ -199,6 +200,9 @@ impl Drop for DataParallel {
         }
     }
 }
+
+/// Replica 0 is the model the loop trains and holds the optimizer: the whole-model layout.
+impl Strategy for DataParallel {}
 
 impl Backprop for DataParallel {
     fn backprop(

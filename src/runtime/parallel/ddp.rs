@@ -30,8 +30,10 @@ use super::super::dist::rank::Rank;
 use super::super::failure::At;
 use super::super::hooks::Cancel;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
+use super::strategy::Strategy;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::{Experiment, Parallel};
+use kiln::ir::{Experiment, ParallelPlan, Parallelism};
+use kiln::rundir::Fingerprint;
 use kiln::span::Span;
 
 /// The Reducer's bucket size, as PyTorch's `bucket_cap_mb` default.
@@ -74,29 +76,30 @@ struct Profile {
     steps: u64,
 }
 
-/// What a rank brings to the start of a distributed run.
-pub struct Start<'a> {
-    /// The experiment.
-    pub exp: &'a Experiment,
+/// A rank of a distributed run, as it joins the others.
+pub struct Member<'a> {
     /// Where this process stands.
-    pub rank: Rank,
-    /// What it announces to the others.
-    pub announce: Announce,
-    /// The model's parameters and buffers.
-    pub model: &'a dyn Model,
-    /// The token this process's stop signals set.
-    pub signals: Cancel,
+    pub rank: &'a Rank,
     /// The backend, as [`check_rank`] chose it.
     pub backend: Backend,
+    /// The experiment file's name, as given on the command line.
+    pub file: String,
+    /// What its experiment computes (as a resume compares it).
+    pub fingerprint: &'a Fingerprint,
+    /// The step it resumes from, when it resumes.
+    pub resume_step: Option<u64>,
 }
 
-/// The timeout and the `parallel` statement of a distributed experiment.
-pub fn settings(exp: &Experiment) -> (Duration, Span) {
-    match &exp.parallel {
-        Parallel::Distributed {
+/// The timeout and the `parallel` statement of a distributed plan (`exp`'s own statement
+/// otherwise).
+fn settings(exp: &Experiment, plan: &ParallelPlan) -> (Duration, Span) {
+    match &plan.strategy {
+        Parallelism::Ddp {
             timeout_s, span, ..
         } => (Duration::from_secs(*timeout_s), *span),
-        _ => (Duration::from_secs(60), exp.span),
+        Parallelism::Local | Parallelism::Replicas { .. } | Parallelism::Pipeline { .. } => {
+            (Duration::from_secs(60), exp.span)
+        }
     }
 }
 
@@ -104,11 +107,30 @@ impl Ddp {
     /// Meets the other ranks (K0515 when one never arrives, K0516 when one runs something
     /// else), creates the process group and the Reducer. Returns the strategy and the token the
     /// loop must watch for stopping.
-    pub fn start(s: Start) -> Result<(Ddp, Cancel), Diagnostic> {
-        let (timeout, span) = settings(s.exp);
+    pub fn start(
+        exp: &Experiment,
+        plan: &ParallelPlan,
+        model: &dyn Model,
+        member: Member,
+        signals: Cancel,
+    ) -> Result<(Ddp, Cancel), Diagnostic> {
+        let (timeout, span) = settings(exp, plan);
         let started = Instant::now();
-        let me = s.rank;
-        let backend = s.backend;
+        let me = member.rank.clone();
+        let backend = member.backend;
+        let announce = Announce {
+            file: member.file,
+            world: me.world,
+            fingerprint: member.fingerprint.clone(),
+            shapes: model
+                .params()
+                .into_iter()
+                .map(|(name, t)| (name.to_string(), t.size()))
+                .collect(),
+            resume_step: member.resume_step,
+            host: Announce::hostname(),
+            pid: std::process::id(),
+        };
         let unreachable = |detail: String| {
             Problem::RendezvousFailed {
                 span,
@@ -122,18 +144,16 @@ impl Ddp {
         };
         let store = Store::connect(&me.addr, me.port, me.serves_store(), me.world, timeout)
             .map_err(|e| unreachable(e.0))?;
-        let peers = rendezvous(&store, &me, &s.announce, started + timeout, timeout, span)?;
-        compare(s.exp, &peers, span)?;
+        let peers = rendezvous(&store, &me, &announce, started + timeout, timeout, span)?;
+        compare(exp, &peers, span)?;
         let group = Group::new(&store, me.rank, me.world, backend, &bind(&me), timeout)
             .map_err(|e| unreachable(e.0))?;
-        let params: Vec<Tensor> = s
-            .model
+        let params: Vec<Tensor> = model
             .params()
             .into_iter()
             .map(|(_, t)| t.shallow_clone())
             .collect();
-        let buffers = s
-            .model
+        let buffers = model
             .buffers()
             .into_iter()
             .map(|(_, t)| t.shallow_clone())
@@ -159,7 +179,7 @@ impl Ddp {
                 params,
                 buffers,
                 synced: false,
-                signals: s.signals,
+                signals,
                 stop: stop.clone(),
                 span,
                 profile,
@@ -334,17 +354,24 @@ impl Backprop for Ddp {
     }
 }
 
-/// Checks, before anything is built, that this rank was started as the experiment says (its
-/// world size, K0516) and that its backend can run here (K0517). `over` is the device
+/// Every rank holds the whole model and the whole optimizer state; rank 0 writes checkpoints.
+impl Strategy for Ddp {}
+
+/// Checks, before anything is built, that this rank (the plan's) was started as the experiment
+/// says (its world size, K0516) and that its backend can run here (K0517). `over` is the device
 /// `--device` puts every layer on. Returns the backend and, under NCCL without `--device`, the
 /// device of this rank's model, `cuda:LOCAL_RANK`. NCCL with `--device cpu` falls back to Gloo.
 pub fn check_rank(
     exp: &Experiment,
-    me: &Rank,
+    plan: &ParallelPlan,
     over: Option<tch::Device>,
 ) -> Result<(Backend, Option<tch::Device>), Diagnostic> {
-    let (_, span) = settings(exp);
-    let world = exp.parallel.data_parallel_size();
+    let (_, span) = settings(exp, plan);
+    let me = plan.ranks;
+    let world = match &plan.strategy {
+        Parallelism::Ddp { world_size, .. } => *world_size,
+        Parallelism::Local | Parallelism::Replicas { .. } | Parallelism::Pipeline { .. } => 1,
+    };
     if world != me.world as u64 {
         return Err(Problem::RanksDiffer {
             span,
@@ -357,7 +384,7 @@ pub fn check_rank(
         }
         .diagnostic());
     }
-    let Parallel::Distributed { backend, .. } = &exp.parallel else {
+    let Parallelism::Ddp { backend, .. } = &plan.strategy else {
         return Ok((Backend::Gloo, None));
     };
     let device = match (backend, over) {

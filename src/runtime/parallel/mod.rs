@@ -1,31 +1,37 @@
-//! Parallel strategies at run time. Each is a [`Backprop`]: how the gradients of one batch come
-//! to be (over replicas, through pipeline stages, on this rank of a process group); the step
-//! around it and the training loop are the same for every strategy.
+//! Parallel strategies at run time, one file each behind one interface ([`Strategy`]): the model
+//! on its own devices ([`local`]: one device, or model parallel by placement), data parallel in
+//! one process ([`data`]), pipeline parallel ([`pipeline`]) and distributed data parallel
+//! ([`ddp`]). [`apply`] starts the one the [`ParallelPlan`] names; the step, the training loop and
+//! the checkpoint code are the same for every strategy and never ask which one runs.
 
 mod data;
 pub mod ddp;
+mod local;
 pub mod pipeline;
+pub mod strategy;
 
+use super::hooks::Cancel;
 use super::model::Net;
-use super::step::{Backprop, Local};
 use kiln::diagnostic::Diagnostic;
-use kiln::ir::{Experiment, Parallel};
+use kiln::ir::{Experiment, ParallelPlan, Parallelism};
+use strategy::Strategy;
 
+pub use local::Local;
 pub use pipeline::placed;
 
 /// Where the model the loop trains is built: under data parallel, on the first replica's
 /// device; otherwise `over` (`--device`), or the placement when it is `None`.
-pub fn model_device(exp: &Experiment, over: Option<tch::Device>) -> Option<tch::Device> {
-    match &exp.parallel {
-        Parallel::Data { devices, .. } => data::devices(devices, over).first().copied(),
-        _ => over,
+pub fn model_device(plan: &ParallelPlan, over: Option<tch::Device>) -> Option<tch::Device> {
+    match &plan.strategy {
+        Parallelism::Replicas { devices, .. } => data::devices(devices, over).first().copied(),
+        Parallelism::Local | Parallelism::Pipeline { .. } | Parallelism::Ddp { .. } => over,
     }
 }
 
 /// The devices the model runs on, in order of first use: under data parallel, the replicas'.
-pub fn devices(exp: &Experiment, net: &Net, over: Option<tch::Device>) -> Vec<tch::Device> {
-    match &exp.parallel {
-        Parallel::Data { devices, .. } => {
+pub fn devices(plan: &ParallelPlan, net: &Net, over: Option<tch::Device>) -> Vec<tch::Device> {
+    match &plan.strategy {
+        Parallelism::Replicas { devices, .. } => {
             let mut out = Vec::new();
             for d in data::devices(devices, over) {
                 if !out.contains(&d) {
@@ -34,33 +40,46 @@ pub fn devices(exp: &Experiment, net: &Net, over: Option<tch::Device>) -> Vec<tc
             }
             out
         }
-        _ => net.devices(),
+        Parallelism::Local | Parallelism::Pipeline { .. } | Parallelism::Ddp { .. } => {
+            net.devices()
+        }
     }
 }
 
-/// The strategy of `exp` for the lowered model `net`; `over` is `--device`, which puts every
-/// data-parallel replica on that device. A distributed run's strategy needs the process's rank
-/// and meets the other ranks first: `run.rs` starts it with [`ddp::Ddp::start`].
-pub fn backprop(
+/// Starts the strategy of `plan` for the lowered model `net`; `over` is `--device`, which puts
+/// every data-parallel replica on that device. A rank of a distributed run (`member`) first
+/// meets the other ranks. Returns the strategy and the token the loop watches for stopping:
+/// `cancel` itself, or under DDP the one set when the ranks agree to stop.
+pub fn apply(
     exp: &Experiment,
+    plan: &ParallelPlan,
     net: &Net,
     over: Option<tch::Device>,
-) -> Result<Box<dyn Backprop>, Diagnostic> {
-    Ok(match &exp.parallel {
-        Parallel::Data { devices, .. } => {
+    member: Option<ddp::Member<'_>>,
+    cancel: &Cancel,
+) -> Result<(Box<dyn Strategy>, Cancel), Diagnostic> {
+    let strategy: Box<dyn Strategy> = match &plan.strategy {
+        Parallelism::Ddp { .. } => match member {
+            Some(m) => {
+                let (strategy, stop) = ddp::Ddp::start(exp, plan, net, m, cancel.clone())?;
+                return Ok((Box::new(strategy), stop));
+            }
+            None => Box::new(Local),
+        },
+        Parallelism::Replicas { devices, .. } => {
             Box::new(data::DataParallel::new(exp, &data::devices(devices, over))?)
         }
-        Parallel::Pipeline {
+        Parallelism::Pipeline {
+            boundaries,
             micro_batches,
             schedule,
-            boundaries,
-            ..
         } => Box::new(pipeline::Pipeline::new(
             net,
             boundaries,
             *micro_batches,
             *schedule,
         )),
-        Parallel::None | Parallel::Model | Parallel::Distributed { .. } => Box::new(Local),
-    })
+        Parallelism::Local => Box::new(Local),
+    };
+    Ok((strategy, cancel.clone()))
 }

@@ -19,11 +19,12 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 
 use tch::{Device, Tensor};
 
+use super::strategy::Strategy;
 use crate::runtime::failure::{torch_failure, At};
 use crate::runtime::model::{tch_device, Net};
 use crate::runtime::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use kiln::diagnostic::Diagnostic;
-use kiln::ir::{Experiment, Node, Parallel, PipelineSchedule};
+use kiln::ir::{Experiment, Node, ParallelPlan, Parallelism, PipelineSchedule};
 use kiln::span::Span;
 
 /// One unit of a stage's work on a micro-batch.
@@ -61,8 +62,8 @@ pub fn order(schedule: PipelineSchedule, k: usize, p: usize, m: usize) -> Vec<Op
 /// places them: the placement of the stage's first layer when it differs from the experiment's
 /// device, else the CPU for a CPU experiment, else `cuda:k` for stage `k`. Other strategies keep
 /// the nodes as written.
-pub fn placed(exp: &Experiment) -> Cow<'_, [Node]> {
-    let Parallel::Pipeline { boundaries, .. } = &exp.parallel else {
+pub fn placed<'e>(exp: &'e Experiment, plan: &ParallelPlan) -> Cow<'e, [Node]> {
+    let Parallelism::Pipeline { boundaries, .. } = &plan.strategy else {
         return Cow::Borrowed(&exp.model.nodes);
     };
     let mut nodes = exp.model.nodes.clone();
@@ -177,6 +178,9 @@ impl Pipeline {
         })
     }
 }
+
+/// The stages are views of the one model the loop trains: the whole-model layout.
+impl Strategy for Pipeline {}
 
 impl Backprop for Pipeline {
     fn backprop(

@@ -8,7 +8,8 @@ use tch::{Device, Kind, Tensor};
 
 use super::*;
 use crate::runtime::model::build;
-use crate::runtime::step::Local;
+use crate::runtime::parallel::Local;
+use kiln::ir::Parallel;
 
 const EXP: &str = r#"
 experiment "pipe" {
