@@ -1,10 +1,6 @@
 //! What observes the loop: records and progress, the NaN check, early stopping. Each is a
 //! [`Hook`] that the loop calls at fixed points and that answers whether to go on; the loop
 //! itself only steps, evaluates when the schedule says so, and checkpoints at safe points.
-//! Cancellation is a [`Cancel`] token handed to the loop (a stop signal sets it).
-
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
 
 use super::checkpoint::Position;
 use super::compress::timeline::Timeline;
@@ -97,34 +93,6 @@ pub fn each(
         flow = flow.and(f(h.as_mut(), cx)?);
     }
     Ok(flow)
-}
-
-/// A request to stop, shared between whoever cancels (the stop-signal handler) and the loop,
-/// which stops after the step in progress and writes a checkpoint. It keeps the signal that asked
-/// first; later ones change nothing.
-#[derive(Debug, Clone, Default)]
-pub struct Cancel(Arc<AtomicI32>);
-
-impl Cancel {
-    /// Asks the loop to stop because this process received signal `sig`.
-    pub fn cancel(&self, sig: i32) {
-        let _ = self
-            .0
-            .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
-    }
-
-    /// The signal that asked the loop to stop, if one did.
-    pub fn signal(&self) -> Option<i32> {
-        match self.0.load(Ordering::SeqCst) {
-            0 => None,
-            sig => Some(sig),
-        }
-    }
-
-    /// Whether stopping was asked for.
-    pub fn is_cancelled(&self) -> bool {
-        self.signal().is_some()
-    }
 }
 
 /// Writes step, epoch and evaluation records and shows progress, each naming its phase.

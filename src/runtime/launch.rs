@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use super::cancel::Cancel;
 use super::dist::rank::free_port;
-use super::hooks::Cancel;
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Problem;
 use kiln::span::{Sources, Span};

@@ -11,6 +11,7 @@
 
 pub mod artifact;
 pub mod budget;
+pub mod cancel;
 pub mod checkpoint;
 pub mod compress;
 pub mod data;
@@ -18,6 +19,7 @@ pub mod dist;
 pub mod eval;
 pub mod exported;
 pub mod failure;
+pub mod fingerprint;
 pub mod hooks;
 pub mod launch;
 #[cfg(test)]

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::checkpoint::{self, Saved};
+use super::fingerprint::{differences, fingerprint, words};
 use super::report::RunWriter;
-use super::state::{differences, fingerprint, words};
 use kiln::diagnostic::problem::{Extension, Lengths, Resume};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Compression, Experiment, PruneSchedule};

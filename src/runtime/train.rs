@@ -8,14 +8,13 @@ use std::time::Instant;
 use tch::Device;
 
 use super::budget::Budget;
+use super::cancel::Cancel;
 use super::checkpoint::{Fingerprint, Position, Saved};
 use super::compress::pruner::{Boundary, Pruner};
 use super::compress::timeline::Timeline;
 use super::data::{Dataset, Loader, Splits};
 use super::failure::At;
-use super::hooks::{
-    each, Cancel, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport,
-};
+use super::hooks::{each, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport};
 use super::output::Output;
 use super::parallel::strategy::Strategy;
 use super::regression::{Regression, Scores};

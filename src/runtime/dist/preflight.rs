@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::c10d::Store;
 use super::rank::Rank;
 use crate::runtime::checkpoint::Fingerprint;
-use crate::runtime::state::differences;
+use crate::runtime::fingerprint::differences;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;
 use kiln::span::Span;

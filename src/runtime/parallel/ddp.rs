@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 
 use tch::Tensor;
 
+use super::super::cancel::Cancel;
 pub use super::super::dist::c10d::Backend;
 use super::super::dist::c10d::{Bind, Group, Reducer, Store};
 use super::super::dist::preflight::{compare, rendezvous, Announce};
 use super::super::dist::rank::Rank;
 use super::super::failure::At;
-use super::super::hooks::Cancel;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::strategy::Strategy;
 use kiln::diagnostic::{Diagnostic, Problem};

@@ -10,7 +10,7 @@ mod local;
 pub mod pipeline;
 pub mod strategy;
 
-use super::hooks::Cancel;
+use super::cancel::Cancel;
 use super::model::Net;
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, ParallelPlan, Parallelism};

@@ -10,8 +10,8 @@ mod trial;
 
 use std::path::PathBuf;
 
+use super::cancel::Cancel;
 use super::dist::rank::{free_port, Rank};
-use super::hooks::Cancel;
 use super::resume::{finished, Finished};
 use kiln::check::{check_path, FsLoader, Options};
 use kiln::diagnostic::render::to_text;

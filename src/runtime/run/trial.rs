@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 
 use super::options::RunOptions;
 use super::print::{eprint, warn};
+use crate::runtime::cancel::Cancel;
 use crate::runtime::compress::compare::compare;
 use crate::runtime::compress::measure::cpu_notes;
 use crate::runtime::dist::rank::Rank;
-use crate::runtime::hooks::Cancel;
 use crate::runtime::output::{Output, RunOutput, Silent};
 use crate::runtime::parallel::{self, ddp::Member};
 use crate::runtime::report::{Progress, RunWriter};
