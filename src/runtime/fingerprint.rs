@@ -291,9 +291,6 @@ fn pairs(
         .collect()
 }
 
-/// When checkpoints are written: every `every` steps when the experiment asks for them, at the
-/// end of such a run, and whenever a run is cancelled.
-
 #[cfg(test)]
 mod tests {
     use super::words;

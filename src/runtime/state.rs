@@ -11,6 +11,8 @@ use kiln::ir::Experiment;
 use kiln::rundir::Segment;
 use kiln::span::Span;
 
+/// When checkpoints are written: every `every` steps when the experiment asks for them, at the
+/// end of such a run, and whenever a run is cancelled.
 pub struct Checkpoints {
     every: Option<u64>,
     keep: u64,
