@@ -59,10 +59,15 @@ fn scratch_with(name: &str, experiment: &str) -> PathBuf {
     dir
 }
 
-/// `kiln ARGS` in the scratch directory `dir`.
+/// `kiln ARGS` in the scratch directory `dir`, on one CPU thread: two runs on several threads
+/// were seen to differ in the last bit of a loss on a loaded machine (libtorch's kernels may
+/// split their work otherwise), while one thread computes in one order every time.
 fn kiln(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    c.args(args).current_dir(dir).env("NO_COLOR", "1");
+    c.args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .envs(support::parity::SINGLE_THREADED);
     c
 }
 
