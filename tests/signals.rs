@@ -59,9 +59,8 @@ fn scratch_with(name: &str, experiment: &str) -> PathBuf {
     dir
 }
 
-/// `kiln ARGS` in the scratch directory `dir`, on one CPU thread: two runs on several threads
-/// were seen to differ in the last bit of a loss on a loaded machine (libtorch's kernels may
-/// split their work otherwise), while one thread computes in one order every time.
+/// `kiln ARGS` in the scratch directory `dir`, on one CPU thread: two runs on two threads were
+/// seen to differ in the last bit of a loss on a loaded machine (README, "Reproducibility").
 fn kiln(dir: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
     c.args(args)

@@ -15,10 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// `kiln` with `args`, in the repository's root, without colour.
+/// `kiln` with `args`, in the repository's root, without colour, on one CPU thread (the tests
+/// compare runs bit for bit: README, "Reproducibility").
 pub fn kiln(args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_kiln"));
-    c.args(args).current_dir(root()).env("NO_COLOR", "1");
+    c.args(args)
+        .current_dir(root())
+        .env("NO_COLOR", "1")
+        .envs(parity::SINGLE_THREADED);
     c
 }
 
