@@ -7,6 +7,7 @@
 use super::cx::Cx;
 use super::words::warning_codes;
 use crate::diagnostic::problem::Expected;
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::{Code, Diagnostic, Problem, Severity};
 use crate::syntax::ast::{Statement, ValueKind};
 
@@ -30,14 +31,14 @@ pub fn check(cx: &mut Cx, stmt: &Statement) -> Vec<String> {
             _ => false,
         };
         if error {
-            cx.report(Problem::WrongType {
+            cx.report(Problem::Names(Names::WrongType {
                 span: item.span,
                 expected: Expected::Callee {
                     what: "a warning code".into(),
                     known: codes.iter().map(|c| c.to_string()).collect(),
                 },
                 found: "an error's code (errors cannot be allowed)",
-            });
+            }));
         } else if let Some(code) = cx.choice(item, "warning code", &codes) {
             allowed.push(code.to_string());
         }

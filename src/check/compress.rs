@@ -4,6 +4,7 @@ mod placed;
 mod schedule;
 mod targets;
 
+use crate::diagnostic::problem::{Names, Strategies};
 use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
@@ -98,13 +99,13 @@ pub fn check_compress(
 ) -> Option<Vec<Compression>> {
     cx.block_statement(stmt);
     let Some(body) = &stmt.body else {
-        cx.report(Problem::WrongArguments {
+        cx.report(Problem::Names(Names::WrongArguments {
             span: stmt.span,
             situation: Arguments::NoBlock {
                 keyword: "compress".into(),
                 example: "compress { prune fc1 l1_unstructured(amount: 0.5) }",
             },
-        });
+        }));
         return None;
     };
     let mut out = Vec::new();
@@ -152,12 +153,12 @@ fn conflicts(cx: &mut Cx, steps: &[Compression]) -> bool {
                     .flatten()
             });
             if let Some((first, same_statement)) = first {
-                cx.report(Problem::CompressConflict {
+                cx.report(Problem::Strategies(Strategies::CompressConflict {
                     span: t.span,
                     layer: t.layer.clone(),
                     first,
                     same_statement,
-                });
+                }));
                 ok = false;
             }
             here.entry(key).or_insert(t.span);
@@ -175,14 +176,14 @@ fn conflicts(cx: &mut Cx, steps: &[Compression]) -> bool {
 fn split<'s>(cx: &mut Cx, s: &'s Statement) -> Option<(&'s [Value], Statement)> {
     cx.plain_statement(s, false);
     let Some((method, targets)) = s.values.split_last().filter(|(_, t)| !t.is_empty()) else {
-        cx.report(Problem::WrongArguments {
+        cx.report(Problem::Names(Names::WrongArguments {
             span: s.span,
             situation: Arguments::Form(if s.keyword.name == "prune" {
                 Form::Prune
             } else {
                 Form::Quantize
             }),
-        });
+        }));
         return None;
     };
     let method_stmt = Statement {
@@ -248,10 +249,10 @@ fn prune(
                 }
                 (Some(_), Some(dim)) => {
                     let at = b.get("dim").map_or(b.span, |v| v.span);
-                    cx.report(Problem::OutOfRange {
+                    cx.report(Problem::Names(Names::OutOfRange {
                         span: at,
                         situation: OutOfRange::PruneDim { dim },
-                    });
+                    }));
                     None
                 }
                 _ => None,
@@ -333,10 +334,10 @@ fn quantize(
             .map(|granularity| QuantScheme::Fp8 { granularity }),
         Scheme::Qat => {
             if let Some(precision) = training.fp16 {
-                cx.report(Problem::QatFp16 {
+                cx.report(Problem::Strategies(Strategies::QatFp16 {
                     span: v.span,
                     precision,
-                });
+                }));
                 return None;
             }
             granularity(cx, b.get("granularity"), false)
@@ -369,11 +370,11 @@ fn int4(
         Some(v) => {
             let g = cx.uint(v)?;
             if !INT4_GROUP_SIZES.contains(&g) {
-                cx.report(Problem::Int4GroupSize {
+                cx.report(Problem::Strategies(Strategies::Int4GroupSize {
                     span: v.span,
                     group_size: g,
                     layer: None,
-                });
+                }));
                 return None;
             }
             g
@@ -391,7 +392,7 @@ fn int4(
         if let LayerKind::Linear { inputs, .. } = l.kind {
             let inputs = inputs as u64;
             if !inputs.is_multiple_of(group_size) {
-                cx.report(Problem::Int4GroupSize {
+                cx.report(Problem::Strategies(Strategies::Int4GroupSize {
                     span: t.span,
                     group_size,
                     layer: Some(GroupedLayer {
@@ -399,7 +400,7 @@ fn int4(
                         span: l.span,
                         inputs,
                     }),
-                });
+                }));
                 ok = false;
             }
         }

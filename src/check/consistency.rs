@@ -6,6 +6,7 @@
 //! diagnostic points at the value the user will edit, with the conflicting side as a secondary
 //! label.
 
+use crate::diagnostic::problem::{Strategies, Warnings};
 use std::cmp::Ordering;
 
 use super::cx::Cx;
@@ -233,12 +234,12 @@ fn batch_norm_one_value(cx: &mut Cx, s: &Lengths, n: u64) {
         })
     });
     if let Some(how) = lone {
-        cx.report(Problem::BatchNormOneValue {
+        cx.report(Problem::Strategies(Strategies::BatchNormOneValue {
             span: layer.span,
             layer: layer.name.clone(),
             cause: Some((d.batch_span, how)),
             evaluation: false,
-        });
+        }));
         return;
     }
     // Without running statistics, evaluation normalises with batch statistics too. Ranks share
@@ -258,7 +259,7 @@ fn batch_norm_one_value(cx: &mut Cx, s: &Lengths, n: u64) {
     .find(|(_, count, counted)| *counted && *count > 0 && (e == 1 || *count % e == 1));
     if let Some((split, count, _)) = lone {
         let at = find_in(s.statements, "data", "eval_batch").map_or(d.batch_span, |s| s.span);
-        cx.report(Problem::BatchNormOneValue {
+        cx.report(Problem::Strategies(Strategies::BatchNormOneValue {
             span: layer.span,
             layer: layer.name.clone(),
             cause: Some((
@@ -273,7 +274,7 @@ fn batch_norm_one_value(cx: &mut Cx, s: &Lengths, n: u64) {
                 },
             )),
             evaluation: true,
-        });
+        }));
     }
 }
 
@@ -337,10 +338,10 @@ fn precision(cx: &mut Cx, s: &Settings) -> bool {
     ) else {
         return true;
     };
-    cx.report(Problem::Inconsistent {
+    cx.report(Problem::Strategies(Strategies::Inconsistent {
         span: at.span,
         situation: Inconsistent::Fp16OnCpu { cpu },
-    });
+    }));
     false
 }
 
@@ -362,13 +363,13 @@ fn replicas(cx: &mut Cx, s: &Settings) -> bool {
     if agrees {
         return true;
     }
-    cx.report(Problem::Inconsistent {
+    cx.report(Problem::Strategies(Strategies::Inconsistent {
         span: value.span,
         situation: Inconsistent::DeviceNotReplica {
             device: s.device,
             replicas: s.parallel.dp_span.unwrap_or(*span),
         },
-    });
+    }));
     false
 }
 
@@ -387,13 +388,13 @@ fn normalize(cx: &mut Cx, s: &Settings) -> bool {
         return true;
     };
     let input_span = find_in(s.statements, "model", "input").map_or(s.data.source_span, |i| i.span);
-    cx.report(Problem::NormalizeChannels {
+    cx.report(Problem::Strategies(Strategies::NormalizeChannels {
         span: stmt.span,
         values,
         channels,
         input: s.input.clone(),
         input_span,
-    });
+    }));
     false
 }
 
@@ -472,11 +473,11 @@ fn lr_schedule(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Opti
         | Schedule::ReduceOnPlateau(_) => None,
     };
     if let Some((span, situation)) = found {
-        cx.report(Problem::OutlastsTraining {
+        cx.report(Problem::Warnings(Warnings::OutlastsTraining {
             span,
             situation,
             length,
-        });
+        }));
     }
 }
 
@@ -531,7 +532,7 @@ fn gradual(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Option<u
             .and_then(|method| arg(Some(method), "schedule", usize::MAX))
             .and_then(|sched| arg(call_args(sched), "end", 1))
             .map_or(span, |v| v.span);
-        cx.report(Problem::OutlastsTraining {
+        cx.report(Problem::Warnings(Warnings::OutlastsTraining {
             span: end_span,
             situation: Outlasts::GradualEnd { start, end },
             // With fine-tuning or rounds after it, the run is longer than the length written.
@@ -544,7 +545,7 @@ fn gradual(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Option<u
                     ..length
                 }
             },
-        });
+        }));
     }
 }
 
@@ -561,10 +562,10 @@ fn evaluation(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Optio
             (Duration::Epochs(_), Duration::Epochs(_)) | (Duration::Steps(_), Duration::Steps(_))
         );
         if !same_unit && against(ck.every, &length, per_epoch) == Some(Ordering::Greater) {
-            cx.report(Problem::IgnoredSetting {
+            cx.report(Problem::Warnings(Warnings::IgnoredSetting {
                 span: stmt.keyword.span,
                 situation: Ignored::CheckpointAfterEnd,
-            });
+            }));
         }
     }
     if !s.data.has_val() {
@@ -586,7 +587,7 @@ fn evaluation(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Optio
     };
     let eval_every = find(train_block, "eval_every").and_then(|e| e.values.first());
     if let (0, Some(v)) = (evaluations, eval_every) {
-        cx.report(Problem::OutlastsTraining {
+        cx.report(Problem::Warnings(Warnings::OutlastsTraining {
             span: v.span,
             situation: Outlasts::EvalEvery {
                 every: Interval {
@@ -595,19 +596,19 @@ fn evaluation(cx: &mut Cx, s: &Lengths, length: TrainingLength, per_epoch: Optio
                 },
             },
             length,
-        });
+        }));
     }
     if let (Some(es), Some(stmt)) = (&s.train.early_stop, find(train_block, "early_stop")) {
         if evaluations <= es.patience {
             let span = arg(stmt.args.as_ref(), "patience", 1).map_or(stmt.keyword.span, |v| v.span);
-            cx.report(Problem::OutlastsTraining {
+            cx.report(Problem::Warnings(Warnings::OutlastsTraining {
                 span,
                 situation: Outlasts::Patience {
                     patience: es.patience,
                     evaluations,
                 },
                 length,
-            });
+            }));
         }
     }
 }

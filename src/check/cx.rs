@@ -1,6 +1,7 @@
 //! The checker's context: the diagnostics collected so far, and the helpers that read values
 //! and bind arguments while reporting every problem they meet.
 
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{
     Arguments, Expected, KeywordHint, Misplaced, OutOfRange, Unknown,
 };
@@ -63,31 +64,31 @@ impl Cx {
             candidates: known.iter().map(|k| k.to_string()).collect(),
         };
         self.report(match code {
-            Code::UnknownKeyword => Problem::UnknownKeyword {
+            Code::UnknownKeyword => Problem::Names(Names::UnknownKeyword {
                 hint: elsewhere(&unknown.name),
                 unknown,
                 place: what.to_string(),
-            },
-            Code::UnknownLayer => Problem::UnknownLayer(unknown),
-            Code::UnknownOptimizer => Problem::UnknownOptimizer(unknown),
-            Code::UnknownLoss => Problem::UnknownLoss(unknown),
-            Code::UnknownSchedule => Problem::UnknownSchedule(unknown),
-            Code::UnknownMetric => Problem::UnknownMetric(unknown),
-            Code::UnknownSource => Problem::UnknownSource {
+            }),
+            Code::UnknownLayer => Problem::Names(Names::UnknownLayer(unknown)),
+            Code::UnknownOptimizer => Problem::Names(Names::UnknownOptimizer(unknown)),
+            Code::UnknownLoss => Problem::Names(Names::UnknownLoss(unknown)),
+            Code::UnknownSchedule => Problem::Names(Names::UnknownSchedule(unknown)),
+            Code::UnknownMetric => Problem::Names(Names::UnknownMetric(unknown)),
+            Code::UnknownSource => Problem::Names(Names::UnknownSource {
                 unknown,
                 generator: what == "generator",
-            },
-            Code::UnknownPruneMethod => Problem::UnknownPruneMethod(unknown),
-            Code::UnknownQuantScheme => Problem::UnknownQuantScheme(unknown),
-            Code::UnknownStrategy => Problem::UnknownStrategy(unknown),
-            Code::UnknownReference => Problem::UnknownReference {
+            }),
+            Code::UnknownPruneMethod => Problem::Names(Names::UnknownPruneMethod(unknown)),
+            Code::UnknownQuantScheme => Problem::Names(Names::UnknownQuantScheme(unknown)),
+            Code::UnknownStrategy => Problem::Names(Names::UnknownStrategy(unknown)),
+            Code::UnknownReference => Problem::Names(Names::UnknownReference {
                 unknown,
                 suffix: String::new(),
-            },
-            _ => Problem::UnknownChoice {
+            }),
+            _ => Problem::Names(Names::UnknownChoice {
                 unknown,
                 what: what.to_string(),
-            },
+            }),
         });
     }
 
@@ -103,7 +104,7 @@ impl Cx {
             self.unknown(Code::UnknownKeyword, place, &stmt.keyword, known);
             return;
         };
-        self.report(Problem::UnknownKeyword {
+        self.report(Problem::Names(Names::UnknownKeyword {
             unknown: Unknown {
                 span: stmt.keyword.span,
                 name: stmt.keyword.name.clone(),
@@ -118,7 +119,7 @@ impl Cx {
                     end: stmt.keyword.span.start,
                 },
             }),
-        });
+        }));
     }
 
     /// Binds a call's arguments to `params` (positional arguments fill them in order). Reports
@@ -142,23 +143,23 @@ impl Cx {
                 Some(n) => match params.iter().find(|p| **p == n.name) {
                     Some(p) => (*p, Some(n.span)),
                     None => {
-                        self.report(Problem::UnknownParameter {
+                        self.report(Problem::Names(Names::UnknownParameter {
                             unknown: Unknown {
                                 span: n.span,
                                 name: n.name.clone(),
                                 candidates: strings(params),
                             },
                             callee: callee.to_string(),
-                        });
+                        }));
                         continue;
                     }
                 },
                 None => {
                     if bound.values.iter().any(|(_, _, s)| s.is_some()) {
-                        self.report(Problem::WrongArguments {
+                        self.report(Problem::Names(Names::WrongArguments {
                             span: value.span,
                             situation: Arguments::PositionalAfterNamed,
-                        });
+                        }));
                         continue;
                     }
                     match params.get(next_positional) {
@@ -167,24 +168,24 @@ impl Cx {
                             (*p, None)
                         }
                         None => {
-                            self.report(Problem::WrongArguments {
+                            self.report(Problem::Names(Names::WrongArguments {
                                 span: value.span,
                                 situation: Arguments::TooManyPositional {
                                     callee: callee.to_string(),
                                     params: strings(params),
                                 },
-                            });
+                            }));
                             continue;
                         }
                     }
                 }
             };
             if let Some((_, first, _)) = bound.values.iter().find(|(n, _, _)| *n == param) {
-                self.report(Problem::DuplicateSetting {
+                self.report(Problem::Names(Names::DuplicateSetting {
                     span: name_span.unwrap_or(value.span),
                     first: first.span,
                     name: param.to_string(),
-                });
+                }));
                 continue;
             }
             bound.values.push((param, value, name_span));
@@ -194,13 +195,13 @@ impl Cx {
 
     /// Reports a missing argument.
     pub fn missing(&mut self, callee: &str, param: &str, span: Span) {
-        self.report(Problem::WrongArguments {
+        self.report(Problem::Names(Names::WrongArguments {
             span,
             situation: Arguments::Missing {
                 callee: callee.to_string(),
                 param: param.to_string(),
             },
-        });
+        }));
     }
 
     /// Reports a value of the wrong type; a sweep left in place was reported already (K0211).
@@ -208,11 +209,11 @@ impl Cx {
         if matches!(value.kind, ValueKind::Sweep(_)) {
             return;
         }
-        self.report(Problem::WrongType {
+        self.report(Problem::Names(Names::WrongType {
             span: value.span,
             expected,
             found: value.type_name(),
-        });
+        }));
     }
 
     /// Reads a plain number (no unit).
@@ -234,14 +235,14 @@ impl Cx {
     pub fn number_in(&mut self, value: &Value, what: &str, range: Range) -> Option<f64> {
         let x = self.number(value)?;
         if !range.holds(x) {
-            self.report(Problem::OutOfRange {
+            self.report(Problem::Names(Names::OutOfRange {
                 span: value.span,
                 situation: OutOfRange::Number {
                     what: what.to_string(),
                     range,
                     value: x,
                 },
-            });
+            }));
             return None;
         }
         Some(x)
@@ -260,10 +261,10 @@ impl Cx {
                 integer: true,
                 unit: None,
             } => {
-                self.report(Problem::OutOfRange {
+                self.report(Problem::Names(Names::OutOfRange {
                     span: value.span,
                     situation: OutOfRange::NotUnsigned { value: *x },
-                });
+                }));
                 None
             }
             _ => {
@@ -277,14 +278,14 @@ impl Cx {
     pub fn uint_min(&mut self, value: &Value, what: &str, min: u64) -> Option<u64> {
         let x = self.uint(value)?;
         if x < min {
-            self.report(Problem::OutOfRange {
+            self.report(Problem::Names(Names::OutOfRange {
                 span: value.span,
                 situation: OutOfRange::Below {
                     what: what.to_string(),
                     min,
                     value: x,
                 },
-            });
+            }));
             return None;
         }
         Some(x)
@@ -409,11 +410,11 @@ impl Cx {
                 Some((*x as u64, unit.unwrap_or(default)))
             }
             ValueKind::Number { .. } => {
-                self.report(Problem::WrongType {
+                self.report(Problem::Names(Names::WrongType {
                     span: value.span,
                     expected: Expected::WholeDuration,
                     found: value.type_name(),
-                });
+                }));
                 None
             }
             _ => {
@@ -451,10 +452,10 @@ impl Cx {
         match text.parse() {
             Ok(device) => Some(device),
             Err(_) => {
-                self.report(Problem::UnknownDevice {
+                self.report(Problem::Names(Names::UnknownDevice {
                     span: value.span,
                     name: text,
-                });
+                }));
                 None
             }
         }
@@ -463,29 +464,29 @@ impl Cx {
     /// Reports a statement that may take no nested block, label or arguments.
     pub fn plain_statement(&mut self, stmt: &Statement, takes_args: bool) {
         if let Some(label) = &stmt.label {
-            self.report(Problem::Misplaced {
+            self.report(Problem::Names(Names::Misplaced {
                 span: label.span,
                 situation: Misplaced::Label {
                     keyword: stmt.keyword.name.clone(),
                 },
-            });
+            }));
         }
         if let Some(body) = &stmt.body {
-            self.report(Problem::Misplaced {
+            self.report(Problem::Names(Names::Misplaced {
                 span: body.span,
                 situation: Misplaced::Block {
                     keyword: stmt.keyword.name.clone(),
                 },
-            });
+            }));
         }
         if !takes_args {
             if let Some(args) = &stmt.args {
-                self.report(Problem::WrongArguments {
+                self.report(Problem::Names(Names::WrongArguments {
                     span: args.span,
                     situation: Arguments::NoParentheses {
                         keyword: stmt.keyword.name.clone(),
                     },
-                });
+                }));
             }
         }
     }
@@ -494,12 +495,12 @@ impl Cx {
     pub fn block_statement(&mut self, stmt: &Statement) {
         let kw = &stmt.keyword.name;
         if let Some(label) = &stmt.label {
-            self.report(Problem::Misplaced {
+            self.report(Problem::Names(Names::Misplaced {
                 span: label.span,
                 situation: Misplaced::Label {
                     keyword: kw.clone(),
                 },
-            });
+            }));
         }
         let extra = stmt
             .args
@@ -508,12 +509,12 @@ impl Cx {
             .into_iter()
             .chain(stmt.values.iter().map(|v| v.span));
         if let Some(span) = extra.reduce(|a, b| a.to(b)) {
-            self.report(Problem::WrongArguments {
+            self.report(Problem::Names(Names::WrongArguments {
                 span,
                 situation: Arguments::OnlyBlock {
                     keyword: kw.clone(),
                 },
-            });
+            }));
         }
     }
 
@@ -523,22 +524,22 @@ impl Cx {
         match stmt.values.as_slice() {
             [one] => Some(one),
             [] => {
-                self.report(Problem::WrongArguments {
+                self.report(Problem::Names(Names::WrongArguments {
                     span: stmt.keyword.span,
                     situation: Arguments::NoValue {
                         keyword: stmt.keyword.name.clone(),
                     },
-                });
+                }));
                 None
             }
             [_, extra, ..] => {
                 let last = stmt.values.last().map_or(extra.span, |v| v.span);
-                self.report(Problem::WrongArguments {
+                self.report(Problem::Names(Names::WrongArguments {
                     span: extra.span.to(last),
                     situation: Arguments::ExtraValues {
                         keyword: stmt.keyword.name.clone(),
                     },
-                });
+                }));
                 None
             }
         }

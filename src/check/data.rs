@@ -6,6 +6,7 @@ use super::source::{check_source, SourceOut};
 use super::split::SplitOut;
 use super::words::DATA;
 use crate::diagnostic::problem::{Arguments, Inconsistent, OutOfRange};
+use crate::diagnostic::problem::{Names, Strategies};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, Data, Normalize, Shape, Source};
 use crate::span::Span;
@@ -37,12 +38,12 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         "data { source ...; batch 64 }",
     )?;
     let missing = |cx: &mut Cx, settings: &'static [&'static str], example: &'static str| {
-        cx.report(Problem::MissingSetting {
+        cx.report(Problem::Names(Names::MissingSetting {
             span: stmt.keyword.span,
             block: "data",
             settings,
             example,
-        });
+        }));
     };
     let split = seen.get("split").map_or(Some(SplitOut::default()), |s| {
         super::split::check_split(cx, s)
@@ -52,10 +53,10 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         split.as_ref().and_then(|s| s.train.as_ref()),
     ) {
         (Some(s), Some(train)) => {
-            cx.report(Problem::Inconsistent {
+            cx.report(Problem::Strategies(Strategies::Inconsistent {
                 span: train.span,
                 situation: Inconsistent::TwoTrainingSources { source: s.span },
-            });
+            }));
             None
         }
         (Some(s), None) => check_source(cx, s),
@@ -115,7 +116,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
     if let Source::Synthetic { count, .. } = &source {
         let train = (*count as f64 * split.split.train).floor() as u64;
         if train < batch {
-            cx.report(Problem::OutOfRange {
+            cx.report(Problem::Names(Names::OutOfRange {
                 span: batch_span,
                 situation: OutOfRange::BatchOverSamples {
                     batch,
@@ -123,7 +124,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
                     count: *count,
                     source: source_span,
                 },
-            });
+            }));
             return None;
         }
     }
@@ -179,13 +180,13 @@ fn check_normalize(cx: &mut Cx, stmt: &Statement) -> Option<Normalize> {
     let std = list(cx, "std", Range::Positive);
     let (mean, std) = (mean?, std?);
     if mean.len() != std.len() {
-        cx.report(Problem::WrongArguments {
+        cx.report(Problem::Names(Names::WrongArguments {
             span: b.span,
             situation: Arguments::NormalizeLengths {
                 means: mean.len(),
                 stds: std.len(),
             },
-        });
+        }));
         return None;
     }
     Some(Normalize { mean, std })

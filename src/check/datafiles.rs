@@ -6,6 +6,7 @@
 
 mod fit;
 
+use crate::diagnostic::problem::{Names, Strategies, Warnings};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -255,14 +256,14 @@ impl Reader<'_, '_> {
             Probe::Unknown => None,
             Probe::Missing(reason) => {
                 let nearby = crate::diagnostic::nearby_paths(rel, &self.loader.siblings(&path));
-                self.cx.report(Problem::DataFileMissing {
+                self.cx.report(Problem::Warnings(Warnings::DataFileMissing {
                     span,
                     file: rel.to_string(),
                     resolved: path,
                     reason,
                     base: self.dir.clone(),
                     nearby,
-                });
+                }));
                 None
             }
             Probe::Malformed(reason) => {
@@ -274,11 +275,11 @@ impl Reader<'_, '_> {
     }
 
     fn unusable(&mut self, span: Span, file: &str, reason: String) {
-        self.cx.report(Problem::DataHeader {
+        self.cx.report(Problem::Strategies(Strategies::DataHeader {
             span,
             file: file.to_string(),
             reason,
-        });
+        }));
     }
 
     /// One array, refused when its elements are not numbers (or, for IDX, not bytes).
@@ -325,15 +326,16 @@ impl Reader<'_, '_> {
         let span = self.span(param);
         let Some(m) = members.iter().find(|m| m.name == key) else {
             let present = members.iter().map(|m| m.name.clone()).collect();
-            self.cx.report(Problem::DataMismatch {
-                span,
-                file: format!("`{file}`"),
-                situation: DataFit::NoMember {
-                    kind,
-                    name: key.to_string(),
-                    present,
-                },
-            });
+            self.cx
+                .report(Problem::Strategies(Strategies::DataMismatch {
+                    span,
+                    file: format!("`{file}`"),
+                    situation: DataFit::NoMember {
+                        kind,
+                        name: key.to_string(),
+                        present,
+                    },
+                }));
             return None;
         };
         match m.array.clone()? {
@@ -375,15 +377,16 @@ impl Reader<'_, '_> {
                     (&y, labels, labels_ok, "labels"),
                 ] {
                     if !ok {
-                        self.cx.report(Problem::DataMismatch {
-                            span: side.span,
-                            file: format!("`{file}`"),
-                            situation: DataFit::Role {
-                                what,
-                                dims: side.shape.len(),
-                                swapped,
-                            },
-                        });
+                        self.cx
+                            .report(Problem::Strategies(Strategies::DataMismatch {
+                                span: side.span,
+                                file: format!("`{file}`"),
+                                situation: DataFit::Role {
+                                    what,
+                                    dims: side.shape.len(),
+                                    swapped,
+                                },
+                            }));
                     }
                 }
                 let fine = images_ok && labels_ok;
@@ -450,20 +453,22 @@ impl Reader<'_, '_> {
                     columns,
                 }
             };
-            self.cx.report(Problem::DataMismatch {
-                span: at,
-                file: format!("`{path}`"),
-                situation,
-            });
+            self.cx
+                .report(Problem::Strategies(Strategies::DataMismatch {
+                    span: at,
+                    file: format!("`{path}`"),
+                    situation,
+                }));
             return None;
         }
         let span = self.span("path");
         if columns < 2 {
-            self.cx.report(Problem::DataMismatch {
-                span,
-                file: format!("`{path}`"),
-                situation: DataFit::OneColumn,
-            });
+            self.cx
+                .report(Problem::Strategies(Strategies::DataMismatch {
+                    span,
+                    file: format!("`{path}`"),
+                    situation: DataFit::OneColumn,
+                }));
             return None;
         }
         // The count is left unknown (`u64::MAX` marks it) when the file is too large to count.
@@ -493,11 +498,11 @@ impl Reader<'_, '_> {
 /// large to count), or `None` after reporting that they do not.
 fn counts(cx: &mut Cx, source: &Source, x: &Side, y: &Side) -> Option<Option<u64>> {
     let mismatch = |cx: &mut Cx, side: &Side, situation: DataFit| {
-        cx.report(Problem::DataMismatch {
+        cx.report(Problem::Strategies(Strategies::DataMismatch {
             span: side.span,
             file: side.name.clone(),
             situation,
-        });
+        }));
     };
     for (side, what) in [(x, "inputs"), (y, "targets")] {
         if side.shape.is_empty() {
@@ -544,7 +549,7 @@ fn split_fits(cx: &mut Cx, data: &Data, spans: &Spans, n: u64) -> bool {
     let test = count(split.test, n - train - val);
     if data.drop_last && train < data.batch {
         // Every batch of an epoch would be partial, and dropped.
-        cx.report(Problem::OutOfRange {
+        cx.report(Problem::Names(Names::OutOfRange {
             span: data.batch_span,
             situation: OutOfRange::BatchOverSamples {
                 batch: data.batch,
@@ -552,7 +557,7 @@ fn split_fits(cx: &mut Cx, data: &Data, spans: &Spans, n: u64) -> bool {
                 count: n,
                 source: data.source_span,
             },
-        });
+        }));
         return false;
     }
     let at = spans.split.unwrap_or(data.source_span);
@@ -562,7 +567,7 @@ fn split_fits(cx: &mut Cx, data: &Data, spans: &Spans, n: u64) -> bool {
         ("test", split.test, test),
     ] {
         if fraction > 0.0 && got == 0 {
-            cx.report(Problem::DataMismatch {
+            cx.report(Problem::Strategies(Strategies::DataMismatch {
                 span: at,
                 file: String::new(),
                 situation: DataFit::EmptySplit {
@@ -571,7 +576,7 @@ fn split_fits(cx: &mut Cx, data: &Data, spans: &Spans, n: u64) -> bool {
                     count: n,
                     source: data.source_span,
                 },
-            });
+            }));
             return false;
         }
     }

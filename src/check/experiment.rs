@@ -2,6 +2,7 @@
 //! checker, the data files' headers read, and the parts handed to `ties`, which checks what ties
 //! them together.
 
+use crate::diagnostic::problem::{Names, Strategies};
 use std::collections::HashMap;
 
 use super::compress::{check_compress, Training};
@@ -38,13 +39,13 @@ pub(super) fn check_experiment(
     let name = match stmt.values.as_slice() {
         [v] => cx.string(v),
         _ => {
-            cx.report(Problem::WrongArguments {
+            cx.report(Problem::Names(Names::WrongArguments {
                 span: stmt.keyword.span,
                 situation: Arguments::NoName {
                     keyword: "experiment".into(),
                     example: "experiment \"name\" { ... }",
                 },
-            });
+            }));
             None
         }
     };
@@ -62,12 +63,12 @@ pub(super) fn check_experiment(
     let require = |cx: &mut Cx, k: &'static [&'static str], example: &'static str| {
         let s = get(k[0]);
         if s.is_none() {
-            cx.report(Problem::MissingSetting {
+            cx.report(Problem::Names(Names::MissingSetting {
                 span: stmt.keyword.span,
                 block: "experiment",
                 settings: k,
                 example,
-            });
+            }));
         }
         s
     };
@@ -124,13 +125,13 @@ pub(super) fn check_experiment(
             check_model(cx, b, &feed)
         }
         None => {
-            cx.report(Problem::WrongArguments {
+            cx.report(Problem::Names(Names::WrongArguments {
                 span: s.span,
                 situation: Arguments::NoBlock {
                     keyword: "model".into(),
                     example: "model { input [784]; linear(10) }",
                 },
-            });
+            }));
             None
         }
     });
@@ -229,10 +230,10 @@ fn check_memory(cx: &mut Cx, statements: &[Statement]) -> Option<Vec<(Device, u6
     for s in statements.iter().filter(|s| s.keyword.name == "memory") {
         cx.plain_statement(s, false);
         let [device, size] = s.values.as_slice() else {
-            cx.report(Problem::WrongArguments {
+            cx.report(Problem::Names(Names::WrongArguments {
                 span: s.span,
                 situation: Arguments::Form(Form::Memory),
-            });
+            }));
             ok = false;
             continue;
         };
@@ -241,11 +242,11 @@ fn check_memory(cx: &mut Cx, statements: &[Statement]) -> Option<Vec<(Device, u6
             continue;
         };
         if let Some((_, _, first)) = out.iter().find(|(x, _, _)| *x == d) {
-            cx.report(Problem::DuplicateSetting {
+            cx.report(Problem::Names(Names::DuplicateSetting {
                 span: device.span,
                 first: *first,
                 name: format!("memory {d}"),
-            });
+            }));
             ok = false;
             continue;
         }
@@ -278,10 +279,10 @@ fn check_placements(
         let (targets, device) = match on {
             Some(i) if i > 0 && i + 2 == s.values.len() => (&s.values[..i], &s.values[i + 1]),
             _ => {
-                cx.report(Problem::WrongArguments {
+                cx.report(Problem::Names(Names::WrongArguments {
                     span: s.span,
                     situation: Arguments::Form(Form::Place),
-                });
+                }));
                 ok = false;
                 continue;
             }
@@ -320,12 +321,12 @@ fn check_placements(
     for b in &out {
         match first.get(b.name.as_str()) {
             Some(a) => {
-                cx.report(Problem::PlacementConflict {
+                cx.report(Problem::Strategies(Strategies::PlacementConflict {
                     span: b.span,
                     name: b.name.clone(),
                     device: b.device,
                     first: (a.span, a.name.clone(), a.device),
-                });
+                }));
                 ok = false;
             }
             None => {

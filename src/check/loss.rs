@@ -7,6 +7,7 @@ use super::model::ModelOut;
 use super::read::{callee, Called};
 use super::words::{LossName, LOSSES};
 use crate::diagnostic::problem::LossShape;
+use crate::diagnostic::problem::{Shapes, Warnings};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Loss, Shape, Targets};
 use crate::span::Span;
@@ -141,13 +142,13 @@ pub(super) fn against_targets(
     };
     let name = loss.name();
     let err = |cx: &mut Cx, situation: LossShape| {
-        cx.report(Problem::LossShape {
+        cx.report(Problem::Shapes(Shapes::LossShape {
             span: loss_span,
             loss: name.to_string(),
             output: (out.clone(), model.output_span),
             data: data_span,
             situation,
-        });
+        }));
         false
     };
     if let Some(situation) = option_sizes(loss, out) {
@@ -175,10 +176,10 @@ pub(super) fn against_targets(
                 .ends_in_softmax
                 .filter(|_| matches!(loss, Loss::CrossEntropy { .. }))
             {
-                cx.report(Problem::DoubleSoftmax {
+                cx.report(Problem::Warnings(Warnings::DoubleSoftmax {
                     span: at,
                     loss: loss_span,
-                });
+                }));
             }
             // The class scores are the output's last dimension; the dimensions before it
             // are the targets' own: none for a class per sample, `[S]` for one per token.

@@ -30,6 +30,7 @@ mod tokens;
 mod train;
 pub mod words;
 
+use crate::diagnostic::problem::{Names, Reading, Strategies, Warnings};
 use std::path::{Path, PathBuf};
 
 use crate::datafile::{Format, Probe};
@@ -134,13 +135,13 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     .iter()
                     .fold(1u64, |n, a| n.saturating_mul(a.values.len() as u64));
                 diags.push(
-                    Problem::BadSweep {
+                    Problem::Strategies(Strategies::BadSweep {
                         span,
                         situation: Sweep::TooManyTrials {
                             trials,
                             max: sweep::MAX_TRIALS as u64,
                         },
-                    }
+                    })
                     .diagnostic(),
                 );
             }
@@ -248,7 +249,7 @@ fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
             continue;
         };
         if need.total_bytes > capacity {
-            cx.report(Problem::MemoryExceeded {
+            cx.report(Problem::Warnings(Warnings::MemoryExceeded {
                 span: span.unwrap_or(e.data.batch_span),
                 device: need.device,
                 need: [
@@ -260,7 +261,7 @@ fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
                 total: need.total_bytes,
                 capacity,
                 batch: span.map(|_| (e.data.batch, e.data.batch_span)),
-            });
+            }));
         }
     }
 }
@@ -303,18 +304,18 @@ impl Load<'_> {
             Ok(b) => b,
             Err(reason) => {
                 match from {
-                    Some(span) => self.report(Problem::ExtendsNotFound {
+                    Some(span) => self.report(Problem::Names(Names::ExtendsNotFound {
                         span,
                         path: lexical(path),
                         reason,
-                    }),
+                    })),
                     None => {
                         let id = self.sources.add(lexical(path), String::new());
-                        self.report(Problem::Io {
+                        self.report(Problem::Reading(Reading::Io {
                             span: Span::new(id, 0, 0),
                             path: lexical(path),
                             reason,
-                        });
+                        }));
                     }
                 }
                 return None;
@@ -333,10 +334,10 @@ impl Load<'_> {
                 .chars()
                 .next()
                 .map_or(at, |c| at + c.len_utf8());
-            self.report(Problem::InvalidUtf8 {
+            self.report(Problem::Reading(Reading::InvalidUtf8 {
                 span: Span::new(id, at, end),
                 path: path.to_path_buf(),
-            });
+            }));
             return None;
         }
         match crate::syntax::parse(id, &self.sources.get(id).text) {
@@ -366,7 +367,7 @@ impl Load<'_> {
                 .cloned()
                 .collect();
             if let Some(span) = from {
-                self.report(Problem::ExtendsCycle { span, cycle });
+                self.report(Problem::Names(Names::ExtendsCycle { span, cycle }));
             }
             return None;
         }
@@ -380,11 +381,11 @@ impl Load<'_> {
                 "experiment" => experiments.push((i, s)),
                 "extends" => {
                     if let Some(first) = extends {
-                        self.report(Problem::DuplicateSetting {
+                        self.report(Problem::Names(Names::DuplicateSetting {
                             span: s.keyword.span,
                             first: first.keyword.span,
                             name: "extends".into(),
-                        });
+                        }));
                     } else {
                         extends = Some(s);
                     }
@@ -416,18 +417,18 @@ impl Load<'_> {
             },
             [] => {
                 let end = self.sources.get(id).text.len();
-                self.report(Problem::ExperimentCount {
+                self.report(Problem::Names(Names::ExperimentCount {
                     span: Span::new(id, 0, end.min(1)),
                     first: None,
-                });
+                }));
                 None
             }
             [(_, first), rest @ ..] => {
                 for (_, again) in rest {
-                    self.report(Problem::ExperimentCount {
+                    self.report(Problem::Names(Names::ExperimentCount {
                         span: again.keyword.span,
                         first: Some(first.keyword.span),
-                    });
+                    }));
                 }
                 None
             }

@@ -1,6 +1,7 @@
 //! The `model` block: layers, blocks and residual connections, with shape inference from the
 //! input through every layer.
 
+use crate::diagnostic::problem::{Names, Shapes};
 use std::collections::HashMap;
 
 use super::cx::Cx;
@@ -51,11 +52,11 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
             continue;
         }
         if let Some((_, first)) = &input {
-            cx.report(Problem::DuplicateSetting {
+            cx.report(Problem::Names(Names::DuplicateSetting {
                 span: stmt.keyword.span,
                 first: *first,
                 name: "input".to_string(),
-            });
+            }));
             continue;
         }
         if let Some(v) = cx.single(stmt) {
@@ -69,22 +70,22 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
     }
     if let Some((shape, span)) = &input {
         if numel(shape) > MAX_VALUES {
-            cx.report(Problem::OutOfRange {
+            cx.report(Problem::Names(Names::OutOfRange {
                 span: *span,
                 situation: OutOfRange::InputTooLarge {
                     shape: shape.clone(),
                 },
-            });
+            }));
             return None;
         }
     }
     let Some((input_shape, input_span)) = input else {
-        cx.report(Problem::MissingSetting {
+        cx.report(Problem::Names(Names::MissingSetting {
             span: block.span,
             block: "model",
             settings: &["input"],
             example: "input [784]",
-        });
+        }));
         return None;
     };
     let mut input_fits = true;
@@ -92,12 +93,12 @@ pub fn check_model(cx: &mut Cx, block: &Block, feed: &Feed) -> Option<ModelOut> 
         let fit = sample_fit(data_shape, &input_shape);
         if fit != SampleFit::Fits {
             input_fits = false;
-            cx.report(Problem::DataShape {
+            cx.report(Problem::Shapes(Shapes::DataShape {
                 span: input_span,
                 input: input_shape.clone(),
                 data: (data_shape.clone(), *data_span),
                 scrambled: fit != SampleFit::Size,
-            });
+            }));
         }
     }
     let mut walker = Walker {
@@ -158,11 +159,11 @@ impl Walker<'_> {
 
     fn declare(&mut self, name: &str, ident: &Ident) {
         if let Some(first) = self.names.get(name) {
-            self.cx.report(Problem::DuplicateName {
+            self.cx.report(Problem::Names(Names::DuplicateName {
                 span: ident.span,
                 first: *first,
                 name: name.to_string(),
-            });
+            }));
         } else {
             self.names.insert(name.to_string(), ident.span);
         }
@@ -186,12 +187,12 @@ impl Walker<'_> {
             }
             [first, ..] => {
                 let last = values.last().map_or(first.span, |v| v.span);
-                self.cx.report(Problem::WrongArguments {
+                self.cx.report(Problem::Names(Names::WrongArguments {
                     span: first.span.to(last),
                     situation: Arguments::AfterLayer {
                         keyword: stmt.keyword.name.clone(),
                     },
-                });
+                }));
                 None
             }
         }
@@ -214,13 +215,13 @@ impl Walker<'_> {
                     .map_or((None, &[][..]), |(f, r)| (Some(f), r));
                 let Some(ident) = name_value.and_then(|v| self.cx.name(v)) else {
                     if name_value.is_none() {
-                        self.cx.report(Problem::WrongArguments {
+                        self.cx.report(Problem::Names(Names::WrongArguments {
                             span: kw.span,
                             situation: Arguments::NoName {
                                 keyword: "block".to_string(),
                                 example: "block encoder { ... }",
                             },
-                        });
+                        }));
                     }
                     return None;
                 };
@@ -231,13 +232,13 @@ impl Walker<'_> {
                     self.placements.push((name.clone(), d, span));
                 }
                 let Some(body) = &stmt.body else {
-                    self.cx.report(Problem::WrongArguments {
+                    self.cx.report(Problem::Names(Names::WrongArguments {
                         span: stmt.span,
                         situation: Arguments::NoBlock {
                             keyword: "block".to_string(),
                             example: "block encoder { ... }",
                         },
-                    });
+                    }));
                     return None;
                 };
                 let inner: Vec<&Statement> = body.statements.iter().collect();
@@ -263,13 +264,13 @@ impl Walker<'_> {
                     self.placements.push((name.clone(), d, span));
                 }
                 let Some(body) = &stmt.body else {
-                    self.cx.report(Problem::WrongArguments {
+                    self.cx.report(Problem::Names(Names::WrongArguments {
                         span: stmt.span,
                         situation: Arguments::NoBlock {
                             keyword: "residual".to_string(),
                             example: "residual { ... }",
                         },
-                    });
+                    }));
                     return None;
                 };
                 let before = flow.clone();
@@ -278,7 +279,7 @@ impl Walker<'_> {
                 let nodes = self.nodes(&inner, &name, device, flow);
                 if let (Some(a), Some(b)) = (&before.shape, &flow.shape) {
                     if a != b {
-                        self.cx.report(Problem::ResidualShape {
+                        self.cx.report(Problem::Shapes(Shapes::ResidualShape {
                             span: kw.span,
                             input: a.clone(),
                             producer: Producer {
@@ -286,7 +287,7 @@ impl Walker<'_> {
                                 name: flow.producer.1.clone(),
                                 shape: b.clone(),
                             },
-                        });
+                        }));
                         flow.shape = None;
                     }
                 }
@@ -308,12 +309,12 @@ impl Walker<'_> {
                     return None;
                 };
                 if let Some(body) = &stmt.body {
-                    self.cx.report(Problem::Misplaced {
+                    self.cx.report(Problem::Names(Names::Misplaced {
                         span: body.span,
                         situation: Misplaced::LayerBlock {
                             kind: kind.name().to_string(),
                         },
-                    });
+                    }));
                 }
                 let name = match &stmt.label {
                     Some(label) => {
@@ -353,13 +354,13 @@ impl Walker<'_> {
                     return None;
                 };
                 if numel(&output) > MAX_VALUES {
-                    self.cx.report(Problem::OutOfRange {
+                    self.cx.report(Problem::Names(Names::OutOfRange {
                         span: kw.span,
                         situation: OutOfRange::OutputTooLarge {
                             kind: kind.kind().name().to_string(),
                             shape: output.as_slice().into(),
                         },
-                    });
+                    }));
                     flow.shape = None;
                     return None;
                 }

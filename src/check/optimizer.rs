@@ -7,6 +7,7 @@ use super::cx::{Bound, Cx, Range};
 use super::model::ModelOut;
 use super::read::{callee, Called};
 use super::words::{Opt, OPTIMIZERS};
+use crate::diagnostic::problem::Strategies;
 use crate::diagnostic::problem::{Expected, Inconsistent};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Optimizer, OptimizerKind};
@@ -144,13 +145,13 @@ fn hyper(cx: &mut Cx, b: &Bound, base: &Hyper) -> Option<Hyper> {
             let (momentum, dampening, nesterov) = (momentum?, dampening?, nesterov?);
             if nesterov && (momentum <= 0.0 || dampening != 0.0) {
                 let at = b.get("nesterov").map_or(b.span, |v| v.span);
-                cx.report(Problem::Inconsistent {
+                cx.report(Problem::Strategies(Strategies::Inconsistent {
                     span: at,
                     situation: Inconsistent::Nesterov {
                         momentum,
                         dampening,
                     },
-                });
+                }));
                 return None;
             }
             OptimizerKind::Sgd {

@@ -5,6 +5,7 @@ use super::cx::Cx;
 use super::read::{callee, Called};
 use super::words::{Strategy, STRATEGIES};
 use crate::diagnostic::problem::{Expected, Inconsistent, OutOfRange};
+use crate::diagnostic::problem::{Names, Strategies};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Backend, Device, Parallel, PipelineSchedule};
 use crate::span::Span;
@@ -93,10 +94,10 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
         Strategy::Data => {
             let devices = match (b.get("devices"), b.get("replicas")) {
                 (Some(d), Some(r)) => {
-                    cx.report(Problem::Inconsistent {
+                    cx.report(Problem::Strategies(Strategies::Inconsistent {
                         span: r.span,
                         situation: Inconsistent::DevicesAndReplicas { devices: d.span },
-                    });
+                    }));
                     return None;
                 }
                 (Some(d), None) => {
@@ -109,10 +110,10 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                     let devices: Vec<Device> =
                         items.iter().map(|i| cx.device(i)).collect::<Option<_>>()?;
                     if devices.is_empty() {
-                        cx.report(Problem::OutOfRange {
+                        cx.report(Problem::Names(Names::OutOfRange {
                             span: d.span,
                             situation: OutOfRange::NoDevices,
-                        });
+                        }));
                         return None;
                     }
                     devices
@@ -121,13 +122,13 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                     out.dp_span = Some(r.span);
                     let n = cx.uint_min(r, "the number of replicas", 1)?;
                     if n > MAX_REPLICAS {
-                        cx.report(Problem::OutOfRange {
+                        cx.report(Problem::Names(Names::OutOfRange {
                             span: r.span,
                             situation: OutOfRange::TooManyReplicas {
                                 replicas: n,
                                 max: MAX_REPLICAS,
                             },
-                        });
+                        }));
                         return None;
                     }
                     // Every replica on the experiment's device.
@@ -160,10 +161,10 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
             let stages = stages?;
             out.stages_span = Some(stages_span);
             if stages < 2 {
-                cx.report(Problem::PipelineOneStage {
+                cx.report(Problem::Strategies(Strategies::PipelineOneStage {
                     span: stages_span,
                     stages,
-                });
+                }));
                 return None;
             }
             let (micro, micro_span) = micro.unwrap_or((Some(stages), b.span));
@@ -185,7 +186,9 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 .map_or(Some("gloo"), |v| cx.choice(v, "backend", &["gloo", "nccl"]));
             out.backend_span = b.get("backend").map(|v| v.span);
             let Some(ws) = b.get("world_size") else {
-                cx.report(Problem::DdpWithoutWorldSize { span: b.span });
+                cx.report(Problem::Strategies(Strategies::DdpWithoutWorldSize {
+                    span: b.span,
+                }));
                 return None;
             };
             out.dp_span = Some(ws.span);

@@ -2,6 +2,7 @@
 //! named from a table (bare or called), a duration, and the reports of a setting given twice
 //! and of a name that is no layer or block of the model.
 
+use crate::diagnostic::problem::Names;
 use std::collections::HashMap;
 
 use super::cx::{strings, Cx};
@@ -24,13 +25,13 @@ pub fn block<'s>(
     example: &'static str,
 ) -> Option<(&'s [Statement], HashMap<&'s str, &'s Statement>)> {
     let Some(body) = &stmt.body else {
-        cx.report(Problem::WrongArguments {
+        cx.report(Problem::Names(Names::WrongArguments {
             span: stmt.span,
             situation: Arguments::NoBlock {
                 keyword: stmt.keyword.name.clone(),
                 example,
             },
-        });
+        }));
         return None;
     };
     let mut seen: HashMap<&str, &Statement> = HashMap::new();
@@ -52,11 +53,11 @@ pub fn block<'s>(
 
 /// Reports a setting given twice in one block.
 pub fn duplicate(cx: &mut Cx, kw: &str, first: &Statement, again: &Statement) {
-    cx.report(Problem::DuplicateSetting {
+    cx.report(Problem::Names(Names::DuplicateSetting {
         span: again.keyword.span,
         first: first.keyword.span,
         name: kw.to_string(),
-    });
+    }));
 }
 
 /// A choice read from a statement.
@@ -142,12 +143,12 @@ pub fn duration_of(cx: &mut Cx, v: &Value, default: Unit) -> Option<Duration> {
 /// Reports a name that is no layer or block of the model.
 /// A `suffix` such as `.weight` is set aside while looking for a similar name.
 pub fn unknown_reference(cx: &mut Cx, ident: &Ident, known: &[&str], suffix: &str) {
-    cx.report(Problem::UnknownReference {
+    cx.report(Problem::Names(Names::UnknownReference {
         unknown: Unknown {
             span: ident.span,
             name: ident.name.clone(),
             candidates: strings(known),
         },
         suffix: suffix.to_string(),
-    });
+    }));
 }

@@ -6,6 +6,7 @@ use super::cx::{Cx, Range};
 use super::read::{callee_value, duration_of, Called};
 use super::words::{Sched, SCHEDULES};
 use crate::diagnostic::problem::Sequence;
+use crate::diagnostic::problem::Warnings;
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Data, Duration, OneCycle, Plateau, PlateauMetric, Schedule, Targets};
 use crate::span::Span;
@@ -118,10 +119,10 @@ fn schedule(cx: &mut Cx, v: &Value, nested: bool) -> Option<Schedule> {
         }
         Sched::ReduceOnPlateau => {
             if nested {
-                cx.report(Problem::BadSequence {
+                cx.report(Problem::Warnings(Warnings::BadSequence {
                     span: v.span,
                     situation: Sequence::Plateau,
-                });
+                }));
                 return None;
             }
             plateau(cx, &b)?
@@ -194,7 +195,7 @@ fn sequence(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
         match &v.kind {
             ValueKind::List(items) => Some(Some(items)),
             _ => {
-                cx.report(Problem::BadSequence {
+                cx.report(Problem::Warnings(Warnings::BadSequence {
                     span: v.span,
                     situation: Sequence::NotAList {
                         what: if p == "schedules" {
@@ -203,7 +204,7 @@ fn sequence(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
                             "milestones"
                         },
                     },
-                });
+                }));
                 None
             }
         }
@@ -231,14 +232,14 @@ fn sequence(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
     }
     let list_span = |p: &str| b.get(p).map_or(b.span, |v| v.span);
     if items.is_empty() || milestones.len() + 1 != items.len() {
-        cx.report(Problem::BadSequence {
+        cx.report(Problem::Warnings(Warnings::BadSequence {
             span: list_span("milestones"),
             situation: Sequence::Count {
                 schedules: items.len(),
                 milestones: milestones.len(),
                 list: list_span("schedules"),
             },
-        });
+        }));
         return None;
     }
     for pair in milestones.windows(2) {
@@ -248,12 +249,12 @@ fn sequence(cx: &mut Cx, b: &super::cx::Bound) -> Option<Schedule> {
             _ => true,
         };
         if !increasing {
-            cx.report(Problem::BadSequence {
+            cx.report(Problem::Warnings(Warnings::BadSequence {
                 span: pair[1].1,
                 situation: Sequence::NotIncreasing {
                     previous: pair[0].1,
                 },
-            });
+            }));
             return None;
         }
     }
@@ -278,11 +279,11 @@ pub fn check_plateau(
     let no_accuracy =
         p.metric == PlateauMetric::ValAccuracy && matches!(data.targets, Targets::Values(_));
     if data.split.val == 0.0 || no_accuracy {
-        cx.report(Problem::PlateauWithoutValidation {
+        cx.report(Problem::Warnings(Warnings::PlateauWithoutValidation {
             span,
             source: data.source_span,
             accuracy: no_accuracy,
-        });
+        }));
         return false;
     }
     true

@@ -3,6 +3,7 @@
 
 use super::cx::Cx;
 use super::placement::within;
+use crate::diagnostic::problem::Strategies;
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Compression, Layer, LayerKind, Node, PruneMethod};
 use crate::plan::shrink::{group, kept, Place, Reason, Role};
@@ -57,14 +58,14 @@ pub(super) fn check_structured(cx: &mut Cx, nodes: &[Node], compression: &[Compr
                 };
                 let keep = kept(units, *amount);
                 if keep <= 0 {
-                    cx.report(Problem::PruneLeavesNothing {
+                    cx.report(Problem::Strategies(Strategies::PruneLeavesNothing {
                         span: t.span,
                         layer: l.name.clone(),
                         layer_span: l.span,
                         units,
                         amount: *amount,
                         dim: d,
-                    });
+                    }));
                     ok = false;
                     continue;
                 }
@@ -114,13 +115,13 @@ fn cannot(cx: &mut Cx, span: Span, l: &Layer, reason: Reason, at: Place) {
         Place::Layer(b) => (b.span, Some(b.name.clone())),
         Place::Residual(n) => (node_span(n), None),
     };
-    cx.report(Problem::CannotShrink {
+    cx.report(Problem::Strategies(Strategies::CannotShrink {
         span,
         layer: l.name.clone(),
         reason,
         at,
         at_layer,
-    });
+    }));
 }
 
 fn node_span(n: &Node) -> Span {

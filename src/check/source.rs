@@ -4,6 +4,7 @@
 use super::cx::{Cx, Range};
 use super::words::SOURCES;
 use crate::diagnostic::problem::{Arguments, Expected, OutOfRange};
+use crate::diagnostic::problem::{Names, Shapes};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{DType, Generator, Layout, SequenceTask, Shape, Source, Targets};
 use crate::span::Span;
@@ -60,10 +61,10 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
             if !known.contains(&ident.name.as_str()) {
                 cx.unknown(Code::UnknownSource, "data source", &ident, &known);
             } else {
-                cx.report(Problem::WrongArguments {
+                cx.report(Problem::Names(Names::WrongArguments {
                     span: v.span,
                     situation: Arguments::NoArguments { callee: ident.name },
-                });
+                }));
             }
             return None;
         }
@@ -277,10 +278,10 @@ fn generator(cx: &mut Cx, v: &Value) -> Option<Generator> {
             let (low, high) = (num(cx, "low", 0.0)?, num(cx, "high", 1.0)?);
             if high <= low {
                 let at = b.get("high").map_or(b.span, |v| v.span);
-                cx.report(Problem::OutOfRange {
+                cx.report(Problem::Names(Names::OutOfRange {
                     span: at,
                     situation: OutOfRange::UniformBounds { low, high },
-                });
+                }));
                 return None;
             }
             Generator::Uniform {
@@ -324,12 +325,12 @@ fn sequence_task(
     if classes >= 2 {
         return Some(classes);
     }
-    cx.report(Problem::SequenceTask {
+    cx.report(Problem::Shapes(Shapes::SequenceTask {
         span,
         task: task.name().to_string(),
         inputs: (inputs.shape().clone(), input_span),
         integers,
         classes,
-    });
+    }));
     None
 }

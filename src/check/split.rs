@@ -5,6 +5,7 @@
 use super::cx::{Cx, Range};
 use super::source::{source_value, SourceOut};
 use crate::diagnostic::problem::{Arguments, Expected, Form, Inconsistent, OutOfRange};
+use crate::diagnostic::problem::{Names, Strategies};
 use crate::diagnostic::Problem;
 use crate::ir::{HeldOut, Split, Targets};
 use crate::syntax::ast::{Statement, Value, ValueKind};
@@ -79,10 +80,10 @@ pub(super) fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<SplitOut> {
         &["train", "val", "test"],
     );
     if stmt.args.is_none() || !stmt.values.is_empty() {
-        cx.report(Problem::WrongArguments {
+        cx.report(Problem::Names(Names::WrongArguments {
             span: stmt.span,
             situation: Arguments::Form(Form::Split),
-        });
+        }));
         return None;
     }
     let read = |cx: &mut Cx, p: &str| {
@@ -96,13 +97,13 @@ pub(super) fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<SplitOut> {
         // Training has its own file: every other split needs one too.
         for (name, p) in [("val", &val), ("test", &test)] {
             if let (Part::Fraction(_), Some(v)) = (p, b.get(name)) {
-                cx.report(Problem::Inconsistent {
+                cx.report(Problem::Strategies(Strategies::Inconsistent {
                     span: v.span,
                     situation: Inconsistent::FractionWithoutSource {
                         split: name,
                         train: own.span,
                     },
-                });
+                }));
                 return None;
             }
         }
@@ -119,18 +120,18 @@ pub(super) fn check_split(cx: &mut Cx, stmt: &Statement) -> Option<SplitOut> {
     let split = Split { train, val, test };
     let sum = split.train + split.val + split.test;
     if sum > 1.0 + 1e-9 {
-        cx.report(Problem::OutOfRange {
+        cx.report(Problem::Names(Names::OutOfRange {
             span: b.span,
             situation: OutOfRange::SplitSum { sum },
-        });
+        }));
         return None;
     }
     if split.train == 0.0 {
         let at = b.get("train").map_or(b.span, |v| v.span);
-        cx.report(Problem::OutOfRange {
+        cx.report(Problem::Names(Names::OutOfRange {
             span: at,
             situation: OutOfRange::EmptyTrainSplit,
-        });
+        }));
         return None;
     }
     out.split = split;
@@ -168,14 +169,14 @@ pub(super) fn held_out(
         }
     };
     if let Some(what) = differs {
-        cx.report(Problem::Inconsistent {
+        cx.report(Problem::Strategies(Strategies::Inconsistent {
             span: own.span,
             situation: Inconsistent::SplitSourcesDiffer {
                 split: name,
                 what,
                 train: train.span,
             },
-        });
+        }));
         return None;
     }
     Some(Some(HeldOut {

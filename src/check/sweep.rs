@@ -1,6 +1,7 @@
 //! Sweeps: `sweep [..]` values anywhere in an experiment expand into a grid of trials, each
 //! checked and planned on its own.
 
+use crate::diagnostic::problem::Strategies;
 use crate::diagnostic::problem::Sweep;
 use crate::diagnostic::{Diagnostic, Problem};
 use crate::span::Span;
@@ -29,10 +30,10 @@ pub fn axes(statements: &[Statement], diags: &mut Vec<Diagnostic>) -> Vec<Axis> 
             if let Some(values) = expand(inner, diags) {
                 if values.iter().any(contains_sweep) {
                     diags.push(
-                        Problem::BadSweep {
+                        Problem::Strategies(Strategies::BadSweep {
                             span: v.span,
                             situation: Sweep::Nested,
-                        }
+                        })
                         .diagnostic(),
                     );
                 } else {
@@ -60,7 +61,7 @@ fn contains_sweep(v: &Value) -> bool {
 
 fn expand(inner: &Value, diags: &mut Vec<Diagnostic>) -> Option<Vec<Value>> {
     let bad = |diags: &mut Vec<Diagnostic>, span: Span, situation: Sweep| {
-        diags.push(Problem::BadSweep { span, situation }.diagnostic());
+        diags.push(Problem::Strategies(Strategies::BadSweep { span, situation }).diagnostic());
         None
     };
     let values = match &inner.kind {

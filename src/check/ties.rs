@@ -7,6 +7,9 @@
 //! pass reports every problem of a file: a typo in the optimizer does not hide a data file that
 //! disagrees with the model.
 
+mod strategy;
+
+use crate::diagnostic::problem::{Names, Shapes, Strategies, Warnings};
 use std::collections::HashMap;
 
 use super::compress::{check_combined, check_placed};
@@ -27,6 +30,7 @@ use crate::ir::{
 };
 use crate::span::Span;
 use crate::syntax::ast::Statement;
+use strategy::{check_strategy, finish_pipeline, pipeline_batch_norm};
 
 /// The experiment's parts, each `None` when its own check failed.
 pub(super) struct Parts<'a> {
@@ -358,10 +362,10 @@ fn check_size(cx: &mut Cx, nodes: &[Node], input: &[i64], batch: u64, batch_span
             .iter()
             .max_by_key(|l| l.params)
             .map_or(batch_span, |l| l.span);
-        cx.report(Problem::OutOfRange {
+        cx.report(Problem::Names(Names::OutOfRange {
             span: biggest,
             situation: OutOfRange::TooManyParameters { params },
-        });
+        }));
         return false;
     }
     let values: u128 = all
@@ -372,14 +376,14 @@ fn check_size(cx: &mut Cx, nodes: &[Node], input: &[i64], batch: u64, batch_span
     let flops: u128 = all.iter().map(|l| u128::from(l.flops)).sum();
     let b = u128::from(batch);
     if values * b > MAX_BATCH_VALUES || flops * b > MAX_BATCH_FLOPS {
-        cx.report(Problem::OutOfRange {
+        cx.report(Problem::Names(Names::OutOfRange {
             span: batch_span,
             situation: OutOfRange::BatchTooLarge {
                 batch,
                 values: values * b,
                 flops: flops * b,
             },
-        });
+        }));
         return false;
     }
     true
@@ -397,21 +401,21 @@ fn check_evaluation(
     let no_val = !data.has_val();
     if let (true, Some(es), Some(at)) = (no_val, &train.early_stop, given.get("early_stop")) {
         if es.metric.starts_with("val_") {
-            cx.report(Problem::Inconsistent {
+            cx.report(Problem::Strategies(Strategies::Inconsistent {
                 span: *at,
                 situation: Inconsistent::EarlyStopWithoutValidation {
                     metric: es.metric.to_string(),
                     source: data.source_span,
                 },
-            });
+            }));
             ok = false;
         }
     }
     if let (true, Some(at)) = (no_val, given.get("eval_every")) {
-        cx.report(Problem::IgnoredSetting {
+        cx.report(Problem::Warnings(Warnings::IgnoredSetting {
             span: *at,
             situation: Ignored::EvalWithoutValidation,
-        });
+        }));
     }
     if let (Some(ck), Some(at)) = (&train.checkpoint, given.get("checkpoint")) {
         let longer = match (ck.every, train.length) {
@@ -420,10 +424,10 @@ fn check_evaluation(
             _ => false,
         };
         if longer {
-            cx.report(Problem::IgnoredSetting {
+            cx.report(Problem::Warnings(Warnings::IgnoredSetting {
                 span: *at,
                 situation: Ignored::CheckpointAfterEnd,
-            });
+            }));
         }
     }
     let classes = match &data.targets {
@@ -442,27 +446,27 @@ fn check_evaluation(
         })
         .collect();
     if !regression.is_empty() && !train.loss.regression() {
-        cx.report(Problem::IgnoredSetting {
+        cx.report(Problem::Warnings(Warnings::IgnoredSetting {
             span: at,
             situation: Ignored::RegressionMetrics {
                 metrics: regression,
                 loss: train.loss.name(),
             },
-        });
+        }));
     }
     for m in &train.metrics {
         match (m, classes) {
             (Metric::Accuracy | Metric::TopK(_), None) if train.loss.regression() => {
-                cx.report(Problem::IgnoredSetting {
+                cx.report(Problem::Warnings(Warnings::IgnoredSetting {
                     span: at,
                     situation: Ignored::AccuracyOnValues,
-                });
+                }));
             }
             (Metric::TopK(k), Some(Some(c))) if *k > c => {
-                cx.report(Problem::OutOfRange {
+                cx.report(Problem::Names(Names::OutOfRange {
                     span: at,
                     situation: OutOfRange::TopK { k: *k, classes: c },
-                });
+                }));
                 ok = false;
             }
             _ => {}
@@ -484,38 +488,38 @@ fn check_batch(
     let per_step = accumulate * dp;
     let mut ok = true;
     if !batch.is_multiple_of(per_step) {
-        cx.report(Problem::BatchArithmetic {
+        cx.report(Problem::Strategies(Strategies::BatchArithmetic {
             span: batch_span,
             batch,
             accumulate: (accumulate, t.accumulate_span),
             replicas: (dp, p.dp_span),
             micro: None,
-        });
+        }));
         return false;
     }
     let micro = batch / per_step;
     if let Some((declared, span)) = t.micro_batch {
         if declared != micro {
-            cx.report(Problem::BatchArithmetic {
+            cx.report(Problem::Strategies(Strategies::BatchArithmetic {
                 span,
                 batch,
                 accumulate: (accumulate, t.accumulate_span),
                 replicas: (dp, p.dp_span),
                 micro: Some((declared, batch_span)),
-            });
+            }));
             ok = false;
         }
     }
     if let Parallel::Pipeline { micro_batches, .. } = p.parallel {
         if !micro.is_multiple_of(micro_batches) {
-            cx.report(Problem::MicroBatches {
+            cx.report(Problem::Strategies(Strategies::MicroBatches {
                 span: p.micro_batches_span.unwrap_or(batch_span),
                 micro_batches,
                 per_step: micro,
                 batch: (batch, batch_span),
                 accumulate: (accumulate > 1)
                     .then(|| (accumulate, t.accumulate_span.unwrap_or(batch_span))),
-            });
+            }));
             ok = false;
         }
     }
@@ -523,73 +527,6 @@ fn check_batch(
     ok
 }
 
-fn check_strategy(
-    cx: &mut Cx,
-    p: &ParallelIn,
-    nodes: &[Node],
-    default: Device,
-    placements: &[Placement],
-) -> bool {
-    let all = layers(nodes);
-    let mut ok = true;
-    let devices: Vec<Device> = {
-        let mut d: Vec<Device> = all.iter().map(|l| l.device).collect();
-        d.sort();
-        d.dedup();
-        d
-    };
-    match &p.parallel {
-        Parallel::Model if devices.len() < 2 => {
-            cx.report(Problem::ModelParallelOneDevice {
-                span: p.span,
-                device: devices.first().copied().unwrap_or(default),
-            });
-        }
-        Parallel::Pipeline { stages, .. } => {
-            let top = nodes.len() as u64;
-            if *stages > top {
-                cx.report(Problem::TooManyStages {
-                    span: p.stages_span.unwrap_or(p.span),
-                    stages: *stages,
-                    layers: top,
-                });
-                ok = false;
-            }
-        }
-        Parallel::Data { .. } | Parallel::Distributed { .. } => {
-            if let Some(first) = placements.first() {
-                cx.report(Problem::PlacementIgnored {
-                    span: first.span,
-                    parallel: p.span,
-                });
-            }
-        }
-        _ => {}
-    }
-    if let Parallel::Data { devices: dp, .. } = &p.parallel {
-        if dp.len() == 1 {
-            cx.report(Problem::DataParallelOneDevice { span: p.span });
-        }
-        shared_generator(cx, p, dp, &all);
-    }
-    if let Parallel::Distributed {
-        backend: crate::ir::Backend::Nccl,
-        ..
-    } = &p.parallel
-    {
-        if default == Device::Cpu {
-            cx.report(Problem::Inconsistent {
-                span: p.backend_span.unwrap_or(p.span),
-                situation: Inconsistent::NcclOnCpu,
-            });
-            ok = false;
-        }
-    }
-    ok
-}
-
-/// Warns of batch norm in a pipeline, whose statistics come from one micro-batch at a time
-/// (`micro` samples per step, cut into the pipeline's micro-batches).
 /// A file source's `per_token: true`: its targets are a class per token id of the model's
 /// input, whose shape they take. K0309 when the model does not read token ids (its first layer
 /// is not an `embedding`).
@@ -598,102 +535,14 @@ fn file_token_targets(cx: &mut Cx, data: &mut DataOut, model: &ModelOut, dtype: 
         return true;
     };
     if dtype != DType::Int {
-        cx.report(Problem::TokenTargets {
+        cx.report(Problem::Shapes(Shapes::TokenTargets {
             span: at,
             first: layers(&model.nodes).first().map_or(at, |l| l.span),
-        });
+        }));
         return false;
     }
     if let Targets::Tokens { shape, .. } = &mut data.data.targets {
         *shape = model.input.clone();
     }
     true
-}
-
-fn pipeline_batch_norm(cx: &mut Cx, p: &ParallelIn, nodes: &[Node], micro: u64) {
-    let Parallel::Pipeline { micro_batches, .. } = p.parallel else {
-        return;
-    };
-    let norm = layers(nodes).into_iter().find(|l| {
-        matches!(
-            l.kind,
-            crate::ir::LayerKind::BatchNorm1d { .. } | crate::ir::LayerKind::BatchNorm2d { .. }
-        )
-    });
-    if let Some(l) = norm {
-        cx.report(Problem::PipelineBatchNorm {
-            span: l.span,
-            layer: l.name.clone(),
-            parallel: p.span,
-            samples: micro / micro_batches.max(1),
-        });
-    }
-}
-
-/// K0408: dropout on data-parallel replicas that share a device, whose masks then come from
-/// one generator in thread order.
-fn shared_generator(cx: &mut Cx, p: &ParallelIn, replicas: &[Device], all: &[&crate::ir::Layer]) {
-    use crate::ir::LayerKind;
-    let shared = replicas.iter().find_map(|d| {
-        let n = replicas.iter().filter(|e| *e == d).count() as u64;
-        (n > 1).then_some((*d, n))
-    });
-    let dropout = all.iter().find(|l| match l.kind {
-        LayerKind::Dropout { p } => p > 0.0,
-        LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
-            dropout > 0.0
-        }
-        _ => false,
-    });
-    if let (Some((device, n)), Some(layer)) = (shared, dropout) {
-        cx.report(Problem::DropoutSharedGenerator {
-            span: layer.span,
-            parallel: p.dp_span.unwrap_or(p.span),
-            device,
-            replicas: n,
-        });
-    }
-}
-
-fn finish_pipeline(parallel: Parallel, nodes: &[Node]) -> Parallel {
-    let Parallel::Pipeline {
-        stages,
-        micro_batches,
-        schedule,
-        ..
-    } = parallel
-    else {
-        return parallel;
-    };
-    // Balance stages by forward FLOPs over top-level nodes, keeping each stage non-empty.
-    let cost: Vec<u64> = nodes
-        .iter()
-        .map(|n| {
-            layers(std::slice::from_ref(n))
-                .iter()
-                .map(|l| l.flops.max(1))
-                .sum()
-        })
-        .collect();
-    let total: u64 = cost.iter().sum();
-    let mut boundaries = vec![0];
-    let mut acc = 0;
-    for (i, c) in cost.iter().enumerate() {
-        let remaining_nodes = nodes.len() - i;
-        let remaining_stages = stages as usize - boundaries.len();
-        let target = total * boundaries.len() as u64 / stages;
-        if i > *boundaries.last().unwrap_or(&0)
-            && boundaries.len() < stages as usize
-            && (acc >= target || remaining_nodes == remaining_stages)
-        {
-            boundaries.push(i);
-        }
-        acc += c;
-    }
-    Parallel::Pipeline {
-        stages,
-        micro_batches,
-        schedule,
-        boundaries,
-    }
 }

@@ -1,6 +1,7 @@
 //! The `train` block: the training's length, loss, metrics, evaluation, precision,
 //! checkpoints, gradient accumulation and clipping.
 
+use crate::diagnostic::problem::{Names, Strategies};
 use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
@@ -23,7 +24,7 @@ fn count(cx: &mut Cx, stmt: &Statement, v: &Value, what: &str) -> Option<u64> {
     } = v.kind
     {
         if (0.0..=9.0e15).contains(&value) {
-            cx.report(Problem::WrongType {
+            cx.report(Problem::Names(Names::WrongType {
                 span: v.span,
                 expected: Expected::Count {
                     setting: if stmt.keyword.name == "epochs" {
@@ -40,7 +41,7 @@ fn count(cx: &mut Cx, stmt: &Statement, v: &Value, what: &str) -> Option<u64> {
                     statement: stmt.keyword.span.to(v.span),
                 },
                 found: v.type_name(),
-            });
+            }));
             return None;
         }
     }
@@ -84,12 +85,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
 
     let length = match (get("epochs"), get("steps")) {
         (Some(e), Some(s)) => {
-            cx.report(Problem::Inconsistent {
+            cx.report(Problem::Strategies(Strategies::Inconsistent {
                 span: s.keyword.span,
                 situation: Inconsistent::EpochsAndSteps {
                     epochs: e.keyword.span,
                 },
-            });
+            }));
             None
         }
         (Some(s), None) => value(cx, "epochs").and_then(|v| {
@@ -102,12 +103,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
         }),
         (None, None) if labelled("epochs") || labelled("steps") => None,
         (None, None) => {
-            cx.report(Problem::MissingSetting {
+            cx.report(Problem::Names(Names::MissingSetting {
                 span: stmt.keyword.span,
                 block: "training",
                 settings: &["epochs", "steps"],
                 example: "epochs 10",
-            });
+            }));
             None
         }
     };
@@ -115,12 +116,12 @@ pub fn check_train(cx: &mut Cx, stmt: &Statement) -> Option<TrainIn> {
         Some(s) => check_loss(cx, s).map(|l| (l, s.span)),
         None if labelled("loss") => None,
         None => {
-            cx.report(Problem::MissingSetting {
+            cx.report(Problem::Names(Names::MissingSetting {
                 span: stmt.keyword.span,
                 block: "training",
                 settings: &["loss"],
                 example: "loss cross_entropy",
-            });
+            }));
             None
         }
     };

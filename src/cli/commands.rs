@@ -1,5 +1,6 @@
 //! The subcommands.
 
+use kiln::diagnostic::problem::Reading;
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -152,9 +153,9 @@ fn guarded(path: &Path, options: &Options) -> Checked {
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let id = sources.add(path, text);
-        let d = Problem::Internal {
+        let d = Problem::Reading(Reading::Internal {
             span: Span::new(id, 0, 0),
-        }
+        })
         .diagnostic();
         Checked {
             sources,

@@ -1,6 +1,7 @@
 //! `kiln run` and `kiln env`: they run in `kiln-runtime`, which `kiln` starts, passes its stop
 //! signals on to, and outlives. A runtime killed by a signal is reported as K0511.
 
+use kiln::diagnostic::problem::Running;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -146,13 +147,13 @@ fn killed(file: Option<PathBuf>, sig: i32, cause: Death, dirs: &[PathBuf]) {
         .trials
         .first()
         .map_or(Span::new(FileId(0), 0, 0), |e| e.train.loss_span);
-    let d = Problem::RuntimeKilled {
+    let d = Problem::Running(Running::RuntimeKilled {
         span,
         signal,
         cause,
         file,
         runs,
-    }
+    })
     .diagnostic();
     let style = Style {
         color: std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none(),

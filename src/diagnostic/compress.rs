@@ -2,6 +2,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::present::fmt_count;
 use crate::span::Span;
 
@@ -76,14 +77,14 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::CompressTargetKind {
+        Problem::Strategies(Strategies::CompressTargetKind {
             span,
             step,
             target,
             kind,
             layer_span,
             need,
-        } => {
+        }) => {
             let (lacks, why) = need_words(need);
             match kind {
                 Some(kind) => new(
@@ -109,21 +110,21 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 TargetNeed::NotBias => "name the layer itself: its weight is quantized",
             })
         }
-        Problem::Int4GroupSize {
+        Problem::Strategies(Strategies::Int4GroupSize {
             span,
             group_size,
             layer: None,
-        } => new(
+        }) => new(
             span,
             format!("INT4 group size {group_size} is not one the kernels take"),
         )
         .label("must be 32, 64, 128 or 256")
         .help("use `group_size: 128`, or 32, 64 or 256"),
-        Problem::Int4GroupSize {
+        Problem::Strategies(Strategies::Int4GroupSize {
             span,
             group_size,
             layer: Some(l),
-        } => {
+        }) => {
             let dividing: Vec<String> = INT4_GROUP_SIZES
                 .iter()
                 .filter(|g| l.inputs.is_multiple_of(**g))
@@ -155,19 +156,19 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .with(l.span, format!("{} input features", l.inputs))
             .help(help)
         }
-        Problem::QatFp16 { span, precision } => new(
+        Problem::Strategies(Strategies::QatFp16 { span, precision }) => new(
             span,
             "quantization-aware training under fp16 precision".into(),
         )
         .label("fake-quantizes in fp32")
         .with(precision, "fp16 autocast")
         .help("train with `precision bf16` or `fp32`, or quantize after training with `int8`"),
-        Problem::CompressConflict {
+        Problem::Strategies(Strategies::CompressConflict {
             span,
             layer,
             first,
             same_statement,
-        } => new(
+        }) => new(
             span,
             if same_statement {
                 format!("`{layer}` is named twice in one compression step")
@@ -182,7 +183,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         } else {
             "a layer has one number format: quantize it in one statement"
         }),
-        Problem::QuantNoSpeedup {
+        Problem::Warnings(Warnings::QuantNoSpeedup {
             span,
             layer,
             layer_span,
@@ -191,7 +192,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             batch,
             scheme,
             why,
-        } => {
+        }) => {
             let word = match scheme {
                 WeightOnly::Int8 => "int8",
                 WeightOnly::Int4 => "int4",

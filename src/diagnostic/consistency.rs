@@ -3,6 +3,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::ir::Duration;
 use crate::span::Span;
 
@@ -102,13 +103,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::NormalizeChannels {
+        Problem::Strategies(Strategies::NormalizeChannels {
             span,
             values,
             channels,
             input,
             input_span,
-        } => new(
+        }) => new(
             span,
             format!(
                 "`normalize` gives {values} values, one per channel, but the input {input} has {channels} channel{}",
@@ -125,12 +126,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         } else {
             format!("give {channels} means and stds, one per channel, or a single value for all")
         }),
-        Problem::BatchNormOneValue {
+        Problem::Strategies(Strategies::BatchNormOneValue {
             span,
             layer,
             cause,
             evaluation,
-        } => {
+        }) => {
             let message =
                 format!("batch norm `{layer}` would normalise one value per channel with batch statistics");
             let why = if evaluation {
@@ -150,11 +151,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 format!("set `drop_last true` to leave out a last batch of one sample, or choose `batch`, `accumulate` and the replicas so that every pass holds at least 2 samples; {pytorch}")
             })
         }
-        Problem::OutlastsTraining {
+        Problem::Warnings(Warnings::OutlastsTraining {
             span,
             situation,
             length,
-        } => {
+        }) => {
             let lasts = interval(Interval {
                 written: length.written,
                 steps: length.steps,

@@ -3,6 +3,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::ir::Shape;
 use crate::span::Span;
 
@@ -160,14 +161,14 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::DataFileMissing {
+        Problem::Warnings(Warnings::DataFileMissing {
             span,
             file,
             resolved,
             reason,
             base,
             nearby,
-        } => {
+        }) => {
             let d = new(
                 span,
                 format!(
@@ -192,17 +193,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     .fold(d, |d, n| d.fix(span, format!("{n:?}")))
             }
         }
-        Problem::DataHeader { span, file, reason } => new(
+        Problem::Strategies(Strategies::DataHeader { span, file, reason }) => new(
             span,
             format!("the data file `{file}` cannot be used: {reason}"),
         )
         .label("unusable file")
         .help("check that the path names the right file, and that it is complete"),
-        Problem::DataMismatch {
+        Problem::Strategies(Strategies::DataMismatch {
             span,
             file,
             situation,
-        } => fit(new, span, &file, situation),
+        }) => fit(new, span, &file, situation),
         _ => unreachable!("only data file problems are worded here"),
     }
 }

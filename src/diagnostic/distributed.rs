@@ -2,6 +2,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::Running;
 use crate::span::Span;
 
 /// Distributed problems in words. Only those variants are passed here.
@@ -10,12 +11,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     let who = |rank: Option<usize>| rank.map_or_else(String::new, |r| format!("rank {r}: "));
     match problem {
-        Problem::RankFailed {
+        Problem::Running(Running::RankFailed {
             span,
             rank,
             stopped,
             detail,
-        } => {
+        }) => {
             let what = stopped.map_or_else(
                 || "a peer rank closed the connection".to_string(),
                 |s| format!("rank {s} stopped"),
@@ -24,14 +25,14 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .label("every rank of this run stops")
                 .help("see the first rank that failed for the cause; a run that kept checkpoints resumes with `--resume RUN_DIR` at the same world size")
         }
-        Problem::RendezvousFailed {
+        Problem::Running(Running::RendezvousFailed {
             span,
             rank,
             missing,
             address,
             timeout_s,
             detail,
-        } => {
+        }) => {
             let message = if missing.is_empty() {
                 format!(
                     "rank {rank}: the rendezvous at {address} failed within {timeout_s}s ({})",
@@ -49,12 +50,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .label("waits for every rank")
                 .help("start every rank (torchrun or SLURM with the same MASTER_ADDR and MASTER_PORT), check that the address is reachable from each machine, or raise `timeout`")
         }
-        Problem::RanksDiffer {
+        Problem::Running(Running::RanksDiffer {
             span,
             rank,
             other,
             differences,
-        } => new(
+        }) => new(
             span,
             match other {
                 Some(other) => format!(
@@ -69,11 +70,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         )
         .label("every rank must run the same experiment")
         .help("start every rank from the same experiment file, data and world size"),
-        Problem::BackendUnavailable {
+        Problem::Running(Running::BackendUnavailable {
             span,
             backend,
             detail,
-        } => new(
+        }) => new(
             span,
             format!("the `{backend}` backend cannot run here: {detail}"),
         )

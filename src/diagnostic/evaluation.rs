@@ -1,6 +1,7 @@
 //! Wording of the problems of `kiln eval` (K0519 to K0522): weights it cannot read, weights that
 //! do not fit the model, a split without samples, an export it cannot evaluate as asked.
 
+use crate::diagnostic::problem::Running;
 use std::path::PathBuf;
 
 use super::problem::Problem;
@@ -45,7 +46,7 @@ pub struct Mismatch {
 pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     match problem {
-        Problem::NoWeights { span, situation } => match situation {
+        Problem::Running(Running::NoWeights { span, situation }) => match situation {
             NoWeights::NotGiven { file } => Diagnostic::new(
                 code,
                 span,
@@ -78,13 +79,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .help("a run saves its final weights (`weights.safetensors`) when it ends, and checkpoints when its train block has `checkpoint(every: ...)`; a run that has not ended yet can be resumed with `kiln run --resume`; or name weights with `--weights`")
             }
         },
-        Problem::WeightsMismatch {
+        Problem::Running(Running::WeightsMismatch {
             span,
             path,
             mismatches,
             compresses,
             checkpoint,
-        } => {
+        }) => {
             let each: Vec<String> = mismatches
                 .iter()
                 .map(|m| match &m.found {
@@ -111,7 +112,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .label("this layer's tensors do not fit")
             .help(help)
         }
-        Problem::ExportNotEvaluable { span, path, tensor } => match tensor {
+        Problem::Running(Running::ExportNotEvaluable { span, path, tensor }) => match tensor {
             Some(tensor) => Diagnostic::new(
                 code,
                 span,
@@ -133,11 +134,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .label("the model to evaluate")
             .help("leave out `--uncompressed` to evaluate the exported model, or evaluate the run directory with `--uncompressed` (`kiln eval RUN_DIR --uncompressed`)"),
         },
-        Problem::SplitEmpty {
+        Problem::Running(Running::SplitEmpty {
             span,
             split,
             available,
-        } => {
+        }) => {
             let other = if available.is_empty() {
                 String::new()
             } else {

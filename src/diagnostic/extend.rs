@@ -2,6 +2,7 @@
 //! before the steps the run has taken, a finished run that cannot be continued from its end, and
 //! a finished run resumed at the length it already has.
 
+use crate::diagnostic::problem::Running;
 use std::path::PathBuf;
 
 use super::problem::Problem;
@@ -47,7 +48,7 @@ pub enum Extension {
 pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     match problem {
-        Problem::ShorterThanTrained { span, lengths: l } => {
+        Problem::Running(Running::ShorterThanTrained { span, lengths: l }) => {
             let (dir, trained) = (l.dir.display(), l.trained);
             let (message, label) = match l.max_steps {
                 Some(m) => (
@@ -81,13 +82,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             };
             Diagnostic::new(code, span, message).label(label).help(help)
         }
-        Problem::NotExtendable {
+        Problem::Running(Running::NotExtendable {
             span,
             dir,
             weights,
             trained,
             situation,
-        } => {
+        }) => {
             let init = format!(
                 "start a new run from its final weights with `--init {}` (a fresh optimizer state, the schedule from its first step)",
                 weights.display()
@@ -119,7 +120,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .help("start a new run with the longer length; a run that prunes `before` its training or `gradual`ly during it can be extended"),
             }
         }
-        Problem::RunComplete { span, dir, detail } => {
+        Problem::Running(Running::RunComplete { span, dir, detail }) => {
             let dir = dir.display();
             let detail = if detail.is_empty() {
                 String::new()
@@ -166,10 +167,10 @@ mod tests {
     #[test]
     fn a_length_is_said_as_written_and_in_steps_with_help_for_each_case() {
         let said = |l: Lengths| {
-            let d = Problem::ShorterThanTrained {
+            let d = Problem::Running(Running::ShorterThanTrained {
                 span: at(),
                 lengths: l,
-            }
+            })
             .diagnostic();
             assert_eq!(d.code, Code::ShorterThanTrained);
             (d.message, d.help.unwrap_or_default())
@@ -198,13 +199,13 @@ mod tests {
     #[test]
     fn a_run_that_cannot_be_extended_says_why_and_offers_its_weights() {
         let why = |situation| {
-            let d = Problem::NotExtendable {
+            let d = Problem::Running(Running::NotExtendable {
                 span: at(),
                 dir: "runs/x".into(),
                 weights: "runs/x/weights.safetensors".into(),
                 trained: 160,
                 situation,
-            }
+            })
             .diagnostic();
             assert_eq!(d.code, Code::NotExtendable);
             let help = d.help.unwrap_or_default();
@@ -217,7 +218,7 @@ mod tests {
         assert!(m.contains("(step 160), only of step 120"), "{m}");
         let m = why(Extension::StoppedEarly);
         assert!(m.contains("early stopping ended the run"), "{m}");
-        let d = Problem::NotExtendable {
+        let d = Problem::Running(Running::NotExtendable {
             span: at(),
             dir: "runs/x".into(),
             weights: "runs/x/weights.safetensors".into(),
@@ -225,18 +226,18 @@ mod tests {
             situation: Extension::PrunedAfterTraining {
                 schedule: "after(finetune: 3 epochs)".into(),
             },
-        }
+        })
         .diagnostic();
         assert!(
             d.message.contains("(`after(finetune: 3 epochs)`)"),
             "{}",
             d.message
         );
-        let d = Problem::RunComplete {
+        let d = Problem::Running(Running::RunComplete {
             span: at(),
             dir: "runs/x".into(),
             detail: "after 40 steps".into(),
-        }
+        })
         .diagnostic();
         assert_eq!(d.code, Code::RunComplete);
         assert!(

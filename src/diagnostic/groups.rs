@@ -2,6 +2,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::span::Span;
 
 /// Parameter-group problems in words. Only those variants are passed here.
@@ -9,19 +10,19 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::GroupOverlap {
+        Problem::Strategies(Strategies::GroupOverlap {
             span,
             param,
             selector,
             first,
             first_selector,
-        } => new(span, format!("parameter `{param}` is in two parameter groups"))
+        }) => new(span, format!("parameter `{param}` is in two parameter groups"))
             .label(format!("`{selector}` selects `{param}` again"))
             .with(first, format!("`{first_selector}` selected it first"))
             .help(format!(
                 "a parameter belongs to one group: select `{param}` in one of them only, or merge the two groups"
             )),
-        Problem::EmptyGroup { span, selectors } => {
+        Problem::Warnings(Warnings::EmptyGroup { span, selectors }) => {
             let written: Vec<String> = selectors.iter().map(|s| format!("`{s}`")).collect();
             let label = match written.as_slice() {
                 [] => "no layer, block or class is named".to_string(),

@@ -3,6 +3,7 @@
 
 use super::problem::{Problem, Unknown};
 use super::Diagnostic;
+use crate::diagnostic::problem::Names;
 use crate::span::Span;
 
 /// Where a keyword that is unknown in its block is at home.
@@ -34,14 +35,14 @@ pub enum KeywordHint {
     },
 }
 
-/// An unknown keyword in words. Only [`Problem::UnknownKeyword`] is passed here.
+/// An unknown keyword in words. Only [`Names::UnknownKeyword`] is passed here.
 pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
-    let Problem::UnknownKeyword {
+    let Problem::Names(Names::UnknownKeyword {
         unknown,
         place,
         hint,
-    } = problem
+    }) = problem
     else {
         unreachable!("only unknown keywords are worded here")
     };

@@ -2,6 +2,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::Strategies;
 use crate::plan::shrink::Reason;
 
 /// What blocks the shrinking, as a label at the blocking place.
@@ -38,14 +39,14 @@ fn blocked(reason: &Reason, at_layer: Option<&str>) -> String {
 pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     match problem {
-        Problem::PruneLeavesNothing {
+        Problem::Strategies(Strategies::PruneLeavesNothing {
             span,
             layer,
             layer_span,
             units,
             amount,
             dim,
-        } => {
+        }) => {
             let what = if dim == 0 {
                 "output units"
             } else {
@@ -63,13 +64,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 (units as f64 - 0.5) / units as f64
             ))
         }
-        Problem::CannotShrink {
+        Problem::Strategies(Strategies::CannotShrink {
             span,
             layer,
             reason,
             at,
             at_layer,
-        } => {
+        }) => {
             let label = blocked(&reason, at_layer.as_deref());
             let help = match reason {
                 Reason::GroupNorm { groups, .. } => format!(

@@ -1,5 +1,6 @@
 //! Wording of the problems of run directories and resuming (K0507, K0510, K0512, K0513).
 
+use crate::diagnostic::problem::Running;
 use std::path::PathBuf;
 
 use super::problem::Problem;
@@ -10,7 +11,7 @@ use crate::span::Span;
 pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     match problem {
-        Problem::ResumeIncompatible { span, situation } => match situation {
+        Problem::Running(Running::ResumeIncompatible { span, situation }) => match situation {
             Resume::NoCheckpoint { dir } => Diagnostic::new(
                 code,
                 span,
@@ -27,11 +28,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .label("the checkpoint does not fit this model")
             .help("resume with the experiment that made the checkpoint"),
         },
-        Problem::RunDirTaken {
+        Problem::Running(Running::RunDirTaken {
             span,
             dir,
             situation,
-        } => {
+        }) => {
             let dir = dir.display();
             match situation {
                 Taken::Exists => Diagnostic::new(
@@ -58,12 +59,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .help("pass `--resume` the run directory that `kiln run` printed"),
             }
         }
-        Problem::CheckpointDamaged {
+        Problem::Running(Running::CheckpointDamaged {
             span,
             sidecar,
             reason,
             using,
-        } => {
+        }) => {
             let instead = using.map_or_else(
                 || "no intact checkpoint is left".to_string(),
                 |step| format!("resuming from the checkpoint of step {step} instead"),
@@ -79,7 +80,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .label("this experiment's run")
             .help("the damaged checkpoint is left as it is; delete it once you no longer need it")
         }
-        Problem::StaleLock { span, dir, holder } => Diagnostic::new(
+        Problem::Running(Running::StaleLock { span, dir, holder }) => Diagnostic::new(
             code,
             span,
             format!(

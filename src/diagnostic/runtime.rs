@@ -1,5 +1,6 @@
 //! Wording of runtime problems (K0420, K0501 to K0509, K0511).
 
+use crate::diagnostic::problem::{Running, Warnings};
 use std::path::{Path, PathBuf};
 
 use super::problem::Problem;
@@ -12,16 +13,16 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::DeviceUnavailable {
+        Problem::Running(Running::DeviceUnavailable {
             span,
             situation: Unavailable::Fp16OnCpu,
-        } => new(
+        }) => new(
             span,
             "fp16 training needs a CUDA device, and this run is on the CPU".into(),
         )
         .label("runs on the CPU")
         .help("use `precision bf16` on the CPU, or run on a CUDA device"),
-        Problem::DeviceUnavailable {
+        Problem::Running(Running::DeviceUnavailable {
             span,
             situation:
                 Unavailable::Missing {
@@ -29,7 +30,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     index,
                     count,
                 },
-        } => {
+        }) => {
             let found = if count == 0 {
                 "this machine has no CUDA device".to_string()
             } else {
@@ -39,41 +40,41 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .label(format!("needs cuda:{index}"))
                 .help("run with `--device cpu` to put every layer on the CPU")
         }
-        Problem::DataMissing {
+        Problem::Running(Running::DataMissing {
             span,
             detail,
             label,
             help,
-        } => new(span, detail).label(label).help(help.unwrap_or_else(|| {
+        }) => new(span, detail).label(label).help(help.unwrap_or_else(|| {
             "paths are relative to the directory of the .exp file that declares the source".into()
         })),
-        Problem::DataInvalid {
+        Problem::Running(Running::DataInvalid {
             span,
             detail,
             label,
             help,
             weights: true,
-        } => new(span, detail)
+        }) => new(span, detail)
             .label(label.unwrap_or_else(|| "while loading initial weights for this experiment".into()))
             .help(help.unwrap_or_else(|| "give a safetensors file saved from the same model, keyed by `state_dict` names such as `fc1.weight`".into())),
-        Problem::DataInvalid {
+        Problem::Running(Running::DataInvalid {
             span,
             detail,
             label,
             help,
             weights: false,
-        } => new(span, detail)
+        }) => new(span, detail)
             .label(label.unwrap_or_else(|| "while loading this data".into()))
             .help(help.unwrap_or_else(|| {
                 "check the file's format and the shapes the experiment declares".into()
             })),
-        Problem::NonFiniteLoss {
+        Problem::Running(Running::NonFiniteLoss {
             span,
             nan,
             step,
             epoch,
             lr,
-        } => new(
+        }) => new(
             span,
             format!(
                 "the loss became {} at step {step} (epoch {epoch})",
@@ -82,18 +83,18 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         )
         .label(format!("learning rate {lr} at that step"))
         .help("lower the learning rate, clip gradients with `clip_norm 1.0`, or check the data for NaN and infinite values; the last checkpoint on disk is intact"),
-        Problem::WeightlessBatch { span, ignore_index } => new(
+        Problem::Warnings(Warnings::WeightlessBatch { span, ignore_index }) => new(
             span,
             format!("every target of a training batch is ignored (`ignore_index` {ignore_index}) or of a class weighted 0: its mean loss is undefined"),
         )
         .label("the batch's mean loss divides by its targets' weights, which add up to 0")
         .help("use larger batches, give the batch's classes a weight above 0, or check the data's labels against `ignore_index`; the last checkpoint on disk is intact"),
-        Problem::OutOfMemory {
+        Problem::Running(Running::OutOfMemory {
             span,
             detail,
             plan,
             ran_out,
-        } => {
+        }) => {
             let d = new(span, format!("a device ran out of memory: {detail}"));
             let help =
                 "lower the batch size, use `precision bf16`, or spread the model over more devices";
@@ -108,13 +109,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 None => d,
             }
         }
-        Problem::Interrupted {
+        Problem::Running(Running::Interrupted {
             span,
             step,
             epoch,
             signal,
             resume,
-        } => {
+        }) => {
             let by = signal.map_or_else(String::new, |s| format!(" by {s}"));
             new(span, format!("interrupted{by} at step {step} (epoch {epoch})"))
                 .label("training stopped here")
@@ -123,7 +124,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     None => "resume from the run directory of the first process".to_string(),
                 })
         }
-        Problem::TorchError { span, situation } => {
+        Problem::Running(Running::TorchError { span, situation }) => {
             let check =
                 "this should have been caught by `kiln check`; please report it with the file";
             match situation {
@@ -161,13 +162,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .help("this is a bug in Kiln; please report it with the experiment file"),
             }
         }
-        Problem::RunIo {
+        Problem::Running(Running::RunIo {
             span,
             action,
             path,
             error,
             stage,
-        } => {
+        }) => {
             let label = match stage {
                 RunStage::Checkpoint => "while checkpointing this experiment",
                 RunStage::Record => "while recording this experiment's run",
@@ -179,13 +180,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             };
             new(span, message).label(label).help(io_help(&error))
         }
-        Problem::RuntimeKilled {
+        Problem::Running(Running::RuntimeKilled {
             span,
             signal,
             cause,
             file,
             runs,
-        } => new(span, format!("`kiln-runtime` was killed by {signal}"))
+        }) => new(span, format!("`kiln-runtime` was killed by {signal}"))
             .label("while training this experiment")
             .help(format!("{}; {}", death(&cause), kept(&file, &runs))),
         _ => unreachable!("only runtime problems are worded here"),

@@ -3,6 +3,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::Warnings;
 use crate::span::Span;
 
 /// What is wrong with a `sequence` schedule (K0416).
@@ -35,11 +36,11 @@ pub enum Sequence {
 pub(super) fn words(p: Problem) -> Diagnostic {
     let code = p.code();
     match p {
-        Problem::PlateauWithoutValidation {
+        Problem::Warnings(Warnings::PlateauWithoutValidation {
             span,
             source,
             accuracy,
-        } => {
+        }) => {
             if accuracy {
                 Diagnostic::new(
                     code,
@@ -62,7 +63,7 @@ pub(super) fn words(p: Problem) -> Diagnostic {
                 .help("add `split(train: 0.8, val: 0.2)` to the data, or choose another schedule")
             }
         }
-        Problem::BadSequence { span, situation } => match situation {
+        Problem::Warnings(Warnings::BadSequence { span, situation }) => match situation {
             Sequence::Count {
                 schedules,
                 milestones,

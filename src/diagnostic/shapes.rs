@@ -3,6 +3,7 @@
 use super::counted;
 use super::problem::{Declared, LossShape, NoOp, Problem, Producer};
 use super::Diagnostic;
+use crate::diagnostic::problem::{Shapes, Strategies, Warnings};
 use crate::ir::Kind;
 use crate::span::Span;
 
@@ -129,12 +130,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::ShapeMismatch {
+        Problem::Shapes(Shapes::ShapeMismatch {
             span,
             layer,
             declared,
             producer,
-        } => {
+        }) => {
             let (at, text) = produces(&producer);
             let received = &producer.shape;
             match declared {
@@ -173,12 +174,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .help("the normalized shape must equal the input's last dimensions"),
             }
         }
-        Problem::RankMismatch {
+        Problem::Shapes(Shapes::RankMismatch {
             span,
             layer,
             wants,
             producer,
-        } => {
+        }) => {
             let (at, text) = produces(&producer);
             let help = match (layer, layer.spatial()) {
                 (Kind::Linear, _) => "add a `flatten` or `reshape` before it".to_string(),
@@ -198,13 +199,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .with(at, text)
             .help(help)
         }
-        Problem::LossShape {
+        Problem::Shapes(Shapes::LossShape {
             span,
             loss,
             output: (out, out_span),
             data,
             situation,
-        } => {
+        }) => {
             let (message, label, help) = match situation {
                 LossShape::ClassesOnValues { targets } => (
                     format!("`{loss}` needs class labels, but the targets are real values of shape {targets}"),
@@ -290,22 +291,22 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .with(data, "targets come from here")
                 .help(help)
         }
-        Problem::ResidualShape {
+        Problem::Shapes(Shapes::ResidualShape {
             span,
             input,
             producer,
-        } => new(
+        }) => new(
             producer.span,
             format!("a residual adds {} to its input {input}", producer.shape),
         )
         .label(format!("produces {}", producer.shape))
         .with(span, format!("input is {input}"))
         .help("the layers inside a residual must keep the shape of their input"),
-        Problem::ReshapeSize {
+        Problem::Shapes(Shapes::ReshapeSize {
             span,
             target,
             producer,
-        } => {
+        }) => {
             let (at, text) = produces(&producer);
             let values = producer.shape.numel();
             new(
@@ -320,33 +321,33 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .with(at, text)
             .help("the new shape must hold the same number of values")
         }
-        Problem::DtypeMismatch {
+        Problem::Shapes(Shapes::DtypeMismatch {
             span,
             layer,
             integers: true,
             producer,
-        } => new(span, format!("`{layer}` receives integer token ids"))
+        }) => new(span, format!("`{layer}` receives integer token ids"))
             .label("needs floating-point input")
             .with(
                 producer.span,
                 format!("{} produces integers", producer.name),
             )
             .help("turn token ids into vectors with an `embedding` layer first"),
-        Problem::DtypeMismatch {
+        Problem::Shapes(Shapes::DtypeMismatch {
             span,
             layer,
             integers: false,
             producer,
-        } => new(span, format!("`{layer}` receives floating-point values"))
+        }) => new(span, format!("`{layer}` receives floating-point values"))
             .label("needs integer token ids")
             .with(producer.span, format!("{} produces floats", producer.name))
             .help("feed token ids, as from `randint(...)` data"),
-        Problem::DataShape {
+        Problem::Shapes(Shapes::DataShape {
             span,
             input,
             data: (shape, at),
             scrambled: false,
-        } => new(
+        }) => new(
             span,
             format!("the model takes {input} but the data's samples are {shape}"),
         )
@@ -356,25 +357,25 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             format!("samples of {}", counted(shape.numel(), "value")),
         )
         .help("make `input` hold as many values as one sample of the data"),
-        Problem::DataShape {
+        Problem::Shapes(Shapes::DataShape {
             span,
             input,
             data: (shape, at),
             scrambled: true,
-        } => new(
+        }) => new(
             span,
             format!("the model takes {input} but the data's samples are {shape}: reshaping them would scramble their values"),
         )
         .label(format!("takes {input}"))
         .with(at, format!("samples of {shape}"))
         .help(format!("give the model the data's shape, `input {shape}`, or make the samples {input}")),
-        Problem::SequenceTask {
+        Problem::Shapes(Shapes::SequenceTask {
             span,
             task,
             inputs: (shape, at),
             integers,
             classes,
-        } => {
+        }) => {
             let (message, label, help) = if !integers {
                 (
                     format!("`{task}()` targets are computed from token ids, but the inputs are real numbers"),
@@ -402,7 +403,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 .with(at, label)
                 .help(help)
         }
-        Problem::TokenTargets { span, first } => new(
+        Problem::Shapes(Shapes::TokenTargets { span, first }) => new(
             span,
             "`per_token: true` gives a class per token id, but the model does not read token ids"
                 .to_string(),
@@ -410,12 +411,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .label("a class per token of the input")
         .with(first, "not an `embedding`: the inputs are read as real numbers")
         .help("start the model with `embedding(V, E)` over `input [S]`, or drop `per_token` for one class per sample"),
-        Problem::EmptyDimension {
+        Problem::Shapes(Shapes::EmptyDimension {
             span,
             layer,
             window,
             producer,
-        } => {
+        }) => {
             let (at, text) = produces(&producer);
             let dim = window.dimension();
             new(
@@ -435,11 +436,11 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .with(at, text)
             .help(window.remedy())
         }
-        Problem::HeadsIndivisible {
+        Problem::Strategies(Strategies::HeadsIndivisible {
             span,
             heads,
             producer,
-        } => {
+        }) => {
             let e = producer.shape.last().copied().unwrap_or(0);
             let (at, text) = produces(&producer);
             new(span, format!("{heads} heads do not divide the width {e}"))
@@ -450,16 +451,16 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                     divisors_near(e, heads)
                 ))
         }
-        Problem::NoOpLayer {
+        Problem::Warnings(Warnings::NoOpLayer {
             span,
             situation: NoOp::Dropout,
-        } => new(span, "dropout with p = 0 does nothing".into())
+        }) => new(span, "dropout with p = 0 does nothing".into())
             .label("has no effect")
             .help("remove the layer, or give a drop probability above 0"),
-        Problem::NoOpLayer {
+        Problem::Warnings(Warnings::NoOpLayer {
             span,
             situation: NoOp::Reshape { shape },
-        } => new(span, format!("reshape to {shape} keeps the shape"))
+        }) => new(span, format!("reshape to {shape} keeps the shape"))
             .label("has no effect")
             .help("remove the layer"),
         _ => unreachable!("only shape problems are worded here"),

@@ -3,6 +3,7 @@
 use super::counted;
 use super::problem::{Ignored, Inconsistent, Problem, Sweep};
 use super::{Code, Diagnostic};
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::present::{fmt_bytes, fmt_count};
 use crate::span::Span;
 
@@ -19,44 +20,44 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
     let new = |span: Span, message: String| Diagnostic::new(code, span, message);
     match problem {
-        Problem::PipelineOneStage { span, stages } => new(
+        Problem::Strategies(Strategies::PipelineOneStage { span, stages }) => new(
             span,
             format!("a pipeline of {stages} stage runs nothing in parallel"),
         )
         .label("needs at least 2 stages")
         .help("use 2 or more stages, or `parallel none`"),
-        Problem::DdpWithoutWorldSize { span } => new(span, "distributed data parallel needs a world size".into())
+        Problem::Strategies(Strategies::DdpWithoutWorldSize { span }) => new(span, "distributed data parallel needs a world size".into())
             .label("`world_size` missing")
             .help("add `world_size: N`, the number of processes (as torchrun's --nproc-per-node x nodes)"),
-        Problem::Fp8OnCpu {
+        Problem::Strategies(Strategies::Fp8OnCpu {
             span,
             layer,
             layer_span,
-        } => new(
+        }) => new(
             span,
             format!("FP8 quantization of `{layer}`, which runs on the CPU"),
         )
         .label("FP8 needs a CUDA device")
         .with(layer_span, "runs on cpu")
         .help("place the layer on a CUDA device, or use `int8`"),
-        Problem::Int4NonLinear {
+        Problem::Strategies(Strategies::Int4NonLinear {
             span,
             layer,
             layer_span,
-        } => new(
+        }) => new(
             span,
             format!("INT4 quantization of `{layer}`, which is not linear"),
         )
         .label("INT4 applies to linear layers")
         .with(layer_span, "this layer is not linear")
         .help("quantize this layer with `int8`, or target linear layers only"),
-        Problem::BatchArithmetic {
+        Problem::Strategies(Strategies::BatchArithmetic {
             span,
             batch,
             accumulate: (accumulate, accumulate_span),
             replicas: (dp, dp_span),
             micro: None,
-        } => {
+        }) => {
             let per_step = accumulate * dp;
             let mut d = new(
                 span,
@@ -75,13 +76,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             }
             d.help(format!("choose a batch that is a multiple of {per_step}"))
         }
-        Problem::BatchArithmetic {
+        Problem::Strategies(Strategies::BatchArithmetic {
             span,
             batch,
             accumulate: (accumulate, _),
             replicas: (dp, dp_span),
             micro: Some((declared, batch_span)),
-        } => {
+        }) => {
             let per_step = accumulate * dp;
             let mut d = new(
                 span,
@@ -101,13 +102,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             }
             d.help("global batch = micro-batch x accumulation x data-parallel size")
         }
-        Problem::MicroBatches {
+        Problem::Strategies(Strategies::MicroBatches {
             span,
             micro_batches,
             per_step,
             batch: (batch, batch_span),
             accumulate,
-        } => {
+        }) => {
             let mut d = new(
                 span,
                 format!("{micro_batches} micro-batches do not divide the batch of {per_step}"),
@@ -122,27 +123,27 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             }
             d.help(format!("choose micro-batches that divide {per_step}"))
         }
-        Problem::TooManyStages {
+        Problem::Strategies(Strategies::TooManyStages {
             span,
             stages,
             layers,
-        } => new(
+        }) => new(
             span,
             format!("{stages} pipeline stages but the model has {layers} top-level layers"),
         )
         .label(format!("at most {layers}"))
         .help("use fewer stages, or group fewer layers into blocks"),
-        Problem::PlacementConflict {
+        Problem::Strategies(Strategies::PlacementConflict {
             span,
             name,
             device,
             first: (first, first_name, first_device),
-        } => new(span, format!("`{name}` is placed twice"))
+        }) => new(span, format!("`{name}` is placed twice"))
             .label(format!("placed on {device} here"))
             .with(first, format!("`{first_name}` placed on {first_device} here"))
             .help("place each layer or block once, inline (`on`) or with `place`"),
-        Problem::Inconsistent { span, situation } => inconsistent(code, span, situation),
-        Problem::BadSweep { span, situation } => {
+        Problem::Strategies(Strategies::Inconsistent { span, situation }) => inconsistent(code, span, situation),
+        Problem::Strategies(Strategies::BadSweep { span, situation }) => {
             let (message, help) = match situation {
                 Sweep::Nested => ("a sweep inside a sweep".to_string(), "sweep each setting once; the grid combines them"),
                 Sweep::Arguments => (
@@ -177,17 +178,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             };
             new(span, message.clone()).label(message).help(help)
         }
-        Problem::DataParallelOneDevice { span } => new(span, "data parallel over one device".into())
+        Problem::Warnings(Warnings::DataParallelOneDevice { span }) => new(span, "data parallel over one device".into())
             .label("one replica")
             .help("list two or more devices, or drop `parallel data`"),
-        Problem::MemoryExceeded {
+        Problem::Warnings(Warnings::MemoryExceeded {
             span,
             device,
             need: [weights, gradients, optimizer, activations],
             total,
             capacity,
             batch,
-        } => {
+        }) => {
             let d = new(
                 span,
                 format!(
@@ -209,17 +210,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 None => d,
             }
         }
-        Problem::ModelParallelOneDevice { span, device } => new(span, format!("model parallel, but every layer runs on {device}"))
+        Problem::Warnings(Warnings::ModelParallelOneDevice { span, device }) => new(span, format!("model parallel, but every layer runs on {device}"))
             .label("no layer is placed elsewhere")
             .help("place layers or blocks on other devices with `place fc2 on cuda:1`, or drop `parallel model`"),
-        Problem::DoubleSoftmax { span, loss } => new(
+        Problem::Warnings(Warnings::DoubleSoftmax { span, loss }) => new(
             span,
             "the model ends in softmax but `cross_entropy` applies its own".into(),
         )
         .label("softmax applied twice")
         .with(loss, "expects raw logits")
         .help("remove the final softmax; `cross_entropy` takes logits"),
-        Problem::IgnoredSetting { span, situation } => {
+        Problem::Warnings(Warnings::IgnoredSetting { span, situation }) => {
             let (message, label, help): (String, String, &str) = match situation {
                 Ignored::EvalWithoutValidation => (
                     "`eval_every` has no effect without a validation split".into(),
@@ -257,19 +258,19 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             };
             new(span, message).label(label).help(help)
         }
-        Problem::PlacementIgnored { span, parallel } => new(
+        Problem::Warnings(Warnings::PlacementIgnored { span, parallel }) => new(
             span,
             "per-layer placement is ignored under data parallel".into(),
         )
         .label("ignored")
         .with(parallel, "every replica holds the whole model")
         .help("remove the placement, or use `parallel model` or `pipeline`"),
-        Problem::PipelineBatchNorm {
+        Problem::Warnings(Warnings::PipelineBatchNorm {
             span,
             layer,
             parallel,
             samples,
-        } => new(
+        }) => new(
             span,
             format!("batch norm `{layer}` in a pipeline normalises each micro-batch on its own"),
         )
@@ -279,12 +280,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         ))
         .with(parallel, "the batch is cut into micro-batches here")
         .help("use `layernorm` or `groupnorm`, or fewer, larger micro-batches"),
-        Problem::DropoutSharedGenerator {
+        Problem::Warnings(Warnings::DropoutSharedGenerator {
             span,
             parallel,
             device,
             replicas,
-        } => new(
+        }) => new(
             span,
             format!("dropout on {replicas} replicas that share `{device}` is not reproducible"),
         )

@@ -3,6 +3,7 @@
 
 use super::problem::Problem;
 use super::Diagnostic;
+use crate::diagnostic::problem::Reading;
 use crate::span::Span;
 
 /// What the parser was in the middle of when it stopped.
@@ -53,17 +54,17 @@ pub enum Habit {
     },
 }
 
-/// A syntax error in words. Only [`Problem::Syntax`] is passed here.
+/// A syntax error in words. Only [`Reading::Syntax`] is passed here.
 pub(super) fn words(problem: Problem) -> Diagnostic {
     let code = problem.code();
-    let Problem::Syntax {
+    let Problem::Reading(Reading::Syntax {
         span,
         found,
         expected,
         within,
         habit,
         gave_up,
-    } = problem
+    }) = problem
     else {
         unreachable!("only syntax errors are worded here")
     };

@@ -2,6 +2,7 @@
 
 use super::problem::{Expected, Problem, Unknown};
 use super::{did_you_mean, Diagnostic};
+use crate::diagnostic::problem::{Names, Reading, Running, Shapes, Strategies, Warnings};
 use crate::span::Span;
 
 impl Problem {
@@ -10,13 +11,13 @@ impl Problem {
         let code = self.code();
         let new = |span: Span, message: String| Diagnostic::new(code, span, message);
         match self {
-            p @ Problem::UnknownKeyword { .. } => super::keywords::words(p),
-            Problem::UnknownLayer(u) => unknown_name(code, "layer", u),
-            Problem::UnknownOptimizer(u) => unknown_name(code, "optimizer", u),
-            Problem::UnknownLoss(u) => unknown_name(code, "loss", u),
-            Problem::UnknownSchedule(u) => unknown_name(code, "schedule", u),
-            Problem::UnknownMetric(u) => unknown_name(code, "metric", u),
-            Problem::UnknownSource { unknown, generator } => unknown_name(
+            p @ Problem::Names(Names::UnknownKeyword { .. }) => super::keywords::words(p),
+            Problem::Names(Names::UnknownLayer(u)) => unknown_name(code, "layer", u),
+            Problem::Names(Names::UnknownOptimizer(u)) => unknown_name(code, "optimizer", u),
+            Problem::Names(Names::UnknownLoss(u)) => unknown_name(code, "loss", u),
+            Problem::Names(Names::UnknownSchedule(u)) => unknown_name(code, "schedule", u),
+            Problem::Names(Names::UnknownMetric(u)) => unknown_name(code, "metric", u),
+            Problem::Names(Names::UnknownSource { unknown, generator }) => unknown_name(
                 code,
                 if generator {
                     "generator"
@@ -25,11 +26,15 @@ impl Problem {
                 },
                 unknown,
             ),
-            Problem::UnknownPruneMethod(u) => unknown_name(code, "pruning method", u),
-            Problem::UnknownQuantScheme(u) => unknown_name(code, "quantization scheme", u),
-            Problem::UnknownStrategy(u) => unknown_name(code, "parallel strategy", u),
-            Problem::UnknownChoice { unknown, what } => unknown_name(code, &what, unknown),
-            Problem::UnknownParameter { unknown, callee } => {
+            Problem::Names(Names::UnknownPruneMethod(u)) => unknown_name(code, "pruning method", u),
+            Problem::Names(Names::UnknownQuantScheme(u)) => {
+                unknown_name(code, "quantization scheme", u)
+            }
+            Problem::Names(Names::UnknownStrategy(u)) => unknown_name(code, "parallel strategy", u),
+            Problem::Names(Names::UnknownChoice { unknown, what }) => {
+                unknown_name(code, &what, unknown)
+            }
+            Problem::Names(Names::UnknownParameter { unknown, callee }) => {
                 let suggestions = suggest(&unknown);
                 let d = new(
                     unknown.span,
@@ -42,7 +47,7 @@ impl Problem {
                     mean(d, unknown.span, suggestions, "")
                 }
             }
-            Problem::UnknownDevice { span, name } => {
+            Problem::Names(Names::UnknownDevice { span, name }) => {
                 let base = name.split(':').next().unwrap_or(&name);
                 let suggestions: Vec<String> = if base == "gpu" {
                     vec![name.replacen("gpu", "cuda", 1)]
@@ -64,7 +69,7 @@ impl Problem {
                     )
                 }
             }
-            Problem::UnknownReference { unknown, suffix } => {
+            Problem::Names(Names::UnknownReference { unknown, suffix }) => {
                 // The parameter (`.weight`, or a near miss of it) is set aside.
                 let name = match unknown.name.rsplit_once('.') {
                     Some((layer, _)) if !suffix.is_empty() => layer,
@@ -97,13 +102,13 @@ impl Problem {
                     )),
                 }
             }
-            Problem::DuplicateName { span, first, name } => {
+            Problem::Names(Names::DuplicateName { span, first, name }) => {
                 new(span, format!("`{name}` is defined twice"))
                     .label("defined again here")
                     .with(first, "first defined here")
                     .help("give each layer and block its own name")
             }
-            Problem::DuplicateSetting { span, first, name } => {
+            Problem::Names(Names::DuplicateSetting { span, first, name }) => {
                 new(span, format!("`{name}` is given twice"))
                     .label("given again here")
                     .with(first, "first given here")
@@ -111,11 +116,11 @@ impl Problem {
                         "keep one `{name}`; Kiln never silently picks one of two values"
                     ))
             }
-            Problem::WrongType {
+            Problem::Names(Names::WrongType {
                 span,
                 expected,
                 found,
-            } => {
+            }) => {
                 if let Expected::Count {
                     setting,
                     count,
@@ -136,13 +141,13 @@ impl Problem {
                         .help(format!("write {example}")),
                 }
             }
-            p @ Problem::Syntax { .. } => super::syntax::words(p),
-            Problem::InvalidUtf8 { span, path } => {
+            p @ Problem::Reading(Reading::Syntax { .. }) => super::syntax::words(p),
+            Problem::Reading(Reading::InvalidUtf8 { span, path }) => {
                 new(span, format!("`{}` is not valid UTF-8", path.display()))
                     .label("invalid byte here")
                     .help("save the file as UTF-8 text")
             }
-            Problem::Io { span, path, reason } => new(
+            Problem::Reading(Reading::Io { span, path, reason }) => new(
                 span,
                 format!("cannot read `{}`: {}", path.display(), reason.reason()),
             )
@@ -152,42 +157,42 @@ impl Problem {
                     .help()
                     .unwrap_or("check the path and its permissions"),
             ),
-            Problem::TooDeep { span, max } => {
+            Problem::Reading(Reading::TooDeep { span, max }) => {
                 new(span, format!("brackets nest deeper than {max} levels"))
                     .label("this bracket is too deep")
                     .help("flatten the structure; no Kiln construct needs this depth")
             }
-            Problem::Internal { span } => new(
+            Problem::Reading(Reading::Internal { span }) => new(
                 span,
                 "Kiln failed internally while checking this file".into(),
             )
             .label("while checking this file")
             .help("this is a bug in Kiln: please report it with the file attached"),
-            Problem::ExperimentCount { span, first: None } => {
+            Problem::Names(Names::ExperimentCount { span, first: None }) => {
                 new(span, "the file declares no experiment".into())
                     .label("no `experiment` in this file")
                     .help("declare one: `experiment \"name\" { ... }`")
             }
-            Problem::ExperimentCount {
+            Problem::Names(Names::ExperimentCount {
                 span,
                 first: Some(first),
-            } => new(span, "the file declares more than one experiment".into())
+            }) => new(span, "the file declares more than one experiment".into())
                 .label("another experiment")
                 .with(first, "first experiment")
                 .help("put each experiment in its own file; share settings with `extends`"),
-            Problem::MissingSetting {
+            Problem::Names(Names::MissingSetting {
                 span,
                 block,
                 settings,
                 example,
-            } => {
+            }) => {
                 let names: Vec<String> = settings.iter().map(|s| format!("`{s}`")).collect();
                 let names = names.join(" or ");
                 new(span, format!("the {block} has no {names}"))
                     .label(format!("{names} missing in this block"))
                     .help(format!("add `{example}`"))
             }
-            Problem::ExtendsNotFound { span, path, reason } => new(
+            Problem::Names(Names::ExtendsNotFound { span, path, reason }) => new(
                 span,
                 format!("cannot read `{}`: {}", path.display(), reason.reason()),
             )
@@ -197,98 +202,99 @@ impl Problem {
                     .help()
                     .unwrap_or("paths in `extends` are relative to the file that contains them"),
             ),
-            Problem::ExtendsCycle { span, cycle } => {
+            Problem::Names(Names::ExtendsCycle { span, cycle }) => {
                 let names: Vec<String> = cycle.iter().map(|p| p.display().to_string()).collect();
                 new(span, "these files extend each other in a cycle".into())
                     .label("closes the cycle")
                     .help(format!("break the cycle: {}", names.join(" -> ")))
             }
-            Problem::WrongArguments { span, situation } => {
+            Problem::Names(Names::WrongArguments { span, situation }) => {
                 super::arguments::words(code, span, situation)
             }
-            Problem::OutOfRange { span, situation } => super::ranges::words(code, span, situation),
-            Problem::Misplaced { span, situation } => {
+            Problem::Names(Names::OutOfRange { span, situation }) => {
+                super::ranges::words(code, span, situation)
+            }
+            Problem::Names(Names::Misplaced { span, situation }) => {
                 super::arguments::misplaced(code, span, situation)
             }
-            p @ (Problem::ShapeMismatch { .. }
-            | Problem::RankMismatch { .. }
-            | Problem::LossShape { .. }
-            | Problem::ResidualShape { .. }
-            | Problem::ReshapeSize { .. }
-            | Problem::DtypeMismatch { .. }
-            | Problem::DataShape { .. }
-            | Problem::SequenceTask { .. }
-            | Problem::TokenTargets { .. }
-            | Problem::EmptyDimension { .. }
-            | Problem::HeadsIndivisible { .. }
-            | Problem::NoOpLayer { .. }) => super::shapes::words(p),
-            p @ (Problem::PipelineOneStage { .. }
-            | Problem::DdpWithoutWorldSize { .. }
-            | Problem::Fp8OnCpu { .. }
-            | Problem::Int4NonLinear { .. }
-            | Problem::BatchArithmetic { .. }
-            | Problem::MicroBatches { .. }
-            | Problem::TooManyStages { .. }
-            | Problem::PlacementConflict { .. }
-            | Problem::Inconsistent { .. }
-            | Problem::BadSweep { .. }
-            | Problem::DataParallelOneDevice { .. }
-            | Problem::MemoryExceeded { .. }
-            | Problem::ModelParallelOneDevice { .. }
-            | Problem::DoubleSoftmax { .. }
-            | Problem::IgnoredSetting { .. }
-            | Problem::PlacementIgnored { .. }
-            | Problem::DropoutSharedGenerator { .. }
-            | Problem::PipelineBatchNorm { .. }) => super::strategy::words(p),
-            p @ (Problem::Int4GroupSize { .. }
-            | Problem::QatFp16 { .. }
-            | Problem::CompressTargetKind { .. }
-            | Problem::CompressConflict { .. }
-            | Problem::QuantNoSpeedup { .. }) => super::compress::words(p),
-            p @ (Problem::NormalizeChannels { .. }
-            | Problem::OutlastsTraining { .. }
-            | Problem::BatchNormOneValue { .. }) => super::consistency::words(p),
-            p @ (Problem::PlateauWithoutValidation { .. } | Problem::BadSequence { .. }) => {
-                super::schedule::words(p)
+            p @ (Problem::Shapes(Shapes::ShapeMismatch { .. })
+            | Problem::Shapes(Shapes::RankMismatch { .. })
+            | Problem::Shapes(Shapes::LossShape { .. })
+            | Problem::Shapes(Shapes::ResidualShape { .. })
+            | Problem::Shapes(Shapes::ReshapeSize { .. })
+            | Problem::Shapes(Shapes::DtypeMismatch { .. })
+            | Problem::Shapes(Shapes::DataShape { .. })
+            | Problem::Shapes(Shapes::SequenceTask { .. })
+            | Problem::Shapes(Shapes::TokenTargets { .. })
+            | Problem::Shapes(Shapes::EmptyDimension { .. })
+            | Problem::Strategies(Strategies::HeadsIndivisible { .. })
+            | Problem::Warnings(Warnings::NoOpLayer { .. })) => super::shapes::words(p),
+            p @ (Problem::Strategies(Strategies::PipelineOneStage { .. })
+            | Problem::Strategies(Strategies::DdpWithoutWorldSize { .. })
+            | Problem::Strategies(Strategies::Fp8OnCpu { .. })
+            | Problem::Strategies(Strategies::Int4NonLinear { .. })
+            | Problem::Strategies(Strategies::BatchArithmetic { .. })
+            | Problem::Strategies(Strategies::MicroBatches { .. })
+            | Problem::Strategies(Strategies::TooManyStages { .. })
+            | Problem::Strategies(Strategies::PlacementConflict { .. })
+            | Problem::Strategies(Strategies::Inconsistent { .. })
+            | Problem::Strategies(Strategies::BadSweep { .. })
+            | Problem::Warnings(Warnings::DataParallelOneDevice { .. })
+            | Problem::Warnings(Warnings::MemoryExceeded { .. })
+            | Problem::Warnings(Warnings::ModelParallelOneDevice { .. })
+            | Problem::Warnings(Warnings::DoubleSoftmax { .. })
+            | Problem::Warnings(Warnings::IgnoredSetting { .. })
+            | Problem::Warnings(Warnings::PlacementIgnored { .. })
+            | Problem::Warnings(Warnings::DropoutSharedGenerator { .. })
+            | Problem::Warnings(Warnings::PipelineBatchNorm { .. })) => super::strategy::words(p),
+            p @ (Problem::Strategies(Strategies::Int4GroupSize { .. })
+            | Problem::Strategies(Strategies::QatFp16 { .. })
+            | Problem::Strategies(Strategies::CompressTargetKind { .. })
+            | Problem::Strategies(Strategies::CompressConflict { .. })
+            | Problem::Warnings(Warnings::QuantNoSpeedup { .. })) => super::compress::words(p),
+            p @ (Problem::Strategies(Strategies::NormalizeChannels { .. })
+            | Problem::Warnings(Warnings::OutlastsTraining { .. })
+            | Problem::Strategies(Strategies::BatchNormOneValue { .. })) => {
+                super::consistency::words(p)
             }
-            p @ (Problem::DataMismatch { .. }
-            | Problem::DataHeader { .. }
-            | Problem::DataFileMissing { .. }) => super::datafile::words(p),
-            p @ (Problem::GroupOverlap { .. } | Problem::EmptyGroup { .. }) => {
-                super::groups::words(p)
-            }
-            p @ (Problem::PruneLeavesNothing { .. } | Problem::CannotShrink { .. }) => {
-                super::pruning::words(p)
-            }
-            p @ (Problem::DeviceUnavailable { .. }
-            | Problem::DataMissing { .. }
-            | Problem::DataInvalid { .. }
-            | Problem::NonFiniteLoss { .. }
-            | Problem::WeightlessBatch { .. }
-            | Problem::OutOfMemory { .. }
-            | Problem::Interrupted { .. }
-            | Problem::TorchError { .. }
-            | Problem::RunIo { .. }
-            | Problem::RuntimeKilled { .. }) => super::runtime::words(p),
+            p @ (Problem::Warnings(Warnings::PlateauWithoutValidation { .. })
+            | Problem::Warnings(Warnings::BadSequence { .. })) => super::schedule::words(p),
+            p @ (Problem::Strategies(Strategies::DataMismatch { .. })
+            | Problem::Strategies(Strategies::DataHeader { .. })
+            | Problem::Warnings(Warnings::DataFileMissing { .. })) => super::datafile::words(p),
+            p @ (Problem::Strategies(Strategies::GroupOverlap { .. })
+            | Problem::Warnings(Warnings::EmptyGroup { .. })) => super::groups::words(p),
+            p @ (Problem::Strategies(Strategies::PruneLeavesNothing { .. })
+            | Problem::Strategies(Strategies::CannotShrink { .. })) => super::pruning::words(p),
+            p @ (Problem::Running(Running::DeviceUnavailable { .. })
+            | Problem::Running(Running::DataMissing { .. })
+            | Problem::Running(Running::DataInvalid { .. })
+            | Problem::Running(Running::NonFiniteLoss { .. })
+            | Problem::Warnings(Warnings::WeightlessBatch { .. })
+            | Problem::Running(Running::OutOfMemory { .. })
+            | Problem::Running(Running::Interrupted { .. })
+            | Problem::Running(Running::TorchError { .. })
+            | Problem::Running(Running::RunIo { .. })
+            | Problem::Running(Running::RuntimeKilled { .. })) => super::runtime::words(p),
 
-            p @ (Problem::ResumeIncompatible { .. }
-            | Problem::RunDirTaken { .. }
-            | Problem::CheckpointDamaged { .. }
-            | Problem::StaleLock { .. }) => super::runs::words(p),
+            p @ (Problem::Running(Running::ResumeIncompatible { .. })
+            | Problem::Running(Running::RunDirTaken { .. })
+            | Problem::Running(Running::CheckpointDamaged { .. })
+            | Problem::Running(Running::StaleLock { .. })) => super::runs::words(p),
 
-            p @ (Problem::RankFailed { .. }
-            | Problem::RendezvousFailed { .. }
-            | Problem::RanksDiffer { .. }
-            | Problem::BackendUnavailable { .. }) => super::distributed::words(p),
+            p @ (Problem::Running(Running::RankFailed { .. })
+            | Problem::Running(Running::RendezvousFailed { .. })
+            | Problem::Running(Running::RanksDiffer { .. })
+            | Problem::Running(Running::BackendUnavailable { .. })) => super::distributed::words(p),
 
-            p @ (Problem::NoWeights { .. }
-            | Problem::WeightsMismatch { .. }
-            | Problem::SplitEmpty { .. }
-            | Problem::ExportNotEvaluable { .. }) => super::evaluation::words(p),
+            p @ (Problem::Running(Running::NoWeights { .. })
+            | Problem::Running(Running::WeightsMismatch { .. })
+            | Problem::Running(Running::SplitEmpty { .. })
+            | Problem::Running(Running::ExportNotEvaluable { .. })) => super::evaluation::words(p),
 
-            p @ (Problem::ShorterThanTrained { .. }
-            | Problem::NotExtendable { .. }
-            | Problem::RunComplete { .. }) => super::extend::words(p),
+            p @ (Problem::Running(Running::ShorterThanTrained { .. })
+            | Problem::Running(Running::NotExtendable { .. })
+            | Problem::Running(Running::RunComplete { .. })) => super::extend::words(p),
         }
     }
 }
@@ -466,43 +472,43 @@ mod tests {
             shape: vec![4, 6].into(),
         };
         let problems = vec![
-            Problem::UnknownLayer(unknown("linaer", &["linear", "relu"])),
-            Problem::DuplicateSetting {
+            Problem::Names(Names::UnknownLayer(unknown("linaer", &["linear", "relu"]))),
+            Problem::Names(Names::DuplicateSetting {
                 span: at(10, 15),
                 first: at(0, 5),
                 name: "batch".into(),
-            },
-            Problem::OutOfRange {
+            }),
+            Problem::Names(Names::OutOfRange {
                 span: at(0, 2),
                 situation: OutOfRange::Number {
                     what: "`p`".into(),
                     range: Range::UnitOpen,
                     value: 1.5,
                 },
-            },
-            Problem::HeadsIndivisible {
+            }),
+            Problem::Strategies(Strategies::HeadsIndivisible {
                 span: at(0, 1),
                 heads: 4,
                 producer: producer.clone(),
-            },
-            Problem::ReshapeSize {
+            }),
+            Problem::Shapes(Shapes::ReshapeSize {
                 span: at(0, 1),
                 target: vec![5, 5].into(),
                 producer,
-            },
-            Problem::MemoryExceeded {
+            }),
+            Problem::Warnings(Warnings::MemoryExceeded {
                 span: at(0, 1),
                 device: Device::Cuda(0),
                 need: [1, 2, 3, 4],
                 total: 10,
                 capacity: 5,
                 batch: None,
-            },
-            Problem::DeviceUnavailable {
+            }),
+            Problem::Running(Running::DeviceUnavailable {
                 span: at(0, 1),
                 situation: Unavailable::Fp16OnCpu,
-            },
-            Problem::ResumeIncompatible {
+            }),
+            Problem::Running(Running::ResumeIncompatible {
                 span: at(0, 1),
                 situation: Resume::Changed {
                     changes: vec![Change {
@@ -512,14 +518,14 @@ mod tests {
                         span: None,
                     }],
                 },
-            },
-            Problem::RunIo {
+            }),
+            Problem::Running(Running::RunIo {
                 span: at(0, 1),
                 action: "write".into(),
                 path: Some("runs/x/report.yaml".into()),
                 error: "disk full".into(),
                 stage: RunStage::Record,
-            },
+            }),
         ];
         for p in problems {
             let code = p.code();
@@ -532,7 +538,8 @@ mod tests {
 
     #[test]
     fn suggestions_come_with_fixes() {
-        let d = Problem::UnknownOptimizer(unknown("adma", &["sgd", "adam"])).diagnostic();
+        let d =
+            Problem::Names(Names::UnknownOptimizer(unknown("adma", &["sgd", "adam"]))).diagnostic();
         assert_eq!(d.code, Code::UnknownOptimizer);
         assert_eq!(
             d.fixes,
@@ -541,19 +548,20 @@ mod tests {
                 replacement: "adam".into()
             }]
         );
-        let none = Problem::UnknownOptimizer(unknown("xyz", &["sgd", "adam"])).diagnostic();
+        let none =
+            Problem::Names(Names::UnknownOptimizer(unknown("xyz", &["sgd", "adam"]))).diagnostic();
         assert!(none.fixes.is_empty());
         assert_eq!(none.help.as_deref(), Some("expected one of: sgd, adam"));
-        let device = Problem::UnknownDevice {
+        let device = Problem::Names(Names::UnknownDevice {
             span: at(0, 5),
             name: "gpu:1".into(),
-        }
+        })
         .diagnostic();
         assert_eq!(device.fixes[0].replacement, "cuda:1");
-        let reference = Problem::UnknownReference {
+        let reference = Problem::Names(Names::UnknownReference {
             unknown: unknown("fc3.weight", &["fc1", "conv"]),
             suffix: ".weight".into(),
-        }
+        })
         .diagnostic();
         assert_eq!(reference.fixes[0].replacement, "fc1.weight");
     }

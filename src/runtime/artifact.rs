@@ -2,6 +2,7 @@
 //! experiment says (deterministically, so it is the model the run measured), then written out
 //! as safetensors with a manifest.
 
+use kiln::diagnostic::problem::Running;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -233,12 +234,12 @@ fn restore_run(
 ) -> Result<Restored, Diagnostic> {
     let index = trial.unwrap_or(1).saturating_sub(1);
     let Some(exp) = checked.trials.get(index).cloned() else {
-        return Err(Problem::ResumeIncompatible {
+        return Err(Problem::Running(Running::ResumeIncompatible {
             span: checked.trials.first().map_or(Span::default(), |e| e.span),
             situation: Resume::NoCheckpoint {
                 dir: dir.to_path_buf(),
             },
-        }
+        })
         .diagnostic());
     };
     let session = Session::on(&exp, &checked.sources, over);

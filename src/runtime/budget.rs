@@ -2,6 +2,7 @@
 //! training split, with checked arithmetic. The loop, the learning-rate schedule, evaluation and
 //! checkpoint intervals and the progress display all read it.
 
+use kiln::diagnostic::problem::Names;
 use kiln::diagnostic::problem::OutOfRange;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Data, Duration, Train};
@@ -37,7 +38,7 @@ impl Budget {
             Duration::Steps(n) => (n, None),
             Duration::Epochs(n) => {
                 let total = n.checked_mul(per_epoch).ok_or_else(|| {
-                    Problem::OutOfRange {
+                    Problem::Names(Names::OutOfRange {
                         span: train.length_span,
                         situation: OutOfRange::EpochSteps {
                             epochs: n,
@@ -45,7 +46,7 @@ impl Budget {
                             samples,
                             batch,
                         },
-                    }
+                    })
                     .diagnostic()
                 })?;
                 (total, Some(n))

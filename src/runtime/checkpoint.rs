@@ -4,6 +4,7 @@
 //! rename; the sidecar last, so a sidecar always names a complete checkpoint), keeping the last
 //! K; read back from the newest one whose checksum still holds.
 
+use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 
 use tch::Tensor;
@@ -19,13 +20,13 @@ pub use kiln::rundir::{Fingerprint, Position, Sidecar};
 
 /// A K0509 failure at `span`: `what` could not be done to `path`.
 fn io_failure(what: &str, path: &Path, e: impl std::fmt::Display, span: Span) -> Diagnostic {
-    Problem::RunIo {
+    Problem::Running(Running::RunIo {
         span,
         action: what.to_string(),
         path: Some(path.to_path_buf()),
         error: e.to_string(),
         stage: RunStage::Checkpoint,
-    }
+    })
     .diagnostic()
 }
 

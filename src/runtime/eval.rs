@@ -7,6 +7,7 @@
 //! wrote, evaluated as it is stored. The evaluation is the training loop's own ([`evaluate`]),
 //! so a run's final weights give its final validation metrics bit for bit.
 
+use kiln::diagnostic::problem::Running;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -181,12 +182,12 @@ pub fn eval_main(opts: &EvalOptions) -> i32 {
         (None, Some(c), _) => Weights::Checkpoint(c.clone()),
         (None, None, Some(dir)) => Weights::Run(dir),
         (None, None, None) => {
-            let d = Problem::NoWeights {
+            let d = Problem::Running(Running::NoWeights {
                 span: exp.span,
                 situation: NoWeights::NotGiven {
                     file: opts.target.clone(),
                 },
-            }
+            })
             .diagnostic();
             return show(&checked, &[d], json, 2);
         }
@@ -264,7 +265,7 @@ fn run(
             ("val", splits.val.is_some()),
             ("test", splits.test.is_some()),
         ];
-        Problem::SplitEmpty {
+        Problem::Running(Running::SplitEmpty {
             span: exp.data.source_span,
             split: name.word().into(),
             available: available
@@ -272,7 +273,7 @@ fn run(
                 .filter(|(_, has)| *has)
                 .map(|(s, _)| s.to_string())
                 .collect(),
-        }
+        })
         .diagnostic()
     })?;
     let compresses = !exp.compression.is_empty();
@@ -289,11 +290,11 @@ fn run(
             let tensors = read_tensors(path, exp)?;
             if super::exported::is_export(&trained, &tensors) {
                 if opts.uncompressed {
-                    return Err(Problem::ExportNotEvaluable {
+                    return Err(Problem::Running(Running::ExportNotEvaluable {
                         span: exp.span,
                         path: path.clone(),
                         tensor: None,
-                    }
+                    })
                     .diagnostic());
                 }
                 let mut net = session.build()?;
@@ -321,13 +322,13 @@ fn run(
             } else {
                 let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
                 let Some(saved) = found.0 else {
-                    return Err(Problem::NoWeights {
+                    return Err(Problem::Running(Running::NoWeights {
                         span: exp.span,
                         situation: NoWeights::EmptyRun {
                             dir: dir.clone(),
                             damaged: damaged.len() + found.1.len(),
                         },
-                    }
+                    })
                     .diagnostic());
                 };
                 let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);

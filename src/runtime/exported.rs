@@ -3,6 +3,7 @@
 //! and scales (see `compress::quant::from_stored`), every other tensor is loaded strictly, so
 //! the evaluation is the one the run made of its compressed model.
 
+use kiln::diagnostic::problem::Running;
 use std::path::Path;
 
 use tch::{Kind, Tensor};
@@ -68,11 +69,11 @@ pub fn load(
                 kernels.push((layer, q));
             }
             Ok(Stored::Unsupported(tensor)) => {
-                return Err(Problem::ExportNotEvaluable {
+                return Err(Problem::Running(Running::ExportNotEvaluable {
                     span: exp.span,
                     path: path.to_path_buf(),
                     tensor: Some(tensor),
-                }
+                })
                 .diagnostic())
             }
             Err(wrong) => {

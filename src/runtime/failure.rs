@@ -2,6 +2,7 @@
 //! plain [`Diagnostic`]s: a code, the span in the `.exp` file they come from, labels and a help
 //! line. This module attaches spans to libtorch errors and classifies them.
 
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::problem::Torch;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::span::Span;
@@ -26,25 +27,25 @@ impl<T> At<T> for Result<T, tch::TchError> {
     }
 }
 
-/// Classifies a libtorch error message: [`Problem::OutOfMemory`] when a device ran out of
-/// memory, [`Problem::TorchError`] otherwise.
+/// Classifies a libtorch error message: [`Running::OutOfMemory`] when a device ran out of
+/// memory, [`Running::TorchError`] otherwise.
 pub fn torch_failure(message: &str, span: Span) -> Problem {
     let detail = message.lines().next().unwrap_or(message).trim().to_string();
     if message.contains("out of memory")
         || message.contains("OutOfMemory")
         || message.contains("DefaultCPUAllocator: can't allocate")
     {
-        Problem::OutOfMemory {
+        Problem::Running(Running::OutOfMemory {
             span,
             detail,
             plan: None,
             ran_out: None,
-        }
+        })
     } else {
-        Problem::TorchError {
+        Problem::Running(Running::TorchError {
             span,
             situation: Torch::Libtorch { detail },
-        }
+        })
     }
 }
 

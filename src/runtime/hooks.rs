@@ -6,6 +6,7 @@ use super::checkpoint::Position;
 use super::compress::timeline::Timeline;
 use super::output::Output;
 use super::report::EpochRecord;
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{EarlyStop, Experiment};
 use kiln::rundir::Eval;
@@ -152,13 +153,13 @@ impl Hook for NanGuard {
             return Ok(Flow::Continue);
         }
         cx.out.flush_steps()?;
-        Err(Problem::NonFiniteLoss {
+        Err(Problem::Running(Running::NonFiniteLoss {
             span: self.lr_span,
             nan: s.loss.is_nan(),
             step: s.step,
             epoch: cx.pos.epoch + 1,
             lr: s.lr,
-        }
+        })
         .diagnostic())
     }
 }

@@ -11,6 +11,7 @@
 //! (when every rank ended on its own, their diagnostics say it all). No rank outlives the
 //! launcher.
 
+use kiln::diagnostic::problem::Running;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -156,12 +157,12 @@ pub fn main(
         return 0;
     };
     if abnormal && !cancel.is_cancelled() {
-        let d = Problem::RankFailed {
+        let d = Problem::Running(Running::RankFailed {
             span,
             rank: None,
             stopped: Some(rank),
             detail: format!("{how}; the other ranks were stopped"),
-        }
+        })
         .diagnostic();
         say(&to_text(&d, sources, style));
     }

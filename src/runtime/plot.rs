@@ -4,6 +4,7 @@
 //! Text in the PNG files is rasterised with DejaVu Sans, bundled under `assets/fonts/` and read by
 //! ab_glyph, so the plots come out the same on a machine with no fonts or font libraries.
 
+use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -66,13 +67,13 @@ pub fn write_curves(dir: &Path, span: Span) -> Result<(), Diagnostic> {
 
 /// A K0509 failure at `span`: `action` could not be done (to `path`).
 fn fail(span: Span, action: &str, path: Option<PathBuf>, error: String) -> Diagnostic {
-    Problem::RunIo {
+    Problem::Running(Running::RunIo {
         span,
         action: action.to_string(),
         path,
         error,
         stage: RunStage::Plot,
-    }
+    })
     .diagnostic()
 }
 

@@ -1,6 +1,7 @@
 //! The run directory (`runs/<experiment>/<timestamp>/`): the experiment as run, `metrics.jsonl`,
 //! `report.yaml` and checkpoints; and the progress shown while training.
 
+use kiln::diagnostic::problem::Running;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
@@ -34,11 +35,11 @@ impl RunWriter {
         let mut warnings = Vec::new();
         if let Some(holder) = run.stale() {
             warnings.push(
-                Problem::StaleLock {
+                Problem::Running(Running::StaleLock {
                     span,
                     dir: run.path().to_path_buf(),
                     holder: holder.to_string(),
-                }
+                })
                 .diagnostic(),
             );
         }
@@ -155,23 +156,23 @@ fn taken(e: OpenError, span: Span) -> Diagnostic {
         ),
         OpenError::NotARun(dir) => (dir, Taken::NotARun),
     };
-    Problem::RunDirTaken {
+    Problem::Running(Running::RunDirTaken {
         span,
         dir,
         situation,
-    }
+    })
     .diagnostic()
 }
 
 /// A K0509 failure at `span` for a file of the run directory.
 fn io(e: &kiln::rundir::Error, span: Span) -> Diagnostic {
-    Problem::RunIo {
+    Problem::Running(Running::RunIo {
         span,
         action: e.op.verb().to_string(),
         path: Some(e.path.clone()),
         error: e.detail.clone(),
         stage: RunStage::Record,
-    }
+    })
     .diagnostic()
 }
 

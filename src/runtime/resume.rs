@@ -2,6 +2,7 @@
 //! checkpoint of the end of a finished run that a longer length extends. What a resume may
 //! change, which length it may ask for, and the part it adds to the run's history.
 
+use kiln::diagnostic::problem::Running;
 use std::path::Path;
 
 use super::checkpoint::{self, Saved};
@@ -42,11 +43,11 @@ pub fn finished(dir: &Path, exp: &Experiment) -> Finished {
             stopped_early: r.outcome.stopped_early,
         }),
         (r, _) => Finished::Complete(
-            Problem::RunComplete {
+            Problem::Running(Running::RunComplete {
                 span: exp.train.length_span,
                 dir: dir.to_path_buf(),
                 detail: r.map_or_else(String::new, |r| detail(&r.outcome)),
-            }
+            })
             .diagnostic(),
         ),
     }
@@ -122,12 +123,12 @@ pub fn resume_point(
     }
     for d in damaged {
         warn(
-            &Problem::CheckpointDamaged {
+            &Problem::Running(Running::CheckpointDamaged {
                 span: exp.span,
                 sidecar: d.sidecar,
                 reason: d.reason,
                 using: at,
-            }
+            })
             .diagnostic(),
         );
     }
@@ -172,13 +173,13 @@ fn extendable(
         let weights = kiln::rundir::weights::versions(dir)
             .pop()
             .unwrap_or_else(|| kiln::rundir::weights::WEIGHTS.to_string());
-        Problem::NotExtendable {
+        Problem::Running(Running::NotExtendable {
             span,
             dir: dir.to_path_buf(),
             weights: dir.join(weights),
             trained: ended.trained,
             situation,
-        }
+        })
         .diagnostic()
     };
     let length = exp.train.length_span;
@@ -220,7 +221,7 @@ fn long_enough(
     if !short {
         return Ok(());
     }
-    Err(Problem::ShorterThanTrained {
+    Err(Problem::Running(Running::ShorterThanTrained {
         span: exp.train.length_span,
         lengths: Lengths {
             dir: dir.to_path_buf(),
@@ -230,27 +231,27 @@ fn long_enough(
             max_steps: reach.max_steps.filter(|m| *m < reach.end),
             finished,
         },
-    }
+    })
     .diagnostic())
 }
 
 /// K0507: the run directory `dir` holds no intact checkpoint.
 fn no_checkpoint(exp: &Experiment, dir: &Path) -> Diagnostic {
-    Problem::ResumeIncompatible {
+    Problem::Running(Running::ResumeIncompatible {
         span: exp.span,
         situation: Resume::NoCheckpoint {
             dir: dir.to_path_buf(),
         },
-    }
+    })
     .diagnostic()
 }
 
 /// K0507: the experiment computes something else than the run did.
 fn changed(exp: &Experiment, changes: Vec<kiln::diagnostic::problem::Change>) -> Diagnostic {
-    Problem::ResumeIncompatible {
+    Problem::Running(Running::ResumeIncompatible {
         span: exp.span,
         situation: Resume::Changed { changes },
-    }
+    })
     .diagnostic()
 }
 

@@ -3,6 +3,7 @@
 //! Adam's beta1) `one_cycle` cycles, and the state of `reduce_on_plateau`, which the training
 //! loop feeds with its validation evaluations and saves in checkpoints.
 
+use kiln::diagnostic::problem::Warnings;
 use std::f64::consts::PI;
 
 use super::budget::Budget;
@@ -157,11 +158,11 @@ impl Lr {
         let value = match p.metric {
             PlateauMetric::ValLoss => eval.loss,
             PlateauMetric::ValAccuracy => eval.accuracy.ok_or_else(|| {
-                Problem::PlateauWithoutValidation {
+                Problem::Warnings(Warnings::PlateauWithoutValidation {
                     span: self.source,
                     source: self.source,
                     accuracy: true,
-                }
+                })
                 .diagnostic()
             })?,
         };

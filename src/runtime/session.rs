@@ -6,6 +6,7 @@
 //! evaluation after), so each fails first where it always did. Evaluating or exporting a run
 //! reads the run's own copy of its experiment ([`run_experiment`]).
 
+use kiln::diagnostic::problem::Running;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
@@ -193,10 +194,10 @@ impl<'a> Session<'a> {
     pub fn same_computation(&self, splits: &Splits, print: &Fingerprint) -> Result<(), Diagnostic> {
         let (refused, _) = differences(self.exp, print, &self.fingerprint(splits)?);
         if !refused.is_empty() {
-            return Err(Problem::ResumeIncompatible {
+            return Err(Problem::Running(Running::ResumeIncompatible {
                 span: self.exp.span,
                 situation: Resume::Changed { changes: refused },
-            }
+            })
             .diagnostic());
         }
         Ok(())
@@ -258,10 +259,10 @@ fn resolve_devices(
 }
 
 fn fp16_on_cpu(exp: &Experiment) -> Diagnostic {
-    Problem::DeviceUnavailable {
+    Problem::Running(Running::DeviceUnavailable {
         span: exp.device_span,
         situation: Unavailable::Fp16OnCpu,
-    }
+    })
     .diagnostic()
 }
 
@@ -273,14 +274,14 @@ fn check_device(d: tch::Device, span: Span, named: &str) -> Result<(), Diagnosti
             0
         };
         if i >= count {
-            return Err(Problem::DeviceUnavailable {
+            return Err(Problem::Running(Running::DeviceUnavailable {
                 span,
                 situation: Unavailable::Missing {
                     named: named.to_string(),
                     index: i,
                     count,
                 },
-            }
+            })
             .diagnostic());
         }
     }

@@ -3,6 +3,7 @@
 //! step talks to the model through [`Model`] and offers [`UpdateHook`] where a strategy works on
 //! gradients or weights; it knows nothing of evaluation, checkpoints, records or progress.
 
+use kiln::diagnostic::problem::{Running, Warnings};
 use tch::{Kind, Reduction, Tensor};
 
 use super::failure::At;
@@ -188,10 +189,10 @@ impl Objective {
     /// mean loss is undefined (PyTorch's is NaN, and so would every weight be after the step).
     pub fn weightless(&self) -> Diagnostic {
         let ignore_index = self.loss.ignore_index().unwrap_or(-100);
-        Problem::WeightlessBatch {
+        Problem::Warnings(Warnings::WeightlessBatch {
             span: self.span,
             ignore_index,
-        }
+        })
         .diagnostic()
     }
 
@@ -407,7 +408,7 @@ impl Objective {
 
     /// K0508: the output of shape `output` does not fit the targets of shape `targets`.
     fn misfit(&self, output: Vec<i64>, targets: Vec<i64>, needs: &'static str) -> Diagnostic {
-        Problem::TorchError {
+        Problem::Running(Running::TorchError {
             span: self.span,
             situation: Torch::LossShapes {
                 loss: self.loss.name(),
@@ -415,7 +416,7 @@ impl Objective {
                 targets,
                 needs,
             },
-        }
+        })
         .diagnostic()
     }
 

@@ -3,6 +3,7 @@
 //! the NaN check and early stopping observe it as [`Hook`]s, and everything it writes goes
 //! through an [`Output`].
 
+use kiln::diagnostic::problem::Running;
 use std::time::Instant;
 
 use tch::Device;
@@ -540,13 +541,13 @@ impl Trainer<'_> {
 
     /// The failure of a cancelled run, which has just written its checkpoint.
     fn interrupted(&self, pos: &Position) -> Diagnostic {
-        Problem::Interrupted {
+        Problem::Running(Running::Interrupted {
             span: self.exp.train.loss_span,
             step: pos.step,
             epoch: pos.epoch + 1,
             signal: self.cancel.signal().map(kiln::supervise::signal_name),
             resume: self.out.resume_command(),
-        }
+        })
         .diagnostic()
     }
 }

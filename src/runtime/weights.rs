@@ -4,6 +4,7 @@
 //! `_orig` times its `_mask`) and a checkpoint named by its path. Every failure is a diagnostic
 //! naming the file and the tensors.
 
+use kiln::diagnostic::problem::Running;
 use std::path::Path;
 
 use tch::{Kind, Tensor};
@@ -61,13 +62,13 @@ pub fn load_except(
         }
     }
     if let Some(first) = mismatches.first() {
-        return Err(Problem::WeightsMismatch {
+        return Err(Problem::Running(Running::WeightsMismatch {
             span: layer_span(exp, &first.name),
             path: path.to_path_buf(),
             mismatches,
             compresses,
             checkpoint: tensors.iter().any(|(n, _)| n.starts_with("param/")),
-        }
+        })
         .diagnostic());
     }
     tch::no_grad(|| {
@@ -114,13 +115,13 @@ fn value(tensors: &[(String, Tensor)], name: &str, t: &Tensor) -> Result<Tensor,
 pub fn read_checkpoint(path: &Path, exp: &Experiment) -> Result<Saved, Diagnostic> {
     let sidecar = path.with_extension("yaml");
     let unreadable = |detail: String| {
-        Problem::NoWeights {
+        Problem::Running(Running::NoWeights {
             span: exp.span,
             situation: NoWeights::Unreadable {
                 path: path.to_path_buf(),
                 detail,
             },
-        }
+        })
         .diagnostic()
     };
     if !path.exists() {
@@ -140,13 +141,13 @@ pub fn read_checkpoint(path: &Path, exp: &Experiment) -> Result<Saved, Diagnosti
 /// The tensors of a safetensors file, or why they cannot be read (K0519 at `exp`).
 pub fn read_tensors(path: &Path, exp: &Experiment) -> Result<Vec<(String, Tensor)>, Diagnostic> {
     let unreadable = |detail: String| {
-        Problem::NoWeights {
+        Problem::Running(Running::NoWeights {
             span: exp.span,
             situation: NoWeights::Unreadable {
                 path: path.to_path_buf(),
                 detail,
             },
-        }
+        })
         .diagnostic()
     };
     match std::fs::metadata(path) {

@@ -2,6 +2,7 @@
 //! it to name the whole token found, what the parser was in the middle of, and habits brought
 //! from other formats (`batch: 64`, `batch = 64`, a missing comma).
 
+use crate::diagnostic::problem::Reading;
 use pest::error::{ErrorVariant, InputLocation};
 
 use super::parser::Rule;
@@ -60,14 +61,14 @@ pub(super) fn syntax_error(file: FileId, text: &str, err: pest::error::Error<Rul
     let scan = scan(text, pos);
     let habit = habit(file, text, pos, &scan);
     let problem = |expected: String, gave_up: Option<String>| {
-        Problem::Syntax {
+        Problem::Reading(Reading::Syntax {
             span: Span::new(file, pos, end),
             found: found.clone(),
             expected,
             within: scan.within.clone(),
             habit: habit.clone(),
             gave_up,
-        }
+        })
         .diagnostic()
     };
     match err.variant {

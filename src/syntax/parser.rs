@@ -1,5 +1,6 @@
 //! The pest parser and the conversion of its pairs into the syntax tree.
 
+use crate::diagnostic::problem::Reading;
 use std::num::NonZeroUsize;
 
 use pest::iterators::Pair;
@@ -56,10 +57,10 @@ fn check_nesting(file: FileId, text: &str) -> Result<(), Box<Diagnostic>> {
                 depth += 1;
                 if depth > MAX_NESTING {
                     return Err(Box::new(
-                        Problem::TooDeep {
+                        Problem::Reading(Reading::TooDeep {
                             span: Span::new(file, i, i + 1),
                             max: MAX_NESTING,
-                        }
+                        })
                         .diagnostic(),
                     ));
                 }

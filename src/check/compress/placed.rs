@@ -5,6 +5,7 @@
 use super::super::cx::Cx;
 use crate::diagnostic::problem::Inconsistent;
 use crate::diagnostic::problem::{NoSpeedup, WeightOnly, LARGE_BATCH, SMALL_LAYER_WEIGHTS};
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Compression, Device, Duration, LayerKind, Node, Parallel, PruneSchedule, QuantScheme,
@@ -39,11 +40,11 @@ pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], ba
                 continue;
             }
             if matches!(scheme, QuantScheme::Fp8 { .. }) {
-                cx.report(Problem::Fp8OnCpu {
+                cx.report(Problem::Strategies(Strategies::Fp8OnCpu {
                     span: t.span,
                     layer: l.name.clone(),
                     layer_span: l.span,
-                });
+                }));
                 ok = false;
             }
             let (
@@ -63,7 +64,7 @@ pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], ba
             } else {
                 continue;
             };
-            cx.report(Problem::QuantNoSpeedup {
+            cx.report(Problem::Warnings(Warnings::QuantNoSpeedup {
                 span: t.span,
                 layer: l.name.clone(),
                 layer_span: l.span,
@@ -72,7 +73,7 @@ pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], ba
                 batch,
                 scheme,
                 why,
-            });
+            }));
         }
     }
     ok
@@ -104,13 +105,13 @@ pub fn check_combined(
                 ..
             } => {
                 if let Some(strategy) = strategy {
-                    cx.report(Problem::Inconsistent {
+                    cx.report(Problem::Strategies(Strategies::Inconsistent {
                         span: *span,
                         situation: Inconsistent::QatReplicated {
                             strategy,
                             parallel: parallel_span,
                         },
-                    });
+                    }));
                     ok = false;
                 }
             }
@@ -127,10 +128,10 @@ pub fn check_combined(
                 }
                 match first {
                     Some(f) => {
-                        cx.report(Problem::Inconsistent {
+                        cx.report(Problem::Strategies(Strategies::Inconsistent {
                             span: *span,
                             situation: Inconsistent::TwoLengthenings { first: f },
-                        });
+                        }));
                         ok = false;
                     }
                     None => first = Some(*span),

@@ -2,6 +2,7 @@
 //! `iterative(rounds, rewind)`.
 
 use super::super::cx::{strings, Cx, Range};
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{Expected, OutOfRange, Unknown};
 use crate::diagnostic::Problem;
 use crate::ir::{Duration, PruneSchedule};
@@ -55,14 +56,14 @@ pub(super) fn prune_schedule(cx: &mut Cx, v: &Value, bounds: &Bounds) -> Option<
         "gradual" => gradual(cx, args, &name, bounds),
         "iterative" => iterative(cx, args, &name, bounds),
         _ => {
-            cx.report(Problem::UnknownChoice {
+            cx.report(Problem::Names(Names::UnknownChoice {
                 unknown: Unknown {
                     span: name.span,
                     name: name.name.clone(),
                     candidates: strings(SCHEDULES),
                 },
                 what: "pruning schedule".into(),
-            });
+            }));
             None
         }
     }
@@ -86,19 +87,19 @@ fn count(cx: &mut Cx, v: &Value, epochs: bool) -> Option<Duration> {
             unit: Some(Unit::Epochs),
             ..
         } if !epochs => {
-            cx.report(Problem::WrongType {
+            cx.report(Problem::Names(Names::WrongType {
                 span: v.span,
                 expected: Expected::Steps,
                 found: "epochs",
-            });
+            }));
             None
         }
         ValueKind::Number { .. } => {
-            cx.report(Problem::WrongType {
+            cx.report(Problem::Names(Names::WrongType {
                 span: v.span,
                 expected: Expected::WholeDuration,
                 found: v.type_name(),
-            });
+            }));
             None
         }
         _ => {
@@ -151,14 +152,14 @@ fn gradual(
         }
         Some(v) => match steps(cx, v)? {
             0 => {
-                cx.report(Problem::OutOfRange {
+                cx.report(Problem::Names(Names::OutOfRange {
                     span: v.span,
                     situation: OutOfRange::Below {
                         what: "the pruning interval `every`".into(),
                         min: 1,
                         value: 0,
                     },
-                });
+                }));
                 None
             }
             n => Some(n),
@@ -170,10 +171,10 @@ fn gradual(
             let x = cx.number_in(v, "the initial sparsity", Range::UnitOpen)?;
             match bounds.amount {
                 Some(amount) if x >= amount => {
-                    cx.report(Problem::OutOfRange {
+                    cx.report(Problem::Names(Names::OutOfRange {
                         span: v.span,
                         situation: OutOfRange::GradualInitial { initial: x, amount },
-                    });
+                    }));
                     None
                 }
                 _ => Some(x),
@@ -183,10 +184,10 @@ fn gradual(
     let (start, end) = (start?, end?);
     if end <= start {
         let at = b.get("end").map_or(b.span, |v| v.span);
-        cx.report(Problem::OutOfRange {
+        cx.report(Problem::Names(Names::OutOfRange {
             span: at,
             situation: OutOfRange::GradualOrder { start, end },
-        });
+        }));
         return None;
     }
     let (every, initial) = (every?, initial?);
@@ -221,10 +222,10 @@ fn iterative(
             let rewind = steps(cx, v)?;
             match bounds.max_steps {
                 Some(length) if rewind >= length => {
-                    cx.report(Problem::OutOfRange {
+                    cx.report(Problem::Names(Names::OutOfRange {
                         span: v.span,
                         situation: OutOfRange::RewindTooLate { rewind, length },
-                    });
+                    }));
                     None
                 }
                 _ => Some(rewind),

@@ -5,6 +5,7 @@ use super::super::cx::Cx;
 use super::super::model::ModelOut;
 use super::super::placement::within;
 use super::super::read::unknown_reference;
+use crate::diagnostic::problem::Strategies;
 use crate::diagnostic::problem::TargetNeed;
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Layer, LayerKind, Target};
@@ -128,24 +129,28 @@ fn resolve(
         param: param.clone(),
         span: ident.span,
     };
-    let mistake = |kind| Problem::CompressTargetKind {
-        span: ident.span,
-        step: step.to_string(),
-        target: ident.name.clone(),
-        kind,
-        layer_span: defined,
-        need,
+    let mistake = |kind| {
+        Problem::Strategies(Strategies::CompressTargetKind {
+            span: ident.span,
+            step: step.to_string(),
+            target: ident.name.clone(),
+            kind,
+            layer_span: defined,
+            need,
+        })
     };
     if let Some(layer) = all.iter().find(|l| l.name == name) {
         if fits(need, &layer.kind) {
             return Some(vec![target(layer)]);
         }
         cx.report(match (applies, need) {
-            (Applies::Linear { int4: true }, TargetNeed::Linear) => Problem::Int4NonLinear {
-                span: ident.span,
-                layer: layer.name.clone(),
-                layer_span: layer.span,
-            },
+            (Applies::Linear { int4: true }, TargetNeed::Linear) => {
+                Problem::Strategies(Strategies::Int4NonLinear {
+                    span: ident.span,
+                    layer: layer.name.clone(),
+                    layer_span: layer.span,
+                })
+            }
             _ => mistake(Some(layer.kind.kind())),
         });
         return None;

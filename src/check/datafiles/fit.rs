@@ -7,6 +7,7 @@ use super::super::cx::Cx;
 use super::{dims, Declared};
 use crate::datafile::Elem;
 use crate::diagnostic::problem::DataFit;
+use crate::diagnostic::problem::Strategies;
 use crate::diagnostic::Problem;
 use crate::ir::{
     input_fit, target_fit, DType, InputMisfit, Layout, Loss, Shape, TargetMisfit, Targets,
@@ -58,11 +59,11 @@ fn fit_inputs(cx: &mut Cx, d: &Declared, wants: &Wants) -> bool {
     let x = &d.inputs;
     let stored = &x.shape[1..];
     let mismatch = |cx: &mut Cx, span: Span, situation: DataFit| {
-        cx.report(Problem::DataMismatch {
+        cx.report(Problem::Strategies(Strategies::DataMismatch {
             span,
             file: x.name.clone(),
             situation,
-        });
+        }));
         false
     };
     if let (DType::Int, Some(elem @ Elem::Float { .. })) = (wants.dtype, &x.elem) {
@@ -155,10 +156,10 @@ fn fit_targets(cx: &mut Cx, d: &Declared, wants: &Wants) -> bool {
             },
         },
     };
-    cx.report(Problem::DataMismatch {
+    cx.report(Problem::Strategies(Strategies::DataMismatch {
         span: y.span,
         file: y.name.clone(),
         situation,
-    });
+    }));
     false
 }

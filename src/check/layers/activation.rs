@@ -2,6 +2,7 @@
 
 use super::{Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
+use crate::diagnostic::problem::Warnings;
 use crate::diagnostic::problem::{Declared, NoOp};
 use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
@@ -14,10 +15,10 @@ fn elementwise(kind: LayerKind, shape: Vec<i64>) -> Checked {
 pub(super) fn check_dropout(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let p = lc.num_or("p", 0.5, Range::UnitOpen)?;
     if p == 0.0 {
-        lc.cx.report(Problem::NoOpLayer {
+        lc.cx.report(Problem::Warnings(Warnings::NoOpLayer {
             span: lc.span,
             situation: NoOp::Dropout,
-        });
+        }));
     }
     let shape = lc.input(flow)?;
     Some(elementwise(LayerKind::Dropout { p }, shape))

@@ -3,6 +3,7 @@
 use super::{Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::Ignored;
+use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::{Block, BlockActivation, LayerKind};
 
@@ -53,19 +54,20 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, block: bool) -> Option<Che
     lc.rank(&shape, flow, "[sequence, width]", shape.len() == 2)?;
     let (s, e) = (shape[0], shape[1]);
     if e % heads != 0 {
-        lc.cx.report(Problem::HeadsIndivisible {
-            span: heads_span,
-            heads,
-            producer: super::producer(flow, &shape),
-        });
+        lc.cx
+            .report(Problem::Strategies(Strategies::HeadsIndivisible {
+                span: heads_span,
+                heads,
+                producer: super::producer(flow, &shape),
+            }));
         return None;
     }
     if window.is_some_and(|k| k >= s) {
         // Every key is then within `|i - j| < K` of every query: the window masks nothing.
-        lc.cx.report(Problem::IgnoredSetting {
+        lc.cx.report(Problem::Warnings(Warnings::IgnoredSetting {
             span: lc.at("window"),
             situation: Ignored::WindowCoversSequence,
-        });
+        }));
     }
     let Some(Some(options)) = options else {
         let kind = LayerKind::Attention {

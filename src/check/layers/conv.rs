@@ -1,6 +1,7 @@
 //! `conv1d` and `conv2d`.
 
 use super::{Checked, Flow, LayerCheck};
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{Declared, OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{Conv, LayerKind};
@@ -52,14 +53,14 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Che
         }
     }
     if inputs % conv.groups != 0 || conv.outputs % conv.groups != 0 {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: lc.at("groups"),
             situation: OutOfRange::ConvGroups {
                 groups: conv.groups,
                 inputs,
                 outputs: conv.outputs,
             },
-        });
+        }));
         return None;
     }
     conv.inputs = inputs;

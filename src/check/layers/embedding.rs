@@ -2,6 +2,7 @@
 
 use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::OutOfRange;
+use crate::diagnostic::problem::{Names, Shapes};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, LayerKind};
 
@@ -13,35 +14,35 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let (dim, _) = dim?;
     let pad = pad?;
     if let Some(p) = pad.filter(|p| *p >= vocab) {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: lc.at("pad"),
             situation: OutOfRange::PadId {
                 pad: p as u64,
                 vocab: vocab as u64,
             },
-        });
+        }));
         return None;
     }
     let shape = lc.input(flow)?;
     if flow.dtype != DType::Int {
-        lc.cx.report(Problem::DtypeMismatch {
+        lc.cx.report(Problem::Shapes(Shapes::DtypeMismatch {
             span: lc.span,
             layer: lc.kind.name().to_string(),
             integers: false,
             producer: super::producer(flow, &shape),
-        });
+        }));
         return None;
     }
     if let Some(bound) = flow.int_bound {
         if bound > vocab as u64 {
-            lc.cx.report(Problem::OutOfRange {
+            lc.cx.report(Problem::Names(Names::OutOfRange {
                 span: vocab_span,
                 situation: OutOfRange::TokenIds {
                     vocab: vocab as u64,
                     bound,
                     producer: super::producer(flow, &shape),
                 },
-            });
+            }));
             return None;
         }
     }

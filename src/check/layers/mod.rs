@@ -16,6 +16,7 @@ mod shape;
 
 use super::cx::{Bound, Cx, Range};
 use crate::diagnostic::problem::{Arguments, Declared, Producer, Window};
+use crate::diagnostic::problem::{Names, Shapes};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, Kind, LayerKind, Shape};
 
@@ -132,12 +133,12 @@ impl<'a> LayerCheck<'a, '_> {
         if flow.dtype == DType::Float || self.kind == Kind::Embedding {
             return Some(shape);
         }
-        self.cx.report(Problem::DtypeMismatch {
+        self.cx.report(Problem::Shapes(Shapes::DtypeMismatch {
             span: self.span,
             layer: self.kind.name().to_string(),
             integers: true,
             producer: producer(flow, &shape),
-        });
+        }));
         None
     }
 
@@ -191,14 +192,14 @@ impl<'a> LayerCheck<'a, '_> {
         match &v.kind {
             ValueKind::List(items) => {
                 if items.len() != dims {
-                    self.cx.report(Problem::WrongArguments {
+                    self.cx.report(Problem::Names(Names::WrongArguments {
                         span: v.span,
                         situation: Arguments::SpatialValues {
                             param: name.to_string(),
                             dims,
                             given: items.len(),
                         },
-                    });
+                    }));
                     return None;
                 }
                 let mut out = Vec::new();
@@ -244,12 +245,12 @@ impl<'a> LayerCheck<'a, '_> {
 
     /// Reports a declared size that differs from the input `shape` flowing in.
     fn mismatch(&mut self, at: Span, flow: &Flow, shape: &[i64], declared: Declared) {
-        self.cx.report(Problem::ShapeMismatch {
+        self.cx.report(Problem::Shapes(Shapes::ShapeMismatch {
             span: at,
             layer: self.kind.name().to_string(),
             declared,
             producer: producer(flow, shape),
-        });
+        }));
     }
 
     /// Requires `ok` of the input's rank, which is described as `want`.
@@ -257,12 +258,12 @@ impl<'a> LayerCheck<'a, '_> {
         if ok {
             return Some(());
         }
-        self.cx.report(Problem::RankMismatch {
+        self.cx.report(Problem::Shapes(Shapes::RankMismatch {
             span: self.span,
             layer: self.kind,
             wants: want.to_string(),
             producer: producer(flow, shape),
-        });
+        }));
         None
     }
 
@@ -272,12 +273,12 @@ impl<'a> LayerCheck<'a, '_> {
         if len >= 1 {
             return Some(len);
         }
-        self.cx.report(Problem::EmptyDimension {
+        self.cx.report(Problem::Shapes(Shapes::EmptyDimension {
             span: self.span,
             layer: self.kind.name().to_string(),
             window,
             producer: producer(flow, shape),
-        });
+        }));
         None
     }
 }

@@ -2,6 +2,7 @@
 
 use super::{Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{Declared, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::{BatchNorm, LayerKind, LayerNorm};
@@ -108,13 +109,13 @@ pub(super) fn check_group(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
         }
     }
     if c % groups != 0 {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: groups_span,
             situation: OutOfRange::NormGroups {
                 groups,
                 channels: c,
             },
-        });
+        }));
         return None;
     }
     let kind = LayerKind::GroupNorm {

@@ -1,6 +1,7 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
 use super::{Checked, Flow, LayerCheck};
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{LayerKind, Pool};
@@ -35,13 +36,13 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, max: bool, two_d: bool) ->
     };
     for (p, k) in pool.padding.iter().zip(&pool.kernel) {
         if 2 * p > *k {
-            lc.cx.report(Problem::OutOfRange {
+            lc.cx.report(Problem::Names(Names::OutOfRange {
                 span: lc.at("padding"),
                 situation: OutOfRange::PoolPadding {
                     padding: *p,
                     kernel: *k,
                 },
-            });
+            }));
             return None;
         }
     }

@@ -2,6 +2,7 @@
 //! encoding of Vaswani et al.), both added to a `[sequence, width]` input.
 
 use super::{Checked, Flow, LayerCheck};
+use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::OutOfRange;
 use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
@@ -20,24 +21,24 @@ pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, learned: bool) -> Option<C
     let (s, e) = (shape[0], shape[1]);
     let max_len = max_len.unwrap_or(s);
     if s > max_len {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: max_span,
             situation: OutOfRange::Positions {
                 max_len: max_len as u64,
                 length: s as u64,
                 producer: super::producer(flow, &shape),
             },
-        });
+        }));
         return None;
     }
     if !learned && e % 2 != 0 {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: lc.span,
             situation: OutOfRange::OddWidth {
                 width: e as u64,
                 producer: super::producer(flow, &shape),
             },
-        });
+        }));
         return None;
     }
     let kind = LayerKind::Positional {

@@ -3,6 +3,7 @@
 
 use super::{Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::{Expected, NoOp, OutOfRange};
+use crate::diagnostic::problem::{Names, Shapes, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::numel;
 use crate::ir::LayerKind;
@@ -30,13 +31,13 @@ pub(super) fn check_dim(lc: &mut LayerCheck, flow: &Flow, op: DimOp) -> Option<C
     let (d, at) = dim.unwrap_or((-1, lc.span));
     let resolved = if d < 0 { d + rank } else { d };
     if resolved < 0 || resolved >= rank {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: at,
             situation: OutOfRange::DimOutside {
                 dim: d,
                 producer: super::producer(flow, &shape),
             },
-        });
+        }));
         return None;
     }
     let (kind, output) = match op {
@@ -70,19 +71,19 @@ pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
     for item in items {
         let d = lc.cx.int(item)?;
         if d == 0 || d < -1 {
-            lc.cx.report(Problem::OutOfRange {
+            lc.cx.report(Problem::Names(Names::OutOfRange {
                 span: item.span,
                 situation: OutOfRange::ReshapeDim { dim: d },
-            });
+            }));
             return None;
         }
         dims.push(d);
     }
     if dims.iter().filter(|d| **d == -1).count() > 1 {
-        lc.cx.report(Problem::OutOfRange {
+        lc.cx.report(Problem::Names(Names::OutOfRange {
             span: v.span,
             situation: OutOfRange::ReshapeInferred,
-        });
+        }));
         return None;
     }
     let at = v.span;
@@ -105,12 +106,12 @@ pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
         dims.clone()
     };
     if output == shape {
-        lc.cx.report(Problem::NoOpLayer {
+        lc.cx.report(Problem::Warnings(Warnings::NoOpLayer {
             span: lc.span,
             situation: NoOp::Reshape {
                 shape: output.as_slice().into(),
             },
-        });
+        }));
     }
     let kind = LayerKind::Reshape {
         shape: output.clone(),
@@ -119,9 +120,9 @@ pub(super) fn check_reshape(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
 }
 
 fn reshape_error(lc: &mut LayerCheck, at: Span, shape: &[i64], dims: &[i64], flow: &Flow) {
-    lc.cx.report(Problem::ReshapeSize {
+    lc.cx.report(Problem::Shapes(Shapes::ReshapeSize {
         span: at,
         target: dims.into(),
         producer: super::producer(flow, shape),
-    });
+    }));
 }

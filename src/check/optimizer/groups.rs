@@ -5,6 +5,7 @@
 //! the optimizer's value. A parameter is in at most one group (K0226); one in none takes the
 //! optimizer's settings. A group that selects nothing is a warning (K0419).
 
+use crate::diagnostic::problem::{Strategies, Warnings};
 use std::collections::HashSet;
 
 use super::super::cx::{Bound, Cx};
@@ -87,13 +88,13 @@ pub(super) fn check_groups(
                 match &owners[t] {
                     Some((earlier, first, first_selector)) if *earlier != g => {
                         if reported.insert((*first, ident.span)) {
-                            cx.report(Problem::GroupOverlap {
+                            cx.report(Problem::Strategies(Strategies::GroupOverlap {
                                 span: ident.span,
                                 param: all[t].name.clone(),
                                 selector: ident.name.clone(),
                                 first: *first,
                                 first_selector: first_selector.clone(),
-                            });
+                            }));
                         }
                         ok = false;
                     }
@@ -105,10 +106,10 @@ pub(super) fn check_groups(
         let inferred = model.is_some_and(|m| m.output.is_some());
         ok &= resolved;
         if picked.is_empty() && inferred && resolved {
-            cx.report(Problem::EmptyGroup {
+            cx.report(Problem::Warnings(Warnings::EmptyGroup {
                 span: item.span,
                 selectors: select.clone(),
-            });
+            }));
         }
         picked.sort_unstable();
         let Some(hyper) = hyper else {

@@ -3,6 +3,7 @@
 //! linears get their kernels. The result is a model of its own, so the trained one stays as it
 //! is to be measured against.
 
+use kiln::diagnostic::problem::{Running, Strategies};
 use tch::{Device, Kind, Tensor};
 
 use super::super::failure::At;
@@ -234,14 +235,14 @@ fn kept_units(trained: &Net, g: &Group, span: Span) -> Result<Tensor, Diagnostic
     };
     let name = format!("{}.weight_mask", producer.layer);
     let Some(mask) = trained.buffers.iter().find(|b| b.name == name) else {
-        return Err(Problem::TorchError {
+        return Err(Problem::Running(Running::TorchError {
             span,
             situation: Torch::Lowering {
                 layer: producer.layer.clone(),
                 what: "buffer".into(),
                 name,
             },
-        }
+        })
         .diagnostic());
     };
     let others: Vec<i64> = (1..mask.tensor.dim() as i64).collect();
@@ -269,23 +270,23 @@ fn quantize(
             .map(|p| &p.tensor)
     };
     let Some(weight) = find(format!("{layer}.weight")) else {
-        return Err(Problem::TorchError {
+        return Err(Problem::Running(Running::TorchError {
             span,
             situation: Torch::Lowering {
                 layer: layer.to_string(),
                 what: "parameter".into(),
                 name: "weight".into(),
             },
-        }
+        })
         .diagnostic());
     };
     let bias = find(format!("{layer}.bias"));
     if matches!(scheme, QuantScheme::Fp8 { .. }) && device == Device::Cpu {
-        return Err(Problem::Fp8OnCpu {
+        return Err(Problem::Strategies(Strategies::Fp8OnCpu {
             span,
             layer: layer.to_string(),
             layer_span: span,
-        }
+        })
         .diagnostic());
     }
     match conversion(scheme) {

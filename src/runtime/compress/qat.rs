@@ -7,6 +7,7 @@
 //! checkpoints keep them. After training the layer becomes an int8 linear with the observers'
 //! scales ([`converted`]).
 
+use kiln::diagnostic::problem::Running;
 use tch::Tensor;
 
 use super::super::failure::At;
@@ -149,13 +150,13 @@ fn weight(net: &Net, layer: &str, span: Span) -> Result<Tensor, Diagnostic> {
 }
 
 fn lowering(layer: &str, name: &str, span: Span) -> Diagnostic {
-    Problem::TorchError {
+    Problem::Running(Running::TorchError {
         span,
         situation: Torch::Lowering {
             layer: layer.to_string(),
             what: "tensor".into(),
             name: name.to_string(),
         },
-    }
+    })
     .diagnostic()
 }

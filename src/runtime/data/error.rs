@@ -1,6 +1,7 @@
 //! [`DataError`]: every way loading data can fail, as data; it becomes a diagnostic in one place,
 //! its conversion into a [`Problem`].
 
+use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 
 use kiln::diagnostic::problem::Torch;
@@ -87,23 +88,23 @@ impl From<DataError> for Problem {
     fn from(e: DataError) -> Problem {
         let help = (!e.help.is_empty()).then_some(e.help);
         match e.kind {
-            DataKind::Missing => Problem::DataMissing {
+            DataKind::Missing => Problem::Running(Running::DataMissing {
                 span: e.span,
                 detail: e.detail,
                 label: e.label,
                 help,
-            },
-            DataKind::Invalid => Problem::DataInvalid {
+            }),
+            DataKind::Invalid => Problem::Running(Running::DataInvalid {
                 span: e.span,
                 detail: e.detail,
                 label: (!e.label.is_empty()).then_some(e.label),
                 help,
                 weights: false,
-            },
-            DataKind::LoaderStopped => Problem::TorchError {
+            }),
+            DataKind::LoaderStopped => Problem::Running(Running::TorchError {
                 span: e.span,
                 situation: Torch::LoaderStopped,
-            },
+            }),
             // Its message says whether a device ran out of memory, as for every libtorch error.
             DataKind::Torch(error) => torch_failure(&error.to_string(), e.span),
         }

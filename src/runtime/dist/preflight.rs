@@ -3,6 +3,7 @@
 //! A rank that never arrives, or one that runs something else, fails every rank with a
 //! diagnostic naming it, within the timeout, before any gradient is exchanged.
 
+use kiln::diagnostic::problem::Running;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -74,14 +75,14 @@ pub fn rendezvous(
     span: Span,
 ) -> Result<Vec<Announce>, Diagnostic> {
     let failed = |missing: Vec<usize>, detail: Option<String>| {
-        Problem::RendezvousFailed {
+        Problem::Running(Running::RendezvousFailed {
             span,
             rank: me.rank,
             missing,
             address: me.address(),
             timeout_s: timeout.as_secs(),
             detail,
-        }
+        })
         .diagnostic()
     };
     let text = serde_json::to_vec(mine).map_err(|e| failed(vec![], Some(e.to_string())))?;
@@ -186,12 +187,12 @@ pub fn compare(exp: &Experiment, all: &[Announce], span: Span) -> Result<(), Dia
                 first.file, other.file
             ));
         }
-        return Err(Problem::RanksDiffer {
+        return Err(Problem::Running(Running::RanksDiffer {
             span,
             rank: 0,
             other: Some(k),
             differences: found,
-        }
+        })
         .diagnostic());
     }
     Ok(())

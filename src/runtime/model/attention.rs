@@ -2,6 +2,7 @@
 //! `transformer_block` (as `nn.TransformerEncoderLayer(norm_first, activation, layer_norm_eps,
 //! bias)`, by default `norm_first=True, activation="gelu"`).
 
+use kiln::diagnostic::problem::Running;
 use tch::Tensor;
 
 use super::{linear, mask, norm, Init, LayerRun, Net};
@@ -66,7 +67,7 @@ pub(super) fn forward(
 ) -> Result<Tensor, Diagnostic> {
     let s = l.span;
     let &[b, n, e] = x.size().as_slice() else {
-        return Err(Problem::TorchError {
+        return Err(Problem::Running(Running::TorchError {
             span: s,
             situation: Torch::Layer {
                 detail: format!(
@@ -74,7 +75,7 @@ pub(super) fn forward(
                     x.size()
                 ),
             },
-        }
+        })
         .diagnostic());
     };
     let qkv = linear::affine(

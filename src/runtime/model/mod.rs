@@ -19,6 +19,7 @@ mod pool;
 mod positional;
 mod shape;
 
+use kiln::diagnostic::problem::Running;
 use tch::{Device, Kind, Tensor};
 
 use super::failure::At;
@@ -338,13 +339,13 @@ impl Net {
     /// `state_dict` names; every parameter must be present with its shape.
     pub fn load(&self, path: &std::path::Path, span: Span) -> Result<(), Diagnostic> {
         let bad = |detail: String| {
-            Problem::DataInvalid {
+            Problem::Running(Running::DataInvalid {
                 span,
                 detail,
                 label: None,
                 help: None,
                 weights: true,
-            }
+            })
             .diagnostic()
         };
         let tensors = Tensor::read_safetensors(path)
@@ -586,13 +587,13 @@ impl Net {
 /// A layer's tensor that lowering did not create: Kiln's own inconsistency, reported at the
 /// layer rather than panicking.
 fn missing(l: &LayerRun, what: &str, local: &str) -> Diagnostic {
-    Problem::TorchError {
+    Problem::Running(Running::TorchError {
         span: l.span,
         situation: Torch::Lowering {
             layer: l.name.clone(),
             what: what.to_string(),
             name: local.to_string(),
         },
-    }
+    })
     .diagnostic()
 }

@@ -1,6 +1,7 @@
 //! Normalisation: batch, layer, RMS and group norms. They run in fp32, as under autocast, but
 //! for the RMS norm, which autocast leaves in its input's type (it computes in fp32 inside).
 
+use kiln::diagnostic::problem::Strategies;
 use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
@@ -87,12 +88,12 @@ pub(super) fn batch(
     let per_channel = size.iter().skip(2).product::<i64>() * size.first().copied().unwrap_or(0);
     if batch_stats && per_channel == 1 {
         // PyTorch refuses this pass; libtorch would return zeros and a NaN running variance.
-        return Err(Problem::BatchNormOneValue {
+        return Err(Problem::Strategies(Strategies::BatchNormOneValue {
             span: l.span,
             layer: l.name.clone(),
             cause: None,
             evaluation: !train,
-        }
+        })
         .diagnostic());
     }
     let (weight, bias) = if norm.affine {

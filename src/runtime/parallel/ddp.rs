@@ -19,6 +19,7 @@
 //! normalised with its rank's own statistics, the running statistics are rank 0's. Evaluation is
 //! shared as well: each rank evaluates its run of a split, and the sums are added up.
 
+use kiln::diagnostic::problem::Running;
 use std::time::{Duration, Instant};
 
 use tch::Tensor;
@@ -132,14 +133,14 @@ impl Ddp {
             pid: std::process::id(),
         };
         let unreachable = |detail: String| {
-            Problem::RendezvousFailed {
+            Problem::Running(Running::RendezvousFailed {
                 span,
                 rank: me.rank,
                 missing: vec![],
                 address: me.address(),
                 timeout_s: timeout.as_secs(),
                 detail: Some(first_line(&detail)),
-            }
+            })
             .diagnostic()
         };
         let store = Store::connect(&me.addr, me.port, me.serves_store(), me.world, timeout)
@@ -205,12 +206,12 @@ impl Ddp {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Problem::RankFailed {
+        Problem::Running(Running::RankFailed {
             span: self.span,
             rank: Some(self.me.rank),
             stopped,
             detail: first_line(detail),
-        }
+        })
         .diagnostic()
     }
 
@@ -373,7 +374,7 @@ pub fn check_rank(
         Parallelism::Local | Parallelism::Replicas { .. } | Parallelism::Pipeline { .. } => 1,
     };
     if world != me.world as u64 {
-        return Err(Problem::RanksDiffer {
+        return Err(Problem::Running(Running::RanksDiffer {
             span,
             rank: me.rank,
             other: None,
@@ -381,7 +382,7 @@ pub fn check_rank(
                 "the experiment's world size is {world}, and {} ranks were started",
                 me.world
             )],
-        }
+        })
         .diagnostic());
     }
     let Parallelism::Ddp { backend, .. } = &plan.strategy else {
@@ -400,14 +401,14 @@ pub fn check_rank(
         0
     };
     if device >= count {
-        return Err(Problem::BackendUnavailable {
+        return Err(Problem::Running(Running::BackendUnavailable {
             span,
             backend: "nccl".into(),
             detail: format!(
                 "local rank {} needs cuda:{device}, and this machine has {count} CUDA device(s)",
                 me.local_rank
             ),
-        }
+        })
         .diagnostic());
     }
     Ok((

@@ -15,6 +15,7 @@
 //! scatters a full checkpoint back into shards, or reads its own; and
 //! [`Strategy::state_dict`] gathers the parameters for the final weights.
 
+use kiln::diagnostic::problem::Running;
 use tch::Tensor;
 
 use super::super::failure::At;
@@ -99,12 +100,12 @@ fn restore_whole(
 ) -> Result<(), Diagnostic> {
     let find = |name: &str| tensors.iter().find(|(n, _)| n == name).map(|(_, t)| t);
     let missing = |name: &str| {
-        Problem::ResumeIncompatible {
+        Problem::Running(Running::ResumeIncompatible {
             span,
             situation: Resume::MissingTensor {
                 name: name.to_string(),
             },
-        }
+        })
         .diagnostic()
     };
     let params = model.params();

@@ -1,6 +1,7 @@
 //! One trial of `kiln run`: its run directory created or resumed, the session prepared, the
 //! strategy applied, the model trained and compressed, and the report written.
 
+use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 
 use super::options::RunOptions;
@@ -235,13 +236,13 @@ fn number(exp: &Experiment, checked: &Checked) -> Option<usize> {
 
 /// A K0509 failure to create the run directory.
 fn run_io(e: &kiln::rundir::Error, exp: &Experiment) -> Diagnostic {
-    Problem::RunIo {
+    Problem::Running(Running::RunIo {
         span: exp.span,
         action: e.op.verb().to_string(),
         path: Some(e.path.clone()),
         error: e.detail.clone(),
         stage: RunStage::Record,
-    }
+    })
     .diagnostic()
 }
 
@@ -270,12 +271,12 @@ fn out_of_memory_at_batch(f: Diagnostic, exp: &Experiment) -> Diagnostic {
         .message
         .split_once(": ")
         .map_or_else(|| f.message.clone(), |(_, d)| d.to_string());
-    Problem::OutOfMemory {
+    Problem::Running(Running::OutOfMemory {
         span: exp.data.batch_span,
         detail,
         plan: Some((exp.data.batch, estimate.join(", "))),
         ran_out: (at != exp.data.batch_span).then_some(at),
-    }
+    })
     .diagnostic()
 }
 
