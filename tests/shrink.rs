@@ -3,7 +3,7 @@
 
 use kiln::check::check_text;
 use kiln::diagnostic::Code;
-use kiln::ir::{layers, Kind, Layer, Node};
+use kiln::ir::{layers, Elementwise, Kind, Layer, Node};
 use kiln::plan::shrink::{group, groups, kept, shrink, Group, Place, Reason, Role, Slice};
 
 fn slice(tensor: &'static str, dim: i64, block: i64, masked: bool) -> Slice {
@@ -209,7 +209,7 @@ fn refusals_name_the_reason_and_the_place() {
     let relu = layer(&mlp, "1");
     assert_eq!(
         group(&mlp, relu).unwrap_err().reason,
-        Reason::NotUnits(Kind::Relu)
+        Reason::NotUnits(Kind::Elementwise(Elementwise::Relu))
     );
 
     let input = model("[16]", "residual { fc1: linear(16) }\n fc2: linear(10)");

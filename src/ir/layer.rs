@@ -20,6 +20,7 @@ mod positional;
 mod shape;
 mod spec;
 
+pub use activation::Elementwise;
 pub use facts::Weight;
 pub use norm::LayerNorm;
 pub use spec::{Fallback, Param, Spec};
@@ -44,14 +45,11 @@ pub enum Kind {
     RmsNorm,
     GroupNorm,
     Dropout,
-    Relu,
+    /// An activation without parameters.
+    Elementwise(Elementwise),
     LeakyRelu,
     Elu,
     Prelu,
-    Gelu,
-    Silu,
-    Tanh,
-    Sigmoid,
     Softmax,
     LogSoftmax,
     Flatten,
@@ -82,14 +80,14 @@ impl Kind {
         Kind::RmsNorm,
         Kind::GroupNorm,
         Kind::Dropout,
-        Kind::Relu,
+        Kind::Elementwise(Elementwise::Relu),
         Kind::LeakyRelu,
         Kind::Elu,
         Kind::Prelu,
-        Kind::Gelu,
-        Kind::Silu,
-        Kind::Tanh,
-        Kind::Sigmoid,
+        Kind::Elementwise(Elementwise::Gelu),
+        Kind::Elementwise(Elementwise::Silu),
+        Kind::Elementwise(Elementwise::Tanh),
+        Kind::Elementwise(Elementwise::Sigmoid),
         Kind::Softmax,
         Kind::LogSoftmax,
         Kind::Flatten,
@@ -120,14 +118,10 @@ impl Kind {
             Kind::RmsNorm => "rmsnorm",
             Kind::GroupNorm => "groupnorm",
             Kind::Dropout => "dropout",
-            Kind::Relu => "relu",
+            Kind::Elementwise(e) => e.name(),
             Kind::LeakyRelu => "leaky_relu",
             Kind::Elu => "elu",
             Kind::Prelu => "prelu",
-            Kind::Gelu => "gelu",
-            Kind::Silu => "silu",
-            Kind::Tanh => "tanh",
-            Kind::Sigmoid => "sigmoid",
             Kind::Softmax => "softmax",
             Kind::LogSoftmax => "log_softmax",
             Kind::Flatten => "flatten",
@@ -157,14 +151,10 @@ impl Kind {
             | Kind::RmsNorm
             | Kind::GroupNorm
             | Kind::Dropout
-            | Kind::Relu
+            | Kind::Elementwise(_)
             | Kind::LeakyRelu
             | Kind::Elu
             | Kind::Prelu
-            | Kind::Gelu
-            | Kind::Silu
-            | Kind::Tanh
-            | Kind::Sigmoid
             | Kind::Softmax
             | Kind::LogSoftmax
             | Kind::Flatten
@@ -229,22 +219,14 @@ pub enum LayerKind {
     },
     /// Dropout with drop probability `p`.
     Dropout { p: f64 },
-    /// ReLU.
-    Relu,
+    /// An activation without parameters.
+    Elementwise(Elementwise),
     /// Leaky ReLU: `x` above 0, `negative_slope * x` below.
     LeakyRelu { negative_slope: f64 },
     /// ELU: `x` above 0, `alpha * (exp(x) - 1)` below.
     Elu { alpha: f64 },
     /// PReLU: a leaky ReLU whose slope is learned, one per channel or one for all.
     Prelu { parameters: i64, init: f64 },
-    /// GELU (exact, with erf).
-    Gelu,
-    /// SiLU (swish).
-    Silu,
-    /// Hyperbolic tangent.
-    Tanh,
-    /// Logistic sigmoid.
-    Sigmoid,
     /// Softmax along a per-sample dimension.
     Softmax { dim: i64 },
     /// Log-softmax along a per-sample dimension.
@@ -311,14 +293,10 @@ impl LayerKind {
             LayerKind::LayerNorm { .. } => Kind::LayerNorm,
             LayerKind::GroupNorm { .. } => Kind::GroupNorm,
             LayerKind::Dropout { .. } => Kind::Dropout,
-            LayerKind::Relu => Kind::Relu,
+            LayerKind::Elementwise(e) => Kind::Elementwise(*e),
             LayerKind::LeakyRelu { .. } => Kind::LeakyRelu,
             LayerKind::Elu { .. } => Kind::Elu,
             LayerKind::Prelu { .. } => Kind::Prelu,
-            LayerKind::Gelu => Kind::Gelu,
-            LayerKind::Silu => Kind::Silu,
-            LayerKind::Tanh => Kind::Tanh,
-            LayerKind::Sigmoid => Kind::Sigmoid,
             LayerKind::Softmax { .. } => Kind::Softmax,
             LayerKind::LogSoftmax { .. } => Kind::LogSoftmax,
             LayerKind::Flatten => Kind::Flatten,
@@ -440,7 +418,7 @@ pub fn spec(kind: Kind) -> &'static Spec {
         Kind::RmsNorm => &norm::RMSNORM,
         Kind::GroupNorm => &norm::GROUPNORM,
         Kind::Dropout => &activation::DROPOUT,
-        Kind::Relu | Kind::Gelu | Kind::Silu | Kind::Tanh | Kind::Sigmoid => &activation::PLAIN,
+        Kind::Elementwise(_) => &activation::PLAIN,
         Kind::LeakyRelu => &activation::LEAKY_RELU,
         Kind::Elu => &activation::ELU,
         Kind::Prelu => &activation::PRELU,

@@ -23,8 +23,8 @@ pub use data::{
     Targets,
 };
 pub use layer::{
-    spec, BatchNorm, Block, BlockActivation, Conv, Fallback, Kind, LayerKind, LayerNorm, Param,
-    Pool, Spec, Weight,
+    spec, BatchNorm, Block, BlockActivation, Conv, Elementwise, Fallback, Kind, LayerKind,
+    LayerNorm, Param, Pool, Spec, Weight,
 };
 pub use loss::{Loss, Metric};
 pub use optim::{OneCycle, Optimizer, OptimizerKind, ParamGroup, Plateau, PlateauMetric, Schedule};

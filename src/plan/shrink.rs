@@ -201,20 +201,6 @@ fn affine(l: &Layer, dim: i64, block: i64) -> Vec<Slice> {
 }
 
 /// `x·Φ(x)`, with erf from Abramowitz and Stegun 7.1.26 (error below 1.5e-7).
-fn gelu(x: f64) -> f64 {
-    let z = x / std::f64::consts::SQRT_2;
-    let t = 1.0 / (1.0 + 0.3275911 * z.abs());
-    let poly = t
-        * (0.254829592
-            + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
-    let erf = (1.0 - poly * (-z * z).exp()).copysign(z);
-    0.5 * x * (1.0 + erf)
-}
-
-fn sigmoid(x: f64) -> f64 {
-    1.0 / (1.0 + (-x).exp())
-}
-
 impl<'m> Walk<'m> {
     fn find(&mut self, v: usize) -> usize {
         let mut r = v;
@@ -456,7 +442,7 @@ impl<'m> Walk<'m> {
                 }
                 pass(self, fill)
             }
-            LayerKind::Relu => pass(self, fill.max(0.0)),
+            LayerKind::Elementwise(e) => pass(self, e.at(fill)),
             LayerKind::LeakyRelu { negative_slope } => pass(
                 self,
                 if fill > 0.0 {
@@ -473,10 +459,6 @@ impl<'m> Walk<'m> {
                     alpha * fill.exp_m1()
                 },
             ),
-            LayerKind::Gelu => pass(self, gelu(fill)),
-            LayerKind::Silu => pass(self, fill * sigmoid(fill)),
-            LayerKind::Tanh => pass(self, fill.tanh()),
-            LayerKind::Sigmoid => pass(self, sigmoid(fill)),
             LayerKind::Dropout { .. } => pass(self, fill),
             LayerKind::AdaptiveAvgPool1d { .. }
             | LayerKind::AdaptiveAvgPool2d { .. }

@@ -1,15 +1,30 @@
 //! Element-wise layers: `dropout` and the activations.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::Warnings;
 use crate::diagnostic::problem::{Declared, NoOp};
 use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
+use crate::ir::{Elementwise, Kind};
 
 /// The output of an element-wise layer: the input's shape.
 fn elementwise(kind: LayerKind, shape: Vec<i64>) -> Checked {
     Checked::new(kind, &shape, shape.clone())
+}
+
+/// The check of `kind` when it is element-wise.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Dropout => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_dropout(lc, flow)),
+        Kind::Elementwise(e) => {
+            Box::new(move |lc: &mut LayerCheck, flow: &Flow| check_plain(lc, flow, e))
+        }
+        Kind::LeakyRelu => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_leaky_relu(lc, flow)),
+        Kind::Elu => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_elu(lc, flow)),
+        Kind::Prelu => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_prelu(lc, flow)),
+        _ => return None,
+    })
 }
 
 pub(super) fn check_dropout(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
@@ -24,10 +39,10 @@ pub(super) fn check_dropout(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked>
     Some(elementwise(LayerKind::Dropout { p }, shape))
 }
 
-/// Checks an activation without parameters, which computes `kind`.
-pub(super) fn check_plain(lc: &mut LayerCheck, flow: &Flow, kind: LayerKind) -> Option<Checked> {
+/// Checks an activation without parameters.
+fn check_plain(lc: &mut LayerCheck, flow: &Flow, e: Elementwise) -> Option<Checked> {
     let shape = lc.input(flow)?;
-    Some(elementwise(kind, shape))
+    Some(elementwise(LayerKind::Elementwise(e), shape))
 }
 
 pub(super) fn check_leaky_relu(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {

@@ -1,10 +1,11 @@
 //! `attention` (multi-head self-attention) and `transformer_block`.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::Ignored;
 use crate::diagnostic::problem::{Strategies, Warnings};
 use crate::diagnostic::Problem;
+use crate::ir::Kind;
 use crate::ir::{Block, BlockActivation, LayerKind};
 
 /// Reads a transformer block's options: `norm`, `activation`, `eps`, `bias`.
@@ -30,6 +31,17 @@ fn block_options(lc: &mut LayerCheck) -> Option<Block> {
         activation,
         eps: eps?,
         bias: bias?,
+    })
+}
+
+/// The check of `kind` when it is attention.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Attention => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, false)),
+        Kind::TransformerBlock => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, true))
+        }
+        _ => return None,
     })
 }
 

@@ -1,10 +1,20 @@
 //! `conv1d` and `conv2d`.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{Declared, OutOfRange, Window};
 use crate::diagnostic::Problem;
+use crate::ir::Kind;
 use crate::ir::{Conv, LayerKind};
+
+/// The check of `kind` when it is a convolution.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Conv1d => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, false)),
+        Kind::Conv2d => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, true)),
+        _ => return None,
+    })
+}
 
 /// Checks a convolution of rank 2 (`two_d`) or 1.
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Checked> {

@@ -1,10 +1,19 @@
 //! `embedding`: token ids to vectors.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::OutOfRange;
 use crate::diagnostic::problem::{Names, Shapes};
 use crate::diagnostic::Problem;
+use crate::ir::Kind;
 use crate::ir::{DType, LayerKind};
+
+/// The check of `kind` when it is `embedding`.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Embedding => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow)),
+        _ => return None,
+    })
+}
 
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let vocab = lc.required_uint("num_embeddings", 1);

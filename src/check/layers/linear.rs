@@ -1,8 +1,17 @@
 //! `linear`: `y = x W^T + b` over the last dimension.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::Declared;
+use crate::ir::Kind;
 use crate::ir::LayerKind;
+
+/// The check of `kind` when it is `linear`.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Linear => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow)),
+        _ => return None,
+    })
+}
 
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow) -> Option<Checked> {
     let (declared_in, out) = lc.arrow("out_features", "in_features")?;

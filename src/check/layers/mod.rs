@@ -1,8 +1,9 @@
 //! Layer kinds in the checker: one home per family, beside the family's facts in `ir` (its
-//! spec, tensors, FLOPs). Each family module holds one check function that reads the
-//! arguments, checks them against the input shape with diagnostics and spans, and infers the
-//! output shape; parameters and FLOPs come from the facts. [`check`] dispatches over [`Kind`]
-//! with an exhaustive match, so a kind added to the language without a check does not compile.
+//! spec, tensors, FLOPs). Each family module holds the check functions that read the
+//! arguments, check them against the input shape with diagnostics and spans, and infer the
+//! output shape; parameters and FLOPs come from the facts. Each family names the kinds it
+//! checks in its `checker`, and [`check`] asks the families in turn; the test below proves that
+//! every kind of the language has exactly one family, so a kind added without a check fails it.
 
 mod activation;
 mod attention;
@@ -16,7 +17,7 @@ mod shape;
 
 use super::cx::{Bound, Cx, Range};
 use crate::diagnostic::problem::{Arguments, Declared, Producer, Window};
-use crate::diagnostic::problem::{Names, Shapes};
+use crate::diagnostic::problem::{Names, Reading, Shapes};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, Kind, LayerKind, Shape};
 
@@ -77,42 +78,36 @@ pub fn check(cx: &mut Cx, kind: Kind, span: Span, bound: &Bound, flow: &Flow) ->
         span,
         bound,
     };
-    match kind {
-        Kind::Linear => linear::check(&mut lc, flow),
-        Kind::Conv1d => conv::check(&mut lc, flow, false),
-        Kind::Conv2d => conv::check(&mut lc, flow, true),
-        Kind::MaxPool1d => pool::check(&mut lc, flow, true, false),
-        Kind::MaxPool2d => pool::check(&mut lc, flow, true, true),
-        Kind::AvgPool1d => pool::check(&mut lc, flow, false, false),
-        Kind::AvgPool2d => pool::check(&mut lc, flow, false, true),
-        Kind::AdaptiveAvgPool1d => pool::check_adaptive(&mut lc, flow, false),
-        Kind::AdaptiveAvgPool2d => pool::check_adaptive(&mut lc, flow, true),
-        Kind::BatchNorm1d => norm::check_batch(&mut lc, flow, false),
-        Kind::BatchNorm2d => norm::check_batch(&mut lc, flow, true),
-        Kind::LayerNorm => norm::check_layer(&mut lc, flow, false),
-        Kind::RmsNorm => norm::check_layer(&mut lc, flow, true),
-        Kind::GroupNorm => norm::check_group(&mut lc, flow),
-        Kind::Dropout => activation::check_dropout(&mut lc, flow),
-        Kind::Relu => activation::check_plain(&mut lc, flow, LayerKind::Relu),
-        Kind::Gelu => activation::check_plain(&mut lc, flow, LayerKind::Gelu),
-        Kind::Silu => activation::check_plain(&mut lc, flow, LayerKind::Silu),
-        Kind::Tanh => activation::check_plain(&mut lc, flow, LayerKind::Tanh),
-        Kind::Sigmoid => activation::check_plain(&mut lc, flow, LayerKind::Sigmoid),
-        Kind::LeakyRelu => activation::check_leaky_relu(&mut lc, flow),
-        Kind::Elu => activation::check_elu(&mut lc, flow),
-        Kind::Prelu => activation::check_prelu(&mut lc, flow),
-        Kind::Softmax => shape::check_dim(&mut lc, flow, shape::DimOp::Softmax),
-        Kind::LogSoftmax => shape::check_dim(&mut lc, flow, shape::DimOp::LogSoftmax),
-        Kind::Mean => shape::check_dim(&mut lc, flow, shape::DimOp::Mean),
-        Kind::Flatten => shape::check_flatten(&mut lc, flow),
-        Kind::Reshape => shape::check_reshape(&mut lc, flow),
-        Kind::Embedding => embedding::check(&mut lc, flow),
-        Kind::Positional => positional::check(&mut lc, flow, true),
-        Kind::Sinusoidal => positional::check(&mut lc, flow, false),
-        Kind::Attention => attention::check(&mut lc, flow, false),
-        Kind::TransformerBlock => attention::check(&mut lc, flow, true),
+    match checker(kind) {
+        Some(check) => check(&mut lc, flow),
+        None => {
+            lc.cx.report(Problem::Reading(Reading::Internal { span }));
+            None
+        }
     }
 }
+
+/// How the checker reads one kind: its family's check, with the family's options for it.
+type Check = Box<dyn Fn(&mut LayerCheck, &Flow) -> Option<Checked>>;
+
+/// The check of `kind`, from the one family that holds it. A test proves that every kind of
+/// the language has exactly one.
+fn checker(kind: Kind) -> Option<Check> {
+    FAMILIES.iter().find_map(|family| family(kind))
+}
+
+/// Each family's [`Check`]s: a new kind is one arm in its family's `checker`.
+const FAMILIES: [fn(Kind) -> Option<Check>; 9] = [
+    linear::checker,
+    conv::checker,
+    pool::checker,
+    norm::checker,
+    activation::checker,
+    shape::checker,
+    embedding::checker,
+    positional::checker,
+    attention::checker,
+];
 
 /// A size the file declares, with where it declares it.
 type Given = Option<(i64, Span)>;
@@ -289,5 +284,19 @@ fn producer(flow: &Flow, shape: &[i64]) -> Producer {
         span: flow.producer.0,
         name: flow.producer.1.clone(),
         shape: shape.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FAMILIES;
+    use crate::ir::Kind;
+
+    #[test]
+    fn every_kind_has_exactly_one_family() {
+        for &kind in Kind::ALL {
+            let families = FAMILIES.iter().filter(|f| f(kind).is_some()).count();
+            assert_eq!(families, 1, "`{kind}` is checked by {families} families");
+        }
     }
 }

@@ -1,12 +1,31 @@
 //! Normalisation: `batchnorm1d`, `batchnorm2d`, `layernorm`, `groupnorm`.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
 use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{Declared, OutOfRange};
 use crate::diagnostic::Problem;
+use crate::ir::Kind;
 use crate::ir::{BatchNorm, LayerKind, LayerNorm};
 use crate::syntax::ast::ValueKind;
+
+/// The check of `kind` when it is a normalisation.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::BatchNorm1d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_batch(lc, flow, false))
+        }
+        Kind::BatchNorm2d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_batch(lc, flow, true))
+        }
+        Kind::LayerNorm => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_layer(lc, flow, false))
+        }
+        Kind::RmsNorm => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_layer(lc, flow, true)),
+        Kind::GroupNorm => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_group(lc, flow)),
+        _ => return None,
+    })
+}
 
 /// Checks a batch normalisation over `[C, H, W]` (`two_d`) or `[C]`/`[C, L]`.
 pub(super) fn check_batch(lc: &mut LayerCheck, flow: &Flow, two_d: bool) -> Option<Checked> {

@@ -1,9 +1,10 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{OutOfRange, Window};
 use crate::diagnostic::Problem;
+use crate::ir::Kind;
 use crate::ir::{LayerKind, Pool};
 
 /// The spatial rank of a pooling kind and how its input is described.
@@ -13,6 +14,29 @@ fn spatial(two_d: bool) -> (usize, &'static str) {
     } else {
         (1, "[channels, length]")
     }
+}
+
+/// The check of `kind` when it is a pooling.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::MaxPool1d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, true, false))
+        }
+        Kind::MaxPool2d => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, true, true)),
+        Kind::AvgPool1d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, false, false))
+        }
+        Kind::AvgPool2d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, false, true))
+        }
+        Kind::AdaptiveAvgPool1d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_adaptive(lc, flow, false))
+        }
+        Kind::AdaptiveAvgPool2d => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_adaptive(lc, flow, true))
+        }
+        _ => return None,
+    })
 }
 
 /// Checks a max (`max`) or average pooling of rank 2 (`two_d`) or 1.

@@ -1,11 +1,21 @@
 //! `positional` (a learned table of positions, as GPT-2's `wpe`) and `sinusoidal` (the fixed
 //! encoding of Vaswani et al.), both added to a `[sequence, width]` input.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::OutOfRange;
 use crate::diagnostic::Problem;
+use crate::ir::Kind;
 use crate::ir::LayerKind;
+
+/// The check of `kind` when it is a position encoding.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Positional => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, true)),
+        Kind::Sinusoidal => Box::new(|lc: &mut LayerCheck, flow: &Flow| check(lc, flow, false)),
+        _ => return None,
+    })
+}
 
 /// Checks a positional layer: learned when `learned`, sinusoidal otherwise.
 pub(super) fn check(lc: &mut LayerCheck, flow: &Flow, learned: bool) -> Option<Checked> {

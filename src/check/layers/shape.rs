@@ -1,11 +1,12 @@
 //! Layers that reshape or reduce: `flatten`, `reshape`, `mean`, and the softmaxes, which take a
 //! dimension like `mean` does.
 
-use super::{Checked, Flow, LayerCheck};
+use super::{Check, Checked, Flow, LayerCheck};
 use crate::diagnostic::problem::{Expected, NoOp, OutOfRange};
 use crate::diagnostic::problem::{Names, Shapes, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::numel;
+use crate::ir::Kind;
 use crate::ir::LayerKind;
 use crate::span::Span;
 use crate::syntax::ast::ValueKind;
@@ -15,6 +16,22 @@ pub(super) enum DimOp {
     Softmax,
     LogSoftmax,
     Mean,
+}
+
+/// The check of `kind` when it is a shape operation.
+pub(super) fn checker(kind: Kind) -> Option<Check> {
+    Some(match kind {
+        Kind::Softmax => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_dim(lc, flow, DimOp::Softmax))
+        }
+        Kind::LogSoftmax => {
+            Box::new(|lc: &mut LayerCheck, flow: &Flow| check_dim(lc, flow, DimOp::LogSoftmax))
+        }
+        Kind::Mean => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_dim(lc, flow, DimOp::Mean)),
+        Kind::Flatten => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_flatten(lc, flow)),
+        Kind::Reshape => Box::new(|lc: &mut LayerCheck, flow: &Flow| check_reshape(lc, flow)),
+        _ => return None,
+    })
 }
 
 pub(super) fn check_dim(lc: &mut LayerCheck, flow: &Flow, op: DimOp) -> Option<Checked> {

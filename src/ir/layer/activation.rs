@@ -11,7 +11,63 @@ pub static DROPOUT: Spec = Spec {
     shapes: "unchanged",
 };
 
-/// `relu`, `gelu`, `silu`, `tanh`, `sigmoid`.
+/// An activation without parameters. A new one is its variant here (its word and its value on a
+/// number), its place in [`Kind::ALL`](super::Kind::ALL) and its forward in the runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Elementwise {
+    /// ReLU.
+    Relu,
+    /// GELU (exact, with erf).
+    Gelu,
+    /// SiLU (swish): `x * sigmoid(x)`.
+    Silu,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Logistic sigmoid.
+    Sigmoid,
+}
+
+impl Elementwise {
+    /// Its word in the language.
+    pub fn name(self) -> &'static str {
+        match self {
+            Elementwise::Relu => "relu",
+            Elementwise::Gelu => "gelu",
+            Elementwise::Silu => "silu",
+            Elementwise::Tanh => "tanh",
+            Elementwise::Sigmoid => "sigmoid",
+        }
+    }
+
+    /// Its value at `x`, as PyTorch computes it: what a constant (a pruned unit's output)
+    /// becomes through it.
+    pub fn at(self, x: f64) -> f64 {
+        match self {
+            Elementwise::Relu => x.max(0.0),
+            Elementwise::Gelu => gelu(x),
+            Elementwise::Silu => x * sigmoid(x),
+            Elementwise::Tanh => x.tanh(),
+            Elementwise::Sigmoid => sigmoid(x),
+        }
+    }
+}
+
+/// Exact GELU, `x * Phi(x)`, with erf to 1.5e-7 (Abramowitz and Stegun 7.1.26).
+fn gelu(x: f64) -> f64 {
+    let z = x / std::f64::consts::SQRT_2;
+    let t = 1.0 / (1.0 + 0.3275911 * z.abs());
+    let poly = t
+        * (0.254829592
+            + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    let erf = (1.0 - poly * (-z * z).exp()).copysign(z);
+    0.5 * x * (1.0 + erf)
+}
+
+fn sigmoid(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Every [`Elementwise`] activation.
 pub static PLAIN: Spec = Spec {
     params: &[],
     note: None,

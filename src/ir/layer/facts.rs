@@ -101,13 +101,9 @@ impl LayerKind {
             | LayerKind::AdaptiveAvgPool1d { .. }
             | LayerKind::AdaptiveAvgPool2d { .. }
             | LayerKind::Dropout { .. }
-            | LayerKind::Relu
+            | LayerKind::Elementwise(_)
             | LayerKind::LeakyRelu { .. }
             | LayerKind::Elu { .. }
-            | LayerKind::Gelu
-            | LayerKind::Silu
-            | LayerKind::Tanh
-            | LayerKind::Sigmoid
             | LayerKind::Softmax { .. }
             | LayerKind::LogSoftmax { .. }
             | LayerKind::Flatten
@@ -146,14 +142,10 @@ impl LayerKind {
             | LayerKind::LayerNorm { .. }
             | LayerKind::GroupNorm { .. }
             | LayerKind::Dropout { .. }
-            | LayerKind::Relu
+            | LayerKind::Elementwise(_)
             | LayerKind::LeakyRelu { .. }
             | LayerKind::Elu { .. }
             | LayerKind::Prelu { .. }
-            | LayerKind::Gelu
-            | LayerKind::Silu
-            | LayerKind::Tanh
-            | LayerKind::Sigmoid
             | LayerKind::Softmax { .. }
             | LayerKind::LogSoftmax { .. }
             | LayerKind::Mean { .. } => values,
@@ -213,13 +205,9 @@ impl LayerKind {
             LayerKind::Flatten => vec![numel(input)],
             LayerKind::Mean { dim } => shape::mean(input, *dim),
             LayerKind::Dropout { .. }
-            | LayerKind::Relu
+            | LayerKind::Elementwise(_)
             | LayerKind::LeakyRelu { .. }
             | LayerKind::Elu { .. }
-            | LayerKind::Gelu
-            | LayerKind::Silu
-            | LayerKind::Tanh
-            | LayerKind::Sigmoid
             | LayerKind::Softmax { .. }
             | LayerKind::LogSoftmax { .. } => input.to_vec(),
             LayerKind::Reshape { .. }

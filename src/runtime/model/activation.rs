@@ -1,11 +1,23 @@
-//! Activations with a parameter: `leaky_relu`, `elu` and `prelu` (the others are single calls
-//! in the dispatch).
+//! Activations: those without parameters, one libtorch call each, and `leaky_relu`, `elu` and
+//! `prelu`.
 
-use tch::Tensor;
+use tch::{TchError, Tensor};
 
 use super::{Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::Diagnostic;
+use kiln::ir::Elementwise;
+
+/// An activation without parameters, as `torch.nn.functional` computes it (GELU exact).
+pub(super) fn elementwise(e: Elementwise, x: &Tensor) -> Result<Tensor, TchError> {
+    match e {
+        Elementwise::Relu => x.f_relu(),
+        Elementwise::Gelu => x.f_gelu("none"),
+        Elementwise::Silu => x.f_silu(),
+        Elementwise::Tanh => x.f_tanh(),
+        Elementwise::Sigmoid => x.f_sigmoid(),
+    }
+}
 
 /// `x` where `x > 0`, else `negative_slope * x`; the gradient at 0 is the slope, as in
 /// PyTorch's `leaky_relu`.

@@ -230,13 +230,9 @@ fn init(i: &mut Init) -> Result<(), Diagnostic> {
         | LayerKind::AdaptiveAvgPool1d { .. }
         | LayerKind::AdaptiveAvgPool2d { .. }
         | LayerKind::Dropout { .. }
-        | LayerKind::Relu
+        | LayerKind::Elementwise(_)
         | LayerKind::LeakyRelu { .. }
         | LayerKind::Elu { .. }
-        | LayerKind::Gelu
-        | LayerKind::Silu
-        | LayerKind::Tanh
-        | LayerKind::Sigmoid
         | LayerKind::Softmax { .. }
         | LayerKind::LogSoftmax { .. }
         | LayerKind::Flatten
@@ -271,14 +267,10 @@ fn forward(
         LayerKind::LayerNorm { norm } => norm::layer_norm(net, l, norm, x),
         LayerKind::GroupNorm { groups, eps, .. } => norm::group(net, l, *groups, *eps, x),
         LayerKind::Dropout { p } => x.f_dropout(*p, train).at(s),
-        LayerKind::Relu => x.f_relu().at(s),
+        LayerKind::Elementwise(e) => activation::elementwise(*e, x).at(s),
         LayerKind::LeakyRelu { negative_slope } => activation::leaky_relu(l, *negative_slope, x),
         LayerKind::Elu { alpha } => activation::elu(l, *alpha, x),
         LayerKind::Prelu { .. } => activation::prelu(net, l, x),
-        LayerKind::Gelu => x.f_gelu("none").at(s),
-        LayerKind::Silu => x.f_silu().at(s),
-        LayerKind::Tanh => x.f_tanh().at(s),
-        LayerKind::Sigmoid => x.f_sigmoid().at(s),
         LayerKind::Softmax { dim } => net.fp32_input(l, x)?.f_softmax(dim + 1, Kind::Float).at(s),
         LayerKind::LogSoftmax { dim } => net
             .fp32_input(l, x)?
