@@ -6,8 +6,7 @@
 
 use super::cx::Cx;
 use super::words::warning_codes;
-use crate::diagnostic::problem::Expected;
-use crate::diagnostic::problem::Names;
+use crate::diagnostic::problem::{Expected, Names};
 use crate::diagnostic::{Code, Diagnostic, Problem, Severity};
 use crate::syntax::ast::{Statement, ValueKind};
 

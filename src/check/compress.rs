@@ -4,14 +4,15 @@ mod placed;
 mod schedule;
 mod targets;
 
-use crate::diagnostic::problem::{Names, Strategies};
 use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
 use super::model::ModelOut;
 use super::read::{callee, Called};
 use super::words::{Choice, COMPRESS};
-use crate::diagnostic::problem::{Arguments, Form, GroupedLayer, OutOfRange, INT4_GROUP_SIZES};
+use crate::diagnostic::problem::{
+    Arguments, Form, GroupedLayer, Names, OutOfRange, Strategies, INT4_GROUP_SIZES,
+};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{
     layers, Compression, Granularity, LayerKind, Precision, PruneMethod, QuantScheme, Target,

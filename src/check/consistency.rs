@@ -6,13 +6,14 @@
 //! diagnostic points at the value the user will edit, with the conflicting side as a secondary
 //! label.
 
-use crate::diagnostic::problem::{Strategies, Warnings};
 use std::cmp::Ordering;
 
 use super::cx::Cx;
 use super::parallel::ParallelIn;
 use super::placement::{within, Placement};
-use crate::diagnostic::problem::{Ignored, Inconsistent, Interval, Outlasts, TrainingLength};
+use crate::diagnostic::problem::{
+    Ignored, Inconsistent, Interval, Outlasts, Strategies, TrainingLength, Warnings,
+};
 use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Compression, DType, Data, Device, Duration, LayerKind, Node, Parallel, Precision,

@@ -1,9 +1,8 @@
 //! The checker's context: the diagnostics collected so far, and the helpers that read values
 //! and bind arguments while reporting every problem they meet.
 
-use crate::diagnostic::problem::Names;
 use crate::diagnostic::problem::{
-    Arguments, Expected, KeywordHint, Misplaced, OutOfRange, Unknown,
+    Arguments, Expected, KeywordHint, Misplaced, Names, OutOfRange, Unknown,
 };
 use crate::diagnostic::{Code, Diagnostic, Problem};
 use crate::ir::Device;

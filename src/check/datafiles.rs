@@ -6,7 +6,6 @@
 
 mod fit;
 
-use crate::diagnostic::problem::{Names, Strategies, Warnings};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -14,9 +13,9 @@ use super::cx::Cx;
 use super::words::SOURCES;
 use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
-use crate::diagnostic::problem::{DataFit, OutOfRange};
+use crate::diagnostic::problem::{DataFit, Names, OutOfRange, Strategies, Warnings};
 use crate::diagnostic::Problem;
-use crate::ir::{Data, Layout, ReadData, Shape, Source};
+use crate::ir::{count_fit, CountMisfit, Data, Layout, ReadData, Shape, Source};
 use crate::span::{Sources, Span};
 use crate::syntax::ast::{Statement, ValueKind};
 
@@ -504,50 +503,51 @@ fn counts(cx: &mut Cx, source: &Source, x: &Side, y: &Side) -> Option<Option<u64
             situation,
         }));
     };
-    for (side, what) in [(x, "inputs"), (y, "targets")] {
-        if side.shape.is_empty() {
+    let n = match count_fit(&x.shape, &y.shape) {
+        Ok(n) => n,
+        Err(CountMisfit::NotPerSample { inputs }) => {
+            let (side, what) = if inputs {
+                (x, "inputs")
+            } else {
+                (y, "targets")
+            };
             mismatch(cx, side, DataFit::NotPerSample { what });
             return None;
         }
-    }
-    let (n, m) = (x.shape[0], y.shape[0]);
-    if n != m {
-        let what = if matches!(source, Source::Idx { .. }) {
-            "labels"
-        } else {
-            "targets"
-        };
-        mismatch(
-            cx,
-            y,
-            DataFit::Counts {
-                what,
-                count: m,
-                inputs: n,
-                other: x.name.clone(),
-                other_span: x.span,
-            },
-        );
-        return None;
-    }
-    if n == 0 {
-        mismatch(cx, x, DataFit::NoSamples);
-        return None;
-    }
+        Err(CountMisfit::Differ { inputs, targets }) => {
+            let what = if matches!(source, Source::Idx { .. }) {
+                "labels"
+            } else {
+                "targets"
+            };
+            mismatch(
+                cx,
+                y,
+                DataFit::Counts {
+                    what,
+                    count: targets,
+                    inputs,
+                    other: x.name.clone(),
+                    other_span: x.span,
+                },
+            );
+            return None;
+        }
+        Err(CountMisfit::NoSamples) => {
+            mismatch(cx, x, DataFit::NoSamples);
+            return None;
+        }
+    };
     Some((n != u64::MAX).then_some(n))
 }
 
-/// Whether the split leaves every asked-for set a sample, counted as the runtime splits:
-/// `floor(fraction x n)` each, in order train, val, test. A training split smaller than the batch
+/// Whether the split leaves every asked-for set a sample, counted as the runtime splits
+/// (`Split::counts`). A training split smaller than the batch
 /// is left alone: the runtime trains on it in one smaller batch.
 fn split_fits(cx: &mut Cx, data: &Data, spans: &Spans, n: u64) -> bool {
     let split = &data.split;
-    let count =
-        |f: f64, left: u64| ((f.max(0.0) * n as f64 * (1.0 + 1e-12)).floor() as u64).min(left);
-    let train = count(split.train, n);
-    let val = count(split.val, n - train);
-    let test = count(split.test, n - train - val);
-    if data.drop_last && train < data.batch {
+    let (train, val, test) = split.counts(n);
+    if !data.trains_on(train) {
         // Every batch of an epoch would be partial, and dropped.
         cx.report(Problem::Names(Names::OutOfRange {
             span: data.batch_span,

@@ -2,7 +2,6 @@
 //! checker, the data files' headers read, and the parts handed to `ties`, which checks what ties
 //! them together.
 
-use crate::diagnostic::problem::{Names, Strategies};
 use std::collections::HashMap;
 
 use super::compress::{check_compress, Training};
@@ -18,7 +17,7 @@ use super::schedule::check_schedule;
 use super::ties::Parts;
 use super::train::check_train;
 use super::words::EXPERIMENT;
-use crate::diagnostic::problem::{Arguments, Form};
+use crate::diagnostic::problem::{Arguments, Form, Names, Strategies};
 use crate::diagnostic::Problem;
 use crate::ir::{Data, Device, Duration, Experiment, Node, Parallel, Precision, Source};
 use crate::span::Span;

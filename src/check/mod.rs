@@ -30,11 +30,10 @@ mod tokens;
 mod train;
 pub mod words;
 
-use crate::diagnostic::problem::{Names, Reading, Strategies, Warnings};
 use std::path::{Path, PathBuf};
 
 use crate::datafile::{Format, Probe};
-use crate::diagnostic::problem::{Sweep, Unreadable};
+use crate::diagnostic::problem::{Names, Reading, Strategies, Sweep, Unreadable, Warnings};
 use crate::diagnostic::{self, Code, Diagnostic, Problem};
 use crate::ir::{Device, Experiment};
 use crate::plan;

@@ -1,12 +1,11 @@
 //! The `model` block: layers, blocks and residual connections, with shape inference from the
 //! input through every layer.
 
-use crate::diagnostic::problem::{Names, Shapes};
 use std::collections::HashMap;
 
 use super::cx::Cx;
 use super::layers::{self, Flow};
-use crate::diagnostic::problem::{Arguments, Misplaced, OutOfRange, Producer};
+use crate::diagnostic::problem::{Arguments, Misplaced, Names, OutOfRange, Producer, Shapes};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{numel, sample_fit, DType, Device, Kind, Layer, LayerKind, Node, SampleFit, Shape};
 use crate::span::Span;

@@ -4,8 +4,7 @@
 use super::cx::Cx;
 use super::read::{callee, Called};
 use super::words::{Strategy, STRATEGIES};
-use crate::diagnostic::problem::{Expected, Inconsistent, OutOfRange};
-use crate::diagnostic::problem::{Names, Strategies};
+use crate::diagnostic::problem::{Expected, Inconsistent, Names, OutOfRange, Strategies};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Backend, Device, Parallel, PipelineSchedule};
 use crate::span::Span;

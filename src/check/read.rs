@@ -2,12 +2,11 @@
 //! named from a table (bare or called), a duration, and the reports of a setting given twice
 //! and of a name that is no layer or block of the model.
 
-use crate::diagnostic::problem::Names;
 use std::collections::HashMap;
 
 use super::cx::{strings, Cx};
 use super::words::Choice;
-use crate::diagnostic::problem::{Arguments, Expected, Unknown};
+use crate::diagnostic::problem::{Arguments, Expected, Names, Unknown};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::Duration;
 use crate::syntax::ast::{Args, Ident, Statement, Unit, Value, ValueKind};

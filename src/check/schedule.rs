@@ -5,8 +5,7 @@
 use super::cx::{Cx, Range};
 use super::read::{callee_value, duration_of, Called};
 use super::words::{Sched, SCHEDULES};
-use crate::diagnostic::problem::Sequence;
-use crate::diagnostic::problem::Warnings;
+use crate::diagnostic::problem::{Sequence, Warnings};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Data, Duration, OneCycle, Plateau, PlateauMetric, Schedule, Targets};
 use crate::span::Span;

@@ -3,8 +3,7 @@
 
 use super::cx::{Cx, Range};
 use super::words::SOURCES;
-use crate::diagnostic::problem::{Arguments, Expected, OutOfRange};
-use crate::diagnostic::problem::{Names, Shapes};
+use crate::diagnostic::problem::{Arguments, Expected, Names, OutOfRange, Shapes};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{DType, Generator, Layout, SequenceTask, Shape, Source, Targets};
 use crate::span::Span;

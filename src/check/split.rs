@@ -4,8 +4,9 @@
 
 use super::cx::{Cx, Range};
 use super::source::{source_value, SourceOut};
-use crate::diagnostic::problem::{Arguments, Expected, Form, Inconsistent, OutOfRange};
-use crate::diagnostic::problem::{Names, Strategies};
+use crate::diagnostic::problem::{
+    Arguments, Expected, Form, Inconsistent, Names, OutOfRange, Strategies,
+};
 use crate::diagnostic::Problem;
 use crate::ir::{HeldOut, Split, Targets};
 use crate::syntax::ast::{Statement, Value, ValueKind};

@@ -1,8 +1,7 @@
 //! Sweeps: `sweep [..]` values anywhere in an experiment expand into a grid of trials, each
 //! checked and planned on its own.
 
-use crate::diagnostic::problem::Strategies;
-use crate::diagnostic::problem::Sweep;
+use crate::diagnostic::problem::{Strategies, Sweep};
 use crate::diagnostic::{Diagnostic, Problem};
 use crate::span::Span;
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};

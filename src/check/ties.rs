@@ -9,7 +9,6 @@
 
 mod strategy;
 
-use crate::diagnostic::problem::{Names, Shapes, Strategies, Warnings};
 use std::collections::HashMap;
 
 use super::compress::{check_combined, check_placed};
@@ -22,7 +21,9 @@ use super::parallel::ParallelIn;
 use super::placement::{place_nodes, Placement};
 use super::schedule::check_plateau;
 use super::train::TrainIn;
-use crate::diagnostic::problem::{Ignored, Inconsistent, OutOfRange};
+use crate::diagnostic::problem::{
+    Ignored, Inconsistent, Names, OutOfRange, Shapes, Strategies, Warnings,
+};
 use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Compression, DType, Device, Duration, Experiment, Metric, Node, Optimizer, Parallel,

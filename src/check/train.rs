@@ -1,14 +1,13 @@
 //! The `train` block: the training's length, loss, metrics, evaluation, precision,
 //! checkpoints, gradient accumulation and clipping.
 
-use crate::diagnostic::problem::{Names, Strategies};
 use std::collections::HashMap;
 
 use super::cx::{Cx, Range};
 use super::loss::check_loss;
 use super::read::{block, duration_of};
 use super::words::TRAIN;
-use crate::diagnostic::problem::{Expected, Inconsistent};
+use crate::diagnostic::problem::{Expected, Inconsistent, Names, Strategies};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{Checkpoint, Duration, EarlyStop, Metric, Precision, Train};
 use crate::span::Span;

@@ -1,6 +1,5 @@
 //! The subcommands.
 
-use kiln::diagnostic::problem::Reading;
 use std::collections::HashSet;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -9,6 +8,7 @@ use rayon::prelude::*;
 
 use super::{Format, PlanFormat, EXIT_ERRORS, EXIT_OK, EXIT_USAGE};
 use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
+use kiln::diagnostic::problem::Reading;
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::{Code, Problem, Severity};
 use kiln::ir::Device;

@@ -1,14 +1,13 @@
 //! `kiln run` and `kiln env`: they run in `kiln-runtime`, which `kiln` starts, passes its stop
 //! signals on to, and outlives. A runtime killed by a signal is reported as K0511.
 
-use kiln::diagnostic::problem::Running;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use super::{EXIT_ERRORS, EXIT_KILLED};
 use kiln::check::{check_path, FsLoader, Options};
-use kiln::diagnostic::problem::{Death, KilledRun};
+use kiln::diagnostic::problem::{Death, KilledRun, Running};
 use kiln::diagnostic::render::{self, Style};
 use kiln::diagnostic::Problem;
 use kiln::span::{FileId, Span};

@@ -64,6 +64,12 @@ impl Data {
         steps_per_epoch(train, self.batch, self.drop_last)
     }
 
+    /// Whether an epoch of `train` training samples has a batch to train on: with `drop_last`,
+    /// a training split smaller than the batch leaves out every (partial) batch.
+    pub fn trains_on(&self, train: u64) -> bool {
+        !self.drop_last || train >= self.batch
+    }
+
     /// Whether there is a validation split: a fraction of `source`, or its own source.
     pub fn has_val(&self) -> bool {
         self.split.val > 0.0 || self.val.is_some()

@@ -30,7 +30,10 @@ pub use loss::{Loss, Metric};
 pub use optim::{OneCycle, Optimizer, OptimizerKind, ParamGroup, Plateau, PlateauMetric, Schedule};
 pub use parallel::{ParallelPlan, Parallelism, Ranks};
 pub use params::{tensors, Tensor, CLASSES};
-pub use sample::{input_fit, sample_fit, target_fit, InputMisfit, Layout, SampleFit, TargetMisfit};
+pub use sample::{
+    count_fit, input_fit, sample_fit, target_fit, CountMisfit, InputMisfit, Layout, SampleFit,
+    TargetMisfit,
+};
 pub use train::{Checkpoint, EarlyStop, Precision, Train};
 
 /// A per-sample tensor shape (the batch dimension is implicit), printed as `[16, 14, 14]`.

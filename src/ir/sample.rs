@@ -131,6 +131,47 @@ pub fn input_fit(
     }
 }
 
+/// Why a source's inputs and targets do not count the same samples, by [`count_fit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CountMisfit {
+    /// The inputs (`inputs: true`) or the targets are a single value, not one row per sample.
+    NotPerSample {
+        /// Whether it is the inputs.
+        inputs: bool,
+    },
+    /// They count different samples.
+    Differ {
+        /// The inputs' samples.
+        inputs: u64,
+        /// The targets' rows.
+        targets: u64,
+    },
+    /// They count none.
+    NoSamples,
+}
+
+/// The one rule of a source's sample count, from its inputs' and targets' full shapes (the
+/// first dimension counts the samples): both per sample, the same count, at least one. Used by
+/// the checker on the files' headers and by the runtime on the loaded arrays.
+pub fn count_fit(inputs: &[u64], targets: &[u64]) -> Result<u64, CountMisfit> {
+    let Some(&n) = inputs.first() else {
+        return Err(CountMisfit::NotPerSample { inputs: true });
+    };
+    let Some(&m) = targets.first() else {
+        return Err(CountMisfit::NotPerSample { inputs: false });
+    };
+    if n != m {
+        return Err(CountMisfit::Differ {
+            inputs: n,
+            targets: m,
+        });
+    }
+    if n == 0 {
+        return Err(CountMisfit::NoSamples);
+    }
+    Ok(n)
+}
+
 /// Why a source's targets do not fit what the experiment makes of them, by [`target_fit`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TargetMisfit {

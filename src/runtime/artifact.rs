@@ -2,7 +2,6 @@
 //! experiment says (deterministically, so it is the model the run measured), then written out
 //! as safetensors with a manifest.
 
-use kiln::diagnostic::problem::Running;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +10,7 @@ use tch::{Kind, Tensor};
 use super::compress::finalize::{finalize, Final};
 use super::session::{run_experiment, Session};
 use kiln::check::Checked;
-use kiln::diagnostic::problem::Resume;
+use kiln::diagnostic::problem::{Resume, Running};
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;

@@ -2,8 +2,7 @@
 //! training split, with checked arithmetic. The loop, the learning-rate schedule, evaluation and
 //! checkpoint intervals and the progress display all read it.
 
-use kiln::diagnostic::problem::Names;
-use kiln::diagnostic::problem::OutOfRange;
+use kiln::diagnostic::problem::{Names, OutOfRange};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Data, Duration, Train};
 

@@ -4,12 +4,11 @@
 //! rename; the sidecar last, so a sidecar always names a complete checkpoint), keeping the last
 //! K; read back from the newest one whose checksum still holds.
 
-use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 
 use tch::Tensor;
 
-use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::problem::{RunStage, Running};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::rundir::checkpoint::{
     checksum, newest_first, prune, tensors_name, write_sidecar, Damaged,

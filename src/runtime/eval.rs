@@ -7,7 +7,6 @@
 //! wrote, evaluated as it is stored. The evaluation is the training loop's own ([`evaluate`]),
 //! so a run's final weights give its final validation metrics bit for bit.
 
-use kiln::diagnostic::problem::Running;
 use std::io::Write as _;
 use std::path::PathBuf;
 
@@ -21,7 +20,7 @@ use super::step::Objective;
 use super::train::{evaluate, Eval};
 use super::weights::{load_strict, read_checkpoint, read_tensors};
 use kiln::check::{check_path, Checked, FsLoader, Options};
-use kiln::diagnostic::problem::NoWeights;
+use kiln::diagnostic::problem::{NoWeights, Running};
 use kiln::diagnostic::render::{to_json, to_text, Style};
 use kiln::diagnostic::{Code, Diagnostic, Problem};
 use kiln::ir::Experiment;

@@ -3,7 +3,6 @@
 //! and scales (see `compress::quant::from_stored`), every other tensor is loaded strictly, so
 //! the evaluation is the one the run made of its compressed model.
 
-use kiln::diagnostic::problem::Running;
 use std::path::Path;
 
 use tch::{Kind, Tensor};
@@ -13,6 +12,7 @@ use super::compress::quant::{from_stored, Stored};
 use super::failure::At;
 use super::model::Net;
 use super::weights::{describe, load_except};
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;
 

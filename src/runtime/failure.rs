@@ -2,8 +2,7 @@
 //! plain [`Diagnostic`]s: a code, the span in the `.exp` file they come from, labels and a help
 //! line. This module attaches spans to libtorch errors and classifies them.
 
-use kiln::diagnostic::problem::Running;
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::span::Span;
 

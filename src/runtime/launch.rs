@@ -11,7 +11,6 @@
 //! (when every rank ended on its own, their diagnostics say it all). No rank outlives the
 //! launcher.
 
-use kiln::diagnostic::problem::Running;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -19,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::cancel::Cancel;
 use super::dist::rank::free_port;
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::render::{to_text, Style};
 use kiln::diagnostic::Problem;
 use kiln::span::{Sources, Span};

@@ -4,7 +4,6 @@
 //! Text in the PNG files is rasterised with DejaVu Sans, bundled under `assets/fonts/` and read by
 //! ab_glyph, so the plots come out the same on a machine with no fonts or font libraries.
 
-use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -13,7 +12,7 @@ use plotters::coord::types::RangedCoordi64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::problem::{RunStage, Running};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::rundir::{read_metrics, read_report, MetricLine};
 use kiln::span::Span;

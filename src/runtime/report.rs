@@ -1,13 +1,12 @@
 //! The run directory (`runs/<experiment>/<timestamp>/`): the experiment as run, `metrics.jsonl`,
 //! `report.yaml` and checkpoints; and the progress shown while training.
 
-use kiln::diagnostic::problem::Running;
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use kiln::diagnostic::problem::{RunStage, Taken};
+use kiln::diagnostic::problem::{RunStage, Running, Taken};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::rundir::{Eval, EvalRecord, MetricLine, OpenError, PhaseTag, Report, RunDir, StepRecord};
 use kiln::span::Span;

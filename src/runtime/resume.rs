@@ -2,13 +2,12 @@
 //! checkpoint of the end of a finished run that a longer length extends. What a resume may
 //! change, which length it may ask for, and the part it adds to the run's history.
 
-use kiln::diagnostic::problem::Running;
 use std::path::Path;
 
 use super::checkpoint::{self, Saved};
 use super::fingerprint::{differences, fingerprint, words};
 use super::report::RunWriter;
-use kiln::diagnostic::problem::{Extension, Lengths, Resume};
+use kiln::diagnostic::problem::{Extension, Lengths, Resume, Running};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Compression, Experiment, PruneSchedule};
 use kiln::rundir::{Fingerprint, Outcome, Segment, Sidecar};

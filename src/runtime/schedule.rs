@@ -3,10 +3,10 @@
 //! Adam's beta1) `one_cycle` cycles, and the state of `reduce_on_plateau`, which the training
 //! loop feeds with its validation evaluations and saves in checkpoints.
 
-use kiln::diagnostic::problem::Warnings;
 use std::f64::consts::PI;
 
 use super::budget::Budget;
+use kiln::diagnostic::problem::Warnings;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, OneCycle, Plateau, PlateauMetric, Schedule};
 use kiln::rundir::Eval;

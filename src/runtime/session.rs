@@ -6,7 +6,6 @@
 //! evaluation after), so each fails first where it always did. Evaluating or exporting a run
 //! reads the run's own copy of its experiment ([`run_experiment`]).
 
-use kiln::diagnostic::problem::Running;
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
@@ -28,7 +27,7 @@ use super::parallel::strategy::Strategy;
 use super::parallel::{self, Local};
 use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
 use kiln::datafile::{Format as DataFormat, Probe};
-use kiln::diagnostic::problem::{Resume, Unavailable, Unreadable};
+use kiln::diagnostic::problem::{Resume, Running, Unavailable, Unreadable};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Compression, Experiment, Node, ParallelPlan, Parallelism, Precision};
 use kiln::span::{Sources, Span};

@@ -3,13 +3,12 @@
 //! step talks to the model through [`Model`] and offers [`UpdateHook`] where a strategy works on
 //! gradients or weights; it knows nothing of evaluation, checkpoints, records or progress.
 
-use kiln::diagnostic::problem::{Running, Warnings};
 use tch::{Kind, Reduction, Tensor};
 
 use super::failure::At;
 use super::model::Net;
 use super::optim::{clip, LossScaler, Optim};
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Torch, Warnings};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Experiment, Loss};
 use kiln::span::Span;

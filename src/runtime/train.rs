@@ -3,7 +3,6 @@
 //! the NaN check and early stopping observe it as [`Hook`]s, and everything it writes goes
 //! through an [`Output`].
 
-use kiln::diagnostic::problem::Running;
 use std::time::Instant;
 
 use tch::Device;
@@ -23,6 +22,7 @@ use super::report::EpochRecord;
 use super::schedule::Lr;
 use super::state::Checkpoints;
 use super::step::{Backprop, Model, Objective, Stepper};
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Duration, Experiment, Metric};
 use kiln::rundir::{Measured, Segment, TopK};

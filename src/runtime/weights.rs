@@ -4,7 +4,6 @@
 //! `_orig` times its `_mask`) and a checkpoint named by its path. Every failure is a diagnostic
 //! naming the file and the tensors.
 
-use kiln::diagnostic::problem::Running;
 use std::path::Path;
 
 use tch::{Kind, Tensor};
@@ -12,7 +11,7 @@ use tch::{Kind, Tensor};
 use super::checkpoint::Saved;
 use super::failure::At;
 use super::model::Net;
-use kiln::diagnostic::problem::{Mismatch, NoWeights};
+use kiln::diagnostic::problem::{Mismatch, NoWeights, Running};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;
 

@@ -2,11 +2,10 @@
 //! it to name the whole token found, what the parser was in the middle of, and habits brought
 //! from other formats (`batch: 64`, `batch = 64`, a missing comma).
 
-use crate::diagnostic::problem::Reading;
 use pest::error::{ErrorVariant, InputLocation};
 
 use super::parser::Rule;
-use crate::diagnostic::problem::{Habit, Within};
+use crate::diagnostic::problem::{Habit, Reading, Within};
 use crate::diagnostic::{Diagnostic, Problem};
 use crate::span::{FileId, Span};
 

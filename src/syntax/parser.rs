@@ -1,6 +1,5 @@
 //! The pest parser and the conversion of its pairs into the syntax tree.
 
-use crate::diagnostic::problem::Reading;
 use std::num::NonZeroUsize;
 
 use pest::iterators::Pair;
@@ -9,6 +8,7 @@ use pest_derive::Parser;
 
 use super::ast::*;
 use super::MAX_NESTING;
+use crate::diagnostic::problem::Reading;
 use crate::diagnostic::{Diagnostic, Problem};
 use crate::span::{FileId, Span};
 

@@ -4,8 +4,9 @@
 
 use super::super::cx::Cx;
 use crate::diagnostic::problem::Inconsistent;
-use crate::diagnostic::problem::{NoSpeedup, WeightOnly, LARGE_BATCH, SMALL_LAYER_WEIGHTS};
-use crate::diagnostic::problem::{Strategies, Warnings};
+use crate::diagnostic::problem::{
+    NoSpeedup, Strategies, Warnings, WeightOnly, LARGE_BATCH, SMALL_LAYER_WEIGHTS,
+};
 use crate::diagnostic::Problem;
 use crate::ir::{
     layers, Compression, Device, Duration, LayerKind, Node, Parallel, PruneSchedule, QuantScheme,

@@ -2,8 +2,7 @@
 //! `iterative(rounds, rewind)`.
 
 use super::super::cx::{strings, Cx, Range};
-use crate::diagnostic::problem::Names;
-use crate::diagnostic::problem::{Expected, OutOfRange, Unknown};
+use crate::diagnostic::problem::{Expected, Names, OutOfRange, Unknown};
 use crate::diagnostic::Problem;
 use crate::ir::{Duration, PruneSchedule};
 use crate::syntax::ast::{Args, Ident, Unit, Value, ValueKind};

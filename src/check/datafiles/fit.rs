@@ -6,8 +6,7 @@
 use super::super::cx::Cx;
 use super::{dims, Declared};
 use crate::datafile::Elem;
-use crate::diagnostic::problem::DataFit;
-use crate::diagnostic::problem::Strategies;
+use crate::diagnostic::problem::{DataFit, Strategies};
 use crate::diagnostic::Problem;
 use crate::ir::{
     input_fit, target_fit, DType, InputMisfit, Layout, Loss, Shape, TargetMisfit, Targets,

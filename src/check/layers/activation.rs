@@ -2,8 +2,7 @@
 
 use super::{Check, Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
-use crate::diagnostic::problem::Warnings;
-use crate::diagnostic::problem::{Declared, NoOp};
+use crate::diagnostic::problem::{Declared, NoOp, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::LayerKind;
 use crate::ir::{Elementwise, Kind};

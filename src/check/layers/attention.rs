@@ -2,8 +2,7 @@
 
 use super::{Check, Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
-use crate::diagnostic::problem::Ignored;
-use crate::diagnostic::problem::{Strategies, Warnings};
+use crate::diagnostic::problem::{Ignored, Strategies, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::Kind;
 use crate::ir::{Block, BlockActivation, LayerKind};

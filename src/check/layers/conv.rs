@@ -1,8 +1,7 @@
 //! `conv1d` and `conv2d`.
 
 use super::{Check, Checked, Flow, LayerCheck};
-use crate::diagnostic::problem::Names;
-use crate::diagnostic::problem::{Declared, OutOfRange, Window};
+use crate::diagnostic::problem::{Declared, Names, OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::Kind;
 use crate::ir::{Conv, LayerKind};

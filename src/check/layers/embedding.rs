@@ -1,8 +1,7 @@
 //! `embedding`: token ids to vectors.
 
 use super::{Check, Checked, Flow, LayerCheck};
-use crate::diagnostic::problem::OutOfRange;
-use crate::diagnostic::problem::{Names, Shapes};
+use crate::diagnostic::problem::{Names, OutOfRange, Shapes};
 use crate::diagnostic::Problem;
 use crate::ir::Kind;
 use crate::ir::{DType, LayerKind};

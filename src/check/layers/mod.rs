@@ -16,8 +16,7 @@ mod positional;
 mod shape;
 
 use super::cx::{Bound, Cx, Range};
-use crate::diagnostic::problem::{Arguments, Declared, Producer, Window};
-use crate::diagnostic::problem::{Names, Reading, Shapes};
+use crate::diagnostic::problem::{Arguments, Declared, Names, Producer, Reading, Shapes, Window};
 use crate::diagnostic::Problem;
 use crate::ir::{DType, Kind, LayerKind, Shape};
 

@@ -2,8 +2,7 @@
 
 use super::{Check, Checked, Flow, LayerCheck};
 use crate::check::cx::Range;
-use crate::diagnostic::problem::Names;
-use crate::diagnostic::problem::{Declared, OutOfRange};
+use crate::diagnostic::problem::{Declared, Names, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::Kind;
 use crate::ir::{BatchNorm, LayerKind, LayerNorm};

@@ -1,8 +1,7 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
 use super::{Check, Checked, Flow, LayerCheck};
-use crate::diagnostic::problem::Names;
-use crate::diagnostic::problem::{OutOfRange, Window};
+use crate::diagnostic::problem::{Names, OutOfRange, Window};
 use crate::diagnostic::Problem;
 use crate::ir::Kind;
 use crate::ir::{LayerKind, Pool};

@@ -2,8 +2,7 @@
 //! encoding of Vaswani et al.), both added to a `[sequence, width]` input.
 
 use super::{Check, Checked, Flow, LayerCheck};
-use crate::diagnostic::problem::Names;
-use crate::diagnostic::problem::OutOfRange;
+use crate::diagnostic::problem::{Names, OutOfRange};
 use crate::diagnostic::Problem;
 use crate::ir::Kind;
 use crate::ir::LayerKind;

@@ -2,8 +2,7 @@
 //! dimension like `mean` does.
 
 use super::{Check, Checked, Flow, LayerCheck};
-use crate::diagnostic::problem::{Expected, NoOp, OutOfRange};
-use crate::diagnostic::problem::{Names, Shapes, Warnings};
+use crate::diagnostic::problem::{Expected, Names, NoOp, OutOfRange, Shapes, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::numel;
 use crate::ir::Kind;

@@ -5,7 +5,6 @@
 //! the optimizer's value. A parameter is in at most one group (K0226); one in none takes the
 //! optimizer's settings. A group that selects nothing is a warning (K0419).
 
-use crate::diagnostic::problem::{Strategies, Warnings};
 use std::collections::HashSet;
 
 use super::super::cx::{Bound, Cx};
@@ -13,7 +12,7 @@ use super::super::model::ModelOut;
 use super::super::placement::within;
 use super::super::read::unknown_reference;
 use super::Hyper;
-use crate::diagnostic::problem::Expected;
+use crate::diagnostic::problem::{Expected, Strategies, Warnings};
 use crate::diagnostic::{Code, Problem};
 use crate::ir::{layers, tensors, ParamGroup, Tensor, CLASSES};
 use crate::span::Span;

@@ -3,7 +3,6 @@
 //! linears get their kernels. The result is a model of its own, so the trained one stays as it
 //! is to be measured against.
 
-use kiln::diagnostic::problem::{Running, Strategies};
 use tch::{Device, Kind, Tensor};
 
 use super::super::failure::At;
@@ -12,7 +11,7 @@ use super::pruner::target_params;
 use super::qat;
 use super::quant::{QLinear, QuantMethod};
 use super::shrink;
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Strategies, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{
     Compression, Experiment, Granularity, Node, Precision, PruneMethod, PruneSchedule, QuantScheme,

@@ -7,13 +7,12 @@
 //! checkpoints keep them. After training the layer becomes an int8 linear with the observers'
 //! scales ([`converted`]).
 
-use kiln::diagnostic::problem::Running;
 use tch::Tensor;
 
 use super::super::failure::At;
 use super::super::model::{Buffer, LinearSwap, Net};
 use super::quant::{MovingAverageObserver, QConfig, QParams};
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Compression, Experiment, Granularity, QuantScheme};
 use kiln::span::Span;

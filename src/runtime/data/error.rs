@@ -1,10 +1,9 @@
 //! [`DataError`]: every way loading data can fail, as data; it becomes a diagnostic in one place,
 //! its conversion into a [`Problem`].
 
-use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::span::Span;
 use tch::TchError;

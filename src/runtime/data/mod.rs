@@ -45,7 +45,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use kiln::datafile::{cut, quote};
-use kiln::ir::{DType, Data, Layout, Normalize, Source};
+use kiln::ir::{count_fit, CountMisfit, DType, Data, Layout, Normalize, Source};
 // The readers' tests name targets from here, beside `Source`.
 #[cfg(test)]
 use kiln::ir::Targets;
@@ -143,7 +143,7 @@ pub fn load(
             )?);
         }
     }
-    if data.drop_last && splits.train.len() < data.batch as i64 {
+    if !data.trains_on(splits.train.len() as u64) {
         return Err(invalid(
             data.batch_span,
             format!(
@@ -417,49 +417,51 @@ fn prepare(
     dtype: DType,
     span: Span,
 ) -> Result<Dataset, DataError> {
-    let xs = raw.inputs.size();
-    let ys = raw.targets.size();
-    let Some(&n) = xs.first() else {
-        return Err(invalid(
-            span,
-            format!(
-                "{} holds a single value, not one row per sample",
-                raw.inputs_from
-            ),
-            "no samples",
-            "the inputs' first dimension counts the samples",
-        ));
+    let dims = |t: &Tensor| -> Vec<u64> { t.size().iter().map(|&d| d.max(0) as u64).collect() };
+    let n = match count_fit(&dims(&raw.inputs), &dims(&raw.targets)) {
+        Ok(n) => n as i64,
+        Err(CountMisfit::NotPerSample { inputs: true }) => {
+            return Err(invalid(
+                span,
+                format!(
+                    "{} holds a single value, not one row per sample",
+                    raw.inputs_from
+                ),
+                "no samples",
+                "the inputs' first dimension counts the samples",
+            ))
+        }
+        Err(CountMisfit::NotPerSample { inputs: false }) => {
+            return Err(invalid(
+                span,
+                format!(
+                    "{} holds a single value, not one per sample",
+                    raw.targets_from
+                ),
+                "no samples",
+                "the targets' first dimension counts the samples",
+            ))
+        }
+        Err(CountMisfit::Differ { inputs, targets }) => {
+            return Err(invalid(
+                span,
+                format!(
+                    "{} holds {inputs} samples but {} holds {targets} targets",
+                    raw.inputs_from, raw.targets_from
+                ),
+                "counts differ",
+                "the inputs and the targets need one row per sample each",
+            ))
+        }
+        Err(CountMisfit::NoSamples) => {
+            return Err(invalid(
+                span,
+                format!("{} holds no samples", raw.inputs_from),
+                "no samples",
+                "the data needs at least one sample",
+            ))
+        }
     };
-    let Some(&m) = ys.first() else {
-        return Err(invalid(
-            span,
-            format!(
-                "{} holds a single value, not one per sample",
-                raw.targets_from
-            ),
-            "no samples",
-            "the targets' first dimension counts the samples",
-        ));
-    };
-    if n != m {
-        return Err(invalid(
-            span,
-            format!(
-                "{} holds {n} samples but {} holds {m} targets",
-                raw.inputs_from, raw.targets_from
-            ),
-            "counts differ",
-            "the inputs and the targets need one row per sample each",
-        ));
-    }
-    if n == 0 {
-        return Err(invalid(
-            span,
-            format!("{} holds no samples", raw.inputs_from),
-            "no samples",
-            "the data needs at least one sample",
-        ));
-    }
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
     let raw = layout::arrange(raw, layout, input, span)?;

@@ -3,7 +3,6 @@
 //! A rank that never arrives, or one that runs something else, fails every rank with a
 //! diagnostic naming it, within the timeout, before any gradient is exchanged.
 
-use kiln::diagnostic::problem::Running;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -12,6 +11,7 @@ use super::c10d::Store;
 use super::rank::Rank;
 use crate::runtime::checkpoint::Fingerprint;
 use crate::runtime::fingerprint::differences;
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::Experiment;
 use kiln::span::Span;

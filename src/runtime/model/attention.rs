@@ -2,12 +2,11 @@
 //! `transformer_block` (as `nn.TransformerEncoderLayer(norm_first, activation, layer_norm_eps,
 //! bias)`, by default `norm_first=True, activation="gelu"`).
 
-use kiln::diagnostic::problem::Running;
 use tch::Tensor;
 
 use super::{linear, mask, norm, Init, LayerRun, Net};
 use crate::runtime::failure::At;
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Block, BlockActivation};
 

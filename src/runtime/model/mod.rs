@@ -19,11 +19,10 @@ mod pool;
 mod positional;
 mod shape;
 
-use kiln::diagnostic::problem::Running;
 use tch::{Device, Kind, Tensor};
 
 use super::failure::At;
-use kiln::diagnostic::problem::Torch;
+use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{LayerKind, Node, Precision};
 use kiln::span::Span;

@@ -1,11 +1,11 @@
 //! Normalisation: batch, layer, RMS and group norms. They run in fp32, as under autocast, but
 //! for the RMS norm, which autocast leaves in its input's type (it computes in fp32 inside).
 
-use kiln::diagnostic::problem::Strategies;
 use tch::Tensor;
 
 use super::{Init, LayerRun, Net};
 use crate::runtime::failure::At;
+use kiln::diagnostic::problem::Strategies;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{BatchNorm, LayerNorm};
 

@@ -19,7 +19,6 @@
 //! normalised with its rank's own statistics, the running statistics are rank 0's. Evaluation is
 //! shared as well: each rank evaluates its run of a split, and the sums are added up.
 
-use kiln::diagnostic::problem::Running;
 use std::time::{Duration, Instant};
 
 use tch::Tensor;
@@ -32,6 +31,7 @@ use super::super::dist::rank::Rank;
 use super::super::failure::At;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::strategy::Strategy;
+use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::ir::{Experiment, ParallelPlan, Parallelism};
 use kiln::rundir::Fingerprint;

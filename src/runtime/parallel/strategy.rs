@@ -15,13 +15,12 @@
 //! scatters a full checkpoint back into shards, or reads its own; and
 //! [`Strategy::state_dict`] gathers the parameters for the final weights.
 
-use kiln::diagnostic::problem::Running;
 use tch::Tensor;
 
 use super::super::failure::At;
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Model};
-use kiln::diagnostic::problem::Resume;
+use kiln::diagnostic::problem::{Resume, Running};
 use kiln::diagnostic::{Diagnostic, Problem};
 use kiln::span::Span;
 

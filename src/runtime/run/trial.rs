@@ -1,7 +1,6 @@
 //! One trial of `kiln run`: its run directory created or resumed, the session prepared, the
 //! strategy applied, the model trained and compressed, and the report written.
 
-use kiln::diagnostic::problem::Running;
 use std::path::{Path, PathBuf};
 
 use super::options::RunOptions;
@@ -17,7 +16,7 @@ use crate::runtime::resume::{follow, resume_point, Ended, Reach};
 use crate::runtime::session::Session;
 use crate::runtime::train::{standard_hooks, Outcome, Trainer};
 use kiln::check::Checked;
-use kiln::diagnostic::problem::RunStage;
+use kiln::diagnostic::problem::{RunStage, Running};
 use kiln::diagnostic::{Code, Diagnostic, Problem};
 use kiln::ir::Experiment;
 use kiln::rundir::Segment;
