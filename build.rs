@@ -1,5 +1,6 @@
 //! Links libtorch so that CUDA is found at run time when the machine has it, and compiles the
-//! c10d shim (`shim/c10d.cpp`, PyTorch's distributed engine for `parallel ddp`).
+//! c10d shim (`shim/c10d.cpp`, PyTorch's distributed engine for `parallel ddp`) and the
+//! optimizer shim (`shim/optim.cpp`, ATen's fused optimizer kernels).
 //!
 //! torch-sys links `torch_cuda` "as needed"; no Rust code references a symbol in it, so the
 //! linker would drop it and CUDA would silently report as unavailable. We force it into
@@ -10,6 +11,7 @@ fn main() {
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     if let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
         shim(std::path::Path::new(&lib));
+        optim_shim(std::path::Path::new(&lib));
         println!("cargo:rustc-link-arg-bin=kiln-runtime=-Wl,-rpath,{lib}");
         // The examples (`examples/tch_bench.rs`, the hand-written baseline of bench/run.sh) find
         // libtorch the same way.
@@ -89,4 +91,22 @@ fn shim(lib: &std::path::Path) {
         println!("cargo:rustc-link-lib=dylib=c10_cuda");
     }
     build.compile("kiln_c10d");
+}
+
+/// Compiles the optimizer shim against libtorch's headers: ATen's `_fused_adam_`,
+/// `_fused_adamw_` and `_fused_sgd_`, which have CPU and CUDA kernels and which tch does not
+/// generate.
+fn optim_shim(lib: &std::path::Path) {
+    println!("cargo:rerun-if-changed=shim/optim.cpp");
+    let torch = lib.join("..");
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .opt_level(2)
+        .define("_GLIBCXX_USE_CXX11_ABI", "1")
+        .include(torch.join("include"))
+        .include(torch.join("include/torch/csrc/api/include"))
+        .flag_if_supported("-Wno-unused-parameter")
+        .file("shim/optim.cpp")
+        .compile("kiln_optim");
 }

@@ -13,7 +13,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use support::parity::{self, exp_value, floats, worst};
+use support::parity::{self, compare, exp_value, floats, worst};
 
 /// Optimizer steps per case, one batch each.
 const STEPS: usize = 50;
@@ -136,7 +136,9 @@ impl Case {
 }
 
 /// The eight cases: every optimizer with weight decay, on both models. Where torch.optim has
-/// further switches, the two models take different ones so that both code paths are compared.
+/// further switches, the two models take different ones so that both code paths are compared:
+/// the MLP's SGD, Adam and AdamW run fused (Kiln's default, against `fused=True`), the CNN's
+/// with `fused: false` (against the single-tensor rules, `foreach=False`).
 fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     for model in [Model::Mlp, Model::Cnn] {
@@ -149,6 +151,7 @@ fn cases() -> Vec<Case> {
                 ("momentum", json!(0.9)),
                 ("nesterov", json!(true)),
                 ("weight_decay", json!(5e-3)),
+                ("fused", json!(!cnn)),
             ],
             min_lr: 1e-3,
             clip_norm: if cnn { 2.5 } else { 2.3 },
@@ -160,6 +163,7 @@ fn cases() -> Vec<Case> {
                 ("lr", json!(2e-3)),
                 ("betas", json!([0.9, 0.99])),
                 ("weight_decay", json!(1e-2)),
+                ("fused", json!(!cnn)),
             ],
             min_lr: 1e-4,
             clip_norm: if cnn { 3.5 } else { 2.7 },
@@ -171,6 +175,7 @@ fn cases() -> Vec<Case> {
                 ("lr", json!(2e-3)),
                 ("weight_decay", json!(0.1)),
                 ("amsgrad", json!(cnn)),
+                ("fused", json!(!cnn)),
             ],
             min_lr: 1e-4,
             clip_norm: if cnn { 3.5 } else { 2.7 },
@@ -301,5 +306,109 @@ fn losses_match_pytorch_step_for_step() {
         "Kiln does not match PyTorch:\n{}\n\n{report}",
         failures.join("\n")
     );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
+/// Largest relative difference allowed between two implementations of one optimizer on the
+/// MLP, at any of the 50 steps.
+const FUSED_RTOL: f64 = 1e-6;
+
+/// ATen's fused kernels (Kiln's default for SGD, Adam and AdamW) against the single-tensor rules
+/// (`fused: false`), and against `torch.optim` with `fused=True` and with `foreach=True`: the
+/// same losses step by step on the MLP, for SGD with Nesterov momentum, Adam with `amsgrad` and
+/// AdamW.
+#[test]
+fn fused_optimizers_match_unfused_and_torch() {
+    let scratch = support::scratch("parity-fused");
+    let mnist = support::root().join("data/mnist");
+    let optimizers: [(&str, Vec<(&str, Value)>); 3] = [
+        (
+            "sgd",
+            vec![
+                ("lr", json!(0.05)),
+                ("momentum", json!(0.9)),
+                ("nesterov", json!(true)),
+                ("weight_decay", json!(5e-3)),
+            ],
+        ),
+        (
+            "adam",
+            vec![
+                ("lr", json!(2e-3)),
+                ("weight_decay", json!(1e-2)),
+                ("amsgrad", json!(true)),
+            ],
+        ),
+        (
+            "adamw",
+            vec![("lr", json!(2e-3)), ("weight_decay", json!(0.1))],
+        ),
+    ];
+    // For each optimizer: Kiln fused and unfused, PyTorch fused and foreach.
+    let mut runs = Vec::new();
+    let mut spec = Vec::new();
+    for (optimizer, args) in &optimizers {
+        let case = |fused: bool| {
+            let mut args = args.clone();
+            args.push(("fused", json!(fused)));
+            Case {
+                model: Model::Mlp,
+                optimizer,
+                args,
+                min_lr: 1e-4,
+                clip_norm: 2.5,
+            }
+        };
+        let (fused, single) = (case(true), case(false));
+        let dir = |what: &str| scratch.join(format!("{optimizer}-{what}"));
+        for (what, torch) in [("torch-fused", &fused), ("torch-foreach", &single)] {
+            let d = dir(what);
+            std::fs::create_dir_all(&d).expect("scratch directory");
+            let mut s = torch.spec(&d, &mnist);
+            if what == "torch-foreach" {
+                s["optimizer"]["foreach"] = json!(true);
+            }
+            spec.push(s);
+        }
+        runs.push((
+            *optimizer,
+            fused,
+            single,
+            dir("torch-fused"),
+            dir("torch-foreach"),
+        ));
+    }
+    parity::reference("tests/parity/reference.py", &json!(spec), &scratch);
+
+    let mut failures = Vec::new();
+    for (optimizer, fused, single, torch_fused, torch_foreach) in &runs {
+        let init = torch_fused.join("init.safetensors");
+        let mut losses = Vec::new();
+        for (what, case) in [("fused", fused), ("unfused", single)] {
+            let dir = scratch.join(format!("{optimizer}-kiln-{what}"));
+            std::fs::create_dir_all(&dir).expect("scratch directory");
+            std::fs::copy(
+                torch_fused.join("data.safetensors"),
+                dir.join("data.safetensors"),
+            )
+            .expect("copy the batches");
+            std::fs::write(dir.join("parity.exp"), case.exp()).expect("write .exp");
+            losses
+                .push(parity::train(&dir.join("parity.exp"), Some(&init), &dir.join("run")).losses);
+        }
+        let reference =
+            |dir: &Path| floats(&parity::json_file(&dir.join("reference.json"))["losses"]);
+        let (ours, single) = (&losses[0], &losses[1]);
+        let pairs = [
+            ("fused / unfused", ours, single.clone()),
+            ("fused / torch fused=True", ours, reference(torch_fused)),
+            ("fused / torch foreach=True", ours, reference(torch_foreach)),
+        ];
+        for (what, a, b) in pairs {
+            let name = format!("{optimizer} {what}");
+            failures.extend(compare(&name, "loss", a, &b, FUSED_RTOL));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
     let _ = std::fs::remove_dir_all(&scratch);
 }

@@ -97,17 +97,24 @@ pub fn check_optimizer(
         cx.missing(word, "lr", b.span);
     }
     let own = hyper(cx, &b, &defaults(opt));
+    let fused = b
+        .get("fused")
+        .map_or(Some(opt != Opt::RmsProp), |v| cx.boolean(v));
     let groups = match (b.get("groups"), &own) {
         (None, _) => Some(vec![]),
         (Some(g), Some(own)) => {
-            // A group takes the optimizer's parameters but `groups`.
-            let settings: Vec<&'static str> =
-                params.iter().copied().filter(|p| *p != "groups").collect();
+            // A group takes the optimizer's parameters but `groups` and `fused`, which choose
+            // for the whole optimizer.
+            let settings: Vec<&'static str> = params
+                .iter()
+                .copied()
+                .filter(|p| !matches!(*p, "groups" | "fused"))
+                .collect();
             groups::check_groups(cx, g, &settings, model, |cx, b| hyper(cx, b, own))
         }
         (Some(_), None) => None,
     };
-    let own = own?;
+    let (own, fused) = (own?, fused?);
     if opt == Opt::Sgd && b.get("lr").is_none() {
         return None;
     }
@@ -118,6 +125,7 @@ pub fn check_optimizer(
         span: stmt.span,
         lr_span,
         groups: groups?,
+        fused,
     })
 }
 

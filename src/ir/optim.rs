@@ -21,6 +21,10 @@ pub struct Optimizer {
     /// Parameter groups with settings of their own, in the order written; a parameter in none
     /// of them takes the settings above.
     pub groups: Vec<ParamGroup>,
+    /// Whether the update runs as ATen's fused kernels (`fused: true`, the default for `sgd`,
+    /// `adam` and `adamw`, as `torch.optim`'s `fused=True`) rather than the single-tensor rules
+    /// (`fused: false`, and `rmsprop`, which has no fused kernel).
+    pub fused: bool,
 }
 
 /// A parameter group: parameters chosen by layer, block and class, with their own settings.

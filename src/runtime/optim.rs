@@ -2,7 +2,9 @@
 //! implementations) so that runs match PyTorch step for step. Their state is plain tensors, so
 //! checkpoints hold it and a resumed run continues exactly.
 
-use tch::Tensor;
+mod fused;
+
+use tch::{Device, Kind, Tensor};
 
 use super::failure::At;
 use kiln::diagnostic::Diagnostic;
@@ -92,141 +94,273 @@ impl Optim {
         Ok(&mut state[i].1)
     }
 
-    /// One update of every parameter from its gradient, with learning rate `lr`.
+    /// One update of every parameter from its gradient, with learning rate `lr`: through
+    /// ATen's fused kernels when the optimizer is `fused` (Adam, AdamW, SGD), else by the
+    /// single-tensor rules below.
     pub fn step(&mut self, params: &[Tensor], lr: f64) -> Result<(), Diagnostic> {
-        let span = self.config.span;
         self.steps += 1;
-        let t = self.steps as i32;
-        let cycled = self.momentum;
-        let base = lr;
         tch::no_grad(|| -> Result<(), Diagnostic> {
+            if self.config.fused {
+                return self.fused_step(params, lr);
+            }
             for (i, p) in params.iter().enumerate() {
-                let g = p.grad();
-                if !g.defined() {
-                    continue;
-                }
-                let mut p = p.shallow_clone();
-                let state = &mut self.state[i];
-                let Some(settings) = self.settings.get(i) else {
-                    continue;
-                };
-                let (wd, lr) = (settings.weight_decay, base * settings.lr_scale);
-                match &settings.kind {
-                    OptimizerKind::Sgd {
-                        momentum,
-                        dampening,
-                        nesterov,
-                    } => {
-                        let momentum = &cycled.unwrap_or(*momentum);
-                        let mut d = if wd != 0.0 {
-                            g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
-                        } else {
-                            g.shallow_clone()
-                        };
-                        if *momentum != 0.0 {
-                            let first = !state.iter().any(|(n, _)| *n == "momentum_buffer");
-                            let buf = Self::slot(state, "momentum_buffer", &p, span)?;
-                            if first {
-                                buf.f_copy_(&d).at(span)?;
-                            } else {
-                                buf.f_mul_scalar_(*momentum).done_at(span)?;
-                                buf.f_add_(&d.f_mul_scalar(1.0 - dampening).at(span)?)
-                                    .done_at(span)?;
-                            }
-                            d = if *nesterov {
-                                d.f_add(&buf.f_mul_scalar(*momentum).at(span)?).at(span)?
-                            } else {
-                                buf.shallow_clone()
-                            };
-                        }
-                        p.f_sub_(&d.f_mul_scalar(lr).at(span)?).done_at(span)?;
-                    }
-                    OptimizerKind::Adam {
-                        betas,
-                        eps,
-                        amsgrad,
-                    }
-                    | OptimizerKind::AdamW {
-                        betas,
-                        eps,
-                        amsgrad,
-                    } => {
-                        let decoupled = matches!(settings.kind, OptimizerKind::AdamW { .. });
-                        let g = if wd != 0.0 && !decoupled {
-                            g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
-                        } else {
-                            g
-                        };
-                        if wd != 0.0 && decoupled {
-                            p.f_mul_scalar_(1.0 - lr * wd).done_at(span)?;
-                        }
-                        let (b1, b2) = (cycled.unwrap_or(betas.0), betas.1);
-                        let m = Self::slot(state, "exp_avg", &p, span)?;
-                        m.f_lerp_(&g, 1.0 - b1).done_at(span)?;
-                        let m = m.shallow_clone();
-                        let v = Self::slot(state, "exp_avg_sq", &p, span)?;
-                        // b2 * v + (1 - b2) * g^2, in one kernel.
-                        v.f_lerp_(&g.f_square().at(span)?, 1.0 - b2).done_at(span)?;
-                        let mut v = v.shallow_clone();
-                        if *amsgrad {
-                            let max = Self::slot(state, "max_exp_avg_sq", &p, span)?;
-                            let new_max = max.f_maximum(&v).at(span)?;
-                            max.f_copy_(&new_max).at(span)?;
-                            v = max.shallow_clone();
-                        }
-                        let bc1 = 1.0 - b1.powi(t);
-                        let bc2 = 1.0 - b2.powi(t);
-                        // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with one temporary:
-                        // the denominator, scaled by -bc1 / lr so that one addcdiv applies it.
-                        let mut denom = v.f_sqrt().at(span)?;
-                        denom.f_div_scalar_(bc2.sqrt()).done_at(span)?;
-                        denom.f_add_scalar_(*eps).done_at(span)?;
-                        denom.f_mul_scalar_(-bc1 / lr).done_at(span)?;
-                        p.f_addcdiv_(&m, &denom).done_at(span)?;
-                    }
-                    OptimizerKind::RmsProp {
-                        alpha,
-                        eps,
-                        momentum,
-                        centered,
-                    } => {
-                        let momentum = &cycled.unwrap_or(*momentum);
-                        let g = if wd != 0.0 {
-                            g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
-                        } else {
-                            g
-                        };
-                        let sq = Self::slot(state, "square_avg", &p, span)?;
-                        sq.f_mul_scalar_(*alpha).done_at(span)?;
-                        sq.f_addcmul_(&g, &g.f_mul_scalar(1.0 - alpha).at(span)?)
-                            .done_at(span)?;
-                        let sq = sq.shallow_clone();
-                        let avg = if *centered {
-                            let ga = Self::slot(state, "grad_avg", &p, span)?;
-                            ga.f_lerp_(&g, 1.0 - alpha).done_at(span)?;
-                            sq.f_addcmul(ga, &ga.f_neg().at(span)?)
-                                .at(span)?
-                                .f_sqrt()
-                                .at(span)?
-                                .f_add_scalar(*eps)
-                                .at(span)?
-                        } else {
-                            sq.f_sqrt().at(span)?.f_add_scalar(*eps).at(span)?
-                        };
-                        if *momentum > 0.0 {
-                            let buf = Self::slot(state, "momentum_buffer", &p, span)?;
-                            buf.f_mul_scalar_(*momentum).done_at(span)?;
-                            buf.f_add_(&g.f_div(&avg).at(span)?).done_at(span)?;
-                            p.f_sub_(&buf.f_mul_scalar(lr).at(span)?).done_at(span)?;
-                        } else {
-                            p.f_sub_(&g.f_div(&avg).at(span)?.f_mul_scalar(lr).at(span)?)
-                                .done_at(span)?;
-                        }
-                    }
-                }
+                self.single(i, p, lr)?;
             }
             Ok(())
         })
+    }
+
+    /// One fused update: the parameters with gradients, in buckets of the same settings,
+    /// device and dtype (as `torch.optim` groups them), each bucket one call of ATen's kernel
+    /// for its algorithm. RMSprop has no fused kernel and keeps its single-tensor rule.
+    fn fused_step(&mut self, params: &[Tensor], base: f64) -> Result<(), Diagnostic> {
+        let span = self.config.span;
+        let mut buckets: Vec<(usize, Device, Kind, Vec<usize>)> = Vec::new();
+        for (i, p) in params.iter().enumerate() {
+            if !p.grad().defined() || i >= self.settings.len() {
+                continue;
+            }
+            let (device, kind) = (p.device(), p.kind());
+            let same = |(j, d, k, _): &&mut (usize, Device, Kind, Vec<usize>)| {
+                self.settings[*j] == self.settings[i] && *d == device && *k == kind
+            };
+            match buckets.iter_mut().find(same) {
+                Some(bucket) => bucket.3.push(i),
+                None => buckets.push((i, device, kind, vec![i])),
+            }
+        }
+        for (first, device, _, members) in buckets {
+            let settings = self.settings[first].clone();
+            let lr = base * settings.lr_scale;
+            let wd = settings.weight_decay;
+            let of = |members: &[usize]| -> Vec<Tensor> {
+                members.iter().map(|&i| params[i].shallow_clone()).collect()
+            };
+            match settings.kind {
+                OptimizerKind::Sgd {
+                    momentum,
+                    dampening,
+                    nesterov,
+                } => {
+                    let momentum = self.momentum.unwrap_or(momentum);
+                    let args = fused::Sgd {
+                        lr,
+                        momentum,
+                        dampening,
+                        nesterov,
+                        weight_decay: wd,
+                    };
+                    // Buffers start as the gradients on their first step: those in one call,
+                    // the others in another.
+                    let (fresh, kept): (Vec<usize>, Vec<usize>) = members.iter().partition(|&&i| {
+                        momentum != 0.0
+                            && !self.state[i].iter().any(|(n, _)| *n == "momentum_buffer")
+                    });
+                    for (group, first) in [(fresh, true), (kept, false)] {
+                        if group.is_empty() {
+                            continue;
+                        }
+                        let ps = of(&group);
+                        let gs: Vec<Tensor> = ps.iter().map(Tensor::grad).collect();
+                        let mut bufs = Vec::new();
+                        if momentum != 0.0 {
+                            for &i in &group {
+                                let b = Self::slot(
+                                    &mut self.state[i],
+                                    "momentum_buffer",
+                                    &params[i],
+                                    span,
+                                )?;
+                                bufs.push(b.shallow_clone());
+                            }
+                        }
+                        fused::sgd(&args, &ps, &gs, &bufs, first).at(span)?;
+                    }
+                }
+                OptimizerKind::Adam {
+                    betas,
+                    eps,
+                    amsgrad,
+                }
+                | OptimizerKind::AdamW {
+                    betas,
+                    eps,
+                    amsgrad,
+                } => {
+                    let args = fused::Adam {
+                        decoupled: matches!(settings.kind, OptimizerKind::AdamW { .. }),
+                        lr,
+                        beta1: self.momentum.unwrap_or(betas.0),
+                        beta2: betas.1,
+                        weight_decay: wd,
+                        eps,
+                        amsgrad,
+                    };
+                    let ps = of(&members);
+                    let mut t = fused::AdamTensors {
+                        grads: ps.iter().map(Tensor::grad).collect(),
+                        params: ps,
+                        exp_avgs: Vec::new(),
+                        exp_avg_sqs: Vec::new(),
+                        max_exp_avg_sqs: Vec::new(),
+                        step: Tensor::f_from_slice(&[self.steps as f32])
+                            .and_then(|s| s.f_reshape([]))
+                            .and_then(|s| s.f_to_device(device))
+                            .at(span)?,
+                    };
+                    for &i in &members {
+                        let state = &mut self.state[i];
+                        let like = &params[i];
+                        t.exp_avgs
+                            .push(Self::slot(state, "exp_avg", like, span)?.shallow_clone());
+                        t.exp_avg_sqs
+                            .push(Self::slot(state, "exp_avg_sq", like, span)?.shallow_clone());
+                        if amsgrad {
+                            let max = Self::slot(state, "max_exp_avg_sq", like, span)?;
+                            t.max_exp_avg_sqs.push(max.shallow_clone());
+                        }
+                    }
+                    fused::adam(&args, &t).at(span)?;
+                }
+                OptimizerKind::RmsProp { .. } => {
+                    for &i in &members {
+                        self.single(i, &params[i], base)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Updates parameter `i`, `p`, by the single-tensor rule of its settings.
+    fn single(&mut self, i: usize, p: &Tensor, base: f64) -> Result<(), Diagnostic> {
+        let span = self.config.span;
+        let t = self.steps as i32;
+        let cycled = self.momentum;
+        let g = p.grad();
+        if !g.defined() {
+            return Ok(());
+        }
+        let mut p = p.shallow_clone();
+        let state = &mut self.state[i];
+        let Some(settings) = self.settings.get(i) else {
+            return Ok(());
+        };
+        let (wd, lr) = (settings.weight_decay, base * settings.lr_scale);
+        match &settings.kind {
+            OptimizerKind::Sgd {
+                momentum,
+                dampening,
+                nesterov,
+            } => {
+                let momentum = &cycled.unwrap_or(*momentum);
+                let mut d = if wd != 0.0 {
+                    g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
+                } else {
+                    g.shallow_clone()
+                };
+                if *momentum != 0.0 {
+                    let first = !state.iter().any(|(n, _)| *n == "momentum_buffer");
+                    let buf = Self::slot(state, "momentum_buffer", &p, span)?;
+                    if first {
+                        buf.f_copy_(&d).at(span)?;
+                    } else {
+                        buf.f_mul_scalar_(*momentum).done_at(span)?;
+                        buf.f_add_(&d.f_mul_scalar(1.0 - dampening).at(span)?)
+                            .done_at(span)?;
+                    }
+                    d = if *nesterov {
+                        d.f_add(&buf.f_mul_scalar(*momentum).at(span)?).at(span)?
+                    } else {
+                        buf.shallow_clone()
+                    };
+                }
+                p.f_sub_(&d.f_mul_scalar(lr).at(span)?).done_at(span)?;
+            }
+            OptimizerKind::Adam {
+                betas,
+                eps,
+                amsgrad,
+            }
+            | OptimizerKind::AdamW {
+                betas,
+                eps,
+                amsgrad,
+            } => {
+                let decoupled = matches!(settings.kind, OptimizerKind::AdamW { .. });
+                let g = if wd != 0.0 && !decoupled {
+                    g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
+                } else {
+                    g
+                };
+                if wd != 0.0 && decoupled {
+                    p.f_mul_scalar_(1.0 - lr * wd).done_at(span)?;
+                }
+                let (b1, b2) = (cycled.unwrap_or(betas.0), betas.1);
+                let m = Self::slot(state, "exp_avg", &p, span)?;
+                m.f_lerp_(&g, 1.0 - b1).done_at(span)?;
+                let m = m.shallow_clone();
+                let v = Self::slot(state, "exp_avg_sq", &p, span)?;
+                // b2 * v + (1 - b2) * g^2, in one kernel.
+                v.f_lerp_(&g.f_square().at(span)?, 1.0 - b2).done_at(span)?;
+                let mut v = v.shallow_clone();
+                if *amsgrad {
+                    let max = Self::slot(state, "max_exp_avg_sq", &p, span)?;
+                    let new_max = max.f_maximum(&v).at(span)?;
+                    max.f_copy_(&new_max).at(span)?;
+                    v = max.shallow_clone();
+                }
+                let bc1 = 1.0 - b1.powi(t);
+                let bc2 = 1.0 - b2.powi(t);
+                // p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps), with one temporary:
+                // the denominator, scaled by -bc1 / lr so that one addcdiv applies it.
+                let mut denom = v.f_sqrt().at(span)?;
+                denom.f_div_scalar_(bc2.sqrt()).done_at(span)?;
+                denom.f_add_scalar_(*eps).done_at(span)?;
+                denom.f_mul_scalar_(-bc1 / lr).done_at(span)?;
+                p.f_addcdiv_(&m, &denom).done_at(span)?;
+            }
+            OptimizerKind::RmsProp {
+                alpha,
+                eps,
+                momentum,
+                centered,
+            } => {
+                let momentum = &cycled.unwrap_or(*momentum);
+                let g = if wd != 0.0 {
+                    g.f_add(&p.f_mul_scalar(wd).at(span)?).at(span)?
+                } else {
+                    g
+                };
+                let sq = Self::slot(state, "square_avg", &p, span)?;
+                sq.f_mul_scalar_(*alpha).done_at(span)?;
+                sq.f_addcmul_(&g, &g.f_mul_scalar(1.0 - alpha).at(span)?)
+                    .done_at(span)?;
+                let sq = sq.shallow_clone();
+                let avg = if *centered {
+                    let ga = Self::slot(state, "grad_avg", &p, span)?;
+                    ga.f_lerp_(&g, 1.0 - alpha).done_at(span)?;
+                    sq.f_addcmul(ga, &ga.f_neg().at(span)?)
+                        .at(span)?
+                        .f_sqrt()
+                        .at(span)?
+                        .f_add_scalar(*eps)
+                        .at(span)?
+                } else {
+                    sq.f_sqrt().at(span)?.f_add_scalar(*eps).at(span)?
+                };
+                if *momentum > 0.0 {
+                    let buf = Self::slot(state, "momentum_buffer", &p, span)?;
+                    buf.f_mul_scalar_(*momentum).done_at(span)?;
+                    buf.f_add_(&g.f_div(&avg).at(span)?).done_at(span)?;
+                    p.f_sub_(&buf.f_mul_scalar(lr).at(span)?).done_at(span)?;
+                } else {
+                    p.f_sub_(&g.f_div(&avg).at(span)?.f_mul_scalar(lr).at(span)?)
+                        .done_at(span)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -113,10 +113,23 @@ def cases():
         return json.load(f)
 
 
+def kind_fuses(kind):
+    """Whether Kiln fuses `kind` by default: ATen has fused kernels for these three."""
+    return kind in ("sgd", "adam", "adamw")
+
+
 def optimizer(params, o):
     """The torch.optim optimizer of spec `o`: {"kind": ..., "lr": ..., options named as in both
-    Kiln and torch.optim}. Options left out take Kiln's defaults, which are torch's."""
+    Kiln and torch.optim}. Options left out take Kiln's defaults, which are torch's but for
+    `fused`: Kiln fuses SGD, Adam and AdamW unless told `fused: false` (torch.optim's fused=True);
+    unfused, both run the single-tensor rules (foreach=False), unless the spec asks torch for
+    its multi-tensor rules (`"foreach": true`, which Kiln does not take)."""
+    fused = o.get("fused", kind_fuses(o["kind"]))
     kind, common = o["kind"], dict(lr=o["lr"], weight_decay=o.get("weight_decay", 0.0), foreach=False)
+    if fused:
+        common.update(fused=True)
+    elif o.get("foreach", False):
+        common.update(foreach=True)
     if kind == "sgd":
         return torch.optim.SGD(params, momentum=o.get("momentum", 0.0), dampening=o.get("dampening", 0.0), nesterov=o.get("nesterov", False), **common)
     if kind == "adam":
