@@ -171,3 +171,103 @@ fn splits_with_their_own_sources_are_shown() {
     assert!(!to_text(&p).contains("own source"));
     assert!(yaml(&p).get("splits").is_none());
 }
+
+/// The plan of the MLP above on `cuda:0` with `placement` (none for the default) and a declared
+/// capacity of `memory`.
+fn placed(placement: &str, memory: &str) -> Plan {
+    let text = format!(
+        r#"experiment "placed" {{
+  data {{
+    source synthetic(inputs: normal([12]), targets: randint(3), count: 96)
+    batch 8
+    {placement}
+  }}
+  model {{
+    input [12]
+    fc1: linear(16)
+    tanh
+    fc2: linear(3)
+  }}
+  device cuda:0
+  {memory}
+  optimizer sgd(lr: 0.1)
+  train {{
+    steps 100
+    loss cross_entropy
+  }}
+}}
+"#
+    );
+    let checked = kiln::check::check_text("placed.exp", text);
+    assert!(!checked.has_errors(), "{:#?}", checked.diagnostics);
+    plan(&checked.trials[0])
+}
+
+#[test]
+fn the_data_s_placement_is_planned_with_its_bytes() {
+    // 96 samples of 12 float32 inputs and an int64 class: 96 x (48 + 8) bytes.
+    let bytes = 96 * (12 * 4 + 8);
+    let roomy = placed("", "memory cuda:0 1GiB");
+    assert_eq!(roomy.data.bytes, Some(bytes));
+    assert!(roomy.data.on_device && roomy.data.fits == Some(true));
+    assert_eq!(roomy.devices[0].data_bytes, bytes);
+    let text = to_text(&roomy);
+    assert!(
+        text.contains(
+            "loaded: 5.25 KiB on cuda:0, batches gathered there (placement auto: it fits"
+        ),
+        "{text}"
+    );
+    assert!(text.contains(" + data 5.25 KiB"), "{text}");
+
+    // A capacity too small for the data beside the model: auto keeps it in host memory.
+    let tight = placed("", "memory cuda:0 3KiB");
+    assert!(!tight.data.on_device && tight.data.fits == Some(false));
+    assert_eq!(tight.devices[0].data_bytes, 0);
+    // No capacity: auto cannot tell, and says how to choose.
+    let unknown = placed("", "");
+    assert!(!unknown.data.on_device && unknown.data.fits.is_none());
+    assert!(to_text(&unknown).contains("`placement device` keeps it there"));
+    // An explicit choice wins either way.
+    assert!(placed("placement device", "").data.on_device);
+    assert!(
+        !placed("placement host", "memory cuda:0 1GiB")
+            .data
+            .on_device
+    );
+    let y = yaml(&placed("placement device", ""));
+    assert_eq!(y["data"]["placement"], "device");
+    assert_eq!(y["data"]["on_device"], true);
+    assert_eq!(y["devices"][0]["data_bytes"], bytes);
+
+    // On the CPU, host memory is the device's: nothing moves, whatever the setting.
+    let cpu = plan_with("    batch 8\n    placement device", "", "sgd(lr: 0.1)");
+    assert!(!cpu.data.on_device);
+    assert!(to_text(&cpu).contains("in memory, batches gathered there (the device is the CPU)"));
+}
+
+#[test]
+fn an_unknown_placement_is_a_diagnostic_with_the_choices() {
+    let text = r#"experiment "p" {
+  data {
+    source synthetic(inputs: normal([4]), targets: randint(2), count: 16)
+    batch 4
+    placement gpu
+  }
+  model {
+    input [4]
+    linear(2)
+  }
+  optimizer sgd(lr: 0.1)
+  train {
+    steps 1
+    loss cross_entropy
+  }
+}
+"#;
+    let checked = kiln::check::check_text("p.exp", text.to_string());
+    let codes: Vec<_> = checked.diagnostics.iter().map(|d| d.code.code()).collect();
+    assert_eq!(codes, ["K0113"], "{:#?}", checked.diagnostics);
+    let help = format!("{:?}", checked.diagnostics[0]);
+    assert!(help.contains("device") && help.contains("host"), "{help}");
+}

@@ -175,11 +175,13 @@ fn plan_is_consistent(plan: &kiln::plan::Plan) {
     );
     for d in &plan.devices {
         // Training and evaluation do not hold their activations at once: the larger counts.
+        // Data kept on the device (`placement`) adds its bytes.
         let parts = [
             d.weight_bytes,
             d.gradient_bytes,
             d.optimizer_bytes,
             d.activation_bytes.max(d.eval_activation_bytes),
+            d.data_bytes,
         ];
         assert_eq!(
             u128::from(d.total_bytes),

@@ -7,7 +7,7 @@ use super::split::SplitOut;
 use super::words::DATA;
 use crate::diagnostic::problem::{Arguments, Inconsistent, Names, OutOfRange, Strategies};
 use crate::diagnostic::Problem;
-use crate::ir::{DType, Data, Normalize, Shape, Source};
+use crate::ir::{DType, Data, DataPlacement, Normalize, Shape, Source};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, ValueKind};
 
@@ -85,6 +85,13 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
     let drop_last = seen
         .get("drop_last")
         .map_or(Some(false), |s| cx.single(s).and_then(|v| cx.boolean(v)));
+    let placement = seen
+        .get("placement")
+        .map_or(Some(DataPlacement::Auto), |s| {
+            cx.single(s)
+                .and_then(|v| cx.choice(v, "data placement", &DataPlacement::WORDS))
+                .and_then(DataPlacement::from_word)
+        });
     let eval_batch = seen.get("eval_batch").map_or(Some(None), |s| {
         cx.single(s)
             .and_then(|v| cx.uint_min(v, "the evaluation batch size", 1))
@@ -113,7 +120,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
         per_token,
     } = source;
     if let Source::Synthetic { count, .. } = &source {
-        let train = (*count as f64 * split.split.train).floor() as u64;
+        let (train, _, _) = split.split.counts(*count);
         if train < batch {
             cx.report(Problem::Names(Names::OutOfRange {
                 span: batch_span,
@@ -139,6 +146,7 @@ pub fn check_data(cx: &mut Cx, stmt: &Statement) -> Option<DataOut> {
             batch,
             batch_span,
             drop_last: drop_last?,
+            placement: placement?,
             eval_batch: eval_batch?.unwrap_or(batch),
             shuffle: shuffle?,
             normalize: normalize?,

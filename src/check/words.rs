@@ -32,6 +32,7 @@ pub const DATA: &[&str] = &[
     "normalize",
     "drop_last",
     "eval_batch",
+    "placement",
 ];
 
 /// Keywords of the train block.

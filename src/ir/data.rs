@@ -29,6 +29,8 @@ pub struct Data {
     /// Whether an epoch leaves out its last, partial training batch (`drop_last`, false by
     /// default as in PyTorch's `DataLoader`).
     pub drop_last: bool,
+    /// Where the loaded splits live while training (`placement`).
+    pub placement: DataPlacement,
     /// Samples per evaluation batch (`eval_batch`, the training `batch` by default).
     pub eval_batch: u64,
     /// Whether to reshuffle the training split every epoch.
@@ -64,6 +66,24 @@ impl Data {
         steps_per_epoch(train, self.batch, self.drop_last)
     }
 
+    /// Bytes of every sample as the runtime holds it once loaded (inputs as float32, or int64
+    /// token ids when `ids`, of the model's input shape `input`; class targets as int64,
+    /// values as float32), when the sample count and the targets are known.
+    pub fn bytes(&self, input: &[i64], ids: bool) -> Option<u64> {
+        let values = |n: i64, size: u64| (n.max(0) as u64).saturating_mul(size);
+        let per_input = values(crate::ir::numel(input), if ids { 8 } else { 4 });
+        let per_target = match &self.targets {
+            Targets::Classes(_) => 8,
+            Targets::Values(shape) => values(shape.numel(), 4),
+            Targets::Tokens { shape, .. } => values(shape.numel(), 8),
+            Targets::Unknown => return None,
+        };
+        Some(
+            self.samples()?
+                .saturating_mul(per_input.saturating_add(per_target)),
+        )
+    }
+
     /// Whether an epoch of `train` training samples has a batch to train on: with `drop_last`,
     /// a training split smaller than the batch leaves out every (partial) batch.
     pub fn trains_on(&self, train: u64) -> bool {
@@ -73,6 +93,49 @@ impl Data {
     /// Whether there is a validation split: a fraction of `source`, or its own source.
     pub fn has_val(&self) -> bool {
         self.split.val > 0.0 || self.val.is_some()
+    }
+}
+
+/// Where the loaded splits live while training: on the device that trains, so that a batch is
+/// an `index_select` there with no host work and no copy per step, or in host memory, gathered
+/// and copied per batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataPlacement {
+    /// On the device when it holds the data beside the model's peak (`fits`), else in host
+    /// memory.
+    Auto,
+    /// On the device.
+    Device,
+    /// In host memory.
+    Host,
+}
+
+impl DataPlacement {
+    /// The words of the language, in the order `kiln check` suggests them.
+    pub const WORDS: [&'static str; 3] = ["auto", "device", "host"];
+
+    /// The placement a word names.
+    pub fn from_word(word: &str) -> Option<DataPlacement> {
+        match word {
+            "auto" => Some(DataPlacement::Auto),
+            "device" => Some(DataPlacement::Device),
+            "host" => Some(DataPlacement::Host),
+            _ => None,
+        }
+    }
+
+    /// Whether the data is kept on a CUDA device: always with `device`, never with `host`;
+    /// with `auto`, when the device is known to hold the data beside the model's peak (`fits`:
+    /// the plan's figures against the device's capacity, `None` when the capacity is not
+    /// known). On the CPU, host memory is the device's: batches are gathered where the data was
+    /// loaded either way.
+    pub fn on_device(self, fits: Option<bool>) -> bool {
+        match self {
+            DataPlacement::Device => true,
+            DataPlacement::Host => false,
+            DataPlacement::Auto => fits == Some(true),
+        }
     }
 }
 

@@ -69,6 +69,10 @@ const KEYWORDS: &[(&str, &str)] = &[
         "Samples per evaluation batch (the training batch by default).",
     ),
     (
+        "placement",
+        "Where the loaded data lives while training: `auto` (the device when it fits), `device` or `host`.",
+    ),
+    (
         "epochs",
         "How long to train, in passes over the training split.",
     ),

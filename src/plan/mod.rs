@@ -22,7 +22,8 @@ use serde::Serialize;
 pub use compress::{CompressedLayer, CompressionPlan, Global, Kept};
 
 use crate::ir::{
-    layers, Backend, Device, Experiment, Layer, Parallel, PipelineSchedule, Precision, Shape,
+    layers, Backend, DType, DataPlacement, Device, Experiment, Layer, Parallel, PipelineSchedule,
+    Precision, Shape,
 };
 
 /// One layer's row in the plan.
@@ -88,6 +89,14 @@ pub struct DeviceNeed {
     pub total_bytes: u64,
     /// Declared capacity, when known.
     pub capacity_bytes: Option<u64>,
+    /// Bytes of the loaded data kept on this device (`placement`), counted in the total; left
+    /// out of YAML when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub data_bytes: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What one pipeline stage holds on its device.
@@ -181,11 +190,29 @@ pub struct DataRow {
     /// The per-sample shape the files store (left out for synthetic data and unread files).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sample: Option<Vec<u64>>,
+    /// Bytes of every sample once loaded (inputs and targets), when the count is known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// The `placement` setting.
+    pub placement: DataPlacement,
+    /// The device that receives the batches.
+    pub device: Device,
+    /// Whether the loaded data lives on that device while training (always false on the
+    /// CPU, where host memory is the device's).
+    pub on_device: bool,
+    /// Whether the device's declared capacity holds the data beside the plan's peak there
+    /// (unknown without a declared capacity).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fits: Option<bool>,
 }
 
 impl DataRow {
-    fn of(d: &crate::ir::Data) -> DataRow {
+    /// The data's row, and where its loaded splits live: on `resident` (the device that
+    /// receives the batches), whose row in `devices` then counts their bytes, or in host
+    /// memory.
+    fn of(e: &Experiment, resident: Device, devices: &mut [DeviceNeed]) -> DataRow {
         use crate::ir::Source;
+        let d = &e.data;
         let source = match &d.source {
             Source::Synthetic { .. } => "synthetic",
             Source::Idx { .. } => "idx",
@@ -194,10 +221,28 @@ impl DataRow {
             Source::Csv { .. } => "csv",
             Source::Safetensors { .. } => "safetensors",
         };
+        let bytes = d.bytes(&e.model.input.0, e.model.input_dtype == DType::Int);
+        let need = devices.iter_mut().find(|n| n.device == resident);
+        let fits = match (bytes, &need) {
+            (Some(b), Some(n)) => n
+                .capacity_bytes
+                .map(|c| n.total_bytes.saturating_add(b) <= c),
+            _ => None,
+        };
+        let on_device = matches!(resident, Device::Cuda(_)) && d.placement.on_device(fits);
+        if let (true, Some(n), Some(b)) = (on_device, need, bytes) {
+            n.data_bytes = b;
+            n.total_bytes = n.total_bytes.saturating_add(b);
+        }
         DataRow {
             source: source.to_string(),
             samples: d.samples(),
             sample: d.read.as_ref().map(|r| r.sample.clone()),
+            bytes,
+            placement: d.placement,
+            device: resident,
+            on_device,
+            fits,
         }
     }
 }
@@ -280,6 +325,7 @@ pub fn plan(e: &Experiment) -> Plan {
             activation_bytes: acts,
             eval_activation_bytes: 0,
             total_bytes: sum([w, g, o, acts]),
+            data_bytes: 0,
             capacity_bytes: e
                 .memory
                 .iter()
@@ -392,11 +438,13 @@ pub fn plan(e: &Experiment) -> Plan {
         eval::add(&mut s.memory, bytes);
     }
     let communication = communication(e, &all, &layer_devices, totals.gradient_bytes);
+    let resident = layer_devices.first().copied().unwrap_or(e.device);
+    let data = DataRow::of(e, resident, &mut devices);
     Plan {
         experiment: e.name.clone(),
         trial: e.trial.clone(),
         input: e.model.input.clone(),
-        data: DataRow::of(&e.data),
+        data,
         splits: splits::rows(&e.data),
         batch: e.data.batch,
         eval_batch: e.data.eval_batch,

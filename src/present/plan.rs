@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::{fmt_bytes, fmt_count};
-use crate::ir::OptimizerKind;
+use crate::ir::{DataPlacement, Device, OptimizerKind};
 use crate::plan::compress::percent;
 use crate::plan::groups::GroupRow;
 use crate::plan::schedule::ScheduleRow;
@@ -43,6 +43,7 @@ pub fn to_text(p: &Plan) -> String {
         p.input, p.batch, p.micro_batch, p.precision, p.optimizer
     );
     let _ = writeln!(out, "data       {}", data(&p.data));
+    let _ = writeln!(out, "           {}", residence(&p.data));
     splits(&mut out, &p.splits);
     let _ = write!(out, "schedule   ");
     schedule(&mut out, &p.schedule, 11);
@@ -112,7 +113,7 @@ pub fn to_text(p: &Plan) -> String {
             .map_or(String::new(), |c| format!(" of {}", fmt_bytes(c)));
         let _ = writeln!(
             out,
-            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + {}",
+            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + {}{}",
             d.device.to_string(),
             fmt_bytes(d.total_bytes),
             cap,
@@ -120,7 +121,12 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(d.weight_bytes),
             fmt_bytes(d.gradient_bytes),
             fmt_bytes(d.optimizer_bytes),
-            activations(d)
+            activations(d),
+            if d.data_bytes > 0 {
+                format!(" + data {}", fmt_bytes(d.data_bytes))
+            } else {
+                String::new()
+            }
         );
     }
     if !p.stages.is_empty() {
@@ -196,6 +202,37 @@ fn data(row: &DataRow) -> String {
             format!("{}: {samples} of [{}]", row.source, d.join(", "))
         }
         None => format!("{}: {samples}", row.source),
+    }
+}
+
+/// Where the loaded data lives while training, with its bytes and why.
+fn residence(row: &DataRow) -> String {
+    let bytes = row
+        .bytes
+        .map_or_else(|| "size unknown".to_string(), fmt_bytes);
+    let device = row.device;
+    if device == Device::Cpu {
+        return format!(
+            "loaded: {bytes} in memory, batches gathered there (the device is the CPU)"
+        );
+    }
+    let why = match (row.placement, row.fits) {
+        (DataPlacement::Device, _) => "placement device".to_string(),
+        (DataPlacement::Host, _) => "placement host".to_string(),
+        (DataPlacement::Auto, Some(true)) => {
+            format!("placement auto: it fits beside the model in {device}'s declared memory")
+        }
+        (DataPlacement::Auto, Some(false)) => {
+            format!("placement auto: it does not fit beside the model in {device}'s declared memory")
+        }
+        (DataPlacement::Auto, None) => format!(
+            "placement auto: {device}'s memory is not declared (`--device-memory`), or the size is unknown; `placement device` keeps it there"
+        ),
+    };
+    if row.on_device {
+        format!("loaded: {bytes} on {device}, batches gathered there ({why})")
+    } else {
+        format!("loaded: {bytes} in host memory, each batch copied to {device} ({why})")
     }
 }
 

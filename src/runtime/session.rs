@@ -16,7 +16,7 @@ use super::checkpoint::Fingerprint;
 use super::compress::pruner::Pruner;
 use super::compress::qat;
 use super::compress::timeline::Timeline;
-use super::data::{self, Splits};
+use super::data::{self, DataError, Splits};
 use super::dist::rank::Rank;
 use super::failure::At;
 use super::fingerprint::{data_digest, differences, fingerprint};
@@ -135,13 +135,22 @@ impl<'a> Session<'a> {
             .path
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-        Ok(data::load(
+        let splits = data::load(
             &exp.data,
             &exp.model.input,
             exp.model.input_dtype,
             &base,
             exp.seed,
-        )?)
+        )?;
+        // `placement`: the plan says whether the loaded splits live on the device that receives
+        // the batches, so `kiln plan` and the run agree.
+        let row = kiln::plan::plan(exp).data;
+        if !row.on_device {
+            return Ok(splits);
+        }
+        Ok(splits
+            .to_device(tch_device(row.device))
+            .map_err(|e| DataError::torch(e, exp.data.source_span))?)
     }
 
     /// The run's length over the training split, and its phases; `max_steps` (`--max-steps`)

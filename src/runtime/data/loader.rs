@@ -22,6 +22,11 @@ struct Producer {
     inputs: Tensor,
     targets: Tensor,
     order: Arc<[i64]>,
+    /// The epoch's order as an int64 tensor beside the data, copied there once, when batches
+    /// are gathered in the training thread: each batch's indices are then a slice of it, with
+    /// no copy from the host per step (on a CUDA device such a copy from pageable memory waits
+    /// for the device).
+    index: Option<Tensor>,
     batch: usize,
     device: Device,
 }
@@ -33,6 +38,7 @@ impl Producer {
             inputs: self.inputs.shallow_clone(),
             targets: self.targets.shallow_clone(),
             order: Arc::clone(&self.order),
+            index: self.index.as_ref().map(Tensor::shallow_clone),
             batch: self.batch,
             device: self.device,
         }
@@ -42,8 +48,12 @@ impl Producer {
     fn make(&self, b: usize) -> Result<(Tensor, Tensor), TchError> {
         let start = b * self.batch;
         let end = (start + self.batch).min(self.order.len());
-        let index =
-            Tensor::f_from_slice(&self.order[start..end])?.f_to_device(self.inputs.device())?;
+        let index = match &self.index {
+            Some(order) => order.f_narrow(0, start as i64, (end - start) as i64)?,
+            None => {
+                Tensor::f_from_slice(&self.order[start..end])?.f_to_device(self.inputs.device())?
+            }
+        };
         let x = self.inputs.f_index_select(0, &index)?;
         let y = self.targets.f_index_select(0, &index)?;
         Ok((to_device(x, self.device)?, to_device(y, self.device)?))
@@ -132,7 +142,9 @@ impl Loader {
         skip: usize,
         device: Device,
     ) -> Result<Loader, DataError> {
-        let background = matches!(device, Device::Cuda(_));
+        // Data kept on the device (`placement`) is batched there in the training thread: its
+        // `index_select` is queued device work, with nothing for a thread to hide.
+        let background = matches!(device, Device::Cuda(_)) && dataset.inputs.device() != device;
         Self::start(
             dataset, batch, drop_last, shuffle, order_seed, epoch, skip, device, background,
         )
@@ -168,11 +180,19 @@ impl Loader {
             (0..len as i64).collect()
         };
         order.truncate(total.saturating_mul(batch as usize));
+        let index = if background || order.is_empty() {
+            None
+        } else {
+            let on = dataset.inputs.device();
+            let index = Tensor::f_from_slice(&order).and_then(|t| t.f_to_device(on));
+            Some(index.map_err(|e| DataError::torch(e, Span::default()))?)
+        };
         let order: Arc<[i64]> = order.into();
         let producer = Producer {
             inputs: dataset.inputs.shallow_clone(),
             targets: dataset.targets.shallow_clone(),
             order,
+            index,
             batch: usize::try_from(batch).unwrap_or(usize::MAX),
             device,
         };
@@ -445,6 +465,36 @@ mod tests {
     }
 
     #[test]
+    fn batches_from_the_data_s_own_order_equal_those_gathered_from_the_host_order() {
+        // Data kept on the device is batched in the training thread by slicing the epoch's
+        // order copied beside the data once; host data by a thread, each batch's indices
+        // copied from the host order. Same seed, same epoch, resumed mid-epoch, partial last
+        // batch: the same batches, in order.
+        let d = dataset(103);
+        for (shuffle, drop_last, skip) in [(true, false, 0), (true, true, 2), (false, false, 5)] {
+            let kept =
+                Loader::start(&d, 16, drop_last, shuffle, 9, 3, skip, Device::Cpu, false).unwrap();
+            assert!(kept.inline.as_ref().is_some_and(|p| p.index.is_some()));
+            let host =
+                Loader::start(&d, 16, drop_last, shuffle, 9, 3, skip, Device::Cpu, true).unwrap();
+            assert!(host.worker.is_some());
+            let batches = |l: Loader| -> Vec<(Vec<i64>, Vec<f64>)> {
+                l.map(|b| {
+                    let (x, y) = b.unwrap();
+                    (ints(&y), Vec::<f64>::try_from(x.flatten(0, -1)).unwrap())
+                })
+                .collect()
+            };
+            let (a, b) = (batches(kept), batches(host));
+            assert!(!a.is_empty());
+            assert_eq!(
+                a, b,
+                "shuffle {shuffle}, drop_last {drop_last}, skip {skip}"
+            );
+        }
+    }
+
+    #[test]
     fn loader_builds_inline_without_a_thread() {
         // The fallback path, exercised directly.
         let d = dataset(10);
@@ -452,6 +502,7 @@ mod tests {
             inputs: d.inputs.shallow_clone(),
             targets: d.targets.shallow_clone(),
             order: (0..10).collect::<Vec<i64>>().into(),
+            index: None,
             batch: 4,
             device: Device::Cpu,
         };

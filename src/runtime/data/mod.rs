@@ -50,7 +50,7 @@ use kiln::ir::{count_fit, CountMisfit, DType, Data, Layout, Normalize, Source};
 #[cfg(test)]
 use kiln::ir::Targets;
 use kiln::span::Span;
-use tch::{Kind, TchError, Tensor};
+use tch::{Device, Kind, TchError, Tensor};
 
 use error::At;
 use file::DataFile;
@@ -99,6 +99,23 @@ pub struct Splits {
     pub val: Option<Dataset>,
     /// The test samples.
     pub test: Option<Dataset>,
+}
+
+impl Splits {
+    /// The splits with every tensor moved to `device`, once, for batching there.
+    pub fn to_device(self, device: Device) -> Result<Splits, TchError> {
+        let move_ = |d: Dataset| -> Result<Dataset, TchError> {
+            Ok(Dataset {
+                inputs: d.inputs.f_to_device(device)?,
+                targets: d.targets.f_to_device(device)?,
+            })
+        };
+        Ok(Splits {
+            train: move_(self.train)?,
+            val: self.val.map(move_).transpose()?,
+            test: self.test.map(move_).transpose()?,
+        })
+    }
 }
 
 /// Loads and splits the data of a checked experiment.

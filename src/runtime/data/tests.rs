@@ -61,6 +61,7 @@ pub(super) fn data(source: Source, targets: Targets, split: (f64, f64, f64)) -> 
         batch: 4,
         batch_span: Span::new(FileId(0), 30, 40),
         drop_last: false,
+        placement: kiln::ir::DataPlacement::Auto,
         eval_batch: 4,
         shuffle: true,
         normalize: None,
