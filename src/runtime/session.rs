@@ -149,7 +149,7 @@ impl<'a> Session<'a> {
             return Ok(splits);
         }
         Ok(splits
-            .to_device(tch_device(row.device))
+            .moved_to(tch_device(row.device))
             .map_err(|e| DataError::torch(e, exp.data.source_span))?)
     }
 

@@ -103,7 +103,7 @@ pub struct Splits {
 
 impl Splits {
     /// The splits with every tensor moved to `device`, once, for batching there.
-    pub fn to_device(self, device: Device) -> Result<Splits, TchError> {
+    pub fn moved_to(self, device: Device) -> Result<Splits, TchError> {
         let move_ = |d: Dataset| -> Result<Dataset, TchError> {
             Ok(Dataset {
                 inputs: d.inputs.f_to_device(device)?,
