@@ -245,6 +245,111 @@ fn ddp_matches_one_process_on_the_full_batch() {
     none_left(&dir);
 }
 
+/// The CSV of the non-finite tests: 48 rows of 4 features and a target; row 40 is so large that
+/// its squared error overflows, in the second batch of 24.
+fn overflowing_rows() -> String {
+    let mut rows = vec!["a,b,c,d,label".to_string()];
+    for i in 0..48 {
+        let x = if i == 40 {
+            1e30
+        } else {
+            f64::from(i % 7) / 7.0
+        };
+        rows.push(format!("{x},{x},{x},{x},{}", f64::from(i % 5) / 5.0));
+    }
+    rows.join("\n") + "\n"
+}
+
+/// A linear model on `overflowing_rows`, trained for 4 steps with the strategy `parallel`.
+fn overflowing(parallel: &str) -> String {
+    format!(
+        r#"experiment "nan" {{
+  seed 5
+  data {{
+    source csv("data.csv")
+    batch 24
+    shuffle false
+  }}
+  model {{
+    input [4]
+    fc: linear(1)
+  }}
+  device cpu
+  {parallel}
+  optimizer sgd(lr: 0.1)
+  train {{
+    steps 4
+    loss mse
+  }}
+}}
+"#
+    )
+}
+
+/// At world size 1 no collective runs (each is the identity over one rank), and nothing else
+/// changes: the same parameters, losses and metrics as a run without a strategy, and a
+/// non-finite loss stops the run at the same step with the same diagnostic.
+#[test]
+fn world_size_1_trains_as_a_run_without_a_strategy() {
+    let dir = scratch("ddp-world-1");
+    let single = write(&dir, "single.exp", &experiment("", "0.1", 20));
+    let one = write(
+        &dir,
+        "one.exp",
+        &experiment("parallel ddp(backend: gloo, world_size: 1)", "0.1", 20),
+    );
+    run_to_end(&single, &dir.join("single"));
+    run_to_end(&one, &dir.join("one"));
+    assert_eq!(newest_checkpoint(&dir.join("one")), Some(20));
+    let d = max_difference(&dir.join("single"), &dir.join("one"));
+    assert!(d < 1e-5, "the parameters differ by {d}");
+    let (a, b) = (
+        support::report(&dir.join("single")),
+        support::report(&dir.join("one")),
+    );
+    let number = |r: &serde_yaml::Value, path: &[&str]| {
+        path.iter()
+            .fold(r, |v, k| &v[*k])
+            .as_f64()
+            .unwrap_or_else(|| panic!("{path:?} in the report"))
+    };
+    for path in [
+        &["train_loss"][..],
+        &["val", "loss"][..],
+        &["val", "accuracy"][..],
+    ] {
+        let (x, y) = (number(&a, path), number(&b, path));
+        assert!(
+            (x - y).abs() < 1e-5,
+            "{path:?}: {x} without a strategy, {y} with"
+        );
+    }
+    write(&dir, "data.csv", &overflowing_rows());
+    let mut stopped = Vec::new();
+    for (name, parallel) in [
+        ("nan-single", ""),
+        (
+            "nan-one",
+            "parallel ddp(backend: gloo, world_size: 1, timeout: 20s)",
+        ),
+    ] {
+        let exp = write(&dir, &format!("{name}.exp"), &overflowing(parallel));
+        let child = runtime(&["run", s(&exp), "--quiet", "--run-dir", s(&dir.join(name))])
+            .spawn()
+            .expect("start");
+        let (out, _) = finish(child, Duration::from_secs(60));
+        let all = text(&out);
+        assert!(!out.status.success(), "{all}");
+        assert!(
+            all.contains("× the loss became infinite at step 2"),
+            "{name} stops at step 2:\n{all}"
+        );
+        stopped.push(out.status.code());
+    }
+    assert_eq!(stopped[0], stopped[1], "the same exit status");
+    none_left(&dir);
+}
+
 #[test]
 fn a_killed_rank_stops_every_rank() {
     let dir = scratch("ddp-killed");
@@ -355,41 +460,12 @@ fn a_rank_with_another_experiment_is_named_before_training() {
 #[test]
 fn a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step() {
     let dir = scratch("ddp-nan");
-    // Row 40 is so large that its squared error overflows: it falls in the second batch, in
-    // rank 1's half of it; rank 0's half is finite.
-    let mut rows = vec!["a,b,c,d,label".to_string()];
-    for i in 0..48 {
-        let x = if i == 40 {
-            1e30
-        } else {
-            f64::from(i % 7) / 7.0
-        };
-        rows.push(format!("{x},{x},{x},{x},{}", f64::from(i % 5) / 5.0));
-    }
-    write(&dir, "data.csv", &(rows.join("\n") + "\n"));
+    // Row 40 falls in the second batch, in rank 1's half of it; rank 0's half is finite.
+    write(&dir, "data.csv", &overflowing_rows());
     let exp = write(
         &dir,
         "nan.exp",
-        r#"experiment "nan" {
-  seed 5
-  data {
-    source csv("data.csv")
-    batch 24
-    shuffle false
-  }
-  model {
-    input [4]
-    fc: linear(1)
-  }
-  device cpu
-  parallel ddp(backend: gloo, world_size: 2, timeout: 20s)
-  optimizer sgd(lr: 0.1)
-  train {
-    steps 4
-    loss mse
-  }
-}
-"#,
+        &overflowing("parallel ddp(backend: gloo, world_size: 2, timeout: 20s)"),
     );
     let child = runtime(&["run", s(&exp), "--quiet", "--run-dir", s(&dir.join("run"))])
         .spawn()

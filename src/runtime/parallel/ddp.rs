@@ -18,6 +18,11 @@
 //! each step's forward passes, as PyTorch's DDP does before each forward by default: a batch is
 //! normalised with its rank's own statistics, the running statistics are rank 0's. Evaluation is
 //! shared as well: each rank evaluates its run of a split, and the sums are added up.
+//!
+//! At world size 1 every one of these collectives is the identity (a sum over one rank, a
+//! broadcast from a rank to itself, gradients averaged over one rank), so none is run: no Reducer
+//! is built, and a step does the work of a run without a strategy. The checks stay: a
+//! non-finite loss ends the step before the update, and a stop signal stops the run after it.
 
 use std::time::{Duration, Instant};
 
@@ -43,7 +48,8 @@ const BUCKET_BYTES: usize = 25 << 20;
 /// This rank of a distributed data-parallel run.
 pub struct Ddp {
     /// Field order is drop order: the Reducer before its group, the group before the store.
-    reducer: Reducer,
+    /// None at world size 1, where averaging each gradient over one rank leaves it as it is.
+    reducer: Option<Reducer>,
     group: Group,
     _store: Store,
     me: Rank,
@@ -160,8 +166,13 @@ impl Ddp {
             .map(|(_, t)| t.shallow_clone())
             .collect();
         let profiled = std::env::var_os("KILN_DDP_PROFILE").is_some();
-        let reducer =
-            Reducer::new(&group, &params, BUCKET_BYTES, profiled).map_err(|e| unreachable(e.0))?;
+        let reducer = match me.world {
+            1 => None,
+            _ => Some(
+                Reducer::new(&group, &params, BUCKET_BYTES, profiled)
+                    .map_err(|e| unreachable(e.0))?,
+            ),
+        };
         let profile = match std::env::var_os("KILN_DDP_PROFILE") {
             Some(_) => Some(Profile {
                 alone: reduce_alone(&group, &params).map_err(|e| unreachable(e.0))?,
@@ -226,8 +237,11 @@ impl Ddp {
         }
     }
 
-    /// Broadcasts the tensors from rank 0 into every rank's.
+    /// Broadcasts the tensors from rank 0 into every rank's (nothing to do at world size 1).
     fn broadcast(&self, tensors: &[Tensor]) -> Result<(), Diagnostic> {
+        if self.me.world == 1 {
+            return Ok(());
+        }
         tch::no_grad(|| {
             for t in tensors {
                 self.group.broadcast(t, 0).map_err(|e| self.lost(&e.0))?;
@@ -237,8 +251,12 @@ impl Ddp {
     }
 
     /// The ranks' sums of `values` (one small all-reduce, on the parameters' device: NCCL
-    /// reduces CUDA tensors only).
+    /// reduces CUDA tensors only). At world size 1 they are `values`: no all-reduce, which would
+    /// cost a round trip through Gloo's worker thread and a device read every step.
     fn sum(&self, values: &[f64]) -> Result<Vec<f64>, Diagnostic> {
+        if self.me.world == 1 {
+            return Ok(values.to_vec());
+        }
         let device = self.params.first().map_or(tch::Device::Cpu, Tensor::device);
         let t = Tensor::f_from_slice(values)
             .and_then(|t| t.f_to_device(device))
@@ -271,16 +289,22 @@ impl Backprop for Ddp {
         } else {
             (0, 1, 0.0)
         };
-        let x = batch.x.f_narrow(0, start, len).at(span)?;
-        let y = batch.y.f_narrow(0, start, len).at(span)?;
+        let (x, y) = if (start, len) == (0, n) {
+            (batch.x.shallow_clone(), batch.y.shallow_clone())
+        } else {
+            (
+                batch.x.f_narrow(0, start, len).at(span)?,
+                batch.y.f_narrow(0, start, len).at(span)?,
+            )
+        };
         let xs = x.f_chunk(batch.accumulate, 0).at(span)?;
         let ys = y.f_chunk(batch.accumulate, 0).at(span)?;
         let mut pass = Pass::default();
         let mut last = None;
         for (i, (xm, ym)) in xs.iter().zip(&ys).enumerate() {
-            self.reducer
-                .prepare_forward()
-                .map_err(|e| self.lost(&e.0))?;
+            if let Some(reducer) = &mut self.reducer {
+                reducer.prepare_forward().map_err(|e| self.lost(&e.0))?;
+            }
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
             let Some(part) = objective.part(&out, &ym, batch.whole, &mut pass, weight)? else {
@@ -325,9 +349,9 @@ impl Backprop for Ddp {
                 .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
         }
         if let Some(l) = last {
-            self.reducer
-                .prepare_backward()
-                .map_err(|e| self.lost(&e.0))?;
+            if let Some(reducer) = &mut self.reducer {
+                reducer.prepare_backward().map_err(|e| self.lost(&e.0))?;
+            }
             let t = Instant::now();
             l.f_backward().map_err(|e| self.lost(&e.to_string()))?;
             self.timed(t, true);
@@ -453,7 +477,7 @@ impl Drop for Ddp {
         );
         // PyTorch's own measure, from the Reducer's timestamps: how much of the span from the
         // first bucket's all-reduce to the last one's end fell before backward finished.
-        if let Ok(o) = self.reducer.stats() {
+        if let Some(Ok(o)) = self.reducer.as_ref().map(Reducer::stats) {
             eprintln!(
                 "ddp overlap (PyTorch's DDP timers): backward compute {:.3} ms, communication {:.3} ms, overlapped with compute {:.3} ms, hidden {:.0}%",
                 1e3 * o.compute,
