@@ -143,13 +143,15 @@ impl<'a> Session<'a> {
             exp.seed,
         )?;
         // `placement`: the plan says whether the loaded splits live on the device that receives
-        // the batches, so `kiln plan` and the run agree.
+        // the batches, so `kiln plan` and the run agree; a device forced here (`--device`, a
+        // rank's) is where they go, and on the CPU they stay where they were loaded.
         let row = kiln::plan::plan(exp).data;
-        if !row.on_device {
+        let device = self.over.unwrap_or_else(|| tch_device(row.device));
+        if !row.on_device || !device.is_cuda() {
             return Ok(splits);
         }
         Ok(splits
-            .moved_to(tch_device(row.device))
+            .moved_to(device)
             .map_err(|e| DataError::torch(e, exp.data.source_span))?)
     }
 
