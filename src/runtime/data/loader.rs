@@ -1,5 +1,6 @@
 //! The [`Loader`]: one epoch of batches, gathered and moved to a CUDA device by a background
-//! thread, or gathered in the training thread when training runs on the CPU.
+//! thread, or gathered in the training thread where the data lives on the device that trains
+//! (the CPU, or a CUDA device under `placement`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -74,7 +75,8 @@ fn to_device(t: Tensor, device: Device) -> Result<Tensor, TchError> {
     }
 }
 
-/// One epoch of batches of a dataset, prepared ahead in a background thread for a CUDA device.
+/// One epoch of batches of a dataset, prepared ahead in a background thread for a CUDA device
+/// when the data is in host memory.
 ///
 /// On the CPU the batches are gathered in the training thread (a gather costs tens of
 /// microseconds): a second thread running libtorch operations starts a second OpenMP thread
