@@ -93,13 +93,27 @@ fn shim(lib: &std::path::Path) {
     build.compile("kiln_c10d");
 }
 
-/// Compiles the optimizer shim against libtorch's headers: ATen's `_fused_adam_`,
-/// `_fused_adamw_` and `_fused_sgd_`, which have CPU and CUDA kernels and which tch does not
-/// generate.
+/// Compiles the ATen shim against libtorch's headers: `_fused_adam_`, `_fused_adamw_` and
+/// `_fused_sgd_`, which have CPU and CUDA kernels and which tch does not generate, and, with a
+/// CUDA libtorch and CUDA's headers (the wheel's `nvidia/cu13/include` and the packages setup
+/// installs into `.cuda-headers/`), a CUDA device's total memory.
 fn optim_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=shim/optim.cpp");
     let torch = lib.join("..");
-    cc::Build::new()
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
+    let runtime = torch.join("../nvidia/cu13/include");
+    let crt = root.join(".cuda-headers/nvidia/cu13/include");
+    let mut build = cc::Build::new();
+    if lib.join("libtorch_cuda.so").exists()
+        && runtime.join("cuda_runtime_api.h").exists()
+        && crt.join("crt/host_config.h").exists()
+    {
+        build
+            .define("KILN_CUDA", None)
+            .include(runtime)
+            .include(crt);
+    }
+    build
         .cpp(true)
         .std("c++17")
         .opt_level(2)

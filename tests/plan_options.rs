@@ -224,10 +224,12 @@ fn the_data_s_placement_is_planned_with_its_bytes() {
     let tight = placed("", "memory cuda:0 3KiB");
     assert!(!tight.data.on_device && tight.data.fits == Some(false));
     assert_eq!(tight.devices[0].data_bytes, 0);
-    // No capacity: auto cannot tell, and says how to choose.
+    // No capacity: the run decides from the device's memory, and the plan says so.
     let unknown = placed("", "");
     assert!(!unknown.data.on_device && unknown.data.fits.is_none());
-    assert!(to_text(&unknown).contains("`placement device` keeps it there"));
+    assert!(to_text(&unknown).contains(
+        "loaded: 5.25 KiB, kept on cuda:0 if it fits beside the model in the device's memory, read when the run starts"
+    ));
     // An explicit choice wins either way.
     assert!(placed("placement device", "").data.on_device);
     assert!(

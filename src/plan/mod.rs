@@ -198,7 +198,8 @@ pub struct DataRow {
     /// The device that receives the batches.
     pub device: Device,
     /// Whether the loaded data lives on that device while training (always false on the
-    /// CPU, where host memory is the device's).
+    /// CPU, where host memory is the device's). With `auto` and no declared capacity (`fits`
+    /// unknown) the run decides from the device's memory when it starts.
     pub on_device: bool,
     /// Whether the device's declared capacity holds the data beside the plan's peak there
     /// (unknown without a declared capacity).

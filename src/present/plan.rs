@@ -223,11 +223,18 @@ fn residence(row: &DataRow) -> String {
             format!("placement auto: it fits beside the model in {device}'s declared memory")
         }
         (DataPlacement::Auto, Some(false)) => {
-            format!("placement auto: it does not fit beside the model in {device}'s declared memory")
+            format!(
+                "placement auto: it does not fit beside the model in {device}'s declared memory"
+            )
         }
-        (DataPlacement::Auto, None) => format!(
-            "placement auto: {device}'s memory is not declared (`--device-memory`), or the size is unknown; `placement device` keeps it there"
-        ),
+        (DataPlacement::Auto, None) if row.bytes.is_some() => {
+            return format!(
+                "loaded: {bytes}, kept on {device} if it fits beside the model in the device's memory, read when the run starts (placement auto; a `memory` line or `--device-memory` decides here)"
+            );
+        }
+        (DataPlacement::Auto, None) => {
+            "placement auto: the size is unknown; `placement device` keeps it there".to_string()
+        }
     };
     if row.on_device {
         format!("loaded: {bytes} on {device}, batches gathered there ({why})")

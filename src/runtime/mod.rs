@@ -14,6 +14,7 @@ pub mod budget;
 pub mod cancel;
 pub mod checkpoint;
 pub mod compress;
+pub mod cuda_memory;
 pub mod data;
 pub mod dist;
 pub mod eval;

@@ -16,6 +16,7 @@ use super::checkpoint::Fingerprint;
 use super::compress::pruner::Pruner;
 use super::compress::qat;
 use super::compress::timeline::Timeline;
+use super::cuda_memory;
 use super::data::{self, DataError, Splits};
 use super::dist::rank::Rank;
 use super::failure::At;
@@ -29,7 +30,10 @@ use kiln::check::{check_path, Checked, FsLoader, Loader, Options};
 use kiln::datafile::{Format as DataFormat, Probe};
 use kiln::diagnostic::problem::{Resume, Running, Unavailable, Unreadable};
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::{Compression, Experiment, Node, ParallelPlan, Parallelism, Precision};
+use kiln::ir::{
+    Compression, DataPlacement, Experiment, Node, ParallelPlan, Parallelism, Precision,
+};
+use kiln::present::fmt_bytes;
 use kiln::span::{Sources, Span};
 
 /// One trial, prepared.
@@ -48,7 +52,10 @@ pub struct Session<'a> {
     /// This rank of a distributed run, with the backend it reduces with.
     pub rank: Option<(Rank, Backend)>,
     /// What the run should say before it starts (rank 0 says it).
-    pub notes: Vec<&'static str>,
+    pub notes: Vec<String>,
+    /// The device the loaded splits are kept on (`placement`), or `None` to leave them where
+    /// they are loaded.
+    data_device: Option<tch::Device>,
 }
 
 impl<'a> Session<'a> {
@@ -77,7 +84,8 @@ impl<'a> Session<'a> {
                 );
                 if nccl && chosen == Backend::Gloo {
                     notes.push(
-                        "`--device cpu`: NCCL needs CUDA devices, so the ranks reduce with Gloo",
+                        "`--device cpu`: NCCL needs CUDA devices, so the ranks reduce with Gloo"
+                            .to_string(),
                     );
                 }
                 over = device.or(over);
@@ -85,6 +93,8 @@ impl<'a> Session<'a> {
             }
             None => None,
         };
+        let (data_device, note) = data_placement(exp, over);
+        notes.extend(note);
         Ok(Session {
             exp,
             sources,
@@ -93,6 +103,7 @@ impl<'a> Session<'a> {
             over,
             rank,
             notes,
+            data_device,
         })
     }
 
@@ -108,6 +119,7 @@ impl<'a> Session<'a> {
             over: Some(over),
             rank: None,
             notes: Vec::new(),
+            data_device: data_placement(exp, Some(over)).0,
         }
     }
 
@@ -142,14 +154,9 @@ impl<'a> Session<'a> {
             &base,
             exp.seed,
         )?;
-        // `placement`: the plan says whether the loaded splits live on the device that receives
-        // the batches, so `kiln plan` and the run agree; a device forced here (`--device`, a
-        // rank's) is where they go, and on the CPU they stay where they were loaded.
-        let row = kiln::plan::plan(exp).data;
-        let device = self.over.unwrap_or_else(|| tch_device(row.device));
-        if !row.on_device || !device.is_cuda() {
+        let Some(device) = self.data_device else {
             return Ok(splits);
-        }
+        };
         Ok(splits
             .moved_to(device)
             .map_err(|e| DataError::torch(e, exp.data.source_span))?)
@@ -351,4 +358,42 @@ impl Loader for RunCopy {
     fn siblings(&self, path: &Path) -> Vec<String> {
         FsLoader.siblings(path)
     }
+}
+
+/// Where the loaded splits live while training (`placement`): on the CUDA device that receives
+/// the batches (the one forced here, `--device` or a rank's, else the plan's), or `None` to
+/// leave them where they are loaded (always on the CPU). The plan decides where the experiment
+/// declares the device's capacity; `auto` without one reads the device's total memory here,
+/// and says what it chose.
+fn data_placement(
+    exp: &Experiment,
+    over: Option<tch::Device>,
+) -> (Option<tch::Device>, Option<String>) {
+    let plan = kiln::plan::plan(exp);
+    let row = &plan.data;
+    let device = over.unwrap_or_else(|| tch_device(row.device));
+    let tch::Device::Cuda(index) = device else {
+        return (None, None);
+    };
+    if row.placement != DataPlacement::Auto || row.fits.is_some() {
+        return (row.on_device.then_some(device), None);
+    }
+    let planned = plan.devices.iter().find(|d| d.device == row.device);
+    let known = (row.bytes, planned, cuda_memory::total_bytes(index));
+    let (Some(bytes), Some(planned), Some(total)) = known else {
+        return (None, None);
+    };
+    let fits = planned.total_bytes.saturating_add(bytes) <= total;
+    let note = format!(
+        "placement auto: the data ({}) {} beside the plan's {} in cuda:{index}'s {}",
+        fmt_bytes(bytes),
+        if fits {
+            "is kept on the device: it fits"
+        } else {
+            "stays in host memory: it does not fit"
+        },
+        fmt_bytes(planned.total_bytes),
+        fmt_bytes(total)
+    );
+    (fits.then_some(device), Some(note))
 }
