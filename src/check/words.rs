@@ -118,6 +118,18 @@ pub(super) enum Opt {
     RmsProp,
 }
 
+/// Adam's and AdamW's parameters in positional order (they differ in the default weight decay
+/// and in how it applies).
+const ADAM: &[&str] = &[
+    "lr",
+    "betas",
+    "eps",
+    "weight_decay",
+    "amsgrad",
+    "fused",
+    "groups",
+];
+
 /// Optimizers and their parameters in positional order.
 pub(super) const OPTIMIZERS: &[Choice<Opt>] = &[
     (
@@ -133,32 +145,8 @@ pub(super) const OPTIMIZERS: &[Choice<Opt>] = &[
             "groups",
         ],
     ),
-    (
-        "adam",
-        Opt::Adam,
-        &[
-            "lr",
-            "betas",
-            "eps",
-            "weight_decay",
-            "amsgrad",
-            "fused",
-            "groups",
-        ],
-    ),
-    (
-        "adamw",
-        Opt::AdamW,
-        &[
-            "lr",
-            "betas",
-            "eps",
-            "weight_decay",
-            "amsgrad",
-            "fused",
-            "groups",
-        ],
-    ),
+    ("adam", Opt::Adam, ADAM),
+    ("adamw", Opt::AdamW, ADAM),
     (
         "rmsprop",
         Opt::RmsProp,

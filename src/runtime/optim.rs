@@ -33,6 +33,10 @@ pub struct Optim {
     /// The momentum (SGD, RMSprop) or beta1 (Adam, AdamW) of the next step in place of the
     /// configured one, as `OneCycleLR` sets it; `None` keeps the configured one.
     pub momentum: Option<f64>,
+    /// The fused kernels' step count, a float32 scalar on each device that holds parameters,
+    /// made once and set each step on the device (a copy from the host would wait for a CUDA
+    /// device every step).
+    counts: Vec<(Device, Tensor)>,
 }
 
 impl Optim {
@@ -71,6 +75,7 @@ impl Optim {
             state: names.iter().map(|_| Vec::new()).collect(),
             steps: 0,
             momentum: None,
+            counts: Vec::new(),
         }
     }
 
@@ -203,10 +208,7 @@ impl Optim {
                         exp_avgs: Vec::new(),
                         exp_avg_sqs: Vec::new(),
                         max_exp_avg_sqs: Vec::new(),
-                        step: Tensor::f_from_slice(&[self.steps as f32])
-                            .and_then(|s| s.f_reshape([]))
-                            .and_then(|s| s.f_to_device(device))
-                            .at(span)?,
+                        step: self.count_on(device).at(span)?,
                     };
                     for &i in &members {
                         let state = &mut self.state[i];
@@ -230,6 +232,19 @@ impl Optim {
             }
         }
         Ok(())
+    }
+
+    /// The step count on `device`, set to this step's.
+    fn count_on(&mut self, device: Device) -> Result<Tensor, tch::TchError> {
+        let i = match self.counts.iter().position(|(d, _)| *d == device) {
+            Some(i) => i,
+            None => {
+                let zero = Tensor::f_zeros([], (Kind::Float, device))?;
+                self.counts.push((device, zero));
+                self.counts.len() - 1
+            }
+        };
+        self.counts[i].1.f_fill_(self.steps as f64)
     }
 
     /// Updates parameter `i`, `p`, by the single-tensor rule of its settings.
