@@ -189,6 +189,42 @@ fn a_non_finite_loss_names_the_step_and_points_at_the_learning_rate() {
     }
 }
 
+#[test]
+fn a_non_finite_loss_read_steps_later_still_names_its_step() {
+    // Without checkpoints or evaluations the loop reads the steps' losses every 16 steps (or
+    // half a second): the guard still names step 12, the first infinite one, and no later step
+    // is recorded.
+    let dir = scratch("nan-late");
+    let exp = r#"experiment "nan" {
+  data {
+    source synthetic(inputs: normal([16]), targets: normal([4]), count: 512)
+    batch 32
+    shuffle false
+  }
+  model {
+    input [16]
+    fc: linear(4)
+  }
+  device cpu
+  optimizer sgd(lr: 100)
+  train {
+    steps 40
+    loss mse
+  }
+}
+"#;
+    let t = failure(&dir, exp, "K0504(non-finite-loss)", "12:21");
+    assert!(
+        t.contains("the loss became infinite at step 12 (epoch 1)"),
+        "{t}"
+    );
+    let steps = std::fs::read_to_string(dir.join("run/steps.jsonl")).expect("steps");
+    let last: serde_json::Value =
+        serde_json::from_str(steps.lines().last().expect("a record")).expect("JSON");
+    assert_eq!(last["step"], 12, "{steps}");
+    assert_eq!(steps.lines().count(), 12, "{steps}");
+}
+
 const MNIST_LIKE: &str = r#"experiment "data" {
   data {
     source SOURCE

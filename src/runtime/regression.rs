@@ -4,7 +4,8 @@
 //! outputs (an output is one value of a sample's targets; a single target is one output).
 //!
 //! Sums in f64 over the batches, never a mean of batch means: `Σ|p - y|` and, per output,
-//! `Σ(p - y)²`, which processes that share an evaluation add up. `r2`'s denominators,
+//! `Σ(p - y)²`, kept on the device until the evaluation ends (one read), which processes that
+//! share an evaluation add up. `r2`'s denominators,
 //! `Σ(y - ȳ)²` per output, depend on the targets alone; every process computes them from the
 //! whole split in two passes (the mean first), so a target far from 0 loses no digits.
 
@@ -31,10 +32,9 @@ pub struct Regression {
     samples: f64,
     /// `Σ(y - ȳ)²` of each output over the whole split.
     spread: Vec<f64>,
-    /// `Σ|p - y|` over the batches seen, every output.
-    abs: f64,
-    /// `Σ(p - y)²` of each output over the batches seen.
-    squares: Vec<f64>,
+    /// `Σ|p - y|` over the batches seen, every output, then `Σ(p - y)²` of each output, in
+    /// f64 on the predictions' device; `None` before the first batch.
+    sums: Option<Tensor>,
     span: Span,
 }
 
@@ -72,9 +72,8 @@ impl Regression {
         let spread = values(&spread, span)?;
         Ok(Regression {
             samples: y.size()[0] as f64,
-            squares: vec![0.0; spread.len()],
             spread,
-            abs: 0.0,
+            sums: None,
             span,
         })
     }
@@ -84,50 +83,45 @@ impl Regression {
     pub fn add(&mut self, p: &Tensor, y: &Tensor) -> Result<(), Diagnostic> {
         let span = self.span;
         let e = per_output(p, span)?.f_sub(&per_output(y, span)?).at(span)?;
-        self.abs += e
+        let abs = e
             .f_abs()
             .at(span)?
             .f_sum(Kind::Double)
             .at(span)?
-            .f_double_value(&[])
+            .f_reshape([1])
             .at(span)?;
         let squares = e
             .f_square()
             .at(span)?
             .f_sum_dim_intlist(Some([0i64].as_slice()), false, Kind::Double)
             .at(span)?;
-        for (total, s) in self.squares.iter_mut().zip(values(&squares, span)?) {
-            *total += s;
-        }
+        let batch = Tensor::f_cat(&[abs, squares], 0).at(span)?;
+        self.sums = Some(match self.sums.take() {
+            None => batch,
+            Some(sums) => sums.f_add(&batch).at(span)?,
+        });
         Ok(())
     }
 
-    /// The sums that processes sharing an evaluation add up: `Σ|p - y|`, then `Σ(p - y)²` of
-    /// each output.
-    pub fn sums(&self) -> Vec<f64> {
-        let mut out = vec![self.abs];
-        out.extend_from_slice(&self.squares);
-        out
-    }
-
-    /// Takes the sums of every process, in the order of [`Regression::sums`].
-    pub fn set_sums(&mut self, sums: &[f64]) {
-        if let Some((abs, squares)) = sums.split_first() {
-            self.abs = *abs;
-            for (mine, all) in self.squares.iter_mut().zip(squares) {
-                *mine = *all;
-            }
+    /// The sums that processes sharing an evaluation add up, read from the device: `Σ|p - y|`,
+    /// then `Σ(p - y)²` of each output (zeros before any batch).
+    pub fn sums(&self) -> Result<Vec<f64>, Diagnostic> {
+        match &self.sums {
+            Some(t) => values(&t.f_to_device(tch::Device::Cpu).at(self.span)?, self.span),
+            None => Ok(vec![0.0; 1 + self.spread.len()]),
         }
     }
 
-    /// The metrics of the batches added. With `n` samples and `K` outputs: `mae = Σ|p - y| /
+    /// The metrics of the split from `sums` (every process's [`Regression::sums`] added up).
+    /// With `n` samples and `K` outputs: `mae = Σ|p - y| /
     /// (n K)`; `rmse = mean_k sqrt(Σ(p - y)²_k / n)`; `r2 = mean_k r2_k`, `r2_k = 1 -
     /// Σ(p - y)²_k / Σ(y - ȳ)²_k`, 1 when the output's predictions are exact and 0 when they
     /// are not and its targets are constant (scikit-learn's `force_finite`). NaN where
     /// scikit-learn has none: every metric of an empty split, `r2` of fewer than 2 samples.
-    pub fn scores(&self) -> Scores {
+    pub fn scores(&self, sums: &[f64]) -> Scores {
+        let (abs, squares) = sums.split_first().unwrap_or((&0.0, &[]));
         let n = self.samples;
-        let k = self.squares.len() as f64;
+        let k = squares.len() as f64;
         if n == 0.0 || k == 0.0 {
             return Scores {
                 mae: f64::NAN,
@@ -135,11 +129,11 @@ impl Regression {
                 r2: f64::NAN,
             };
         }
-        let rmse = self.squares.iter().map(|s| (s / n).sqrt()).sum::<f64>() / k;
+        let rmse = squares.iter().map(|s| (s / n).sqrt()).sum::<f64>() / k;
         let r2 = if n < 2.0 {
             f64::NAN
         } else {
-            let each = self.squares.iter().zip(&self.spread).map(|(&res, &tot)| {
+            let each = squares.iter().zip(&self.spread).map(|(&res, &tot)| {
                 if res == 0.0 {
                     1.0
                 } else if tot == 0.0 {
@@ -151,7 +145,7 @@ impl Regression {
             each.sum::<f64>() / k
         };
         Scores {
-            mae: self.abs / (n * k),
+            mae: abs / (n * k),
             rmse,
             r2,
         }
@@ -190,7 +184,7 @@ mod tests {
             .iter()
             .map(|v: &f64| (v - 100.15).powi(2))
             .sum::<f64>();
-        let s = r.scores();
+        let s = r.scores(&r.sums().expect("sums"));
         assert!((s.mae - 5.5 / 10.0).abs() < 1e-15, "{s:?}");
         let rmse = ((res0 / 5.0f64).sqrt() + (res1 / 5.0f64).sqrt()) / 2.0;
         assert!((s.rmse - rmse).abs() < 1e-15, "{s:?}");
@@ -203,14 +197,14 @@ mod tests {
         let y = tensor(&[2.0, 2.0, 2.0], &[3]);
         let mut exact = Regression::new(&y, Span::default()).expect("sums");
         exact.add(&y, &y).expect("batch");
-        assert_eq!(exact.scores().r2, 1.0);
+        assert_eq!(exact.scores(&exact.sums().expect("sums")).r2, 1.0);
         let mut off = Regression::new(&y, Span::default()).expect("sums");
         off.add(&tensor(&[2.0, 3.0, 2.0], &[3]), &y).expect("batch");
-        assert_eq!(off.scores().r2, 0.0);
+        assert_eq!(off.scores(&off.sums().expect("sums")).r2, 0.0);
         let one = tensor(&[1.0], &[1]);
         let mut single = Regression::new(&one, Span::default()).expect("sums");
         single.add(&tensor(&[1.5], &[1]), &one).expect("batch");
-        assert!(single.scores().r2.is_nan());
-        assert_eq!(single.scores().mae, 0.5);
+        assert!(single.scores(&single.sums().expect("sums")).r2.is_nan());
+        assert_eq!(single.scores(&single.sums().expect("sums")).mae, 0.5);
     }
 }

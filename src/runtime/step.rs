@@ -71,27 +71,80 @@ pub struct Batch<'a> {
 
 /// What the mean loss of a whole batch divides by, so that every micro-batch, replica slice or
 /// rank's shard contributes its exact part of it: `Σ part = F.<loss>(batch, reduction="mean")`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub struct Whole {
     /// The batch's samples.
     pub samples: f64,
     /// For class targets, the weights of the batch's targets not ignored (class weights, or 1
-    /// each, over the targets not equal to `ignore_index`); `None` for other losses.
-    pub weight: Option<f64>,
+    /// each, over the targets not equal to `ignore_index`), a scalar on the targets' device,
+    /// never read by the step; `None` for other losses.
+    pub weight: Option<Tensor>,
 }
 
-/// What the forward passes of one batch computed.
-#[derive(Debug, Clone, Copy, Default)]
+impl Clone for Whole {
+    fn clone(&self) -> Whole {
+        Whole {
+            samples: self.samples,
+            weight: self.weight.as_ref().map(Tensor::shallow_clone),
+        }
+    }
+}
+
+/// What the forward passes of one batch computed, kept where it was computed: the step reads
+/// nothing back from the device (the loop reads every step's values when they are due).
+#[derive(Debug, Default)]
 pub struct Pass {
-    /// The batch's mean loss times its samples (the sum over them without class weights or
-    /// ignored targets).
-    pub loss_sum: f64,
-    /// Correct top-1 predictions, for class targets, among those accuracy counts.
-    pub correct: f64,
-    /// The class targets accuracy counts: those not equal to `ignore_index`.
-    pub counted: f64,
-    /// The first non-finite micro-batch loss; the pass stopped there, before its backward.
-    pub nonfinite: Option<f64>,
+    /// `[loss sum, correct, counted]` in f64 on the loss's device: the batch's mean loss times
+    /// its samples (the sum over them without class weights or ignored targets), the correct
+    /// top-1 predictions for class targets, and the class targets accuracy counts (those not
+    /// equal to `ignore_index`); `None` before anything is counted.
+    tally: Option<Tensor>,
+    /// Whether the values were agreed among the ranks of a process group, on the host.
+    agreed: bool,
+}
+
+impl Pass {
+    /// A pass whose values are known on the host (agreed over the ranks of a process group).
+    pub fn known(values: [f64; 3]) -> Result<Pass, tch::TchError> {
+        Ok(Pass {
+            tally: Some(Tensor::f_from_slice(&values)?),
+            agreed: true,
+        })
+    }
+
+    /// Adds `other`'s counts to this pass's, on this pass's device.
+    pub fn add(&mut self, other: Pass) -> Result<(), tch::TchError> {
+        self.agreed |= other.agreed;
+        let Some(t) = other.tally else {
+            return Ok(());
+        };
+        self.tally = Some(match self.tally.take() {
+            None => t,
+            Some(mine) => {
+                let t = t.f_to_device(mine.device())?;
+                mine.f_add(&t)?
+            }
+        });
+        Ok(())
+    }
+
+    /// `[loss sum, correct, counted]` read to the host (a device read: only where the values
+    /// are needed at once, as the ranks of a process group agreeing on a step).
+    pub fn values(&self) -> Result<[f64; 3], tch::TchError> {
+        let Some(t) = &self.tally else {
+            return Ok([0.0; 3]);
+        };
+        let v = Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu)?)?;
+        Ok([v[0], v[1], v[2]])
+    }
+
+    /// The tally as a tensor (zeros when nothing was counted), on its device.
+    pub fn tally(self) -> Result<Tensor, tch::TchError> {
+        match self.tally {
+            Some(t) => Ok(t),
+            None => Tensor::f_zeros([3], (Kind::Double, tch::Device::Cpu)),
+        }
+    }
 }
 
 /// How the gradients of one batch come to be: on the model's own devices, over replicas, through
@@ -120,8 +173,7 @@ pub trait Backprop {
     }
 }
 
-/// Calls `f(x, y, pass)` on each micro-batch of `batch` in order, until one leaves a
-/// non-finite loss in the pass.
+/// Calls `f(x, y, pass)` on each micro-batch of `batch` in order.
 pub fn micro_batches(
     batch: &Batch,
     mut f: impl FnMut(&Tensor, &Tensor, &mut Pass) -> Result<(), Diagnostic>,
@@ -131,9 +183,6 @@ pub fn micro_batches(
     let mut pass = Pass::default();
     for (xm, ym) in xs.iter().zip(&ys) {
         f(xm, ym, &mut pass)?;
-        if pass.nonfinite.is_some() {
-            break;
-        }
     }
     Ok(pass)
 }
@@ -215,7 +264,8 @@ impl Objective {
 
     /// The micro-batch `(out, y)`'s part of its whole batch's mean loss, as a tensor to
     /// backward, counted into `pass` (loss and accuracy) `times` times (0 for a rank's stand-in
-    /// row); `None` when it is not finite (recorded in `pass`, nothing counted).
+    /// row). Nothing is read back: a non-finite loss is counted like any other, and the loop
+    /// finds it when it reads the step's values.
     ///
     /// Without per-target weights the part is the micro-batch's mean times its share of the
     /// samples; with them, its summed loss over the whole batch's weight, so that the parts
@@ -224,16 +274,22 @@ impl Objective {
         &self,
         out: &Tensor,
         y: &Tensor,
-        whole: Whole,
+        whole: &Whole,
         pass: &mut Pass,
         times: f64,
-    ) -> Result<Option<Tensor>, Diagnostic> {
+    ) -> Result<Tensor, Diagnostic> {
         let span = self.span;
-        let part = match whole.weight {
-            Some(total) => self
-                .reduced(out, y, Reduction::Sum)?
-                .f_div_scalar(total)
-                .at(span)?,
+        let part = match &whole.weight {
+            Some(total) => {
+                let sum = self.reduced(out, y, Reduction::Sum)?;
+                // In the loss's own dtype, as dividing by a number would compute it.
+                let total = total
+                    .f_to_device(sum.device())
+                    .at(span)?
+                    .f_to_kind(sum.kind())
+                    .at(span)?;
+                sum.f_div(&total).at(span)?
+            }
             None => {
                 let m = y.size().first().copied().unwrap_or(0) as f64;
                 self.loss(out, y)?
@@ -241,30 +297,49 @@ impl Objective {
                     .at(span)?
             }
         };
-        let value = part.f_double_value(&[]).at(span)?;
-        if !value.is_finite() {
-            pass.nonfinite = Some(value);
-            return Ok(None);
-        }
-        pass.loss_sum += value * whole.samples * times;
-        if self.classes() {
-            pass.correct += self.correct(out, y)? * times;
-            pass.counted += self.counted(y)? * times;
-        }
-        Ok(Some(part))
+        let counted = tch::no_grad(|| -> Result<Tensor, Diagnostic> {
+            let loss = part
+                .f_detach()
+                .at(span)?
+                .f_to_kind(Kind::Double)
+                .at(span)?
+                .f_mul_scalar(whole.samples)
+                .at(span)?
+                .f_mul_scalar(times)
+                .at(span)?
+                .f_reshape([1])
+                .at(span)?;
+            let (correct, counted) = if self.classes() {
+                (self.correct(out, y)?, self.counted(y)?)
+            } else {
+                let zero = Tensor::f_zeros([], (Kind::Double, loss.device())).at(span)?;
+                (zero.shallow_clone(), zero)
+            };
+            let accuracy = Tensor::f_stack(&[correct, counted], 0)
+                .at(span)?
+                .f_mul_scalar(times)
+                .at(span)?;
+            Tensor::f_cat(&[loss, accuracy], 0).at(span)
+        })?;
+        pass.add(Pass {
+            tally: Some(counted),
+            agreed: false,
+        })
+        .at(span)?;
+        Ok(part)
     }
 
     /// The weights of the class targets `y` not equal to `ignore_index`: `weight[y_i]` each, or
-    /// 1 without class weights.
+    /// 1 without class weights; an f64 scalar on the targets' device.
     fn target_weight(
         &self,
         y: &Tensor,
         weight: &Option<Vec<f64>>,
         ignore_index: i64,
-    ) -> Result<f64, Diagnostic> {
+    ) -> Result<Tensor, Diagnostic> {
         let span = self.span;
         let kept = y.f_ne(ignore_index).at(span)?;
-        let total = match weights(weight, y.device()).at(span)? {
+        match weights(weight, y.device()).at(span)? {
             Some(w) => {
                 let safe = y.f_where_scalarother(&kept, 0).at(span)?;
                 w.f_index_select(0, &safe.f_reshape([-1]).at(span)?)
@@ -272,20 +347,20 @@ impl Objective {
                     .f_mul(&kept.f_reshape([-1]).at(span)?)
                     .at(span)?
                     .f_sum(Kind::Double)
-                    .at(span)?
+                    .at(span)
             }
-            None => kept.f_sum(Kind::Double).at(span)?,
-        };
-        total.f_double_value(&[]).at(span)
+            None => kept.f_sum(Kind::Double).at(span),
+        }
     }
 
-    /// `(sum, weight)` of a batch: the loss summed over its samples and what the mean divides
-    /// it by (the weights of the class targets not ignored; the samples otherwise), so that
-    /// a split's mean loss is `sum of sums / sum of weights` whatever its batches.
-    pub fn sums(&self, out: &Tensor, y: &Tensor) -> Result<(f64, f64), Diagnostic> {
+    /// `[sum, weight]` of a batch, in f64 on the device: the loss summed over its samples and
+    /// what the mean divides it by (the weights of the class targets not ignored; the samples
+    /// otherwise), so that a split's mean loss is `sum of sums / sum of weights` whatever its
+    /// batches.
+    pub fn sums(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Diagnostic> {
         let span = self.span;
         let n = out.size().first().copied().unwrap_or(0) as f64;
-        let (weight, ignore_index) = match &self.loss {
+        let (sum, weight) = match &self.loss {
             Loss::CrossEntropy {
                 weight,
                 ignore_index,
@@ -294,17 +369,22 @@ impl Objective {
             | Loss::Nll {
                 weight,
                 ignore_index,
-            } => (weight, *ignore_index),
-            _ => {
-                let mean = self.loss(out, y)?.f_double_value(&[]).at(span)?;
-                return Ok((mean * n, n));
-            }
+            } => (
+                self.reduced(out, y, Reduction::Sum)?
+                    .f_to_kind(Kind::Double)
+                    .at(span)?,
+                self.target_weight(y, weight, *ignore_index)?,
+            ),
+            _ => (
+                self.loss(out, y)?
+                    .f_to_kind(Kind::Double)
+                    .at(span)?
+                    .f_mul_scalar(n)
+                    .at(span)?,
+                Tensor::f_full([], n, (Kind::Double, out.device())).at(span)?,
+            ),
         };
-        let sum = self
-            .reduced(out, y, Reduction::Sum)?
-            .f_double_value(&[])
-            .at(span)?;
-        Ok((sum, self.target_weight(y, weight, ignore_index)?))
+        Tensor::f_stack(&[sum, weight], 0).at(span)
     }
 
     /// The loss of a batch with `reduction`.
@@ -422,14 +502,15 @@ impl Objective {
     /// Correct top-1 predictions in a batch, in samples: with a class per token, the correct
     /// tokens over the tokens of a sample, so that a sum over batches divided by their samples
     /// is the fraction of correct tokens. Targets equal to `ignore_index` are never correct.
-    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
+    /// An f64 scalar on the device.
+    pub fn correct(&self, out: &Tensor, y: &Tensor) -> Result<Tensor, Diagnostic> {
         let pred = out.f_argmax(-1, false).at(self.span)?;
         self.tally(&pred.f_eq_tensor(y).at(self.span)?, y)
     }
 
     /// Targets in the top `k` scores of a batch, in samples as [`Objective::correct`] counts
     /// them.
-    pub fn in_top(&self, out: &Tensor, y: &Tensor, k: i64) -> Result<f64, Diagnostic> {
+    pub fn in_top(&self, out: &Tensor, y: &Tensor, k: i64) -> Result<Tensor, Diagnostic> {
         let span = self.span;
         let (_, idx) = out.f_topk(k, -1, true, true).at(span)?;
         let hit = idx
@@ -442,7 +523,7 @@ impl Objective {
 
     /// The targets of a batch not ignored, in samples as [`Objective::correct`] counts them:
     /// what accuracy divides by.
-    pub fn counted(&self, y: &Tensor) -> Result<f64, Diagnostic> {
+    pub fn counted(&self, y: &Tensor) -> Result<Tensor, Diagnostic> {
         let all = y
             .f_ones_like()
             .at(self.span)?
@@ -452,8 +533,8 @@ impl Objective {
     }
 
     /// The targets of `y` where `hit` holds and that are not ignored, divided by the targets
-    /// per sample.
-    fn tally(&self, hit: &Tensor, y: &Tensor) -> Result<f64, Diagnostic> {
+    /// per sample, as an f64 scalar on the device.
+    fn tally(&self, hit: &Tensor, y: &Tensor) -> Result<Tensor, Diagnostic> {
         let span = self.span;
         let hit = match &self.loss {
             Loss::CrossEntropy { ignore_index, .. } | Loss::Nll { ignore_index, .. } => hit
@@ -463,30 +544,27 @@ impl Objective {
         };
         let samples = y.size().first().copied().unwrap_or(1).max(1);
         let per_sample = (y.numel() as i64 / samples).max(1) as f64;
-        let hits = hit
-            .f_sum(Kind::Double)
+        hit.f_sum(Kind::Double)
             .at(span)?
-            .f_double_value(&[])
-            .at(span)?;
-        Ok(hits / per_sample)
+            .f_div_scalar(per_sample)
+            .at(span)
     }
 }
 
-/// What one step computed.
-#[derive(Debug, Clone, Copy)]
+/// What one step computed, left on the device: the step reads nothing back.
+#[derive(Debug)]
 pub struct Stepped {
-    /// The mean loss over the batch; on a non-finite loss, that value, and the step was not
-    /// taken.
-    pub loss: f64,
-    /// The loss summed over the batch's samples.
-    pub loss_sum: f64,
     /// Samples in the batch.
     pub samples: f64,
-    /// Correct top-1 predictions, for class targets, among those accuracy counts.
-    pub correct: f64,
-    /// The class targets not ignored, what accuracy divides `correct` by (the samples
-    /// otherwise).
-    pub counted: f64,
+    /// `[loss sum, correct, counted, weight]` in f64: the batch's mean loss times its samples
+    /// (non-finite when the loss was), the correct top-1 predictions for class targets among
+    /// those accuracy counts, the class targets not ignored (what accuracy divides `correct`
+    /// by), and what the batch's mean divides by (its class targets' weight: 0 when every
+    /// target is ignored, K0420; the samples for other losses).
+    pub tally: Tensor,
+    /// Whether the ranks of a process group agreed on the values (then every rank reads them
+    /// at once, so that all see a non-finite loss at the same step).
+    pub agreed: bool,
 }
 
 /// Takes optimizer steps: the optimizer, the fp16 loss scaler and the settings of a step.
@@ -524,8 +602,10 @@ impl Stepper {
     }
 
     /// One optimizer step on the batch `(x, y)` at learning rate `lr`: `backprop` computes
-    /// the gradients of the batch's mean loss over `accumulate` micro-batches; a non-finite
-    /// micro-batch loss stops the step before the update.
+    /// the gradients of the batch's mean loss over `accumulate` micro-batches. Nothing is read
+    /// back from the device (but for fp16's overflow check): a non-finite loss or a batch whose
+    /// targets are all ignored is in the returned values, for the loop to find when it reads
+    /// them.
     pub fn step(
         &mut self,
         backprop: &mut dyn Backprop,
@@ -544,9 +624,10 @@ impl Stepper {
         }
         let n = x.size().first().copied().unwrap_or(1);
         let whole = objective.whole(y)?;
-        if whole.weight == Some(0.0) {
-            return Err(objective.weightless());
-        }
+        let weight = match &whole.weight {
+            Some(w) => w.f_reshape([1]).at(span)?,
+            None => Tensor::f_from_slice(&[n as f64]).at(span)?,
+        };
         let batch = Batch {
             x,
             y,
@@ -556,17 +637,10 @@ impl Stepper {
             span,
         };
         let pass = backprop.backprop(model, objective, &batch)?;
-        if let Some(value) = pass.nonfinite {
-            return Ok(Stepped {
-                loss: value,
-                loss_sum: value,
-                samples: n as f64,
-                correct: pass.correct,
-                counted: pass.counted,
-            });
-        }
-        let loss = pass.loss_sum;
-        let correct = pass.correct;
+        let agreed = pass.agreed;
+        let counted = pass.tally().at(span)?;
+        let weight = weight.f_to_device(counted.device()).at(span)?;
+        let tally = Tensor::f_cat(&[counted, weight], 0).at(span)?;
         for h in &mut self.hooks {
             h.gradients_ready(&self.params, span)?;
         }
@@ -579,11 +653,9 @@ impl Stepper {
             }
         }
         Ok(Stepped {
-            loss: loss / n as f64,
-            loss_sum: loss,
             samples: n as f64,
-            correct,
-            counted: pass.counted,
+            tally,
+            agreed,
         })
     }
 }

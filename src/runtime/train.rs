@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use tch::Device;
+use tch::{Device, Tensor};
 
 use super::budget::Budget;
 use super::cancel::Cancel;
@@ -109,9 +109,10 @@ pub fn evaluate(
     let classes = objective.classes();
     let wants = |m: Metric| objective.regression() && exp.train.metrics.contains(&m);
     tch::no_grad(|| {
-        // `counted`: the class targets accuracy counts (those not ignored), in samples.
-        let (mut loss, mut weight, mut correct, mut in_top, mut counted) =
-            (0.0, 0.0, 0.0, 0.0, 0.0);
+        // `[loss, weight, correct, in top k, counted]` summed over the batches on the device,
+        // read once at the end; `counted`: the class targets accuracy counts (those not
+        // ignored), in samples.
+        let mut totals: Option<Tensor> = None;
         // The regression metrics' sums, over the whole split's targets.
         let mut regression = if [Metric::Mae, Metric::Rmse, Metric::R2]
             .into_iter()
@@ -127,33 +128,43 @@ pub fn evaluate(
             let (x, y) = batch?;
             let out = model.forward(&x, false)?;
             let y = y.f_to_device(out.device()).at(span)?;
-            let (sum, w) = objective.sums(&out, &y)?;
-            loss += sum;
-            weight += w;
-            if classes {
+            let sums = objective.sums(&out, &y)?;
+            let zero = || Tensor::f_zeros([1], (tch::Kind::Double, out.device())).at(span);
+            let accuracy = if classes {
                 // Accuracy counts the targets not ignored (every token of a class per token).
-                correct += objective.correct(&out, &y)?;
-                if let Some(k) = top_k {
-                    in_top += objective.in_top(&out, &y, k as i64)?;
-                }
-                counted += objective.counted(&y)?;
-            }
+                let in_top = match top_k {
+                    Some(k) => objective.in_top(&out, &y, k as i64)?,
+                    None => zero()?.f_reshape([]).at(span)?,
+                };
+                Tensor::f_stack(
+                    &[objective.correct(&out, &y)?, in_top, objective.counted(&y)?],
+                    0,
+                )
+                .at(span)?
+            } else {
+                zero()?.f_expand([3], false).at(span)?
+            };
+            let row = Tensor::f_cat(&[sums, accuracy], 0).at(span)?;
+            totals = Some(match totals.take() {
+                None => row,
+                Some(t) => t.f_add(&row).at(span)?,
+            });
             if let Some(r) = &mut regression {
                 let (p, y) = objective.fit(&out, &y)?;
                 r.add(&p, &y)?;
             }
         }
-        let mut sums = vec![loss, weight, correct, in_top, counted];
+        let mut sums = match &totals {
+            Some(t) => Vec::<f64>::try_from(&t.f_to_device(Device::Cpu).at(span)?).at(span)?,
+            None => vec![0.0; 5],
+        };
         if let Some(r) = &regression {
-            sums.extend(r.sums());
+            sums.extend(r.sums()?);
         }
         backprop.reduce(&mut sums)?;
         let (loss, weight, correct, in_top, counted) =
             (sums[0], sums[1], sums[2], sums[3], sums[4]);
-        let scores = regression.map(|mut r| {
-            r.set_sums(&sums[5..]);
-            r.scores()
-        });
+        let scores = regression.map(|r| r.scores(&sums[5..]));
         let score = |m: Metric, f: fn(&Scores) -> f64| scores.as_ref().filter(|_| wants(m)).map(f);
         // A split whose class targets are all ignored has no mean; it reports 0.
         let mean = |sum: f64, over: f64| if over > 0.0 { sum / over } else { 0.0 };
@@ -169,6 +180,52 @@ pub fn evaluate(
             r2: score(Metric::R2, |s| s.r2),
         })
     })
+}
+
+/// A step whose values are still on the device.
+struct Due {
+    step: u64,
+    lr: f64,
+    samples: f64,
+    samples_per_s: f64,
+    /// The step's `[loss sum, correct, counted, weight]` ([`super::step::Stepped`]).
+    tally: Tensor,
+    /// Whether the ranks of a process group agreed on them: then they are read at once.
+    agreed: bool,
+}
+
+/// The steps whose values have not been read yet. Reading a value from a CUDA device waits for
+/// every kernel queued before it, so the loop reads them together when they are due, on every
+/// device alike: when an evaluation, a checkpoint or a stop needs the sums, at the end of an
+/// epoch, once [`Pending::STEPS`] steps or [`Pending::SECONDS`] have passed since the last
+/// read, and at once where the ranks of a process group agreed on them (every rank then fails
+/// at the same step). The NaN guard sees every step in order and names the first non-finite
+/// one; the steps taken after it are never checkpointed.
+struct Pending {
+    steps: Vec<Due>,
+    /// When the values were last read.
+    read: Instant,
+}
+
+impl Pending {
+    /// Steps between reads at most.
+    const STEPS: usize = 16;
+    /// Seconds between reads at most (the progress display's refresh).
+    const SECONDS: f64 = 0.5;
+
+    fn new() -> Pending {
+        Pending {
+            steps: Vec::new(),
+            read: Instant::now(),
+        }
+    }
+
+    /// Whether the values are due now.
+    fn due(&self) -> bool {
+        self.steps.len() >= Self::STEPS
+            || self.read.elapsed().as_secs_f64() >= Self::SECONDS
+            || self.steps.last().is_some_and(|d| d.agreed)
+    }
 }
 
 impl Trainer<'_> {
@@ -236,14 +293,88 @@ impl Trainer<'_> {
     /// The run goes through its phases ([`Timeline`]): each one ends when its steps are taken
     /// or when early stopping ends it, at the end of an epoch; the boundary where it ends is
     /// processed once (pruning, rewinding), then the next phase starts with a new epoch.
+    ///
+    /// Steps leave their values on the device; the loop reads them when they are due
+    /// ([`Pending`]). A run that fails reads those of the steps it took first, so that their
+    /// records are kept and a non-finite loss among them is the failure it reports.
     pub fn run(&mut self, resume: Option<Saved>) -> Result<Outcome, Diagnostic> {
+        let objective = Objective::new(self.exp);
+        let mut pos = Position::default();
+        let mut pending = Pending::new();
+        match self.train(resume, &objective, &mut pos, &mut pending) {
+            Ok(outcome) => Ok(outcome),
+            Err(failure) => {
+                self.settle(&mut pending, &objective, &mut pos)?;
+                Err(failure)
+            }
+        }
+    }
+
+    /// Reads the values of the steps taken since the last read, in order: each step's record
+    /// and the epoch's sums, then the hooks' `after_step` (the NaN guard among them, naming the
+    /// step whose loss was not finite). A batch whose class targets were all ignored is K0420.
+    fn settle(
+        &mut self,
+        pending: &mut Pending,
+        objective: &Objective,
+        pos: &mut Position,
+    ) -> Result<Flow, Diagnostic> {
+        pending.read = Instant::now();
+        let steps = std::mem::take(&mut pending.steps);
+        let Some(first) = steps.first() else {
+            return Ok(Flow::Continue);
+        };
+        let span = self.exp.optimizer.span;
+        let on = first.tally.device();
+        let tallies: Vec<Tensor> = if steps.iter().all(|d| d.tally.device() == on) {
+            vec![Tensor::f_cat(&steps.iter().map(|d| &d.tally).collect::<Vec<_>>(), 0).at(span)?]
+        } else {
+            steps.iter().map(|d| d.tally.shallow_clone()).collect()
+        };
+        let mut values = Vec::with_capacity(4 * steps.len());
+        for t in tallies {
+            values.extend(Vec::<f64>::try_from(&t.f_to_device(Device::Cpu).at(span)?).at(span)?);
+        }
+        let mut flow = Flow::Continue;
+        for (d, v) in steps.iter().zip(values.chunks_exact(4)) {
+            if objective.classes() && v[3] == 0.0 {
+                return Err(objective.weightless());
+            }
+            pos.epoch_loss_sum += v[0];
+            pos.epoch_correct += v[1];
+            pos.epoch_counted += v[2];
+            pos.epoch_seen += d.samples;
+            let report = StepReport {
+                step: d.step,
+                loss: v[0] / d.samples,
+                lr: d.lr,
+                samples_per_s: d.samples_per_s,
+            };
+            let mut cx = Cx {
+                pos: &mut *pos,
+                out: &mut *self.out,
+            };
+            flow = flow.and(each(&mut self.hooks, &mut cx, |h, cx| {
+                h.after_step(cx, &report)
+            })?);
+        }
+        Ok(flow)
+    }
+
+    /// The training loop of [`Trainer::run`], from `pos` (the start, or the checkpoint's).
+    fn train(
+        &mut self,
+        resume: Option<Saved>,
+        objective: &Objective,
+        pos: &mut Position,
+        pending: &mut Pending,
+    ) -> Result<Outcome, Diagnostic> {
         let exp = self.exp;
         let t = &exp.train;
         let span = exp.optimizer.span;
         let budget = self.budget;
         let timeline = self.timeline;
         let batch = exp.data.batch as i64;
-        let objective = Objective::new(exp);
         let mut lr = Lr::new(
             exp.optimizer.lr,
             &exp.schedule,
@@ -256,12 +387,11 @@ impl Trainer<'_> {
         }
         let mut checkpoints =
             Checkpoints::new(exp, &budget, self.fingerprint.clone(), self.history.clone());
-        let mut pos = Position::default();
         if let Some((side, tensors)) = resume {
             self.strategy
                 .restore(self.model, &mut stepper.optim, &tensors, span)?;
             stepper.optim.steps = side.position.optimizer_steps.unwrap_or(side.position.step);
-            pos = side.position;
+            *pos = side.position;
             lr.resume(pos.plateau);
             self.out.truncate_metrics(pos.metrics_lines, pos.step)?;
         }
@@ -279,22 +409,22 @@ impl Trainer<'_> {
         loop {
             // A phase that is over ends between epochs, once its last epoch is recorded; its
             // boundary is processed when the run goes on from there or ends there.
-            if pos.batch_in_epoch == 0 && timeline.over(&pos) {
-                let last = timeline.is_last(&pos);
+            if pos.batch_in_epoch == 0 && timeline.over(&*pos) {
+                let last = timeline.is_last(&*pos);
                 if !last && pos.step >= budget.stop {
                     break;
                 }
-                changed = self.boundary(&objective, &mut stepper, &mut pos, true)?;
+                changed = self.boundary(objective, &mut stepper, &mut *pos, true)?;
                 if last {
                     break;
                 }
-                timeline.advance(&mut pos);
+                timeline.advance(&mut *pos);
             }
             if pos.step >= budget.stop {
                 break;
             }
             let epoch = pos.epoch;
-            let until = timeline.due(&pos).min(budget.stop);
+            let until = timeline.due(&*pos).min(budget.stop);
             let mut loader = Loader::training(
                 &self.splits.train,
                 batch,
@@ -322,17 +452,17 @@ impl Trainer<'_> {
                 None => (now, pos.epoch_seen),
             };
             let mut cx = Cx {
-                pos: &mut pos,
+                pos: &mut *pos,
                 out: &mut *self.out,
             };
             for h in &mut self.hooks {
                 h.start_epoch(&mut cx, batches, done);
             }
-            while pos.step < until && !timeline.over(&pos) {
+            while pos.step < until && !timeline.over(&*pos) {
                 let Some(next) = loader.next() else { break };
                 let (x, y) = next?;
-                self.boundary(&objective, &mut stepper, &mut pos, false)?;
-                let at = timeline.lr_step(&pos, pos.step);
+                self.boundary(objective, &mut stepper, &mut *pos, false)?;
+                let at = timeline.lr_step(&*pos, pos.step);
                 let step_lr = lr.at(at);
                 stepper.optim.momentum = lr.momentum(at);
                 // Seeding each step makes dropout depend only on (seed, step): a resumed run
@@ -341,7 +471,7 @@ impl Trainer<'_> {
                 let s = stepper.step(
                     self.strategy.as_mut(),
                     self.model,
-                    &objective,
+                    objective,
                     &x,
                     &y,
                     step_lr,
@@ -349,32 +479,31 @@ impl Trainer<'_> {
                 pos.step += 1;
                 pos.batch_in_epoch += 1;
                 changed = false;
-                pos.epoch_loss_sum += s.loss_sum;
-                pos.epoch_correct += s.correct;
-                pos.epoch_counted += s.counted;
-                pos.epoch_seen += s.samples;
                 pos.samples += s.samples;
                 let elapsed = started.elapsed().as_secs_f64();
                 pos.seconds = base_seconds + elapsed;
                 pos.wait_seconds = base_wait + wait + loader.wait_seconds();
-                let report = StepReport {
+                pending.steps.push(Due {
                     step: pos.step,
-                    loss: s.loss,
                     lr: step_lr,
+                    samples: s.samples,
                     samples_per_s: (pos.samples - base_samples) / elapsed.max(1e-9),
-                };
-                let mut cx = Cx {
-                    pos: &mut pos,
-                    out: &mut *self.out,
-                };
-                let mut flow = each(&mut self.hooks, &mut cx, |h, cx| h.after_step(cx, &report))?;
-                if matches!(t.eval_every, Duration::Steps(_))
-                    && timeline.eval_due(&pos, t.eval_every, false)
-                {
+                    tally: s.tally,
+                    agreed: s.agreed,
+                });
+                let eval_due = matches!(t.eval_every, Duration::Steps(_))
+                    && timeline.eval_due(&*pos, t.eval_every, false);
+                let save_due = checkpoints.due(pos.step);
+                let cancelled = self.cancel.is_cancelled();
+                let mut flow = Flow::Continue;
+                if pending.due() || eval_due || save_due || cancelled {
+                    flow = self.settle(pending, objective, pos)?;
+                }
+                if eval_due {
                     let train_loss = pos.epoch_loss_sum / pos.epoch_seen.max(1.0);
                     let f = self.validate_due(
-                        &objective,
-                        &mut pos,
+                        objective,
+                        &mut *pos,
                         train_loss,
                         &mut lr,
                         &mut last_val,
@@ -382,50 +511,53 @@ impl Trainer<'_> {
                     flow = flow.and(f);
                 }
                 if flow == Flow::Stop {
-                    timeline.stop(&mut pos);
+                    timeline.stop(&mut *pos);
                 }
-                if checkpoints.due(pos.step) {
+                if save_due {
                     checkpoints.save(
                         self.strategy.as_ref(),
                         self.model,
                         &stepper.optim,
-                        &pos,
+                        &*pos,
                         &mut *self.out,
                     )?;
                 }
-                if self.cancel.is_cancelled() {
+                if cancelled {
                     checkpoints.save(
                         self.strategy.as_ref(),
                         self.model,
                         &stepper.optim,
-                        &pos,
+                        &*pos,
                         &mut *self.out,
                     )?;
-                    return Err(self.interrupted(&pos));
+                    return Err(self.interrupted(&*pos));
                 }
             }
             wait += loader.wait_seconds();
+            let flow = self.settle(pending, objective, pos)?;
             // A phase that is over closes its last epoch, however many of its batches it took.
-            let epoch_done = pos.batch_in_epoch >= budget.per_epoch || timeline.over(&pos);
+            let epoch_done = pos.batch_in_epoch >= budget.per_epoch || timeline.over(&*pos);
             let seconds = base_seconds + started.elapsed().as_secs_f64() - began;
             let record = EpochRecord {
                 epoch: epoch + 1,
                 step: pos.step,
-                lr: lr.at(timeline.lr_step(&pos, pos.step.saturating_sub(1))),
+                lr: lr.at(timeline.lr_step(&*pos, pos.step.saturating_sub(1))),
                 train_loss: pos.epoch_loss_sum / pos.epoch_seen.max(1.0),
                 train_accuracy: objective
                     .classes()
                     .then_some(pos.epoch_correct / pos.epoch_counted.max(f64::MIN_POSITIVE)),
                 seconds,
                 samples_per_s: (pos.epoch_seen - seen_before) / seconds.max(1e-9),
-                phase: timeline.tag(&pos, epoch + 1),
+                phase: timeline.tag(&*pos, epoch + 1),
             };
             pos.train_loss = record.train_loss;
             let mut cx = Cx {
-                pos: &mut pos,
+                pos: &mut *pos,
                 out: &mut *self.out,
             };
-            let mut flow = each(&mut self.hooks, &mut cx, |h, cx| h.after_epoch(cx, &record))?;
+            let mut flow = flow.and(each(&mut self.hooks, &mut cx, |h, cx| {
+                h.after_epoch(cx, &record)
+            })?);
             if epoch_done {
                 pos.epoch += 1;
                 pos.batch_in_epoch = 0;
@@ -434,12 +566,12 @@ impl Trainer<'_> {
                 pos.epoch_counted = 0.0;
                 pos.epoch_seen = 0.0;
                 if matches!(t.eval_every, Duration::Epochs(_))
-                    && timeline.eval_due(&pos, t.eval_every, true)
+                    && timeline.eval_due(&*pos, t.eval_every, true)
                 {
                     let train_loss = record.train_loss;
                     let f = self.validate_due(
-                        &objective,
-                        &mut pos,
+                        objective,
+                        &mut *pos,
                         train_loss,
                         &mut lr,
                         &mut last_val,
@@ -448,7 +580,7 @@ impl Trainer<'_> {
                 }
             }
             if flow == Flow::Stop {
-                timeline.stop(&mut pos);
+                timeline.stop(&mut *pos);
             }
         }
         pos.seconds = base_seconds + started.elapsed().as_secs_f64();
@@ -459,7 +591,7 @@ impl Trainer<'_> {
         outcome.samples_per_s = pos.samples / pos.seconds.max(1e-9);
         outcome.data_wait = (pos.wait_seconds / pos.seconds.max(1e-9)).min(1.0);
         outcome.stopped_early = pos.phases.iter().any(|m| m.stopped);
-        outcome.phases = timeline.ran(&pos);
+        outcome.phases = timeline.ran(&*pos);
         self.uncompressed = pos.uncompressed.map(|m| (m.step, m.val, m.test));
         // Evaluate the final weights unless the last evaluation already saw them.
         let seen = match last_val {
@@ -469,11 +601,11 @@ impl Trainer<'_> {
         outcome.val = match seen {
             Some(v) => Some(v),
             None => self
-                .validate(&objective, &mut pos, outcome.train_loss, true)?
+                .validate(objective, &mut *pos, outcome.train_loss, true)?
                 .map(|(e, _)| e),
         };
         if let Some(test) = &self.splits.test {
-            outcome.test = Some(self.evaluate(&objective, test)?);
+            outcome.test = Some(self.evaluate(objective, test)?);
         }
         // A compressing run always keeps its final weights: `kiln eval` and `kiln export`
         // make the compressed model from them.
@@ -482,12 +614,12 @@ impl Trainer<'_> {
                 self.strategy.as_ref(),
                 self.model,
                 &stepper.optim,
-                &pos,
+                &*pos,
                 &mut *self.out,
             )?;
         }
         // Every run that ends keeps its final weights, for `kiln eval RUN_DIR`.
-        let side = checkpoints.sidecar(&pos);
+        let side = checkpoints.sidecar(&*pos);
         let weights = self.strategy.state_dict(self.model)?;
         self.out
             .final_weights(&side, &weights, exp.optimizer.span)?;

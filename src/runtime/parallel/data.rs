@@ -228,7 +228,7 @@ impl Backprop for DataParallel {
         })?;
         let mut first = true;
         let parts = 1 + self.workers.len() as i64;
-        let (whole, scale) = (batch.whole, batch.scale);
+        let (whole, scale) = (&batch.whole, batch.scale);
         let pass = micro_batches(batch, |xm, ym, pass| {
             let xs = xm.f_tensor_split(parts, 0).at(span)?;
             let ys = ym.f_tensor_split(parts, 0).at(span)?;
@@ -241,23 +241,16 @@ impl Backprop for DataParallel {
                 weights: sync.then(|| handles(model.params())),
                 x,
                 y,
-                whole,
+                whole: whole.clone(),
                 scale,
             });
             let here = || slice(model, objective, (&x0, &y0), (whole, scale), span);
             for r in self.all(jobs, span, here)? {
-                pass.loss_sum += r.loss_sum;
-                pass.correct += r.correct;
-                pass.counted += r.counted;
-                if pass.nonfinite.is_none() {
-                    pass.nonfinite = r.nonfinite;
-                }
+                pass.add(r).at(span)?;
             }
             Ok(())
         })?;
-        if pass.nonfinite.is_none() {
-            self.reduce(model, span)?;
-        }
+        self.reduce(model, span)?;
         Ok(pass)
     }
 }
@@ -281,7 +274,7 @@ fn serve(
         };
         let answer = synced
             .and_then(|()| job.x.f_to_device(net.input_device()).at(span))
-            .and_then(|x| slice(net, objective, (&x, &job.y), (job.whole, job.scale), span));
+            .and_then(|x| slice(net, objective, (&x, &job.y), (&job.whole, job.scale), span));
         if outbox.send(answer).is_err() {
             return;
         }
@@ -309,7 +302,7 @@ fn slice(
     model: &dyn Model,
     objective: &Objective,
     (x, y): (&Tensor, &Tensor),
-    (whole, scale): (Whole, f64),
+    (whole, scale): (&Whole, f64),
     span: Span,
 ) -> Result<Pass, Diagnostic> {
     let m = x.size().first().copied().unwrap_or(0);
@@ -319,8 +312,7 @@ fn slice(
     }
     let out = model.forward(x, true)?;
     let y = y.f_to_device(out.device()).at(span)?;
-    if let Some(part) = objective.part(&out, &y, whole, &mut pass, 1.0)? {
-        part.f_mul_scalar(scale).at(span)?.f_backward().at(span)?;
-    }
+    let part = objective.part(&out, &y, whole, &mut pass, 1.0)?;
+    part.f_mul_scalar(scale).at(span)?.f_backward().at(span)?;
     Ok(pass)
 }

@@ -12,8 +12,9 @@
 //! the first micro-batches without synchronising (DDP's `no_sync`), the last one with.
 //!
 //! Before the last backward the ranks agree on the step in one small all-reduce: the batch's
-//! loss and correct count, whether any rank saw a non-finite loss (then no rank reduces or
-//! updates, and every rank fails with K0504), and whether any rank was asked to stop (then every
+//! loss and accuracy counts (a non-finite loss on any rank makes the sum non-finite: then no
+//! rank reduces, and every rank fails with K0504 as the loop reads the step's values, which it
+//! does at once since they are on the host), and whether any rank was asked to stop (then every
 //! rank stops after this step). Buffers (batch-norm statistics) are broadcast from rank 0 after
 //! each step's forward passes, as PyTorch's DDP does before each forward by default: a batch is
 //! normalised with its rank's own statistics, the running statistics are rank 0's. Evaluation is
@@ -21,8 +22,8 @@
 //!
 //! At world size 1 every one of these collectives is the identity (a sum over one rank, a
 //! broadcast from a rank to itself, gradients averaged over one rank), so none is run: no Reducer
-//! is built, and a step does the work of a run without a strategy. The checks stay: a
-//! non-finite loss ends the step before the update, and a stop signal stops the run after it.
+//! is built, and a step does the work of a run without a strategy, its values left on the
+//! device as there. A stop signal still stops the run after the step.
 
 use std::time::{Duration, Instant};
 
@@ -307,9 +308,7 @@ impl Backprop for Ddp {
             }
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
-            let Some(part) = objective.part(&out, &ym, batch.whole, &mut pass, weight)? else {
-                break;
-            };
+            let part = objective.part(&out, &ym, &batch.whole, &mut pass, weight)?;
             let scaled = part
                 .f_mul_scalar(w as f64 * batch.scale * weight)
                 .at(span)?;
@@ -321,33 +320,34 @@ impl Backprop for Ddp {
                 last = Some(scaled);
             }
         }
-        let flag = |b: bool| f64::from(u8::from(b));
-        let agreed = self.sum(&[
-            pass.loss_sum,
-            pass.correct,
-            pass.counted,
-            flag(pass.nonfinite.is_some_and(f64::is_nan)),
-            flag(pass.nonfinite.is_some_and(f64::is_infinite)),
-            flag(self.signals.is_cancelled()),
-        ])?;
-        pass.loss_sum = agreed[0];
-        pass.correct = agreed[1];
-        pass.counted = agreed[2];
-        // A non-finite loss on any rank ends the step on every rank, before the reduction; a
-        // rank whose own loss was finite reports the other's kind (NaN before infinity).
-        if agreed[3] > 0.0 || agreed[4] > 0.0 {
-            let seen = if agreed[3] > 0.0 {
-                f64::NAN
-            } else {
-                f64::INFINITY
-            };
-            pass.nonfinite = Some(pass.nonfinite.unwrap_or(seen));
-            return Ok(pass);
-        }
-        if agreed[5] > 0.0 {
-            self.stop
-                .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
-        }
+        let pass = if self.me.world == 1 {
+            // Alone there is nothing to agree on: the values stay on the device.
+            if self.signals.is_cancelled() {
+                self.stop
+                    .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
+            }
+            pass
+        } else {
+            let flag = |b: bool| f64::from(u8::from(b));
+            let [loss_sum, correct, counted] = pass.values().at(span)?;
+            let agreed = self.sum(&[
+                loss_sum,
+                correct,
+                counted,
+                flag(self.signals.is_cancelled()),
+            ])?;
+            let pass = Pass::known([agreed[0], agreed[1], agreed[2]]).at(span)?;
+            // A non-finite loss on any rank makes the agreed sum non-finite: no rank reduces,
+            // and every rank fails with K0504 as the loop reads this step's values, at once.
+            if !agreed[0].is_finite() {
+                return Ok(pass);
+            }
+            if agreed[3] > 0.0 {
+                self.stop
+                    .cancel(self.signals.signal().unwrap_or(libc::SIGTERM));
+            }
+            pass
+        };
         if let Some(l) = last {
             if let Some(reducer) = &mut self.reducer {
                 reducer.prepare_backward().map_err(|e| self.lost(&e.0))?;

@@ -125,7 +125,7 @@ impl Pipeline {
         &mut self,
         objective: &Objective,
         (x, y): (&Tensor, &Tensor),
-        (whole, scale): (Whole, f64),
+        (whole, scale): (&Whole, f64),
         span: Span,
         observe: &(dyn Fn(usize, Op) + Sync),
     ) -> Result<Pass, Diagnostic> {
@@ -140,7 +140,7 @@ impl Pipeline {
         let end = End {
             objective,
             ys,
-            whole,
+            whole: whole.clone(),
             scale,
         };
         let mut end = Some(end);
@@ -165,10 +165,10 @@ impl Pipeline {
             for h in handles {
                 match h.join() {
                     Ok(Ok(got)) => {
-                        pass.loss_sum += got.loss_sum;
-                        pass.correct += got.correct;
-                        pass.counted += got.counted;
-                        pass.nonfinite = pass.nonfinite.or(got.nonfinite);
+                        if let Err(e) = pass.add(got) {
+                            failure =
+                                failure.or(Some(torch_failure(&e.to_string(), span).diagnostic()));
+                        }
                     }
                     Ok(Err(d)) => failure = failure.or(Some(d)),
                     Err(panic) => std::panic::resume_unwind(panic),
@@ -193,15 +193,11 @@ impl Backprop for Pipeline {
             let got = self.pass(
                 objective,
                 (xm, ym),
-                (batch.whole, batch.scale),
+                (&batch.whole, batch.scale),
                 batch.span,
                 &|_, _| {},
             )?;
-            pass.loss_sum += got.loss_sum;
-            pass.correct += got.correct;
-            pass.counted += got.counted;
-            pass.nonfinite = got.nonfinite;
-            Ok(())
+            pass.add(got).at(batch.span)
         })
     }
 }
@@ -337,7 +333,7 @@ fn run_stage(
 }
 
 /// The loss of micro-batch `j` on the last stage as its part of the whole batch's mean loss,
-/// scaled for backward, counted into `pass`; `None` when it is not finite (recorded in `pass`).
+/// scaled for backward, counted into `pass`; `None` when the micro-batch has no targets.
 fn loss(
     end: &End,
     j: usize,
@@ -349,9 +345,7 @@ fn loss(
         return Ok(None);
     };
     let y = y.f_to_device(out.device()).at(span)?;
-    let Some(part) = end.objective.part(out, &y, end.whole, pass, 1.0)? else {
-        return Ok(None);
-    };
+    let part = end.objective.part(out, &y, &end.whole, pass, 1.0)?;
     part.f_mul_scalar(end.scale).at(span).map(Some)
 }
 
