@@ -1,56 +1,249 @@
 #!/usr/bin/env bash
-# Checks Kiln on a CUDA machine (see ../shared/GPU.md); its figures are in BENCHMARKS.md
-# ("On a GPU").
+# Kiln's one GPU check: speed side by side with PyTorch on the same machine, and every CUDA path
+# run and compared with the CPU's result, printed as one table. Its figures go to BENCHMARKS.md.
 #
-# Built here (`cargo build --release`), then run there from the repository root with
-#   target/release/kiln and target/release/kiln-runtime carried over.
+#   bash scripts/gpu-check.sh          # on the GPU machine (../shared/GPU.md): cuda:0, full sizes
+#   bash scripts/gpu-check.sh --cpu    # the same checks on the CPU, small (CI runs it: it cannot rot)
+#
+# Built here (`cargo build --release`), run there from the repository root with target/release/kiln
+# and target/release/kiln-runtime carried over (`target/release/c10d-tests` too, from
+# `cargo test --release --bin kiln-runtime --no-run`, for NCCL and the Reducer on CUDA). One call
+# on one H200 takes well under 8 minutes; COMPILE=0 leaves torch.compile out.
+#
+# Speed rows (kiln, PyTorch eager, torch.compile, in steps/s; kiln's from its report):
+#   the bf16 8192-wide MLP (bench/gpu/mlp_bf16.exp, with the GPU's busy fraction sampled by
+#   nvidia-smi, TFLOP/s from `kiln plan`'s step FLOPs, and peak memory beside the plan's), the
+#   MNIST-shaped MLP and CNN (bench/{mlp,cnn}.exp), the example transformer (bench/transformer.exp).
+# Path rows: each experiment trains on the device; its final weights are then evaluated on the
+#   device and on the CPU (`kiln eval RUN --device`) and the losses must agree within the path's
+#   tolerance: int8 weight-only, int4, dynamic int8, FP8 (CUDA only: against the unquantized
+#   model), pipeline stage threads, windowed attention with a class per token, DDP over NCCL at
+#   world size 1 (Gloo on the CPU) ending cleanly. Exit status 1 when a path fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-/opt/torch/.venv/bin/python3}
-TORCH_LIB=$("$PY" -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib
+MODE=gpu
+if [ "${1:-}" = "--cpu" ]; then MODE=cpu; fi
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=/opt/torch/.venv/bin/python3; fi
+fi
+TORCH_LIB=$("$PYTHON" -c 'import torch,os;print(os.path.dirname(torch.__file__))')/lib
 export LD_LIBRARY_PATH="$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-OUT=${OUT:-/tmp/kiln-gpu}
+KILN=${KILN:-target/release/kiln}
+OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/kiln-gpu-check.XXXXXX")}
 mkdir -p "$OUT"
-say() { printf '\n== %s\n$ %s\n' "$1" "$2"; }
+ROWS="$OUT/rows.tsv"
+: >"$ROWS"
+LOG="$OUT/log.txt"
+: >"$LOG"
+echo "gpu-check: mode $MODE, output in $OUT (the log of every command: $LOG)"
 
-say "libraries" "ldd target/release/kiln-runtime | grep -E 'torch|cuda'"
-ldd target/release/kiln-runtime | grep -E 'torch|cuda'
-say "CUDA detection" "target/release/kiln env"
-target/release/kiln env
-
-# The c10d binding's unit tests (built here with `cargo test --release --bin kiln-runtime
-# --no-run`, copied to target/release/c10d-tests): on CUDA the NCCL test all-reduces CUDA
-# tensors and drives PyTorch's Reducer at world size 1.
-if [ -x target/release/c10d-tests ]; then
-  say "c10d on CUDA: NCCL and the Reducer" "target/release/c10d-tests c10d --test-threads 1"
-  timeout 120 target/release/c10d-tests c10d --test-threads 1 2>&1 | grep -E '^test |result'
+if [ "$MODE" = gpu ]; then
+  DEV=cuda:0
+  COMPILE=${COMPILE:-1}
+else
+  DEV=cpu
+  COMPILE=0
 fi
 
-for exp in experiments/mnist_mlp.exp experiments/mnist_cnn.exp; do
-  say "train on cuda:0" "kiln run $exp --device cuda:0 --quiet --runs-dir $OUT/runs"
-  /usr/bin/time -f "wall %e s" timeout 180 target/release/kiln run "$exp" --device cuda:0 --quiet --runs-dir "$OUT/runs"
-  grep -A3 '^val:' "$(ls -td "$OUT"/runs/*/*/ | head -1)report.yaml"
-done
+# `row KIND NAME FIELDS...`: one line of the final table.
+row() { (IFS=$'\t'; echo "$*") >>"$ROWS"; }
 
-say "bf16 MLP 8192x8192, batch 8192: kiln" "kiln run bench/gpu/mlp_bf16.exp (nvidia-smi sampling utilisation)"
-nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 > "$OUT/util.csv" &
-SMI=$!
-timeout 240 target/release/kiln run bench/gpu/mlp_bf16.exp --quiet --runs-dir "$OUT/runs"
-kill $SMI 2>/dev/null
-REPORT=$(ls -d "$OUT"/runs/gpu-mlp-bf16/*/ | tail -1)/report.yaml
-"$PY" - "$REPORT" "$OUT/util.csv" <<'PYEOF'
+row figure "kiln env" "$("$KILN" env 2>&1 | awk '{ $1 = $1 ": " $1; sub(/^[^:]*: /, ""); printf "%s%s", sep, $0; sep = "; " }')"
+
+# `report RUN_DIR KEY`: a value of the run's report.yaml (samples_per_s, train_loss, ...).
+report() {
+  "$PYTHON" - "$1/report.yaml" "$2" <<'PY'
 import sys, yaml
 r = yaml.safe_load(open(sys.argv[1]))
-width, batch = 8192, 8192
-sps = r["samples_per_s"]
-flops = 3 * 2 * 3 * width * width  # per sample: 3 linears, forward + backward
-tflops = sps * flops / 1e12
-util = [float(x) for x in open(sys.argv[2]) if x.strip()]
-busy = [u for u in util if u > 0]
-print(f"kiln steps/s {sps / batch:.2f}  TFLOP/s {tflops:.1f}  MFU {100 * tflops / 790:.1f}% of 790")
-print(f"GPU busy (samples > 0%): mean {sum(busy) / max(len(busy), 1):.1f}% over {len(busy)} samples")
-PYEOF
-say "bf16 MLP: PyTorch eager on the same GPU" "$PY bench/gpu/torch_mlp_bf16.py"
-timeout 120 "$PY" bench/gpu/torch_mlp_bf16.py
-say "plan estimate" "kiln plan bench/gpu/mlp_bf16.exp | tail -3"
-target/release/kiln plan bench/gpu/mlp_bf16.exp | tail -3
+o = r.get("outcome", r)
+print(o.get(sys.argv[2], r.get(sys.argv[2], "")))
+PY
+}
+
+# `kiln_run NAME EXP BATCH [ARGS...]`: trains EXP into $OUT/runs/NAME; prints kiln's steps/s.
+kiln_run() {
+  local name=$1 exp=$2 batch=$3
+  shift 3
+  local dir="$OUT/runs/$name"
+  echo "\$ kiln run $exp --device $DEV $* --run-dir $dir" >>"$LOG"
+  if timeout 300 "$KILN" run "$exp" --device "$DEV" --quiet --run-dir "$dir" "$@" >>"$LOG" 2>&1; then
+    local sps
+    sps=$(report "$dir" samples_per_s)
+    awk -v s="$sps" -v b="$batch" 'BEGIN { printf "%.2f", s / b }'
+  else
+    echo "failed"
+  fi
+}
+
+# `torch_run ARGS...`: a PyTorch baseline; prints its steps/s ("failed" when it did not finish).
+torch_run() {
+  echo "\$ $PYTHON $*" >>"$LOG"
+  local out
+  if out=$(timeout 180 "$PYTHON" "$@" 2>>"$LOG"); then
+    echo "$out" >>"$LOG"
+    echo "$out" | awk '$1 == "steps_per_s" { printf "%.2f", $2; found = 1 } $2 == "steps/s" { printf "%.2f", $3; found = 1 } END { if (!found) print "failed" }'
+  else
+    echo "failed"
+  fi
+}
+
+# `speed_row NAME KILN EAGER COMPILED RATIO`: Kiln's or PyTorch eager's figure missing fails the
+# check (torch.compile may not work on a machine: its row then says "failed").
+FAILED=0
+speed_row() {
+  if [ "$2" = failed ] || [ "$3" = failed ]; then FAILED=1; fi
+  row speed "$@"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "-" }'; }
+
+# --- Speed -----------------------------------------------------------------------------------
+speed() {
+  local name=$1 exp=$2 batch=$3 steps=$4
+  shift 4
+  local kiln eager compiled=-
+  kiln=$(kiln_run "$name" "$exp" "$batch" --max-steps "$steps")
+  eager=$(torch_run "$@" --device "$DEV")
+  if [ "$COMPILE" = 1 ]; then compiled=$(torch_run "$@" --device "$DEV" --compile); fi
+  speed_row "$name" "$kiln" "$eager" "$compiled" "$(ratio "$kiln" "$eager")"
+}
+
+# The bf16 MLP: full size on the GPU (8192 wide, batch 8192); 256 on the CPU.
+if [ "$MODE" = gpu ]; then
+  width=8192 mlp_steps=60
+  mlp_exp=bench/gpu/mlp_bf16.exp
+  nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits -lms 100 >"$OUT/smi.csv" 2>>"$LOG" &
+  SMI=$!
+else
+  width=256 mlp_steps=20
+  mlp_exp="$OUT/mlp_bf16_small.exp"
+  sed -e 's/8192/256/g' -e 's/65_536/4_096/' -e 's/batch 256/batch 256/' bench/gpu/mlp_bf16.exp >"$mlp_exp"
+  SMI=
+fi
+kiln=$(kiln_run mlp_bf16 "$mlp_exp" "$width" --max-steps "$mlp_steps")
+if [ -n "$SMI" ]; then kill "$SMI" 2>/dev/null; wait "$SMI" 2>/dev/null; fi
+eager=$(torch_run bench/gpu/torch_mlp_bf16.py --device "$DEV" --width "$width" --batch "$width" --steps "$mlp_steps")
+compiled=-
+if [ "$COMPILE" = 1 ]; then
+  compiled=$(torch_run bench/gpu/torch_mlp_bf16.py --device "$DEV" --width "$width" --batch "$width" --steps "$mlp_steps" --compile)
+fi
+speed_row "bf16 MLP $width" "$kiln" "$eager" "$compiled" "$(ratio "$kiln" "$eager")"
+step_flops=$("$KILN" plan "$mlp_exp" | awk '/^step FLOPs/ { gsub(",", "", $3); print $3 }')
+plan_mem=$("$KILN" plan "$mlp_exp" | awk '/^  (cuda|cpu)/ { print $2, $3; exit }')
+tflops=$(awk -v s="$kiln" -v f="$step_flops" 'BEGIN { if (s + 0 > 0) printf "%.1f", s * f / 1e12; else print "-" }')
+if [ -n "$SMI" ] && [ -s "$OUT/smi.csv" ]; then
+  busy=$(awk -F', ' '$1 > 0 { n++; u += $1 } END { if (n) printf "%.1f%% over %d samples", u / n, n; else print "-" }' "$OUT/smi.csv")
+  peak=$(awk -F', ' '$2 > m { m = $2 } END { printf "%d MiB (nvidia-smi, context included)", m }' "$OUT/smi.csv")
+else
+  busy="- (no GPU)" peak="-"
+fi
+row figure "bf16 MLP $width: kiln TFLOP/s" "$tflops"
+row figure "bf16 MLP $width: GPU busy" "$busy"
+row figure "bf16 MLP $width: peak memory" "$peak; plan $plan_mem"
+
+if [ "$MODE" = gpu ]; then
+  speed "MNIST MLP" bench/mlp.exp 100 1000 bench/torch_eager.py mlp 1000
+  speed "MNIST CNN" bench/cnn.exp 64 300 bench/torch_eager.py cnn 300
+  speed "transformer" bench/transformer.exp 128 300 bench/torch_transformer.py 300
+else
+  speed "MNIST MLP" bench/mlp.exp 100 100 bench/torch_eager.py mlp 100
+  speed "MNIST CNN" bench/cnn.exp 64 20 bench/torch_eager.py cnn 20
+  speed "transformer" bench/transformer.exp 128 20 bench/torch_transformer.py 20
+fi
+
+# --- CUDA paths ------------------------------------------------------------------------------
+
+# `loss_of RUN_DIR DEVICE [--uncompressed]`: the loss of the run's final weights on its training
+# split (every experiment has one) evaluated there.
+loss_of() {
+  local dir=$1 dev=$2
+  shift 2
+  echo "\$ kiln eval $dir --device $dev --split train $* --format json" >>"$LOG"
+  timeout 120 "$KILN" eval "$dir" --device "$dev" --split train --format json "$@" 2>>"$LOG" | tee -a "$LOG" |
+    "$PYTHON" -c '
+import json, sys
+try:
+    doc = json.load(sys.stdin)
+    print((doc["uncompressed"] if sys.argv[1:] else doc)["loss"])
+except (ValueError, KeyError, TypeError):
+    print("failed")
+' "$@"
+}
+
+# `path NAME EXP TOLERANCE [--against-uncompressed] [RUN ARGS...]`: trains EXP on the device,
+# then compares the loss of its weights on the device with the CPU's (relative tolerance).
+path() {
+  local name=$1 exp=$2 tol=$3
+  shift 3
+  local against=cpu
+  if [ "${1:-}" = --against-uncompressed ]; then against=uncompressed; shift; fi
+  local dir="$OUT/runs/path-${name// /-}"
+  echo "\$ kiln run $exp --device $DEV $* --run-dir $dir" >>"$LOG"
+  if ! timeout 300 "$KILN" run "$exp" --device "$DEV" --quiet --run-dir "$dir" "$@" >>"$LOG" 2>&1; then
+    row path "$name" FAILED "training on $DEV failed (see $LOG)"
+    FAILED=1
+    return
+  fi
+  if pgrep -f "kiln-runtime.*$dir" >/dev/null; then
+    row path "$name" FAILED "a process of the run is still alive after it ended"
+    FAILED=1
+    return
+  fi
+  local here there
+  here=$(loss_of "$dir" "$DEV")
+  if [ "$against" = uncompressed ]; then
+    there=$(loss_of "$dir" "$DEV" --uncompressed)
+  else
+    there=$(loss_of "$dir" cpu)
+  fi
+  local verdict
+  verdict=$(awk -v a="$here" -v b="$there" -v t="$tol" 'BEGIN {
+    if (a == "failed" || b == "failed" || a == "" || b == "") { print "FAILED"; exit }
+    d = a - b; if (d < 0) d = -d; m = (b < 0 ? -b : b); if (m < 1e-12) m = 1e-12
+    if (d / m <= t) print "ok"; else print "FAILED" }')
+  [ "$verdict" = ok ] || FAILED=1
+  row path "$name" "$verdict" "loss on $DEV $here, on $against $there (relative tolerance $tol)"
+}
+
+if [ "$MODE" = gpu ]; then steps=(); else steps=(--max-steps 30); fi
+path "int8 weight-only" experiments/mnist_mlp_int8.exp 1e-3 "${steps[@]}"
+path "int4" experiments/mnist_mlp_int4.exp 1e-3 "${steps[@]}"
+path "dynamic int8" experiments/mnist_mlp_dynamic_int8.exp 1e-3 "${steps[@]}"
+if [ "$MODE" = gpu ]; then
+  path "FP8 (against fp32)" bench/gpu/mlp_fp8.exp 5e-2 --against-uncompressed
+else
+  row path "FP8" skipped "CUDA only (K0203 on the CPU)"
+fi
+path "pipeline stage threads" experiments/mnist_mlp_pipeline.exp 1e-4 "${steps[@]}"
+path "windowed attention, per-token loss" bench/gpu/windowed.exp 1e-4 "${steps[@]}"
+path "DDP world size 1 (NCCL; Gloo on the CPU)" experiments/article_ddp_nccl.exp 1e-4 "${steps[@]}"
+
+# The c10d binding's own tests on CUDA: NCCL all-reduce of CUDA tensors, the Reducer.
+if [ "$MODE" = gpu ] && [ -x target/release/c10d-tests ]; then
+  if timeout 120 target/release/c10d-tests c10d --test-threads 1 >>"$LOG" 2>&1; then
+    row path "c10d on CUDA (NCCL, Reducer)" ok "target/release/c10d-tests c10d"
+  else
+    row path "c10d on CUDA (NCCL, Reducer)" FAILED "see $LOG"
+    FAILED=1
+  fi
+fi
+
+# --- The table ---------------------------------------------------------------------------------
+"$PYTHON" - "$ROWS" "$MODE" <<'PY'
+import sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1]) if line.strip()]
+print(f"\nKiln gpu-check ({sys.argv[2]} mode)\n")
+print(f"{'speed (steps/s)':<38} {'kiln':>9} {'eager':>9} {'compile':>9} {'kiln/eager':>10}")
+for r in rows:
+    if r[0] == "speed":
+        print(f"{r[1]:<38} {r[2]:>9} {r[3]:>9} {r[4]:>9} {r[5]:>10}")
+print()
+for r in rows:
+    if r[0] == "figure":
+        print(f"{r[1]:<38} {r[2]}")
+print(f"\n{'CUDA path':<42} {'result':<8} detail")
+for r in rows:
+    if r[0] == "path":
+        print(f"{r[1]:<42} {r[2]:<8} {r[3]}")
+PY
+exit "$FAILED"
