@@ -93,12 +93,15 @@ fn shim(lib: &std::path::Path) {
     build.compile("kiln_c10d");
 }
 
-/// Compiles the ATen shim against libtorch's headers: `_fused_adam_`, `_fused_adamw_` and
-/// `_fused_sgd_`, which have CPU and CUDA kernels and which tch does not generate, and, with a
-/// CUDA libtorch and CUDA's headers (the wheel's `nvidia/cu13/include` and the packages setup
-/// installs into `.cuda-headers/`), a CUDA device's total memory.
+/// Compiles the ATen shims against libtorch's headers: `_fused_adam_`, `_fused_adamw_` and
+/// `_fused_sgd_` (`shim/optim.cpp`), which have CPU and CUDA kernels and which tch does not
+/// generate, and a CUDA device's memory (`shim/cuda.cpp`: its total, the caching allocator's
+/// peak), compiled with a CUDA libtorch and CUDA's headers (the wheel's `nvidia/cu13/include` and
+/// the packages setup installs into `.cuda-headers/`).
 fn optim_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=shim/optim.cpp");
+    println!("cargo:rerun-if-changed=shim/cuda.cpp");
+    println!("cargo:rerun-if-changed=shim/guarded.h");
     let torch = lib.join("..");
     let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let runtime = torch.join("../nvidia/cu13/include");
@@ -112,6 +115,7 @@ fn optim_shim(lib: &std::path::Path) {
             .define("KILN_CUDA", None)
             .include(runtime)
             .include(crt);
+        println!("cargo:rustc-link-lib=dylib=c10_cuda");
     }
     build
         .cpp(true)
@@ -122,5 +126,6 @@ fn optim_shim(lib: &std::path::Path) {
         .include(torch.join("include/torch/csrc/api/include"))
         .flag_if_supported("-Wno-unused-parameter")
         .file("shim/optim.cpp")
+        .file("shim/cuda.cpp")
         .compile("kiln_optim");
 }

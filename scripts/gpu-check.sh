@@ -11,8 +11,8 @@
 # on one H200 takes well under 8 minutes; COMPILE=0 leaves torch.compile out.
 #
 # Speed rows (kiln, PyTorch eager, torch.compile, in steps/s; kiln's from its report):
-#   the bf16 8192-wide MLP (bench/gpu/mlp_bf16.exp, with the GPU's busy fraction sampled by
-#   nvidia-smi, TFLOP/s from `kiln plan`'s step FLOPs, and peak memory beside the plan's), the
+#   the bf16 8192-wide MLP (bench/gpu/mlp_bf16.exp, with its report's TFLOP/s, GPU busy fraction
+#   (NVML) and peak memory beside the plan's, and nvidia-smi's view of the same run), the
 #   MNIST-shaped MLP and CNN (bench/{mlp,cnn}.exp), the example transformer (bench/transformer.exp).
 # Path rows: each experiment trains on the device; its final weights are then evaluated on the
 #   device and on the CPU (`kiln eval RUN --device`) and the losses must agree within the path's
@@ -128,18 +128,26 @@ if [ "$COMPILE" = 1 ]; then
   compiled=$(torch_run bench/gpu/torch_mlp_bf16.py --device "$DEV" --width "$width" --batch "$width" --steps "$mlp_steps" --compile)
 fi
 speed_row "bf16 MLP $width" "$kiln" "$eager" "$compiled" "$(ratio "$kiln" "$eager")"
-step_flops=$("$KILN" plan "$mlp_exp" | awk '/^step FLOPs/ { gsub(",", "", $3); print $3 }')
-plan_mem=$("$KILN" plan "$mlp_exp" | awk '/^  (cuda|cpu)/ { print $2, $3; exit }')
-tflops=$(awk -v s="$kiln" -v f="$step_flops" 'BEGIN { if (s + 0 > 0) printf "%.1f", s * f / 1e12; else print "-" }')
-if [ -n "$SMI" ] && [ -s "$OUT/smi.csv" ]; then
-  busy=$(awk -F', ' '$1 > 0 { n++; u += $1 } END { if (n) printf "%.1f%% over %d samples", u / n, n; else print "-" }' "$OUT/smi.csv")
-  peak=$(awk -F', ' '$2 > m { m = $2 } END { printf "%d MiB (nvidia-smi, context included)", m }' "$OUT/smi.csv")
-else
-  busy="- (no GPU)" peak="-"
+# The report's own figures (`compute`: TFLOP/s against the plan's FLOPs; on CUDA the busy
+# fraction sampled through NVML and the caching allocator's peak beside the plan's estimate).
+if [ -f "$OUT/runs/mlp_bf16/report.yaml" ]; then
+  "$PYTHON" - "$OUT/runs/mlp_bf16/report.yaml" "$width" >>"$ROWS" <<'PY'
+import sys, yaml
+c = (yaml.safe_load(open(sys.argv[1])).get("outcome") or {}).get("compute") or {}
+name = f"bf16 MLP {sys.argv[2]}"
+mib = lambda b: "-" if b is None else f"{b / 2**20:,.0f} MiB"
+busy = c.get("gpu_busy")
+print(f"figure\t{name}: kiln TFLOP/s (report)\t{c.get('tflop_per_s', 0):.3f} on {c.get('device', '?')}")
+print(f"figure\t{name}: GPU busy (report, NVML)\t" + ("-" if busy is None else f"{100 * busy:.1f}% over {c.get('gpu_busy_samples')} samples"))
+print(f"figure\t{name}: peak memory (report)\t{mib(c.get('peak_memory_bytes'))}; plan {mib(c.get('plan_memory_bytes'))}")
+if c.get("note"):
+    print(f"figure\t{name}: report's note\t{c['note']}")
+PY
 fi
-row figure "bf16 MLP $width: kiln TFLOP/s" "$tflops"
-row figure "bf16 MLP $width: GPU busy" "$busy"
-row figure "bf16 MLP $width: peak memory" "$peak; plan $plan_mem"
+if [ -n "$SMI" ] && [ -s "$OUT/smi.csv" ]; then
+  row figure "bf16 MLP $width: GPU busy (nvidia-smi)" "$(awk -F', ' '$1 > 0 { n++; u += $1 } END { if (n) printf "%.1f%% over %d samples above 0", u / n, n; else print "-" }' "$OUT/smi.csv")"
+  row figure "bf16 MLP $width: memory used (nvidia-smi)" "$(awk -F', ' '$2 > m { m = $2 } END { printf "%d MiB at most, CUDA context included", m }' "$OUT/smi.csv")"
+fi
 
 if [ "$MODE" = gpu ]; then
   speed "MNIST MLP" bench/mlp.exp 100 1000 bench/torch_eager.py mlp 1000

@@ -10,6 +10,8 @@
 // exports, which is what makes Debian's Gloo headers safe to compile against (see build.rs and
 // the link guard in tests/c10d.rs).
 
+#include "guarded.h"
+
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -35,17 +37,7 @@ thread_local std::string last_error;
 // Runs `f`, turning any exception into -1 and a message.
 template <typename F>
 int guarded(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const c10::Error& e) {
-    last_error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "an unknown C++ exception";
-  }
-  return -1;
+  return kiln::guarded(last_error, std::forward<F>(f));
 }
 
 struct Store {

@@ -1,17 +1,15 @@
 // ATen calls tch does not generate, behind a C interface: the fused optimizer kernels
 // (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, called from `src/runtime/optim/fused.rs`),
 // which update every parameter of a list in one kernel per tensor (CPU) or in multi-tensor
-// launches (CUDA), as `torch.optim.Adam(..., fused=True)` does; and a CUDA device's memory
-// (`src/runtime/cuda_memory.rs`), compiled where CUDA's headers are (`KILN_CUDA`).
+// launches (CUDA), as `torch.optim.Adam(..., fused=True)` does.
 //
 // Every function catches every exception and returns 0 on success or -1 with the message in
 // `kiln_optim_last_error()`. Tensors cross as tch's handles, which are `at::Tensor*`.
 
+#include "guarded.h"
+
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
-#ifdef KILN_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
 
 #include <cstdint>
 
@@ -24,17 +22,7 @@ thread_local std::string last_error;
 
 template <typename F>
 int guarded(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const c10::Error& e) {
-    last_error = e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    last_error = e.what();
-  } catch (...) {
-    last_error = "an unknown C++ exception";
-  }
-  return -1;
+  return kiln::guarded(last_error, std::forward<F>(f));
 }
 
 std::vector<at::Tensor> list(at::Tensor** ts, size_t n) {
@@ -89,19 +77,6 @@ int kiln_fused_sgd(at::Tensor** params, at::Tensor** grads, at::Tensor** bufs, s
     at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov != 0,
                     /*maximize=*/false, first != 0);
   });
-}
-
-// The total memory of CUDA device `index`, in bytes, into `total`; -1 where this build has no
-// CUDA headers or the device cannot be read.
-int kiln_cuda_total_memory(int index, uint64_t* total) {
-#ifdef KILN_CUDA
-  return guarded([&] { *total = at::cuda::getDeviceProperties(index)->totalGlobalMem; });
-#else
-  (void)index;
-  (void)total;
-  last_error = "built without CUDA's headers";
-  return -1;
-#endif
 }
 
 }  // extern "C"

@@ -42,7 +42,8 @@ pub use lock::{Holder, Lock, LockError, LOCK};
 pub use metrics::{EpochRecord, EvalRecord, MetricLine, PhaseKind, PhaseTag, StepRecord};
 pub use rank::{rank, rank_key};
 pub use report::{
-    BeforeAfter, Compressed, CompressedLayer, Eval, Latency, Outcome, PhaseRun, Report, TopK,
+    BeforeAfter, Compressed, CompressedLayer, Compute, Eval, Latency, Outcome, PhaseRun, Report,
+    TopK,
 };
 
 /// The experiment file as run.

@@ -159,6 +159,39 @@ pub struct Outcome {
     /// iterative pruning), as they ran; empty for a run of one phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub phases: Vec<PhaseRun>,
+    /// What the training achieved of its device: FLOP/s against the plan's FLOPs, and on CUDA
+    /// the GPU's busy fraction and peak memory beside the plan's estimate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute: Option<Compute>,
+}
+
+/// What a run achieved of its device (`report.yaml`'s `compute`).
+#[derive(Serialize, Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(default)]
+pub struct Compute {
+    /// The device the batches went to (`cpu`, `cuda:0`).
+    pub device: String,
+    /// The plan's FLOPs of one optimizer step: three times the forward FLOPs of the batch.
+    pub step_flops: u64,
+    /// The plan's FLOPs per training sample times the samples per second, in TFLOP/s.
+    pub tflop_per_s: f64,
+    /// CUDA: the mean fraction of time a kernel ran on the GPU, sampled through NVML every
+    /// 100 ms from the sixth step to the end of training.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_busy: Option<f64>,
+    /// The NVML samples `gpu_busy` is the mean of.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_busy_samples: Option<u64>,
+    /// CUDA: the most bytes allocated at once on the device during training (the caching
+    /// allocator's peak, as `torch.cuda.max_memory_allocated`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_memory_bytes: Option<u64>,
+    /// The plan's memory estimate for the device (`kiln plan`'s "memory per device").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_memory_bytes: Option<u64>,
+    /// Why a CUDA figure is missing (no NVML on the machine, a run too short to sample).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// One phase as it ran.

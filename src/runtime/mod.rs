@@ -14,6 +14,7 @@ pub mod budget;
 pub mod cancel;
 pub mod checkpoint;
 pub mod compress;
+pub mod compute;
 pub mod cuda_memory;
 pub mod data;
 pub mod dist;
@@ -21,6 +22,7 @@ pub mod eval;
 pub mod exported;
 pub mod failure;
 pub mod fingerprint;
+pub mod gpu_busy;
 pub mod hooks;
 pub mod launch;
 #[cfg(test)]

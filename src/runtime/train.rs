@@ -12,6 +12,7 @@ use super::cancel::Cancel;
 use super::checkpoint::{Fingerprint, Position, Saved};
 use super::compress::pruner::{Boundary, Pruner};
 use super::compress::timeline::Timeline;
+use super::compute::Watch;
 use super::data::{Dataset, Loader, Splits};
 use super::failure::At;
 use super::hooks::{each, Cx, EarlyStopping, Evaluated, Flow, Hook, NanGuard, Records, StepReport};
@@ -402,6 +403,7 @@ impl Trainer<'_> {
         let started = Instant::now();
         let (base_seconds, base_wait, base_samples) = (pos.seconds, pos.wait_seconds, pos.samples);
         let mut wait = 0.0;
+        let mut watch = Watch::new(self.device, pos.step);
         let mut outcome = Outcome::default();
         let mut last_val: Option<Eval> = None;
         // Whether a boundary changed the weights since the last step.
@@ -480,6 +482,7 @@ impl Trainer<'_> {
                 pos.batch_in_epoch += 1;
                 changed = false;
                 pos.samples += s.samples;
+                watch.stepped(pos.step);
                 let elapsed = started.elapsed().as_secs_f64();
                 pos.seconds = base_seconds + elapsed;
                 pos.wait_seconds = base_wait + wait + loader.wait_seconds();
@@ -590,6 +593,7 @@ impl Trainer<'_> {
         outcome.train_loss = pos.train_loss;
         outcome.samples_per_s = pos.samples / pos.seconds.max(1e-9);
         outcome.data_wait = (pos.wait_seconds / pos.seconds.max(1e-9)).min(1.0);
+        outcome.compute = Some(watch.finish(exp, outcome.samples_per_s));
         outcome.stopped_early = pos.phases.iter().any(|m| m.stopped);
         outcome.phases = timeline.ran(&*pos);
         self.uncompressed = pos.uncompressed.map(|m| (m.step, m.val, m.test));

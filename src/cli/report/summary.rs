@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use kiln::present::fmt_count;
-use kiln::rundir::{self, Report};
+use kiln::present::{fmt_bytes, fmt_count};
+use kiln::rundir::{self, Compute, Report};
 
 use super::text::*;
 use super::{read_run, Row, Run};
@@ -56,6 +56,9 @@ pub(super) fn summary(run: &Run, all: bool) -> String {
         "data wait",
         format!("{:.1}% of step time", 100.0 * r.outcome.data_wait),
     ));
+    if let Some(c) = &r.outcome.compute {
+        pairs.extend(compute(c));
+    }
     let plots: Vec<&str> = ["loss.png", "accuracy.png"]
         .into_iter()
         .filter(|p| run.dir.join(p).is_file())
@@ -74,6 +77,39 @@ pub(super) fn summary(run: &Run, all: bool) -> String {
         out += &metrics_table(&run.rows, all);
     }
     out
+}
+
+/// The device figures of a run: achieved FLOP/s against the plan's FLOPs, and on CUDA the GPU's
+/// busy fraction and peak memory beside the plan's estimate.
+fn compute(c: &Compute) -> Vec<(&'static str, String)> {
+    let mut pairs = vec![(
+        "compute",
+        format!(
+            "{:.3} TFLOP/s on {} ({} FLOPs per step in the plan)",
+            c.tflop_per_s,
+            c.device,
+            fmt_count(c.step_flops)
+        ),
+    )];
+    if let (Some(busy), Some(n)) = (c.gpu_busy, c.gpu_busy_samples) {
+        pairs.push((
+            "GPU busy",
+            format!(
+                "{:.1}% (NVML, {n} samples after the warm-up steps)",
+                100.0 * busy
+            ),
+        ));
+    }
+    if let Some(peak) = c.peak_memory_bytes {
+        let plan = c
+            .plan_memory_bytes
+            .map_or_else(String::new, |p| format!(", plan {}", fmt_bytes(p)));
+        pairs.push(("peak memory", format!("{}{plan}", fmt_bytes(peak))));
+    }
+    if let Some(note) = &c.note {
+        pairs.push(("device note", note.clone()));
+    }
+    pairs
 }
 
 /// Which steps the final training loss averages: `mean of epoch 2, steps 51 to 100`, from the

@@ -299,6 +299,9 @@ pub fn summary(exp: &Experiment, o: &Outcome, dir: &Path, quiet: bool) {
         o.samples_per_s,
         100.0 * o.data_wait
     );
+    if let Some(busy) = o.compute.as_ref().and_then(|c| c.gpu_busy) {
+        line += &format!(", GPU busy {:.0}%", 100.0 * busy);
+    }
     if o.stopped_early {
         line += ", stopped early";
     }
