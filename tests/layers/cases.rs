@@ -146,7 +146,7 @@ pub fn cases() -> Vec<Case> {
         case("layernorm", "two-dims-eps", Float(&[5, 8]), "l: layernorm([5, 8], eps: 1e-3)", &[("l", "nn.LayerNorm([5, 8], eps=1e-3)")]),
         case("groupnorm", "channels-length", Float(&[6, 7]), "l: groupnorm(3)", &[("l", "nn.GroupNorm(3, 6)")]),
         case("groupnorm", "images-eps", Float(&[4, 5, 5]), "l: groupnorm(2, eps: 1e-3)", &[("l", "nn.GroupNorm(2, 4, eps=1e-3)")]),
-        case("dropout", "p-0.3", Float(&[256]), "dropout(0.3)", &[("d", "nn.Dropout(0.3)")]).both_modes().batch(8),
+        case("dropout", "p-0.3", Float(&[256]), "dropout(0.3)", &[("d", "Dropout(0.3)")]).both_modes().batch(8),
         case("relu", "plain", Float(&[5, 8]), "relu", &[("a", "nn.ReLU()")]),
         case("gelu", "plain", Float(&[5, 8]), "gelu", &[("a", "nn.GELU()")]),
         case("silu", "plain", Float(&[5, 8]), "silu", &[("a", "nn.SiLU()")]),

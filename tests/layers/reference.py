@@ -23,7 +23,9 @@ upstream gradient, and runs forward (under `torch.autocast("cpu", dtype=torch.bf
 
 and RESULTS.json, {name: {"output_dtype": "float32" | "bfloat16"}}. The global generator is seeded
 with `seed` right before the forward pass, as the Rust side does, so that dropout draws the same
-masks on both sides (both link the same libtorch).
+masks on both sides: libtorch's own for bf16 (both link the same libtorch), and for fp32 Kiln's
+CPU dropout (`src/runtime/model/dropout.rs`), whose key comes from the same generator and whose
+mask `kiln_mask` computes here in NumPy.
 """
 
 import json
@@ -32,12 +34,62 @@ import os
 import sys
 from collections import OrderedDict
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "support"))
 from torchref import save_safetensors  # noqa: E402
+
+
+GAMMA = np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix(z):
+    """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def kiln_mask(shape, p):
+    """Kiln's CPU dropout mask of `shape` (`src/runtime/model/dropout.rs`): a key drawn from the
+    global generator, then element i kept when the 24 bits of SplitMix64(key + (i // 2 + 1) γ)
+    for it (the high half for even i, the low for odd) over 2^24 are at least p; kept elements
+    are 1 / (1 - p) in fp32."""
+    key = np.uint64(int(torch.randint(2**63 - 1, (1,)).item()))
+    n = math.prod(shape)
+    j = np.arange((n + 1) // 2, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = mix(key + (j + np.uint64(1)) * GAMMA)
+    bits = np.empty(2 * len(j), dtype=np.uint64)
+    bits[0::2] = z >> np.uint64(40)
+    bits[1::2] = (z >> np.uint64(8)) & np.uint64(0xFFFFFF)
+    keep = bits[:n].astype(np.float64) / float(1 << 24) >= p
+    scale = np.float32(1.0) / np.float32(1.0 - p)
+    return torch.from_numpy(np.where(keep, scale, np.float32(0.0)).astype(np.float32)).reshape(shape)
+
+
+def kiln_dropout(x, p, training):
+    """Kiln's dropout: its own mask for fp32 (on the CPU), libtorch's for other dtypes."""
+    if not training or p == 0.0:
+        return x
+    if x.dtype != torch.float32 or p >= 1.0:
+        return F.dropout(x, p, True)
+    return x * kiln_mask(x.shape, p)
+
+
+class Dropout(nn.Module):
+    """nn.Dropout with Kiln's fp32 masks."""
+
+    def __init__(self, p=0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return kiln_dropout(x, self.p, self.training)
 
 
 def local_mask(n, causal, window):
@@ -63,6 +115,8 @@ class SelfAttention(nn.MultiheadAttention):
         self.window = window
 
     def forward(self, x, key_padding_mask=None):
+        if self.training and self.dropout > 0 and x.dtype == torch.float32 and not torch.is_autocast_enabled("cpu"):
+            return self.dropped(x, key_padding_mask)
         if self.window is not None:
             mask = local_mask(x.shape[1], self.causal, self.window)
         elif self.causal:
@@ -74,6 +128,30 @@ class SelfAttention(nn.MultiheadAttention):
         # With batch_first, the output is a transposed view. Kiln's is contiguous; so that a
         # dropout after it draws its mask in the same memory order, this one is made so too.
         return out.contiguous()
+
+    def dropped(self, x, key_padding_mask):
+        """Training with dropout in fp32: SDPA's math path written out (q and k each scaled by
+        d^(-1/4), forbidden keys at -inf, softmax, dropout, values), with Kiln's dropout on the
+        attention weights, as Kiln computes it."""
+        b, n, e = x.shape
+        h = self.num_heads
+        d = e // h
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        q, k, v = qkv.reshape(b, n, 3, h, d).permute(2, 0, 3, 1, 4)
+        scale = math.sqrt(1.0 / math.sqrt(d))
+        att = (q * scale) @ (k.transpose(-2, -1) * scale)
+        allowed = torch.ones(n, n, dtype=torch.bool)
+        if self.window is not None:
+            allowed = ~local_mask(n, self.causal, self.window)
+        elif self.causal:
+            allowed = allowed.tril()
+        allowed = allowed.expand(b, 1, n, n)
+        if key_padding_mask is not None:
+            allowed = allowed & ~key_padding_mask.view(b, 1, 1, n)
+        att = att.masked_fill(~allowed, float("-inf")).softmax(-1)
+        att = kiln_dropout(att, self.dropout, True)
+        o = (att @ v).transpose(1, 2).reshape(b, n, e)
+        return F.linear(o, self.out_proj.weight, self.out_proj.bias)
 
 
 ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "tanh": torch.tanh}
@@ -93,7 +171,7 @@ class TransformerBlock(nn.Module):
         self.linear2 = nn.Linear(hidden, width, bias=bias)
         self.norm1 = nn.LayerNorm(width, eps=eps, bias=bias)
         self.norm2 = nn.LayerNorm(width, eps=eps, bias=bias)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.pre = norm == "pre"
         self.activation = ACTIVATIONS[activation]
 
@@ -206,7 +284,7 @@ class Padded(nn.Sequential):
         return x
 
 
-NAMESPACE = {"nn": nn, "torch": torch, "F": F, "SelfAttention": SelfAttention,
+NAMESPACE = {"nn": nn, "torch": torch, "F": F, "Dropout": Dropout, "SelfAttention": SelfAttention,
              "TransformerBlock": TransformerBlock, "EncoderLayer": EncoderLayer,
              "LocalEncoderLayer": LocalEncoderLayer,
              "Reshape": Reshape, "Mean": Mean, "Positional": Positional, "Sinusoidal": Sinusoidal}

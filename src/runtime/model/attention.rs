@@ -4,7 +4,7 @@
 
 use tch::Tensor;
 
-use super::{linear, mask, norm, Init, LayerRun, Net};
+use super::{dropout, linear, mask, norm, Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
@@ -101,11 +101,44 @@ pub(super) fn forward(
         None
     };
     let flag = causal && mask.is_none();
-    let o =
+    let o = if dropout > 0.0 && dropout::drawn_here(&q) {
+        drop_attention(&q, &k, &v, mask, flag, dropout).at(s)?
+    } else {
         Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask, dropout, flag, None::<f64>, false)
-            .at(s)?;
+            .at(s)?
+    };
     let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
     linear::forward(net, l, &format!("{prefix}out_proj."), &o)
+}
+
+/// Scaled dot-product attention with dropout `p` on the attention weights, as SDPA's math path
+/// computes it (the one libtorch takes on the CPU with dropout), with Kiln's CPU dropout: `q` and
+/// `k` each scaled by `d^(-1/4)`, the keys `mask` (true: attend) or `causal` forbids at `-inf`,
+/// softmax, dropout, then the values.
+fn drop_attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<Tensor>,
+    causal: bool,
+    p: f64,
+) -> Result<Tensor, tch::TchError> {
+    let d = q.size().last().copied().unwrap_or(1) as f64;
+    let scale = (1.0 / d.sqrt()).sqrt();
+    let mut att = q
+        .f_mul_scalar(scale)?
+        .f_matmul(&k.f_transpose(-2, -1)?.f_mul_scalar(scale)?)?;
+    let n = q.size()[q.dim() - 2];
+    let allowed = match (mask, causal) {
+        (Some(m), _) => Some(m),
+        (None, true) => Some(Tensor::f_ones([n, n], (tch::Kind::Bool, q.device()))?.f_tril(0)?),
+        (None, false) => None,
+    };
+    if let Some(allowed) = allowed {
+        att = att.f_masked_fill(&allowed.f_logical_not()?, f64::NEG_INFINITY)?;
+    }
+    let att = att.f_softmax(-1, tch::Kind::Float)?;
+    dropout::dropout(&att, p, true)?.f_matmul(v)
 }
 
 /// A transformer block. Pre-norm: `x + dropout(attention(norm1(x)))`, then
@@ -130,9 +163,8 @@ pub(super) fn block(
     let norm = |prefix: &str, x: &Tensor| norm::layer(net, l, prefix, &[width], options.eps, x);
     let add = |x: &Tensor, y: &Tensor| net.fp32_input(l, x)?.f_add(&net.fp32_input(l, y)?).at(s);
     let attend = |h: &Tensor| {
-        forward(net, l, "self_attn.", h, heads, p, causal, window, keep)?
-            .f_dropout(p, train)
-            .at(s)
+        let a = forward(net, l, "self_attn.", h, heads, p, causal, window, keep)?;
+        dropout::dropout(&a, p, train).at(s)
     };
     let mlp = |h: &Tensor| {
         let h = linear::forward(net, l, "linear1.", h)?;
@@ -142,12 +174,9 @@ pub(super) fn block(
             BlockActivation::Silu => h.f_silu(),
             BlockActivation::Tanh => h.f_tanh(),
         }
-        .at(s)?
-        .f_dropout(p, train)
         .at(s)?;
-        linear::forward(net, l, "linear2.", &h)?
-            .f_dropout(p, train)
-            .at(s)
+        let h = dropout::dropout(&h, p, train).at(s)?;
+        dropout::dropout(&linear::forward(net, l, "linear2.", &h)?, p, train).at(s)
     };
     if options.norm_first {
         let x = add(x, &attend(&norm("norm1.", x)?)?)?;

@@ -11,6 +11,7 @@
 mod activation;
 mod attention;
 mod conv;
+mod dropout;
 mod embedding;
 mod linear;
 mod mask;
@@ -265,7 +266,7 @@ fn forward(
         }
         LayerKind::LayerNorm { norm } => norm::layer_norm(net, l, norm, x),
         LayerKind::GroupNorm { groups, eps, .. } => norm::group(net, l, *groups, *eps, x),
-        LayerKind::Dropout { p } => x.f_dropout(*p, train).at(s),
+        LayerKind::Dropout { p } => dropout::dropout(x, *p, train).at(s),
         LayerKind::Elementwise(e) => activation::elementwise(*e, x).at(s),
         LayerKind::LeakyRelu { negative_slope } => activation::leaky_relu(l, *negative_slope, x),
         LayerKind::Elu { alpha } => activation::elu(l, *alpha, x),

@@ -1,0 +1,112 @@
+//! Dropout: each element kept with probability `1 - p` and scaled by `1 / (1 - p)`, or zeroed.
+//!
+//! On the CPU, libtorch draws an fp32 mask with `bernoulli_` one element at a time from its
+//! generator: 40% of a small transformer's training step (PyTorch's profiler on
+//! `bench/torch_transformer.py`). There Kiln draws the mask itself: one 64-bit key from libtorch's
+//! CPU generator per call, so that masks follow `manual_seed` as libtorch's do (the same at a
+//! step whether or not the run was resumed), then each element's decision from a counter-based
+//! generator, SplitMix64's finaliser of `key + (i / 2 + 1) · γ`, whose 64 bits give two elements
+//! 24 bits each (`u = bits / 2^24`, kept when `u >= p`). Elsewhere (CUDA, other dtypes) it is
+//! libtorch's own `dropout`. `tests/layers/reference.py` draws the same masks in NumPy.
+
+use tch::{Device, Kind, TchError, Tensor};
+
+/// SplitMix64's increment (the golden ratio in 64 bits).
+const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// SplitMix64's finaliser.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Whether Kiln draws the mask of `x` itself: fp32 on the CPU.
+pub(super) fn drawn_here(x: &Tensor) -> bool {
+    x.device() == Device::Cpu && x.kind() == Kind::Float
+}
+
+/// `x` with dropout `p` in training (`train`), `x` itself otherwise.
+pub(super) fn dropout(x: &Tensor, p: f64, train: bool) -> Result<Tensor, TchError> {
+    if !train || p == 0.0 {
+        return Ok(x.shallow_clone());
+    }
+    if !drawn_here(x) || p >= 1.0 {
+        return x.f_dropout(p, train);
+    }
+    let mask = mask(&x.size(), p)?;
+    x.f_mul(&mask)
+}
+
+/// A mask of `shape`: `1 / (1 - p)` where an element is kept, 0 where it is dropped, fp32 on
+/// the CPU, from a key drawn from libtorch's CPU generator.
+fn mask(shape: &[i64], p: f64) -> Result<Tensor, TchError> {
+    let key = Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])?;
+    let n = shape.iter().product::<i64>().max(0) as usize;
+    let scale = 1.0f32 / (1.0 - p) as f32;
+    let mut values = vec![0f32; n];
+    fill(&mut values, key as u64, p, scale);
+    Tensor::f_from_slice(&values)?.f_reshape(shape)
+}
+
+/// Element `i` of the mask into `values[i]`.
+fn fill(values: &mut [f32], key: u64, p: f64, scale: f32) {
+    let unit = 1.0 / (1u64 << 24) as f64;
+    for (j, pair) in values.chunks_mut(2).enumerate() {
+        let z = mix(key.wrapping_add((j as u64 + 1).wrapping_mul(GAMMA)));
+        let halves = [z >> 40, (z >> 8) & 0xff_ffff];
+        for (v, bits) in pair.iter_mut().zip(halves) {
+            *v = if bits as f64 * unit >= p { scale } else { 0.0 };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn about_one_in_p_elements_is_dropped_and_the_rest_scaled() {
+        tch::manual_seed(3);
+        let x = Tensor::ones([1000, 1000], (Kind::Float, Device::Cpu));
+        let y = dropout(&x, 0.3, true).expect("dropout");
+        let dropped = f64::try_from(y.eq(0.0).to_kind(Kind::Double).mean(None)).expect("mean");
+        // A million Bernoulli(0.3) draws: the standard deviation of the fraction is 0.00046.
+        assert!((dropped - 0.3).abs() < 0.003, "{dropped}");
+        let kept = y.masked_select(&y.ne(0.0));
+        let scale = 1.0f32 / 0.7f32;
+        assert_eq!(f64::try_from(kept.min()).expect("min") as f32, scale);
+        assert_eq!(f64::try_from(kept.max()).expect("max") as f32, scale);
+    }
+
+    #[test]
+    fn masks_follow_the_seed_and_differ_between_calls() {
+        let x = Tensor::ones([4096], (Kind::Float, Device::Cpu));
+        tch::manual_seed(11);
+        let a = dropout(&x, 0.5, true).expect("first");
+        let b = dropout(&x, 0.5, true).expect("second");
+        tch::manual_seed(11);
+        let again = dropout(&x, 0.5, true).expect("again");
+        assert!(a.equal(&again));
+        assert!(!a.equal(&b));
+        // Neighbouring elements (the two halves of one hash) are not correlated.
+        let pairs = a.reshape([2048, 2]);
+        let both = pairs
+            .select(1, 0)
+            .ne(0.0)
+            .logical_and(&pairs.select(1, 1).ne(0.0));
+        let both = f64::try_from(both.to_kind(Kind::Double).mean(None)).expect("mean");
+        assert!((both - 0.25).abs() < 0.04, "{both}");
+    }
+
+    #[test]
+    fn gradients_flow_through_the_kept_elements_only() {
+        tch::manual_seed(5);
+        let x = Tensor::randn([64, 32], (Kind::Float, Device::Cpu)).set_requires_grad(true);
+        let y = dropout(&x, 0.25, true).expect("dropout");
+        y.sum(None).backward();
+        let expected = y.detach().ne(0.0).to_kind(Kind::Float) * (1.0 / 0.75);
+        assert!(x.grad().allclose(&expected, 1e-6, 1e-7, false));
+        assert!(dropout(&x, 0.25, false).expect("eval").equal(&x));
+    }
+}
