@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 TORCH_VERSION=2.11.0
+TENSORBOARD_VERSION=2.21.0
 VENV=.venv
 
 log() { printf '[setup] %s\n' "$*" >&2; }
@@ -39,6 +40,11 @@ fi
 if ! "$VENV/bin/python" -c "import yaml" 2>/dev/null; then
   log "installing pyyaml into $VENV (bench/ scripts read run reports)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pyyaml
+fi
+
+if ! "$VENV/bin/python" -c "import tensorboard" 2>/dev/null; then
+  log "installing tensorboard==$TENSORBOARD_VERSION into $VENV (the tests read runs' event files with its reader)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION"
 fi
 
 torch_dir=$("$VENV/bin/python" -c 'import torch, os; print(os.path.dirname(torch.__file__))')

@@ -332,6 +332,76 @@ fn a_resumed_run_records_what_an_uninterrupted_run_records() {
         assert!(line.trim_end().ends_with("same"), "{line}\n{t}");
     }
     assert!(t.contains("settings: identical"), "{t}");
+    // TensorBoard's own reader sees one value per step and evaluation in both, the same ones:
+    // the resumed run's session start drops what the killed process wrote after its checkpoint.
+    let (tb_full, tb_cut) = (tensorboard_scalars(&full), tensorboard_scalars(&d));
+    let tags: Vec<&String> = tb_full.keys().collect();
+    for tag in [
+        "train/loss",
+        "train/lr",
+        "train/epoch_loss",
+        "train/accuracy",
+        "val/loss",
+        "val/accuracy",
+    ] {
+        assert!(tb_full.contains_key(tag), "{tag} missing: {tags:?}");
+    }
+    assert_eq!(tb_full["train/loss"].len(), 400);
+    for (tag, values) in &tb_full {
+        if tag.ends_with("samples_per_s") {
+            continue;
+        }
+        same_computation(values, &tb_cut[tag], tag);
+    }
+    let losses: Vec<serde_json::Value> = steps(&full)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a step record"))
+        .collect();
+    for ((step, value), record) in tb_full["train/loss"].iter().zip(&losses) {
+        assert_eq!(Some(*step), record["step"].as_u64());
+        let loss = record["loss"].as_f64().expect("loss");
+        assert_eq!(*value, f64::from(loss as f32), "step {step}");
+    }
+}
+
+#[test]
+fn tensorboard_drops_the_steps_a_dead_process_wrote_after_the_checkpoint_resumed_from() {
+    use kiln::rundir::{RunDir, StepRecord};
+    let dir = scratch("tb-resume").join("run");
+    let mut first = RunDir::create(dir.clone()).expect("created");
+    first
+        .record_version("experiment \"x\" {}\n")
+        .expect("experiment");
+    for step in 1..=10 {
+        let lr = 0.1;
+        first
+            .step(&StepRecord {
+                step,
+                loss: 1.0,
+                lr,
+            })
+            .expect("step");
+    }
+    first.flush_steps().expect("flushed");
+    // The process dies with steps 1-10 written; its newest checkpoint is at step 6.
+    drop(first);
+    let mut second = RunDir::resume(dir.clone()).expect("reopened");
+    second.truncate(0, 6).expect("truncated");
+    for step in 7..=12 {
+        second
+            .step(&StepRecord {
+                step,
+                loss: 2.0,
+                lr: 0.1,
+            })
+            .expect("step");
+    }
+    second.flush_steps().expect("flushed");
+    let loss = &tensorboard_scalars(&dir)["train/loss"];
+    let expected: Vec<(u64, f64)> = (1..=12)
+        .map(|s| (s, if s <= 6 { 1.0 } else { 2.0 }))
+        .collect();
+    assert_eq!(loss, &expected);
 }
 
 #[test]

@@ -23,6 +23,7 @@
 pub mod checkpoint;
 #[cfg(test)]
 mod dir_tests;
+mod events;
 mod lock;
 mod metrics;
 pub mod path_text;
@@ -36,6 +37,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use events::Events;
 
 pub use checkpoint::{Fingerprint, Measured, PhaseMark, PlateauState, Position, Segment, Sidecar};
 pub use lock::{Holder, Lock, LockError, LOCK};
@@ -186,6 +189,9 @@ pub struct RunDir {
     stale: Option<Holder>,
     /// Temporary files of interrupted writes removed when the directory was opened.
     removed: Vec<PathBuf>,
+    /// This process's TensorBoard event file, opened with the first record (or the resume's
+    /// truncation).
+    events: Option<Events>,
 }
 
 /// Step records are buffered up to this many bytes before they are appended.
@@ -267,6 +273,7 @@ impl RunDir {
             _lock: lock,
             stale: None,
             removed: Vec::new(),
+            events: None,
         })
     }
 
@@ -292,6 +299,7 @@ impl RunDir {
             _lock: lock,
             stale,
             removed,
+            events: None,
         })
     }
 
@@ -363,8 +371,24 @@ impl RunDir {
         Ok(Some(name))
     }
 
-    /// Appends a metric line; returns the number of lines written so far.
+    /// This process's event file, created on first use: for a resumed run, with a session start
+    /// at `resumed_at` (the first step it takes), which makes TensorBoard drop the steps from
+    /// there on that the interrupted process had written.
+    fn events(&mut self, resumed_at: Option<u64>) -> Result<&mut Events, Error> {
+        if self.events.is_none() {
+            let created = Events::create(&self.dir, resumed_at)
+                .map_err(|e| Error::new(Op::Create, &self.dir.join("events.out.tfevents.*"), e))?;
+            self.events = Some(created);
+        }
+        Ok(self.events.as_mut().expect("created above"))
+    }
+
+    /// Appends a metric line (and its scalars to the event file); returns the number of lines
+    /// written so far.
     pub fn metric(&mut self, line: &MetricLine) -> Result<u64, Error> {
+        let (step, scalars) = scalars(line);
+        let tags: Vec<(&str, f64)> = scalars.iter().map(|(t, v)| (t.as_str(), *v)).collect();
+        self.events(None)?.scalars(step, &tags);
         let path = self.dir.join(METRICS);
         let mut text = serde_json::to_vec(line).map_err(|e| Error::new(Op::Encode, &path, e))?;
         text.push(b'\n');
@@ -374,8 +398,13 @@ impl RunDir {
         Ok(self.lines)
     }
 
-    /// Buffers one optimizer step's record for `steps.jsonl`.
+    /// Buffers one optimizer step's record for `steps.jsonl` (and its loss and learning rate
+    /// for the event file).
     pub fn step(&mut self, record: &StepRecord) -> Result<(), Error> {
+        self.events(None)?.scalars(
+            record.step,
+            &[("train/loss", record.loss), ("train/lr", record.lr)],
+        );
         serde_json::to_writer(&mut self.steps, record)
             .map_err(|e| Error::new(Op::Encode, &self.dir.join(STEPS), e))?;
         self.steps.push(b'\n');
@@ -385,8 +414,13 @@ impl RunDir {
         Ok(())
     }
 
-    /// Appends buffered step records to `steps.jsonl`.
+    /// Appends buffered step records to `steps.jsonl` (and buffered events to the event file).
     pub fn flush_steps(&mut self) -> Result<(), Error> {
+        if let Some(e) = &mut self.events {
+            let path = e.path().to_path_buf();
+            e.flush()
+                .map_err(|err| Error::new(Op::Append, &path, err))?;
+        }
         if self.steps.is_empty() {
             return Ok(());
         }
@@ -399,6 +433,12 @@ impl RunDir {
     /// what was written after a checkpoint taken at `step` (a resumed run writes them again).
     pub fn truncate(&mut self, keep: u64, step: u64) -> Result<(), Error> {
         self.steps.clear();
+        match &mut self.events {
+            Some(e) => e.discard(),
+            None => {
+                self.events(Some(step + 1))?;
+            }
+        }
         let kept = head(&self.dir.join(STEPS), step)?;
         self.write_file(STEPS, kept.0.as_bytes())?;
         let (body, lines) = head(&self.dir.join(METRICS), keep)?;
@@ -410,6 +450,39 @@ impl RunDir {
     /// The metric lines written so far.
     pub fn metrics(&self) -> Result<Vec<MetricLine>, Error> {
         Ok(read_metrics(&self.dir)?.unwrap_or_default())
+    }
+}
+
+/// The scalars of a metric line for the event file, at the step whose weights it measured:
+/// `train/epoch_loss`, `train/accuracy` and `train/samples_per_s` for an epoch; `val/loss`,
+/// `val/accuracy`, `val/top<k>_accuracy`, `val/mae`, `val/rmse`, `val/r2` for an evaluation (those
+/// it has).
+fn scalars(line: &MetricLine) -> (u64, Vec<(String, f64)>) {
+    let mut out = Vec::new();
+    match line {
+        MetricLine::Train(r) => {
+            out.push(("train/epoch_loss".to_string(), r.train_loss));
+            if let Some(a) = r.train_accuracy {
+                out.push(("train/accuracy".into(), a));
+            }
+            out.push(("train/samples_per_s".into(), r.samples_per_s));
+            (r.step, out)
+        }
+        MetricLine::Val(e) => {
+            out.push(("val/loss".to_string(), e.loss));
+            if let Some(a) = e.accuracy {
+                out.push(("val/accuracy".into(), a));
+            }
+            if let Some(t) = e.top_k {
+                out.push((format!("val/top{}_accuracy", t.k), t.accuracy));
+            }
+            for (tag, v) in [("val/mae", e.mae), ("val/rmse", e.rmse), ("val/r2", e.r2)] {
+                if let Some(v) = v {
+                    out.push((tag.into(), v));
+                }
+            }
+            (e.step, out)
+        }
     }
 }
 

@@ -8,7 +8,7 @@ pub mod formatting;
 pub mod parity;
 mod toolkit;
 
-pub use toolkit::{root, scratch};
+pub use toolkit::{python_command, root, scratch};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -223,6 +223,23 @@ experiment "small" {
   }
 }
 "#;
+
+/// A run directory's scalars as TensorBoard's own reader (`tensorboard`'s `EventAccumulator`)
+/// loads them from its event files: tag to `(step, value)` in order.
+pub fn tensorboard_scalars(run: &Path) -> std::collections::BTreeMap<String, Vec<(u64, f64)>> {
+    let o = python_command("tensorboard_scalars")
+        .arg(root().join("tests/support/tb_scalars.py"))
+        .arg(run)
+        .output()
+        .expect("python runs");
+    assert!(
+        o.status.success(),
+        "TensorBoard's reader failed on {}: {}",
+        run.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).expect("tag -> [[step, value]]")
+}
 
 /// The step of the newest checkpoint in `run`, when there is one.
 pub fn newest_checkpoint(run: &Path) -> Option<u64> {
