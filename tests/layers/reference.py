@@ -131,8 +131,8 @@ class SelfAttention(nn.MultiheadAttention):
 
     def dropped(self, x, key_padding_mask):
         """Training with dropout in fp32: SDPA's math path written out (q and k each scaled by
-        d^(-1/4), forbidden keys at -inf, softmax, dropout, values), with Kiln's dropout on the
-        attention weights, as Kiln computes it."""
+        d^(-1/4), forbidden keys at -inf, its safe softmax, dropout, values), with Kiln's dropout
+        on the attention weights, as Kiln computes it."""
         b, n, e = x.shape
         h = self.num_heads
         d = e // h
@@ -148,7 +148,7 @@ class SelfAttention(nn.MultiheadAttention):
         allowed = allowed.expand(b, 1, n, n)
         if key_padding_mask is not None:
             allowed = allowed & ~key_padding_mask.view(b, 1, 1, n)
-        att = att.masked_fill(~allowed, float("-inf")).softmax(-1)
+        att = torch._safe_softmax(att.masked_fill(~allowed, float("-inf")), -1)
         att = kiln_dropout(att, self.dropout, True)
         o = (att @ v).transpose(1, 2).reshape(b, n, e)
         return F.linear(o, self.out_proj.weight, self.out_proj.bias)

@@ -114,7 +114,7 @@ pub(super) fn forward(
 /// Scaled dot-product attention with dropout `p` on the attention weights, as SDPA's math path
 /// computes it (the one libtorch takes on the CPU with dropout), with Kiln's CPU dropout: `q` and
 /// `k` each scaled by `d^(-1/4)`, the keys `mask` (true: attend) or `causal` forbids at `-inf`,
-/// softmax, dropout, then the values.
+/// the safe softmax (zeros for a query with no key to attend to), dropout, then the values.
 fn drop_attention(
     q: &Tensor,
     k: &Tensor,
@@ -137,7 +137,8 @@ fn drop_attention(
     if let Some(allowed) = allowed {
         att = att.f_masked_fill(&allowed.f_logical_not()?, f64::NEG_INFINITY)?;
     }
-    let att = att.f_softmax(-1, tch::Kind::Float)?;
+    // SDPA's safe softmax: a query that may attend to no key gets zeros, not NaN.
+    let att = att.f_internal_safe_softmax(-1, tch::Kind::Float)?;
     dropout::dropout(&att, p, true)?.f_matmul(v)
 }
 
