@@ -131,9 +131,10 @@ speed_row "bf16 MLP $width" "$kiln" "$eager" "$compiled" "$(ratio "$kiln" "$eage
 # The report's own figures (`compute`: TFLOP/s against the plan's FLOPs; on CUDA the busy
 # fraction sampled through NVML and the caching allocator's peak beside the plan's estimate).
 if [ -f "$OUT/runs/mlp_bf16/report.yaml" ]; then
-  "$PYTHON" - "$OUT/runs/mlp_bf16/report.yaml" "$width" >>"$ROWS" <<'PY'
+  if "$PYTHON" - "$OUT/runs/mlp_bf16/report.yaml" "$width" >>"$ROWS" <<'PY'
 import sys, yaml
-c = (yaml.safe_load(open(sys.argv[1])).get("outcome") or {}).get("compute") or {}
+r = yaml.safe_load(open(sys.argv[1]))
+c = (r.get("outcome") or r).get("compute") or {}
 name = f"bf16 MLP {sys.argv[2]}"
 mib = lambda b: "-" if b is None else f"{b / 2**20:,.0f} MiB"
 busy = c.get("gpu_busy")
@@ -142,7 +143,12 @@ print(f"figure\t{name}: GPU busy (report, NVML)\t" + ("-" if busy is None else f
 print(f"figure\t{name}: peak memory (report)\t{mib(c.get('peak_memory_bytes'))}; plan {mib(c.get('plan_memory_bytes'))}")
 if c.get("note"):
     print(f"figure\t{name}: report's note\t{c['note']}")
+sys.exit(0 if c.get("tflop_per_s", 0) > 0 else 1)
 PY
+  then :; else
+    row figure "bf16 MLP $width: report" "FAILED: no compute figures in report.yaml"
+    FAILED=1
+  fi
 fi
 if [ -n "$SMI" ] && [ -s "$OUT/smi.csv" ]; then
   row figure "bf16 MLP $width: GPU busy (nvidia-smi)" "$(awk -F', ' '$1 > 0 { n++; u += $1 } END { if (n) printf "%.1f%% over %d samples above 0", u / n, n; else print "-" }' "$OUT/smi.csv")"
