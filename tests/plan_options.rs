@@ -1,6 +1,6 @@
 //! `kiln plan` shows the learning-rate schedule with every parameter resolved (nested
 //! `sequence` schedules included), the evaluation batch's activations in the memory estimate,
-//! and each split's own source, in its text and its YAML.
+//! each split's own source and whether the optimizer is fused, in its text and its YAML.
 
 use kiln::plan::{plan, Plan};
 use kiln::present::plan::to_text;
@@ -36,6 +36,26 @@ fn plan_with(data: &str, schedule: &str, optimizer: &str) -> Plan {
 
 fn yaml(p: &Plan) -> serde_yaml::Value {
     serde_yaml::from_str(&serde_yaml::to_string(p).expect("plan as YAML")).expect("YAML")
+}
+
+#[test]
+fn the_plan_says_whether_the_optimizer_is_fused() {
+    for (optimizer, fused) in [
+        ("adamw(lr: 1e-3)", true),
+        ("sgd(lr: 0.1, fused: false)", false),
+        ("rmsprop(lr: 1e-3)", false),
+    ] {
+        let p = plan_with("    batch 32", "", optimizer);
+        let name = optimizer.split('(').next().unwrap_or_default();
+        let line = format!("fp32  {name}{}\n", if fused { " (fused)" } else { "" });
+        let text = to_text(&p);
+        assert!(text.contains(&line), "{optimizer}: {text}");
+        assert_eq!(
+            yaml(&p)["optimizer_fused"],
+            serde_yaml::Value::Bool(fused),
+            "{optimizer}"
+        );
+    }
 }
 
 #[test]

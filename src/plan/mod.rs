@@ -145,6 +145,9 @@ pub struct Plan {
     pub precision: Precision,
     /// Optimizer name.
     pub optimizer: String,
+    /// Whether the optimizer updates through ATen's fused kernels (`fused`, the default for
+    /// `sgd`, `adam` and `adamw`) rather than the single-tensor rules.
+    pub optimizer_fused: bool,
     /// The learning-rate schedule, its parameters resolved.
     pub schedule: schedule::ScheduleRow,
     /// The optimizer's parameter groups, then the parameters in none (left out of YAML without
@@ -453,6 +456,7 @@ pub fn plan(e: &Experiment) -> Plan {
         parallel: describe_parallel(&e.parallel),
         precision: e.train.precision,
         optimizer: e.optimizer.name().to_string(),
+        optimizer_fused: e.optimizer.fused,
         schedule: schedule::row(&e.schedule),
         groups: groups::groups(e),
         layers: all

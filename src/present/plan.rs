@@ -39,8 +39,13 @@ pub fn to_text(p: &Plan) -> String {
     }
     let _ = writeln!(
         out,
-        "input      {}  batch {} (micro-batch {})  {}  {}",
-        p.input, p.batch, p.micro_batch, p.precision, p.optimizer
+        "input      {}  batch {} (micro-batch {})  {}  {}{}",
+        p.input,
+        p.batch,
+        p.micro_batch,
+        p.precision,
+        p.optimizer,
+        if p.optimizer_fused { " (fused)" } else { "" }
     );
     let _ = writeln!(out, "data       {}", data(&p.data));
     let _ = writeln!(out, "           {}", residence(&p.data));
