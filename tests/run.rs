@@ -153,11 +153,9 @@ fn failure(dir: &Path, exp: &str, code: &str, at: &str) -> String {
     t
 }
 
-#[test]
-fn a_non_finite_loss_names_the_step_and_points_at_the_learning_rate() {
-    let dir = scratch("nan");
-    // Plain SGD on a regression with a learning rate far too large diverges geometrically.
-    let exp = r#"experiment "nan" {
+/// Plain SGD on a regression with a learning rate far too large, which diverges geometrically
+/// (the loss is infinite from step 12); `TRAIN` is the train block's settings.
+const DIVERGING: &str = r#"experiment "nan" {
   data {
     source synthetic(inputs: normal([16]), targets: normal([4]), count: 512)
     batch 32
@@ -170,13 +168,19 @@ fn a_non_finite_loss_names_the_step_and_points_at_the_learning_rate() {
   device cpu
   optimizer sgd(lr: 100)
   train {
-    steps 20
-    loss mse
-    checkpoint(every: 1 steps)
+    TRAIN
   }
 }
 "#;
-    let t = failure(&dir, exp, "K0504(non-finite-loss)", "12:21");
+
+#[test]
+fn a_non_finite_loss_names_the_step_and_points_at_the_learning_rate() {
+    let dir = scratch("nan");
+    let exp = DIVERGING.replace(
+        "TRAIN",
+        "steps 20\n    loss mse\n    checkpoint(every: 1 steps)",
+    );
+    let t = failure(&dir, &exp, "K0504(non-finite-loss)", "12:21");
     assert!(
         t.contains("the loss became infinite at step 12 (epoch 1)"),
         "{t}"
@@ -195,25 +199,8 @@ fn a_non_finite_loss_read_steps_later_still_names_its_step() {
     // half a second): the guard still names step 12, the first infinite one, and no later step
     // is recorded.
     let dir = scratch("nan-late");
-    let exp = r#"experiment "nan" {
-  data {
-    source synthetic(inputs: normal([16]), targets: normal([4]), count: 512)
-    batch 32
-    shuffle false
-  }
-  model {
-    input [16]
-    fc: linear(4)
-  }
-  device cpu
-  optimizer sgd(lr: 100)
-  train {
-    steps 40
-    loss mse
-  }
-}
-"#;
-    let t = failure(&dir, exp, "K0504(non-finite-loss)", "12:21");
+    let exp = DIVERGING.replace("TRAIN", "steps 40\n    loss mse");
+    let t = failure(&dir, &exp, "K0504(non-finite-loss)", "12:21");
     assert!(
         t.contains("the loss became infinite at step 12 (epoch 1)"),
         "{t}"

@@ -624,10 +624,7 @@ impl Stepper {
         }
         let n = x.size().first().copied().unwrap_or(1);
         let whole = objective.whole(y)?;
-        let weight = match &whole.weight {
-            Some(w) => w.f_reshape([1]).at(span)?,
-            None => Tensor::f_from_slice(&[n as f64]).at(span)?,
-        };
+        let weight = whole.weight.as_ref().map(Tensor::shallow_clone);
         let batch = Batch {
             x,
             y,
@@ -639,7 +636,16 @@ impl Stepper {
         let pass = backprop.backprop(model, objective, &batch)?;
         let agreed = pass.agreed;
         let counted = pass.tally().at(span)?;
-        let weight = weight.f_to_device(counted.device()).at(span)?;
+        // The samples of a loss without class targets are made on the tally's device: a copy
+        // from the host would wait for the device.
+        let weight = match weight {
+            Some(w) => w
+                .f_reshape([1])
+                .at(span)?
+                .f_to_device(counted.device())
+                .at(span)?,
+            None => Tensor::f_full([1], n as f64, (Kind::Double, counted.device())).at(span)?,
+        };
         let tally = Tensor::f_cat(&[counted, weight], 0).at(span)?;
         for h in &mut self.hooks {
             h.gradients_ready(&self.params, span)?;

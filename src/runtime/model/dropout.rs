@@ -39,14 +39,16 @@ pub(super) fn dropout(x: &Tensor, p: f64, train: bool) -> Result<Tensor, TchErro
 }
 
 /// A mask of `shape`: `1 / (1 - p)` where an element is kept, 0 where it is dropped, fp32 on
-/// the CPU, from a key drawn from libtorch's CPU generator.
+/// the CPU, from a key drawn from libtorch's CPU generator, written straight into the tensor.
 fn mask(shape: &[i64], p: f64) -> Result<Tensor, TchError> {
     let key = Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])?;
     let n = shape.iter().product::<i64>().max(0) as usize;
     let scale = 1.0f32 / (1.0 - p) as f32;
-    let mut values = vec![0f32; n];
-    fill(&mut values, key as u64, p, scale);
-    Tensor::f_from_slice(&values)?.f_reshape(shape)
+    let mask = Tensor::f_empty(shape, (Kind::Float, Device::Cpu))?;
+    // SAFETY: a new contiguous fp32 CPU tensor of `n` elements, which nothing else sees yet.
+    let values = unsafe { std::slice::from_raw_parts_mut(mask.data_ptr().cast::<f32>(), n) };
+    fill(values, key as u64, p, scale);
+    Ok(mask)
 }
 
 /// Element `i` of the mask into `values[i]`.
