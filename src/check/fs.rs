@@ -60,6 +60,7 @@ impl Loader for FsLoader {
         // The kind first, without opening, as for experiment files.
         match std::fs::metadata(path) {
             Err(e) => return missing(e),
+            Ok(meta) if meta.is_dir() && *format == Format::Text => return text_dir(path),
             Ok(meta) if !meta.is_file() => return not_regular(&meta),
             Ok(_) => {}
         }
@@ -76,6 +77,52 @@ impl Loader for FsLoader {
             Ok(header) => Probe::Read(header),
             Err(reason) => Probe::Malformed(reason),
         }
+    }
+}
+
+/// The files of a text directory, in the order they are concatenated: every regular file whose
+/// name does not start with a dot, sorted by name (byte order). The one listing the checker and
+/// the runtime read.
+pub fn text_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let hidden = entry.file_name().as_encoded_bytes().starts_with(b".");
+        if !hidden && std::fs::metadata(entry.path())?.is_file() {
+            files.push(entry.path());
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// What a directory of text files holds, read as one text (see [`text_files`]).
+fn text_dir(dir: &Path) -> Probe {
+    use datafile::text::{header, TEXT_CHECK_BYTES};
+    let files = match text_files(dir) {
+        Ok(f) if f.is_empty() => {
+            return Probe::Malformed("it is a directory without text files".into())
+        }
+        Ok(f) => f,
+        Err(e) => return Probe::Missing(e.to_string()),
+    };
+    let mut size = 0u64;
+    for f in &files {
+        size = size.saturating_add(std::fs::metadata(f).map_or(0, |m| m.len()));
+    }
+    let mut bytes = Vec::new();
+    if size <= TEXT_CHECK_BYTES {
+        for f in &files {
+            match std::fs::read(f) {
+                Ok(b) => bytes.extend_from_slice(&b),
+                Err(e) => return Probe::Missing(format!("`{}` cannot be read: {e}", f.display())),
+            }
+        }
+    }
+    let read = (size <= TEXT_CHECK_BYTES).then_some(&bytes[..]);
+    match header(read, size) {
+        Ok(text) => Probe::Read(datafile::Header::Text(text)),
+        Err(reason) => Probe::Malformed(reason),
     }
 }
 

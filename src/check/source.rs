@@ -130,6 +130,9 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
             per_token: None,
         });
     }
+    if let Some(stream) = token_stream(cx, kind, &b, v.span) {
+        return stream;
+    }
     let string = |cx: &mut Cx, p: &str, default: &str| {
         b.get(p).map_or(Some(default.to_string()), |v| cx.string(v))
     };
@@ -224,6 +227,78 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
         layout,
         per_token,
     })
+}
+
+/// A token stream, `tokens(...)` or `text(...)`: samples are windows of `block` ids, each
+/// token's target the next one (`None` for other sources; `Some(None)` after a problem).
+fn token_stream(
+    cx: &mut Cx,
+    kind: &str,
+    b: &super::cx::Bound,
+    span: Span,
+) -> Option<Option<SourceOut>> {
+    if kind != "tokens" && kind != "text" {
+        return None;
+    }
+    let need = |cx: &mut Cx, p: &str| {
+        let v = b.get(p);
+        if v.is_none() {
+            cx.missing(kind, p, b.span);
+        }
+        v
+    };
+    let path = need(cx, "path").and_then(|v| cx.string(v));
+    let block_value = need(cx, "block");
+    let block = block_value.and_then(|v| cx.uint_min(v, "the window's `block` of tokens", 1));
+    let (source, vocab) = if kind == "tokens" {
+        let bits = b.get("dtype").map_or(Some(16), |v| {
+            cx.choice(v, "token dtype", &["uint16", "uint32"]).map(|w| {
+                if w == "uint16" {
+                    16
+                } else {
+                    32
+                }
+            })
+        });
+        let vocab = b.get("vocab").map_or(Some(None), |v| {
+            cx.uint_min(v, "the vocabulary size", 2).map(Some)
+        });
+        let (path, bits, block, vocab) = (path, bits?, block, vocab?);
+        let source = Source::Tokens {
+            path: path?,
+            bits,
+            block: block?,
+            vocab,
+        };
+        (source, vocab)
+    } else {
+        let chars = b
+            .get("tokenizer")
+            .map_or(Some("chars"), |v| cx.choice(v, "tokenizer", &["chars"]));
+        let (path, _, block) = (path, chars?, block);
+        let source = Source::Text {
+            path: path?,
+            block: block?,
+        };
+        (source, None)
+    };
+    let block = source.block().unwrap_or(1);
+    let shape = Shape(vec![i64::try_from(block).unwrap_or(i64::MAX)]);
+    Some(Some(SourceOut {
+        source,
+        span,
+        sample: Some((shape.clone(), block_value.map_or(span, |v| v.span))),
+        dtype: DType::Int,
+        int_bound: vocab,
+        // A text's vocabulary is known once `kiln check` reads it (the typed experiment's).
+        targets: Targets::Tokens {
+            classes: vocab,
+            shape,
+        },
+        scale: None,
+        layout: Layout::AsStored,
+        per_token: None,
+    }))
 }
 
 /// `scale: 255` (what uint8 inputs are divided by, above 0) or `scale: none`.

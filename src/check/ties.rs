@@ -128,6 +128,7 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
         targets_fit = fit.targets;
         ok &= input_fits && targets_fit;
         ok &= file_token_targets(cx, d, m, dtype);
+        ok &= super::tokens::text_vocabulary(cx, &mut d.data, &m.nodes, &declared);
     }
     if let Some(d) = &mut data {
         d.data.read = declared

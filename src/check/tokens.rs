@@ -3,7 +3,11 @@
 //! synthetic `randint` inputs are. The checker then refuses inputs stored as floats (K0220, once
 //! the headers are read), and the runtime refuses ids outside `[0, vocab)` (K0503).
 
-use crate::ir::{layers, DType, LayerKind, Node, Source};
+use super::cx::Cx;
+use super::datafiles::Declared;
+use crate::diagnostic::problem::{DataFit, Strategies};
+use crate::diagnostic::Problem;
+use crate::ir::{layers, DType, Data, LayerKind, Node, Source, Targets};
 use crate::syntax::ast::Block;
 
 /// The element type a source feeds the model: a synthetic source's own (`dtype`), and for a
@@ -37,6 +41,41 @@ pub(super) fn file_vocab(source: &Source, nodes: &[Node]) -> Option<u64> {
     match layers(nodes).first().map(|l| &l.kind) {
         Some(LayerKind::Embedding { vocab, .. }) => u64::try_from(*vocab).ok(),
         _ => None,
+    }
+}
+
+/// A text's vocabulary as `kiln check` read it: the classes of its per-token targets, within
+/// the ids of the model's first layer, an `embedding` (K0220 otherwise). False after a report.
+pub(super) fn text_vocabulary(
+    cx: &mut Cx,
+    data: &mut Data,
+    nodes: &[Node],
+    declared: &[Declared],
+) -> bool {
+    let Some(chars) = declared.iter().find(|d| d.trains()).and_then(|d| d.vocab) else {
+        return true;
+    };
+    if let Targets::Tokens { classes, .. } = &mut data.targets {
+        *classes = Some(chars);
+    }
+    let Some(first) = layers(nodes).first().copied() else {
+        return true;
+    };
+    match first.kind {
+        LayerKind::Embedding { vocab, .. } if u64::try_from(vocab).unwrap_or(0) < chars => {
+            let (kind, files) = data.source.kind_and_files();
+            cx.report(Problem::Strategies(Strategies::DataMismatch {
+                span: data.source_span,
+                file: format!("the {kind} `{}`", files.join("`, `")),
+                situation: DataFit::Vocabulary {
+                    chars,
+                    vocab: u64::try_from(vocab).unwrap_or(0),
+                    embedding: first.span,
+                },
+            }));
+            false
+        }
+        _ => true,
     }
 }
 

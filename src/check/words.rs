@@ -103,6 +103,8 @@ pub const SOURCES: &[(&str, &[&str])] = &[
             "layout",
         ],
     ),
+    ("tokens", &["path", "dtype", "block", "vocab"]),
+    ("text", &["path", "tokenizer", "block"]),
 ];
 
 /// A word of the language that names a choice (an optimizer, a loss...), the tag the checker

@@ -96,6 +96,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Sample text (or token ids) from a causal language model a run trained; `kiln generate
+    /// --help` for options.
+    #[command(disable_help_flag = true)]
+    Generate {
+        /// The run directory and options, passed to `kiln-runtime generate`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Summarise a finished run from its directory (a sweep's directory: its trials, ranked).
     Report {
         /// The run directory, as `runs/<experiment>/<timestamp>`.
@@ -167,6 +175,7 @@ pub fn main() -> i32 {
         Command::Env => runtime::runtime("env", &[]),
         Command::Eval { args } => runtime::runtime("eval", &args),
         Command::Export { args } => runtime::runtime("export", &args),
+        Command::Generate { args } => runtime::runtime("generate", &args),
         Command::Report { run_dir, all } => report::report(&run_dir, all),
         Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
         Command::Lsp => kiln::lsp::server::run().map(|()| EXIT_OK),

@@ -16,6 +16,7 @@ mod csv;
 pub mod idx;
 pub mod npy;
 mod safetensors;
+pub mod text;
 pub mod zip;
 
 use std::borrow::Cow;
@@ -44,6 +45,10 @@ pub enum Format {
     Safetensors,
     /// A CSV file.
     Csv,
+    /// A flat stream of unsigned token ids of this many bits.
+    Tokens(u8),
+    /// UTF-8 text (a file, or a directory's files), read whole to find its vocabulary.
+    Text,
 }
 
 /// The type of an array's elements.
@@ -109,6 +114,8 @@ pub enum Header {
     Members(Vec<Member>),
     /// A CSV file's first rows and row count.
     Csv(Csv),
+    /// A text's characters and vocabulary.
+    Text(text::Text),
 }
 
 /// What reading a data file's header found.
@@ -137,6 +144,15 @@ pub fn read_header<R: Read + Seek>(
         Format::Npz(wanted) => zip::members(file, size, wanted).map(Header::Members),
         Format::Safetensors => safetensors::header(file, size).map(Header::Members),
         Format::Csv => csv::header(file, size).map(Header::Csv),
+        Format::Tokens(bits) => text::tokens(size, *bits).map(Header::Array),
+        Format::Text => {
+            let bytes = if size <= text::TEXT_CHECK_BYTES {
+                Some(read_up_to(file, size)?)
+            } else {
+                None
+            };
+            text::header(bytes.as_deref(), size).map(Header::Text)
+        }
     }
 }
 

@@ -247,6 +247,8 @@ codes! {
     NotExtendable = "K0524", "not-extendable", Error, "A finished run cannot be extended: it kept no checkpoint of its end, early stopping ended it, or it pruned after training.";
     /// A finished run resumed at the length it has.
     RunComplete = "K0525", "run-complete", Warning, "The finished run was resumed with the length it already has: nothing to train, nothing changed.";
+    /// `kiln generate` given a model that is not a causal language model.
+    NotGenerative = "K0526", "not-generative", Error, "`kiln generate` was given a run whose model is not a causal language model over token ids.";
 }
 
 impl Problem {
@@ -360,6 +362,7 @@ impl Problem {
             Problem::Running(Running::NoWeights { .. }) => Code::NoWeights,
             Problem::Running(Running::WeightsMismatch { .. }) => Code::WeightsMismatch,
             Problem::Running(Running::SplitEmpty { .. }) => Code::SplitEmpty,
+            Problem::Running(Running::NotGenerative { .. }) => Code::NotGenerative,
             Problem::Running(Running::ExportNotEvaluable { .. }) => Code::ExportNotEvaluable,
             Problem::Running(Running::ShorterThanTrained { .. }) => Code::ShorterThanTrained,
             Problem::Running(Running::NotExtendable { .. }) => Code::NotExtendable,

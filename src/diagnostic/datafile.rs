@@ -133,6 +133,24 @@ pub enum DataFit {
     },
     /// A CSV file with a single column, the target.
     OneColumn,
+    /// A token stream no longer than one window and its next token.
+    ShortStream {
+        /// The tokens (or characters) it holds.
+        tokens: u64,
+        /// The window.
+        block: u64,
+        /// Where `block` is written.
+        block_span: Span,
+    },
+    /// A text with more distinct characters than the embedding's vocabulary.
+    Vocabulary {
+        /// Its distinct characters.
+        chars: u64,
+        /// The embedding's vocabulary.
+        vocab: u64,
+        /// The embedding.
+        embedding: Span,
+    },
     /// A split left with no sample although its fraction is above zero.
     EmptySplit {
         /// `training`, `validation` or `test`.
@@ -458,6 +476,34 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
         .help(format!(
             "write `target: \"0\"` for the first column (the file has {}), or `header: true` if the first row names the columns",
             plural(columns as u64, "column", "columns")
+        )),
+        DataFit::ShortStream {
+            tokens,
+            block,
+            block_span,
+        } => new(
+            span,
+            format!(
+                "{file} holds {tokens} tokens, too few for one window of {block} and the token after it"
+            ),
+        )
+        .label("too short")
+        .with(block_span, "the window")
+        .help("use a shorter `block` or more text"),
+        DataFit::Vocabulary {
+            chars,
+            vocab,
+            embedding,
+        } => new(
+            span,
+            format!(
+                "{file} holds {chars} distinct characters, but the embedding's vocabulary is {vocab}"
+            ),
+        )
+        .label(format!("{chars} characters"))
+        .with(embedding, "the embedding")
+        .help(format!(
+            "give the embedding {chars} ids (`embedding({chars}, ...)`) and the head {chars} classes"
         )),
         DataFit::OneColumn => new(
             span,

@@ -1,5 +1,6 @@
 //! Wording of the problems of `kiln eval` (K0519 to K0522): weights it cannot read, weights that
-//! do not fit the model, a split without samples, an export it cannot evaluate as asked.
+//! do not fit the model, a split without samples, an export it cannot evaluate as asked; and of
+//! `kiln generate` given a model that cannot generate (K0526).
 
 use crate::diagnostic::problem::Running;
 use std::path::PathBuf;
@@ -161,6 +162,13 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 "give `{split}` a fraction in `split(...)`, large enough for one sample{other}"
             ))
         }
+        Problem::Running(Running::NotGenerative { span, why, help }) => Diagnostic::new(
+            code,
+            span,
+            format!("`kiln generate` needs a causal language model, but {why}"),
+        )
+        .label("cannot generate")
+        .help(help),
         _ => unreachable!("only evaluation problems are passed to evaluation::words"),
     }
 }

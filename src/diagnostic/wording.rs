@@ -290,7 +290,8 @@ impl Problem {
             p @ (Problem::Running(Running::NoWeights { .. })
             | Problem::Running(Running::WeightsMismatch { .. })
             | Problem::Running(Running::SplitEmpty { .. })
-            | Problem::Running(Running::ExportNotEvaluable { .. })) => super::evaluation::words(p),
+            | Problem::Running(Running::ExportNotEvaluable { .. })
+            | Problem::Running(Running::NotGenerative { .. })) => super::evaluation::words(p),
 
             p @ (Problem::Running(Running::ShorterThanTrained { .. })
             | Problem::Running(Running::NotExtendable { .. })

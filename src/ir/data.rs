@@ -71,6 +71,10 @@ impl Data {
     /// values as float32), when the sample count and the targets are known.
     pub fn bytes(&self, input: &[i64], ids: bool) -> Option<u64> {
         let values = |n: i64, size: u64| (n.max(0) as u64).saturating_mul(size);
+        // A stream is held once, one int64 per token: the windows' ids and their targets.
+        if let Some(block) = self.source.block() {
+            return Some(self.samples()?.saturating_add(block).saturating_mul(8));
+        }
         let per_input = values(crate::ir::numel(input), if ids { 8 } else { 4 });
         let per_target = match &self.targets {
             Targets::Classes(_) => 8,
@@ -286,6 +290,52 @@ pub enum Source {
         /// Name of the targets tensor.
         targets: String,
     },
+    /// A flat stream of token ids in a binary file (nanoGPT's `train.bin`): sample `i` is the
+    /// window of `block` ids from offset `i`, its targets the `block` ids after each.
+    Tokens {
+        /// The file.
+        path: String,
+        /// Bits per id, unsigned, little-endian: 16 or 32.
+        bits: u8,
+        /// Tokens per window.
+        block: u64,
+        /// The vocabulary size, when declared: ids must lie below it.
+        vocab: Option<u64>,
+    },
+    /// Raw text (a file, or every regular file of a directory in name order, concatenated)
+    /// read as characters: ids index the sorted set of its characters; windows as for
+    /// [`Source::Tokens`].
+    Text {
+        /// The file or directory.
+        path: String,
+        /// Characters per window.
+        block: u64,
+    },
+}
+
+impl Source {
+    /// Tokens per window of a token stream (`tokens`, `text`); `None` for sources of samples.
+    pub fn block(&self) -> Option<u64> {
+        match self {
+            Source::Tokens { block, .. } | Source::Text { block, .. } => Some(*block),
+            _ => None,
+        }
+    }
+
+    /// The source's word in the language and the files it names as the experiment writes
+    /// them (none for synthetic data).
+    pub fn kind_and_files(&self) -> (&'static str, Vec<String>) {
+        match self {
+            Source::Synthetic { .. } => ("synthetic", vec![]),
+            Source::Idx { images, labels } => ("idx", vec![images.clone(), labels.clone()]),
+            Source::Npy { inputs, targets } => ("npy", vec![inputs.clone(), targets.clone()]),
+            Source::Npz { path, .. } => ("npz", vec![path.clone()]),
+            Source::Csv { path, .. } => ("csv", vec![path.clone()]),
+            Source::Safetensors { path, .. } => ("safetensors", vec![path.clone()]),
+            Source::Tokens { path, .. } => ("tokens", vec![path.clone()]),
+            Source::Text { path, .. } => ("text", vec![path.clone()]),
+        }
+    }
 }
 
 /// A random generator of per-sample tensors.

@@ -215,16 +215,8 @@ impl DataRow {
     /// receives the batches), whose row in `devices` then counts their bytes, or in host
     /// memory.
     fn of(e: &Experiment, resident: Device, devices: &mut [DeviceNeed]) -> DataRow {
-        use crate::ir::Source;
         let d = &e.data;
-        let source = match &d.source {
-            Source::Synthetic { .. } => "synthetic",
-            Source::Idx { .. } => "idx",
-            Source::Npy { .. } => "npy",
-            Source::Npz { .. } => "npz",
-            Source::Csv { .. } => "csv",
-            Source::Safetensors { .. } => "safetensors",
-        };
+        let source = d.source.kind_and_files().0;
         let bytes = d.bytes(&e.model.input.0, e.model.input_dtype == DType::Int);
         let need = devices.iter_mut().find(|n| n.device == resident);
         let fits = match (bytes, &need) {

@@ -20,22 +20,10 @@ pub struct SplitRow {
     pub samples: Option<u64>,
 }
 
-/// The source's kind and the files it reads.
-pub(super) fn kind_and_files(source: &Source) -> (&'static str, Vec<String>) {
-    match source {
-        Source::Synthetic { .. } => ("synthetic", vec![]),
-        Source::Idx { images, labels } => ("idx", vec![images.clone(), labels.clone()]),
-        Source::Npy { inputs, targets } => ("npy", vec![inputs.clone(), targets.clone()]),
-        Source::Npz { path, .. } => ("npz", vec![path.clone()]),
-        Source::Csv { path, .. } => ("csv", vec![path.clone()]),
-        Source::Safetensors { path, .. } => ("safetensors", vec![path.clone()]),
-    }
-}
-
 /// The rows of the splits with a source of their own, validation first.
 pub(super) fn rows(data: &Data) -> Vec<SplitRow> {
     let row = |split, own: &HeldOut| {
-        let (source, files) = kind_and_files(&own.source);
+        let (source, files) = own.source.kind_and_files();
         let samples = match &own.source {
             Source::Synthetic { count, .. } => Some(*count),
             _ => None,

@@ -63,6 +63,8 @@ pub const REPORT: &str = "report.yaml";
 pub const SOURCE: &str = "source.yaml";
 /// The directory of checkpoints.
 pub const CHECKPOINTS: &str = "checkpoints";
+/// A text source's vocabulary: a JSON array of its characters in id order.
+pub const VOCAB: &str = "vocab.json";
 
 /// What was being done to a file when it failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

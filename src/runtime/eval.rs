@@ -209,14 +209,14 @@ pub fn eval_main(opts: &EvalOptions) -> i32 {
 }
 
 /// Prints a usage error; returns 2.
-fn usage(message: &str) -> i32 {
+pub(super) fn usage(message: &str) -> i32 {
     let _ = writeln!(std::io::stderr(), "error: {message}");
     2
 }
 
 /// Prints diagnostics (text on standard error, or a JSON array on standard output); returns
 /// `status`.
-fn show(checked: &Checked, diagnostics: &[Diagnostic], json: bool, status: i32) -> i32 {
+pub(super) fn show(checked: &Checked, diagnostics: &[Diagnostic], json: bool, status: i32) -> i32 {
     if json {
         let all: Vec<_> = diagnostics
             .iter()
@@ -311,32 +311,7 @@ fn run(
                 Some(restore_saved(&session, &splits, &trained, saved)?),
             )
         }
-        Weights::Run(dir) => {
-            let (last, damaged) = kiln::rundir::weights::newest(dir);
-            if let Some((side, path)) = last {
-                let tensors = read_tensors(&path, exp)?;
-                session.same_computation(&splits, &side.fingerprint)?;
-                load_strict(&trained, &path, &tensors, exp, compresses)?;
-                (path, Some(side.position.step))
-            } else {
-                let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
-                let Some(saved) = found.0 else {
-                    return Err(Problem::Running(Running::NoWeights {
-                        span: exp.span,
-                        situation: NoWeights::EmptyRun {
-                            dir: dir.clone(),
-                            damaged: damaged.len() + found.1.len(),
-                        },
-                    })
-                    .diagnostic());
-                };
-                let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
-                (
-                    path,
-                    Some(restore_saved(&session, &splits, &trained, saved)?),
-                )
-            }
-        }
+        Weights::Run(dir) => from_run(&session, &splits, &trained, dir, exp, compresses)?,
     };
     let objective = Objective::new(exp);
     let at = |net: &Net| evaluate(exp, net, &Local, net.input_device(), &objective, data);
@@ -366,6 +341,39 @@ fn run(
         uncompressed,
         run_end: step.filter(|s| *s < timeline.end()).map(|_| timeline.end()),
     })
+}
+
+/// Loads a run directory's newest intact final weights into `trained`, or else its newest
+/// intact checkpoint; refused (K0507) when the experiment now computes something else than the
+/// run did. Returns the weights' path and step.
+pub(super) fn from_run(
+    session: &Session,
+    splits: &data::Splits,
+    trained: &Net,
+    dir: &std::path::Path,
+    exp: &Experiment,
+    compresses: bool,
+) -> Result<(PathBuf, Option<u64>), Diagnostic> {
+    let (last, damaged) = kiln::rundir::weights::newest(dir);
+    if let Some((side, path)) = last {
+        let tensors = read_tensors(&path, exp)?;
+        session.same_computation(splits, &side.fingerprint)?;
+        load_strict(trained, &path, &tensors, exp, compresses)?;
+        return Ok((path, Some(side.position.step)));
+    }
+    let found = super::checkpoint::latest(&dir.join(kiln::rundir::CHECKPOINTS));
+    let Some(saved) = found.0 else {
+        return Err(Problem::Running(Running::NoWeights {
+            span: exp.span,
+            situation: NoWeights::EmptyRun {
+                dir: dir.to_path_buf(),
+                damaged: damaged.len() + found.1.len(),
+            },
+        })
+        .diagnostic());
+    };
+    let path = dir.join(kiln::rundir::CHECKPOINTS).join(&saved.0.tensors);
+    Ok((path, Some(restore_saved(session, splits, trained, saved)?)))
 }
 
 /// Loads a checkpoint into `trained`, refused (K0507) when the experiment now computes something

@@ -22,6 +22,7 @@ pub mod eval;
 pub mod exported;
 pub mod failure;
 pub mod fingerprint;
+pub mod generate;
 pub mod gpu_busy;
 pub mod hooks;
 pub mod launch;

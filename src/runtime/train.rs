@@ -96,10 +96,7 @@ pub fn evaluate(
     let (index, count) = (index as i64, count.max(1) as i64);
     let n = data.len();
     let (lo, hi) = (index * n / count, (index + 1) * n / count);
-    let part = Dataset {
-        inputs: data.inputs.f_narrow(0, lo, hi - lo).at(span)?,
-        targets: data.targets.f_narrow(0, lo, hi - lo).at(span)?,
-    };
+    let part = data.part(lo, hi).at(span)?;
     let top_k = exp.train.metrics.iter().find_map(|m| {
         if let Metric::TopK(k) = m {
             Some(*k)

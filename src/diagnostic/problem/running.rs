@@ -270,4 +270,13 @@ pub enum Running {
         /// cannot be read.
         detail: String,
     },
+    /// K0526: `kiln generate` was given a run whose model is not a causal language model.
+    NotGenerative {
+        /// What makes it one that cannot generate: the model's input, a layer, the data source.
+        span: Span,
+        /// Why, a clause: `its attention is not causal`.
+        why: String,
+        /// How to fix it.
+        help: String,
+    },
 }

@@ -20,8 +20,7 @@ const AHEAD: usize = 2;
 
 /// Builds the batches of one epoch.
 struct Producer {
-    inputs: Tensor,
-    targets: Tensor,
+    data: Dataset,
     order: Arc<[i64]>,
     /// The epoch's order as an int64 tensor beside the data, copied there once, when batches
     /// are gathered in the training thread: each batch's indices are then a slice of it, with
@@ -36,8 +35,7 @@ impl Producer {
     /// A producer sharing this one's tensors.
     fn share(&self) -> Producer {
         Producer {
-            inputs: self.inputs.shallow_clone(),
-            targets: self.targets.shallow_clone(),
+            data: self.data.shallow(),
             order: Arc::clone(&self.order),
             index: self.index.as_ref().map(Tensor::shallow_clone),
             batch: self.batch,
@@ -51,12 +49,10 @@ impl Producer {
         let end = (start + self.batch).min(self.order.len());
         let index = match &self.index {
             Some(order) => order.f_narrow(0, start as i64, (end - start) as i64)?,
-            None => {
-                Tensor::f_from_slice(&self.order[start..end])?.f_to_device(self.inputs.device())?
-            }
+            None => Tensor::f_from_slice(&self.order[start..end])?
+                .f_to_device(self.data.inputs.device())?,
         };
-        let x = self.inputs.f_index_select(0, &index)?;
-        let y = self.targets.f_index_select(0, &index)?;
+        let (x, y) = self.data.gather(&index)?;
         Ok((to_device(x, self.device)?, to_device(y, self.device)?))
     }
 }
@@ -191,8 +187,7 @@ impl Loader {
         };
         let order: Arc<[i64]> = order.into();
         let producer = Producer {
-            inputs: dataset.inputs.shallow_clone(),
-            targets: dataset.targets.shallow_clone(),
+            data: dataset.shallow(),
             order,
             index,
             batch: usize::try_from(batch).unwrap_or(usize::MAX),
@@ -340,10 +335,10 @@ mod tests {
     use tch::Kind;
 
     fn dataset(n: i64) -> Dataset {
-        Dataset {
-            inputs: Tensor::arange(n, (Kind::Float, Device::Cpu)).reshape([n, 1]),
-            targets: Tensor::arange(n, (Kind::Int64, Device::Cpu)),
-        }
+        Dataset::rows(
+            Tensor::arange(n, (Kind::Float, Device::Cpu)).reshape([n, 1]),
+            Tensor::arange(n, (Kind::Int64, Device::Cpu)),
+        )
     }
 
     /// The sample ids of each batch.
@@ -432,10 +427,10 @@ mod tests {
     #[test]
     fn loader_stops_when_dropped() {
         let n = 200_000;
-        let d = Dataset {
-            inputs: Tensor::zeros([n, 64], (Kind::Float, Device::Cpu)),
-            targets: Tensor::zeros([n], (Kind::Int64, Device::Cpu)),
-        };
+        let d = Dataset::rows(
+            Tensor::zeros([n, 64], (Kind::Float, Device::Cpu)),
+            Tensor::zeros([n], (Kind::Int64, Device::Cpu)),
+        );
         let mut loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true)
             .unwrap()
             .at(Span::new(FileId(0), 30, 40));
@@ -501,8 +496,7 @@ mod tests {
         // The fallback path, exercised directly.
         let d = dataset(10);
         let producer = Producer {
-            inputs: d.inputs.shallow_clone(),
-            targets: d.targets.shallow_clone(),
+            data: d.shallow(),
             order: (0..10).collect::<Vec<i64>>().into(),
             index: None,
             batch: 4,
@@ -526,10 +520,10 @@ mod tests {
     #[test]
     fn loader_reports_a_failed_batch_at_its_span() {
         // Targets shorter than the inputs: the second batch's gather fails in libtorch.
-        let d = Dataset {
-            inputs: Tensor::zeros([10, 1], (Kind::Float, Device::Cpu)),
-            targets: Tensor::zeros([5], (Kind::Int64, Device::Cpu)),
-        };
+        let d = Dataset::rows(
+            Tensor::zeros([10, 1], (Kind::Float, Device::Cpu)),
+            Tensor::zeros([5], (Kind::Int64, Device::Cpu)),
+        );
         let at = Span::new(FileId(0), 30, 40);
         let mut loader = Loader::new(&d, 4, false, 0, 0, 0, Device::Cpu)
             .unwrap()

@@ -35,6 +35,7 @@ mod npz;
 mod options_tests;
 mod safetensors;
 mod split;
+mod stream;
 mod synthetic;
 mod targets;
 #[cfg(test)]
@@ -57,6 +58,7 @@ use file::DataFile;
 
 pub use error::{DataError, DataKind};
 pub use loader::Loader;
+pub(crate) use stream::encode;
 
 // ---------------------------------------------------------------------------------------------
 // Datasets
@@ -64,28 +66,114 @@ pub use loader::Loader;
 /// Samples in memory on the CPU.
 ///
 /// `inputs` is `[N, ..model input shape]` (`Kind::Float`, or `Kind::Int64` for token ids);
-/// `targets` is `[N]` `Int64` class indices or `[N, ..shape]` `Float` values.
+/// `targets` is `[N]` `Int64` class indices or `[N, ..shape]` `Float` values. A token stream
+/// (`windows`) holds its int64 ids once, `[L]`, as both: its samples are windows of it.
 #[derive(Debug)]
 pub struct Dataset {
-    /// The model's inputs, one row per sample.
+    /// The model's inputs, one row per sample (a token stream's ids).
     pub inputs: Tensor,
-    /// The targets, one row per sample.
+    /// The targets, one row per sample (a token stream's ids).
     pub targets: Tensor,
+    /// A token stream's windows; `None` for rows of samples.
+    pub windows: Option<Windows>,
+}
+
+/// How a token stream's samples are cut from it: sample `i` is the `block` ids from offset `i
+/// · stride`, its targets the `block` ids one further on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Windows {
+    /// Ids per window.
+    pub block: i64,
+    /// Offset between consecutive samples.
+    pub stride: i64,
 }
 
 impl Dataset {
+    /// Rows of samples.
+    pub fn rows(inputs: Tensor, targets: Tensor) -> Dataset {
+        Dataset {
+            inputs,
+            targets,
+            windows: None,
+        }
+    }
+
+    /// The windows of a token stream `ids` (int64 `[L]`).
+    pub fn stream(ids: Tensor, block: i64, stride: i64) -> Dataset {
+        Dataset {
+            targets: ids.shallow_clone(),
+            inputs: ids,
+            windows: Some(Windows { block, stride }),
+        }
+    }
+
     /// Number of samples.
     pub fn len(&self) -> i64 {
-        self.inputs.size().first().copied().unwrap_or(0)
+        let rows = self.inputs.size().first().copied().unwrap_or(0);
+        match self.windows {
+            Some(w) => w.count(rows),
+            None => rows,
+        }
+    }
+
+    /// A dataset sharing this one's tensors.
+    pub fn shallow(&self) -> Dataset {
+        Dataset {
+            inputs: self.inputs.shallow_clone(),
+            targets: self.targets.shallow_clone(),
+            windows: self.windows,
+        }
+    }
+
+    /// Samples `lo..hi`, sharing this one's memory.
+    pub fn part(&self, lo: i64, hi: i64) -> Result<Dataset, TchError> {
+        let Some(w) = self.windows else {
+            return Ok(Dataset::rows(
+                self.inputs.f_narrow(0, lo, hi - lo)?,
+                self.targets.f_narrow(0, lo, hi - lo)?,
+            ));
+        };
+        let len = if hi > lo {
+            (hi - lo - 1) * w.stride + w.block + 1
+        } else {
+            0
+        };
+        Ok(Dataset::stream(
+            self.inputs.f_narrow(0, lo * w.stride, len)?,
+            w.block,
+            w.stride,
+        ))
+    }
+
+    /// The inputs and targets of the samples `index` (an int64 tensor beside the data).
+    pub fn gather(&self, index: &Tensor) -> Result<(Tensor, Tensor), TchError> {
+        let Some(w) = self.windows else {
+            return Ok((
+                self.inputs.f_index_select(0, index)?,
+                self.targets.f_index_select(0, index)?,
+            ));
+        };
+        // Each window and the id after it in one gather: `[B, block + 1]`.
+        let span = Tensor::f_arange(w.block + 1, (tch::Kind::Int64, index.device()))?;
+        let at = index
+            .f_mul_scalar(w.stride)?
+            .f_unsqueeze(1)?
+            .f_add(&span.f_unsqueeze(0)?)?;
+        let ids = self.inputs.f_index_select(0, &at.f_reshape([-1])?)?;
+        let ids = ids.f_reshape([-1, w.block + 1])?;
+        Ok((
+            ids.f_narrow(1, 0, w.block)?.f_contiguous()?,
+            ids.f_narrow(1, 1, w.block)?.f_contiguous()?,
+        ))
     }
 
     /// The samples at `indices`, copied.
     fn select(&self, indices: &[i64]) -> Result<Dataset, TchError> {
         let index = Tensor::f_from_slice(indices)?;
-        Ok(Dataset {
-            inputs: self.inputs.f_index_select(0, &index)?,
-            targets: self.targets.f_index_select(0, &index)?,
-        })
+        Ok(Dataset::rows(
+            self.inputs.f_index_select(0, &index)?,
+            self.targets.f_index_select(0, &index)?,
+        ))
     }
 }
 
@@ -99,21 +187,31 @@ pub struct Splits {
     pub val: Option<Dataset>,
     /// The test samples.
     pub test: Option<Dataset>,
+    /// A text's vocabulary, its characters in id order; `None` for other sources.
+    pub vocab: Option<Vec<char>>,
 }
 
 impl Splits {
     /// The splits with every tensor moved to `device`, once, for batching there.
     pub fn moved_to(self, device: Device) -> Result<Splits, TchError> {
         let move_ = |d: Dataset| -> Result<Dataset, TchError> {
+            let inputs = d.inputs.f_to_device(device)?;
+            // A stream's ids are one tensor, moved once.
+            let targets = match d.windows {
+                Some(_) => inputs.shallow_clone(),
+                None => d.targets.f_to_device(device)?,
+            };
             Ok(Dataset {
-                inputs: d.inputs.f_to_device(device)?,
-                targets: d.targets.f_to_device(device)?,
+                inputs,
+                targets,
+                windows: d.windows,
             })
         };
         Ok(Splits {
             train: move_(self.train)?,
             val: self.val.map(move_).transpose()?,
             test: self.test.map(move_).transpose()?,
+            vocab: self.vocab,
         })
     }
 }
@@ -133,6 +231,9 @@ pub fn load(
     seed: u64,
 ) -> Result<Splits, DataError> {
     let span = data.source_span;
+    if data.source.block().is_some() {
+        return stream::load(data, base);
+    }
     let raw = read_source(&data.source, data.scale, input_dtype, base, seed, span)?;
     let dataset = prepare(raw, data, &data.layout, input, input_dtype, span)?;
     let mut splits = split::split(&dataset, &data.split, seed, span)?;
@@ -360,6 +461,7 @@ fn read_source(
             inputs,
             targets,
         } => safetensors::read(&DataFile::new(base, path), inputs, targets, span),
+        Source::Tokens { .. } | Source::Text { .. } => Err(stream::mixed(span)),
     }?;
     scale_bytes(raw, scale, dtype, span)
 }
@@ -488,7 +590,7 @@ fn prepare(
     }
     let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
     let targets = targets::shape(&raw, n, &data.targets, data.ignore_label, span)?;
-    Ok(Dataset { inputs, targets })
+    Ok(Dataset::rows(inputs, targets))
 }
 
 /// `[N, ..input]`, Float or Int64 by the model's input type (the samples fit the input: see

@@ -62,6 +62,7 @@ pub(super) fn split(
         train: train_set,
         val: part(train, val)?,
         test: part(train + val, test)?,
+        vocab: None,
     })
 }
 
@@ -124,10 +125,10 @@ mod tests {
         assert_eq!(split_counts(3, &frac(0.5, 0.5, 0.0)), (1, 1, 0));
 
         let n = 103;
-        let d = Dataset {
-            inputs: Tensor::arange(n, (Kind::Float, Device::Cpu)).reshape([n, 1]),
-            targets: Tensor::arange(n, (Kind::Int64, Device::Cpu)),
-        };
+        let d = Dataset::rows(
+            Tensor::arange(n, (Kind::Float, Device::Cpu)).reshape([n, 1]),
+            Tensor::arange(n, (Kind::Int64, Device::Cpu)),
+        );
         let s = split(&d, &frac(0.5, 0.3, 0.2), 5, source_span()).unwrap();
         let (val, test) = (s.val.unwrap(), s.test.unwrap());
         assert_eq!((s.train.len(), val.len(), test.len()), (51, 30, 20));

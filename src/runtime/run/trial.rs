@@ -91,6 +91,12 @@ pub fn run_trial(
         }
         None => {
             let writer = create(exp, checked, place, opts)?;
+            // A text's characters, so that generation decodes as the run encoded.
+            if let Some(vocab) = &splits.vocab {
+                let chars: Vec<String> = vocab.iter().map(char::to_string).collect();
+                let json = serde_json::to_vec(&chars).unwrap_or_default();
+                writer.write_file(kiln::rundir::VOCAB, &json)?;
+            }
             let first = Segment {
                 from_step: 0,
                 experiment: kiln::rundir::EXPERIMENT.into(),
