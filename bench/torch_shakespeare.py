@@ -11,10 +11,12 @@ fused=True as Kiln's), Kiln's cosine schedule (lr * (t + 1) / 100 for the first 
 cosine to 1e-4 at the last step), clip_grad_norm_(1.0), batch 12 of random 64-character windows
 drawn as nanoGPT's get_batch draws them (torch.randint over the offsets; x = data[i:i+64], y =
 data[i+1:i+65]). Validation is Kiln's: every consecutive 64-character window of the held-out tail
-(stride 64), the loss averaged over all their characters, after the last step.
+(stride 64), the loss averaged over all their characters, every `--eval-every` steps (1000, as the
+experiment's `eval_every`), and after the last step.
 
-Prints `steps_per_s` (the training loop alone, validation excluded), `val_loss` and
-`train_seconds`.
+Prints `steps_per_s` and `train_seconds` over the loop with the validations every `--eval-every`
+steps (as Kiln's report counts a run's `samples_per_s`: the validation after the last step is
+outside the loop unless it falls on one of those), and `val_loss` after the last step.
 """
 
 import argparse
@@ -63,6 +65,7 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
     ap.add_argument("--data", default=os.path.join(os.path.dirname(__file__), "..", "data", "shakespeare"))
     ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--eval-every", type=int, default=1000)
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
@@ -74,6 +77,20 @@ def main():
     data = torch.tensor([index[c] for c in text], dtype=torch.int64)
     n = len(data)
     train, val = data[: int(0.9 * n)], data[int(0.9 * n) : int(0.9 * n) + int(0.1 * n)]
+
+    def validate():
+        model.eval()
+        windows = (len(val) - BLOCK - 1) // BLOCK + 1
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for lo in range(0, windows, 256):
+                o = torch.arange(lo, min(lo + 256, windows)) * BLOCK
+                w = val[o.unsqueeze(1) + span]
+                x, y = w[:, :-1], w[:, 1:]
+                total += F.cross_entropy(model(x).reshape(-1, len(chars)), y.reshape(-1), reduction="sum").item()
+                count += y.numel()
+        model.train()
+        return total / count
 
     model = Gpt(len(chars))
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.99), weight_decay=0.1, fused=True)
@@ -93,21 +110,14 @@ def main():
         opt.step()
         if not math.isfinite(loss.item()):
             raise SystemExit(f"non-finite loss at step {t + 1}")
+        if (t + 1) % args.eval_every == 0:
+            val_loss = validate()
     seconds = time.perf_counter() - started
-
-    model.eval()
-    windows = (len(val) - BLOCK - 1) // BLOCK + 1
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for lo in range(0, windows, 256):
-            o = torch.arange(lo, min(lo + 256, windows)) * BLOCK
-            w = val[o.unsqueeze(1) + span]
-            x, y = w[:, :-1], w[:, 1:]
-            total += F.cross_entropy(model(x).reshape(-1, len(chars)), y.reshape(-1), reduction="sum").item()
-            count += y.numel()
+    if args.steps % args.eval_every != 0:
+        val_loss = validate()
     print(f"steps_per_s {args.steps / seconds:.4f}")
     print(f"train_seconds {seconds:.2f}")
-    print(f"val_loss {total / count:.6f}")
+    print(f"val_loss {val_loss:.6f}")
 
 
 if __name__ == "__main__":

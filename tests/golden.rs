@@ -162,6 +162,10 @@ const NO_GOLDEN: &[(Code, &str)] = &[
         Code::RunComplete,
         "a runtime warning, tested in tests/extend.rs and tests/resume.rs",
     ),
+    (
+        Code::NotGenerative,
+        "a failure of kiln generate, tested in tests/streams.rs",
+    ),
 ];
 
 /// Makes the crate root the working directory, so relative paths resolve and print the same on

@@ -782,3 +782,48 @@ fn every_figure_is_shown_with_the_step_it_was_computed_at() {
     let r80 = row("80");
     assert_eq!(r80[5], "-", "{table}");
 }
+
+#[test]
+fn a_run_on_a_machine_whose_cores_are_taken_says_what_threads_to_use() {
+    let dir = scratch("run-busy-cores");
+    let exp = write(&dir, "tiny.exp", support::TINY);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Busy loops on every core, and one more, for as long as the test runs.
+    let mut spinners: Vec<std::process::Child> = (0..=cores)
+        .map(|_| {
+            std::process::Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .expect("sh")
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let busy = |extra: &[&str]| {
+        let mut args = vec!["run", s(&exp), "--quiet", "--max-steps", "1"];
+        args.extend_from_slice(extra);
+        let mut c = support::kiln(&args);
+        c.env_remove("OMP_NUM_THREADS")
+            .env_remove("MKL_NUM_THREADS");
+        let out = c.output().expect("kiln");
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let noticed = busy(&["--runs-dir", s(&dir.join("a"))]);
+    let told = busy(&["--runs-dir", s(&dir.join("b")), "--threads", "1"]);
+    for p in &mut spinners {
+        let _ = p.kill();
+        let _ = p.wait();
+    }
+    if cores > 1 {
+        assert!(
+            noticed.contains("other processes are running on this machine's"),
+            "{noticed}"
+        );
+        assert!(
+            noticed.contains("`--threads 1` uses the cores left free"),
+            "{noticed}"
+        );
+    }
+    // Threads given on the command line are the user's choice: nothing to say.
+    assert!(!told.contains("other process"), "{told}");
+}

@@ -3,6 +3,7 @@
 //! trial in this process ([`trial`]), and prints what each ran to. Every failure ends as a
 //! diagnostic.
 
+mod cores;
 mod options;
 mod print;
 mod sweep;
@@ -31,6 +32,17 @@ pub fn main(opts: &RunOptions) -> i32 {
     kiln::supervise::ignore_file_size_signal();
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
+    }
+    // Threads set by the command line or the environment (a launcher's ranks share the
+    // machine on purpose) are left alone; libtorch's default is one per core.
+    let chosen = ["OMP_NUM_THREADS", "RANK", "SLURM_PROCID"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
+    if opts.threads.is_none() && !chosen {
+        let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+        if let Some(note) = cores::oversubscribed(threads) {
+            eprint(&format!("note: {note}\n"));
+        }
     }
     // The report records each trial's settings as it ran, for `kiln compare`.
     let options = Options {
