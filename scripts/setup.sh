@@ -99,3 +99,27 @@ if [ ! -f "$SHAKESPEARE/.complete" ]; then
   touch "$SHAKESPEARE/.complete"
   rm -rf "$tmp"
 fi
+
+# Fashion-MNIST for experiments/fashion_mnist_cnn.exp: all 70,000 images as the four gzipped IDX
+# files of Debian's dataset-fashion-mnist package, unpacked (no install, no root) into
+# data/fashion-mnist/ (ignored by git), once.
+FASHION=data/fashion-mnist
+FASHION_DEB=dataset-fashion-mnist
+if [ ! -f "$FASHION/.complete" ]; then
+  log "fetching Fashion-MNIST into $FASHION/ (31 MB, once)"
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download "$FASHION_DEB" >/dev/null 2>&1); then
+    if [ "$(id -u)" = 0 ]; then
+      apt-get update -qq >/dev/null
+    fi
+    (cd "$tmp" && apt-get download "$FASHION_DEB" >/dev/null)
+  fi
+  dpkg-deb -x "$tmp"/"$FASHION_DEB"_*.deb "$tmp"/x
+  rm -rf "$FASHION"
+  mkdir -p "$FASHION"
+  for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
+    cp "$tmp"/x/usr/share/datasets/fashion-mnist/"$f".gz "$FASHION"/
+  done
+  touch "$FASHION/.complete"
+  rm -rf "$tmp"
+fi

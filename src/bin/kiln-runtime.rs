@@ -1,5 +1,5 @@
 //! `kiln-runtime`: the part of Kiln that loads libtorch. `kiln` starts it for the commands that
-//! need libtorch (`kiln run`, `kiln eval`, `kiln export`, `kiln generate`, `kiln env`), passing its arguments through.
+//! need libtorch (`kiln run`, `kiln eval`, `kiln export`, `kiln generate`, `kiln predict`, `kiln env`), passing its arguments through.
 
 use std::io::Write;
 
@@ -34,6 +34,8 @@ enum Command {
     Export(runtime::artifact::ExportOptions),
     /// Sample text (or token ids) from a causal language model a run trained.
     Generate(runtime::generate::GenerateOptions),
+    /// Write a run's predictions for the samples of a file, as CSV or `.npy`.
+    Predict(runtime::predict::PredictOptions),
 }
 
 fn main() {
@@ -56,6 +58,7 @@ fn main() {
         Command::Eval(options) => runtime::eval::eval_main(&options),
         Command::Export(options) => runtime::artifact::export_main(&options),
         Command::Generate(options) => runtime::generate::generate_main(&options),
+        Command::Predict(options) => runtime::predict::predict_main(&options),
     };
     std::process::exit(code);
 }

@@ -104,6 +104,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<std::ffi::OsString>,
     },
+    /// Write a run's predictions (classes and probabilities, or values) for the samples of a
+    /// file, as CSV or `.npy`; `kiln predict --help` for options.
+    #[command(disable_help_flag = true)]
+    Predict {
+        /// The run directory and options, passed to `kiln-runtime predict`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Summarise a finished run from its directory (a sweep's directory: its trials, ranked).
     Report {
         /// The run directory, as `runs/<experiment>/<timestamp>`.
@@ -176,6 +184,7 @@ pub fn main() -> i32 {
         Command::Eval { args } => runtime::runtime("eval", &args),
         Command::Export { args } => runtime::runtime("export", &args),
         Command::Generate { args } => runtime::runtime("generate", &args),
+        Command::Predict { args } => runtime::runtime("predict", &args),
         Command::Report { run_dir, all } => report::report(&run_dir, all),
         Command::Compare { run_a, run_b, all } => report::compare(&run_a, &run_b, all),
         Command::Lsp => kiln::lsp::server::run().map(|()| EXIT_OK),

@@ -33,6 +33,7 @@ pub mod optim;
 pub mod output;
 pub mod parallel;
 pub mod plot;
+pub mod predict;
 pub mod regression;
 pub mod report;
 pub mod resume;

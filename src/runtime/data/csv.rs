@@ -28,10 +28,10 @@ struct CsvData {
 /// The features and targets of consecutive CSV rows.
 type CsvChunk = (Vec<f32>, Vec<f64>);
 
-/// Parses CSV text: every column but the target is an input feature.
+/// Parses CSV text: every column but the target (when there is one) is an input feature.
 fn parse_csv(
     text: &str,
-    target: &str,
+    target: Option<&str>,
     header: bool,
     file: &DataFile,
     span: Span,
@@ -54,7 +54,10 @@ fn parse_csv(
     } else {
         (0..columns).map(|c| c.to_string()).collect()
     };
-    let column = if header {
+    // Without a target, no column is one: every column is a feature.
+    let column = match target {
+        None => usize::MAX,
+        Some(target) if header => {
         names.iter().position(|n| n == target).ok_or_else(|| {
             invalid(
                 span,
@@ -66,7 +69,8 @@ fn parse_csv(
                 "name the target column with `target:`, or write `header: false` for a file without a header row",
             )
         })?
-    } else {
+        }
+        Some(target) => {
         let index = target.trim().parse::<usize>().map_err(|_| {
             invalid(
                 span,
@@ -89,8 +93,9 @@ fn parse_csv(
             ));
         }
         index
+        }
     };
-    if columns < 2 {
+    if columns < 2 && target.is_some() {
         let separator = [';', '\t', '|']
             .into_iter()
             .find(|&s| first.contains(s))
@@ -118,7 +123,7 @@ fn parse_csv(
             "a CSV source needs one row per sample after the header",
         ));
     }
-    let width = columns - 1;
+    let width = columns - usize::from(target.is_some());
     let counted = if header {
         "the header has"
     } else {
@@ -217,6 +222,30 @@ fn parse_csv(
     })
 }
 
+/// Reads a CSV file of input features alone (`kiln predict`'s inputs): every column a feature,
+/// the first row a header when one of its cells is not a number.
+pub(super) fn read_features(file: &DataFile, span: Span) -> Result<Raw, DataError> {
+    let bytes = file.read(span)?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut cells = Vec::new();
+    if let Some((_, first)) = rows(&text).next() {
+        split_cells(first, &mut cells);
+    }
+    let header = cells
+        .iter()
+        .any(|c| unquote(c).trim().parse::<f64>().is_err());
+    let data = parse_csv(&text, None, header, file, span)?;
+    let n = data.lines.len() as i64;
+    let x = Tensor::f_from_slice(&data.features)
+        .and_then(|t| t.f_reshape([n, data.width as i64]))
+        .at(span)?;
+    let none = Tensor::f_zeros([n], (tch::Kind::Float, tch::Device::Cpu)).at(span)?;
+    let mut raw = Raw::new(x, none, file.name(), String::new());
+    raw.lines = Some(data.lines);
+    raw.finite = true;
+    Ok(raw)
+}
+
 /// Reads a CSV file: the `target` column (a name, or an index without a header) and the other
 /// columns as input features.
 pub(super) fn read(
@@ -227,7 +256,7 @@ pub(super) fn read(
 ) -> Result<Raw, DataError> {
     let bytes = file.read(span)?;
     let text = String::from_utf8_lossy(&bytes);
-    let data = parse_csv(&text, target, header, file, span)?;
+    let data = parse_csv(&text, Some(target), header, file, span)?;
     let n = data.targets.len() as i64;
     let x = Tensor::f_from_slice(&data.features)
         .and_then(|t| t.f_reshape([n, data.width as i64]))

@@ -201,8 +201,29 @@ pub(super) fn read(
             "the two files must describe the same samples (both training or both test files)",
         ));
     }
+    let x = pixels(&img, dtype, divisor, span)?;
+    let y = Tensor::f_from_data_size(&lab.body, &[img.dims[0] as i64], Kind::Uint8).at(span)?;
+    let mut raw = Raw::new(x, y, images.name(), labels.name());
+    // Bytes, divided by a positive number or kept: never NaN or infinite.
+    raw.finite = true;
+    Ok(raw)
+}
+
+/// Reads MNIST-style images without labels (`kiln predict`'s inputs), as [`read`] reads them.
+pub(super) fn read_images(
+    images: &DataFile,
+    dtype: DType,
+    scale: Option<f64>,
+    span: Span,
+) -> Result<Tensor, DataError> {
+    let img = read_idx(images, IdxRole::Images, span)?;
+    pixels(&img, dtype, scale.unwrap_or(1.0) as f32, span)
+}
+
+/// The images as floats divided by `divisor`, or their bytes as token ids.
+fn pixels(img: &Idx, dtype: DType, divisor: f32, span: Span) -> Result<Tensor, DataError> {
     let shape: Vec<i64> = img.dims.iter().map(|&d| d as i64).collect();
-    let x = match dtype {
+    Ok(match dtype {
         DType::Float => {
             let mut pixels = vec![0f32; img.body.len()];
             pixels
@@ -219,12 +240,7 @@ pub(super) fn read(
         }
         // Token ids: the bytes themselves.
         DType::Int => Tensor::f_from_data_size(&img.body, &shape, Kind::Uint8).at(span)?,
-    };
-    let y = Tensor::f_from_data_size(&lab.body, &[shape[0]], Kind::Uint8).at(span)?;
-    let mut raw = Raw::new(x, y, images.name(), labels.name());
-    // Bytes, divided by a positive number or kept: never NaN or infinite.
-    raw.finite = true;
-    Ok(raw)
+    })
 }
 
 #[cfg(test)]

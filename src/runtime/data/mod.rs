@@ -27,6 +27,7 @@ mod error;
 mod file;
 mod finite;
 mod idx;
+mod inputs;
 mod layout;
 mod loader;
 mod npy;
@@ -57,6 +58,7 @@ use error::At;
 use file::DataFile;
 
 pub use error::{DataError, DataKind};
+pub use inputs::read_inputs;
 pub use loader::Loader;
 pub(crate) use stream::encode;
 
@@ -584,13 +586,26 @@ fn prepare(
     // NaN and infinities, in every sample, before the split.
     finite::check_source(&raw, span)?;
     let raw = layout::arrange(raw, layout, input, span)?;
-    let inputs = shape_inputs(&raw, n, input, dtype, span)?;
-    if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
-        tokens::check_range(&raw, &inputs, vocab, span)?;
-    }
-    let inputs = normalize(inputs, data.normalize.as_ref(), input, span)?;
+    let inputs = model_inputs(&raw, n, data, input, dtype, span)?;
     let targets = targets::shape(&raw, n, &data.targets, data.ignore_label, span)?;
     Ok(Dataset::rows(inputs, targets))
+}
+
+/// The model's inputs from arranged samples: shaped, token ids checked against the vocabulary,
+/// normalised.
+fn model_inputs(
+    raw: &Raw,
+    n: i64,
+    data: &Data,
+    input: &[i64],
+    dtype: DType,
+    span: Span,
+) -> Result<Tensor, DataError> {
+    let inputs = shape_inputs(raw, n, input, dtype, span)?;
+    if let (DType::Int, Some(vocab)) = (dtype, data.token_vocab) {
+        tokens::check_range(raw, &inputs, vocab, span)?;
+    }
+    normalize(inputs, data.normalize.as_ref(), input, span)
 }
 
 /// `[N, ..input]`, Float or Int64 by the model's input type (the samples fit the input: see

@@ -37,7 +37,12 @@ pub(super) fn read(
         Ok(tensors.swap_remove(at).1)
     };
     let x = take(inputs)?;
-    let y = take(targets)?;
+    // One tensor for both (`kiln predict` reads inputs alone).
+    let y = if targets == inputs {
+        x.shallow_clone()
+    } else {
+        take(targets)?
+    };
     Ok(Raw::new(
         x,
         y,

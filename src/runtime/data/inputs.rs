@@ -1,0 +1,79 @@
+//! The inputs of `kiln predict`: samples without targets, from a file of a format a source
+//! reads (chosen by its name), prepared as the run prepared its training inputs: uint8 values
+//! divided by the training source's `scale`, its `layout`, the data's `normalize`, token ids
+//! checked against the vocabulary.
+
+use std::path::Path;
+
+use kiln::ir::{DType, Data, Layout};
+use kiln::span::Span;
+use tch::{Kind, Tensor};
+
+use super::error::{At, DataError};
+use super::file::DataFile;
+use super::{csv, finite, idx, invalid, layout, model_inputs, npy, npz, safetensors, Raw};
+
+/// The member of an `.npz` archive, or the tensor of a safetensors file, that holds the inputs.
+const INPUTS: &str = "inputs";
+
+/// Reads the samples of `path` (`.npy`, `.npz` with an `inputs` array, `.safetensors` with an
+/// `inputs` tensor, `.csv` of features, or IDX images, gzipped or not) as the model's inputs
+/// `[N, ..input]`. Failures are reported at `span`.
+pub fn read_inputs(
+    data: &Data,
+    input: &[i64],
+    dtype: DType,
+    path: &Path,
+    span: Span,
+) -> Result<Tensor, DataError> {
+    let shown = path.to_string_lossy();
+    let file = DataFile::new(Path::new(""), &shown);
+    let name = shown.to_lowercase();
+    let raw = if name.ends_with(".npy") {
+        let x = npy::read(&file, span)?;
+        let n = x.size().first().copied().unwrap_or(0);
+        let none = Tensor::f_zeros([n], (Kind::Float, tch::Device::Cpu)).at(span)?;
+        Raw::new(x, none, file.name(), String::new())
+    } else if name.ends_with(".npz") {
+        npz::read(&file, INPUTS, INPUTS, span)?
+    } else if name.ends_with(".safetensors") {
+        safetensors::read(&file, INPUTS, INPUTS, span)?
+    } else if name.ends_with(".csv") {
+        csv::read_features(&file, span)?
+    } else if name.ends_with(".gz") || name.contains("idx") || name.contains("ubyte") {
+        // Bytes divided by the training source's scale as they are read (kept as token ids).
+        let x = idx::read_images(&file, dtype, data.scale, span)?;
+        let n = x.size().first().copied().unwrap_or(0);
+        let none = Tensor::f_zeros([n], (Kind::Float, tch::Device::Cpu)).at(span)?;
+        let mut raw = Raw::new(x, none, file.name(), String::new());
+        raw.finite = true;
+        raw
+    } else {
+        return Err(invalid(
+            span,
+            format!("{} is not a file `kiln predict` reads", file.name()),
+            "unknown input format",
+            "give inputs as `.npy`, `.npz` (array `inputs`), `.safetensors` (tensor `inputs`), `.csv` (one row of features per sample) or IDX images (`.idx`, `-ubyte`, `.gz`)",
+        ));
+    };
+    let raw = scale(raw, data.scale, dtype, span)?;
+    let n = raw.inputs.size().first().copied().unwrap_or(0);
+    finite::check_source(&raw, span)?;
+    let layout: &Layout = &data.layout;
+    let raw = layout::arrange(raw, layout, input, span)?;
+    model_inputs(&raw, n, data, input, dtype, span)
+}
+
+/// Divides bytes by the training source's `scale` (an IDX source's 255 by default), as the run
+/// did; inputs of another type are taken as they are.
+fn scale(mut raw: Raw, scale: Option<f64>, dtype: DType, span: Span) -> Result<Raw, DataError> {
+    let bytes = raw.inputs.f_kind().at(span)? == Kind::Uint8;
+    if let (Some(divisor), true, DType::Float) = (scale, bytes, dtype) {
+        raw.inputs = raw
+            .inputs
+            .f_to_kind(Kind::Float)
+            .and_then(|x| x.f_div_scalar(divisor))
+            .at(span)?;
+    }
+    Ok(raw)
+}
