@@ -42,6 +42,12 @@ if ! "$VENV/bin/python" -c "import yaml" 2>/dev/null; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check pyyaml
 fi
 
+PYARROW_VERSION=22.0.0
+if ! "$VENV/bin/python" -c "import pyarrow" 2>/dev/null; then
+  log "installing pyarrow==$PYARROW_VERSION into $VENV (the tests write Parquet files with it)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pyarrow==$PYARROW_VERSION"
+fi
+
 if ! "$VENV/bin/python" -c "import tensorboard" 2>/dev/null; then
   log "installing tensorboard==$TENSORBOARD_VERSION into $VENV (the tests read runs' event files with its reader)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION"

@@ -61,6 +61,7 @@ impl Loader for FsLoader {
         match std::fs::metadata(path) {
             Err(e) => return missing(e),
             Ok(meta) if meta.is_dir() && *format == Format::Text => return text_dir(path),
+            Ok(meta) if meta.is_dir() && *format == Format::Parquet => return shards(path),
             Ok(meta) if !meta.is_file() => return not_regular(&meta),
             Ok(_) => {}
         }
@@ -84,16 +85,70 @@ impl Loader for FsLoader {
 /// name does not start with a dot, sorted by name (byte order). The one listing the checker and
 /// the runtime read.
 pub fn text_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    listed(dir, "")
+}
+
+/// The shards of a Parquet directory, in the order their rows are read: every regular file
+/// named `*.parquet` (not starting with a dot), sorted by name.
+pub fn parquet_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    listed(dir, ".parquet")
+}
+
+/// The regular files of `dir` whose names end with `suffix` and do not start with a dot, sorted.
+fn listed(dir: &Path, suffix: &str) -> std::io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let hidden = entry.file_name().as_encoded_bytes().starts_with(b".");
-        if !hidden && std::fs::metadata(entry.path())?.is_file() {
+        let name = entry.file_name();
+        let name = name.as_encoded_bytes();
+        let wanted = !name.starts_with(b".") && name.ends_with(suffix.as_bytes());
+        if wanted && std::fs::metadata(entry.path())?.is_file() {
             files.push(entry.path());
         }
     }
     files.sort();
     Ok(files)
+}
+
+/// The footers of a directory of Parquet shards, as one table: the rows summed, the columns
+/// those every shard has alike.
+fn shards(dir: &Path) -> Probe {
+    let files = match parquet_files(dir) {
+        Ok(f) if f.is_empty() => {
+            return Probe::Malformed("it is a directory without `.parquet` files".into())
+        }
+        Ok(f) => f,
+        Err(e) => return Probe::Missing(e.to_string()),
+    };
+    let mut table: Option<datafile::parquet::Table> = None;
+    for f in &files {
+        let shard = match FsLoader.data_header(f, &Format::Parquet) {
+            Probe::Read(datafile::Header::Table(t)) => t,
+            Probe::Malformed(why) | Probe::Missing(why) => {
+                let name = f
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                return Probe::Malformed(format!("its shard `{name}` is unusable: {why}"));
+            }
+            _ => return Probe::Unknown,
+        };
+        table = Some(match table {
+            None => shard,
+            Some(t) if t.columns == shard.columns => datafile::parquet::Table {
+                rows: t.rows + shard.rows,
+                columns: t.columns,
+            },
+            Some(_) => {
+                let name = f
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                return Probe::Malformed(format!(
+                    "its shard `{name}` has other columns than the shards before it"
+                ));
+            }
+        });
+    }
+    table.map_or(Probe::Unknown, |t| Probe::Read(datafile::Header::Table(t)))
 }
 
 /// What a directory of text files holds, read as one text (see [`text_files`]).

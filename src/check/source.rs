@@ -182,6 +182,22 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
                 }
             }
         }
+        "parquet" => {
+            let path = need(cx, "path").and_then(|v| cx.string(v));
+            let inputs = need(cx, "inputs").and_then(|v| match &v.kind {
+                ValueKind::List(items) if !items.is_empty() => items
+                    .iter()
+                    .map(|i| cx.string(i))
+                    .collect::<Option<Vec<_>>>(),
+                _ => cx.string(v).map(|c| vec![c]),
+            });
+            let target = string(cx, "target", "label");
+            Source::Parquet {
+                path: path?,
+                inputs: inputs?,
+                target: target?,
+            }
+        }
         _ => {
             let path = need(cx, "path").and_then(|v| cx.string(v));
             let target = string(cx, "target", "label");

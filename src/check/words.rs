@@ -103,6 +103,10 @@ pub const SOURCES: &[(&str, &[&str])] = &[
             "layout",
         ],
     ),
+    (
+        "parquet",
+        &["path", "inputs", "target", "classes", "shape", "layout"],
+    ),
     ("tokens", &["path", "dtype", "block", "vocab"]),
     ("text", &["path", "tokenizer", "block"]),
 ];

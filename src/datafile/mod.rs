@@ -10,11 +10,13 @@
 //! header twice.
 //!
 //! The module imports nothing from the rest of the crate and does no IO of its own beyond the
-//! reader it is given; the checker's `FsLoader` opens the files (regular files only).
+//! reader it is given; the checker's `FsLoader` opens the files (regular files only) and lists a
+//! directory of text files or Parquet shards.
 
 mod csv;
 pub mod idx;
 pub mod npy;
+pub mod parquet;
 mod safetensors;
 pub mod text;
 pub mod zip;
@@ -49,6 +51,8 @@ pub enum Format {
     Tokens(u8),
     /// UTF-8 text (a file, or a directory's files), read whole to find its vocabulary.
     Text,
+    /// A Parquet file (or a directory of shards): its footer.
+    Parquet,
 }
 
 /// The type of an array's elements.
@@ -116,6 +120,8 @@ pub enum Header {
     Csv(Csv),
     /// A text's characters and vocabulary.
     Text(text::Text),
+    /// A Parquet table's rows and columns.
+    Table(parquet::Table),
 }
 
 /// What reading a data file's header found.
@@ -145,6 +151,7 @@ pub fn read_header<R: Read + Seek>(
         Format::Safetensors => safetensors::header(file, size).map(Header::Members),
         Format::Csv => csv::header(file, size).map(Header::Csv),
         Format::Tokens(bits) => text::tokens(size, *bits).map(Header::Array),
+        Format::Parquet => parquet::header(file, size).map(Header::Table),
         Format::Text => {
             let bytes = if size <= text::TEXT_CHECK_BYTES {
                 Some(read_up_to(file, size)?)

@@ -465,7 +465,7 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
             ),
         )
         .label(format!("no column `{name}`"))
-        .help("name the target column with `target:`, or write `header: false` for a file without a header row"),
+        .help("name a column the file has (`target:`, and a Parquet source's `inputs:`); a CSV file without a header row takes `header: false`"),
         DataFit::ColumnIndex { target, columns } => new(
             span,
             format!(

@@ -290,6 +290,15 @@ pub enum Source {
         /// Name of the targets tensor.
         targets: String,
     },
+    /// A Parquet file, or a directory of shards read in name order.
+    Parquet {
+        /// The file or directory.
+        path: String,
+        /// The input columns: several of one value each, or one (a list column's values).
+        inputs: Vec<String>,
+        /// The target column.
+        target: String,
+    },
     /// A flat stream of token ids in a binary file (nanoGPT's `train.bin`): sample `i` is the
     /// window of `block` ids from offset `i`, its targets the `block` ids after each.
     Tokens {
@@ -332,6 +341,7 @@ impl Source {
             Source::Npz { path, .. } => ("npz", vec![path.clone()]),
             Source::Csv { path, .. } => ("csv", vec![path.clone()]),
             Source::Safetensors { path, .. } => ("safetensors", vec![path.clone()]),
+            Source::Parquet { path, .. } => ("parquet", vec![path.clone()]),
             Source::Tokens { path, .. } => ("tokens", vec![path.clone()]),
             Source::Text { path, .. } => ("text", vec![path.clone()]),
         }

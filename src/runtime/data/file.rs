@@ -36,6 +36,20 @@ impl DataFile {
         }
     }
 
+    /// A file at `path`, shown as `shown` (a directory's shard).
+    pub(super) fn at(path: PathBuf, shown: String) -> DataFile {
+        DataFile {
+            shown,
+            base: path.parent().map(Path::to_path_buf).unwrap_or_default(),
+            path,
+        }
+    }
+
+    /// The path as the experiment writes it.
+    pub(super) fn shown(&self) -> &str {
+        &self.shown
+    }
+
     /// The name in messages: `` `mnist/train.idx` ``.
     pub(super) fn name(&self) -> String {
         format!("`{}`", self.shown)

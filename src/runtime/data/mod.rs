@@ -34,6 +34,7 @@ mod npy;
 mod npz;
 #[cfg(test)]
 mod options_tests;
+mod parquet;
 mod safetensors;
 mod split;
 mod stream;
@@ -463,6 +464,11 @@ fn read_source(
             inputs,
             targets,
         } => safetensors::read(&DataFile::new(base, path), inputs, targets, span),
+        Source::Parquet {
+            path,
+            inputs,
+            target,
+        } => parquet::read(&DataFile::new(base, path), inputs, target, span),
         Source::Tokens { .. } | Source::Text { .. } => Err(stream::mixed(span)),
     }?;
     scale_bytes(raw, scale, dtype, span)

@@ -1,0 +1,462 @@
+//! Parquet sources: the input columns and the target column of a Parquet file, or of a
+//! directory of shards read in name order, through the `parquet` crate's Arrow reader. Several
+//! input columns give a sample of one value each; one list column (fixed-size, or a list whose
+//! rows all have one length, as token ids) gives its values. Integer columns stay integers
+//! (class labels, token ids), any float column makes the inputs floats; a missing (null) value
+//! is refused, naming its row.
+
+use std::fs::File;
+use std::path::PathBuf;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::DataType;
+use kiln::span::Span;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ProjectionMask;
+use tch::Tensor;
+
+use super::error::{At, DataError};
+use super::file::DataFile;
+use super::{cut, invalid, Raw};
+
+/// One column's values, row after row, with the values per row.
+struct Values {
+    /// Integers, while every value read was one.
+    ints: Vec<i64>,
+    /// Floats, once a float value was read (the integers before moved here).
+    floats: Option<Vec<f64>>,
+    /// Values per row; `None` until the first row.
+    per_row: Option<usize>,
+}
+
+impl Values {
+    fn new() -> Values {
+        Values {
+            ints: Vec::new(),
+            floats: None,
+            per_row: None,
+        }
+    }
+
+    fn push_ints(&mut self, v: impl Iterator<Item = i64>) {
+        match &mut self.floats {
+            Some(f) => f.extend(v.map(|x| x as f64)),
+            None => self.ints.extend(v),
+        }
+    }
+
+    fn push_floats(&mut self, v: impl Iterator<Item = f64>) {
+        let f = self
+            .floats
+            .get_or_insert_with(|| self.ints.drain(..).map(|x| x as f64).collect());
+        f.extend(v);
+    }
+
+    /// `[rows, per_row]` (or `[rows]` for one value a row) as int64 or float64.
+    fn tensor(self, rows: i64, scalar: bool) -> Result<Tensor, tch::TchError> {
+        let per = self.per_row.unwrap_or(1) as i64;
+        let shape: Vec<i64> = if scalar { vec![rows] } else { vec![rows, per] };
+        match self.floats {
+            Some(f) => Tensor::f_from_slice(&f)?.f_reshape(shape.as_slice()),
+            None => Tensor::f_from_slice(&self.ints)?.f_reshape(shape.as_slice()),
+        }
+    }
+}
+
+/// Appends a primitive array's values; refuses nulls and types that are not numbers.
+fn primitive(a: &dyn Array, out: &mut Values) -> Result<(), String> {
+    if a.null_count() > 0 {
+        let row = (0..a.len()).find(|&i| a.is_null(i)).unwrap_or(0);
+        return Err(format!(
+            "a missing (null) value, the {}th of its rows' values",
+            row + 1
+        ));
+    }
+    macro_rules! ints {
+        ($t:ty) => {
+            out.push_ints(a.as_primitive::<$t>().values().iter().map(|&v| v as i64))
+        };
+    }
+    match a.data_type() {
+        DataType::Int8 => ints!(Int8Type),
+        DataType::Int16 => ints!(Int16Type),
+        DataType::Int32 => ints!(Int32Type),
+        DataType::Int64 => ints!(Int64Type),
+        DataType::UInt8 => ints!(UInt8Type),
+        DataType::UInt16 => ints!(UInt16Type),
+        DataType::UInt32 => ints!(UInt32Type),
+        DataType::UInt64 => ints!(UInt64Type),
+        DataType::Float32 => out.push_floats(
+            a.as_primitive::<Float32Type>()
+                .values()
+                .iter()
+                .map(|&v| f64::from(v)),
+        ),
+        DataType::Float64 => {
+            out.push_floats(a.as_primitive::<Float64Type>().values().iter().copied())
+        }
+        other => return Err(format!("values of type {other}, not numbers")),
+    }
+    Ok(())
+}
+
+/// Appends a column's rows: one value each, or a list each (all of one length).
+fn column(a: &ArrayRef, out: &mut Values) -> Result<(), String> {
+    let check = |out: &mut Values, n: usize| -> Result<(), String> {
+        match out.per_row {
+            Some(p) if p != n => Err(format!("rows of {p} and of {n} values")),
+            _ => {
+                out.per_row = Some(n);
+                Ok(())
+            }
+        }
+    };
+    match a.data_type() {
+        DataType::FixedSizeList(_, n) => {
+            let list = a.as_fixed_size_list();
+            if list.null_count() > 0 {
+                return Err("a missing (null) list".into());
+            }
+            check(out, *n as usize)?;
+            primitive(
+                list.values()
+                    .slice(list.offset() * *n as usize, list.len() * *n as usize)
+                    .as_ref(),
+                out,
+            )
+        }
+        DataType::List(_) => {
+            let list = a.as_list::<i32>();
+            if list.null_count() > 0 {
+                return Err("a missing (null) list".into());
+            }
+            for i in 0..list.len() {
+                check(out, list.value_length(i) as usize)?;
+            }
+            let offsets = list.value_offsets();
+            let (lo, hi) = (offsets[0] as usize, offsets[list.len()] as usize);
+            primitive(list.values().slice(lo, hi - lo).as_ref(), out)
+        }
+        DataType::LargeList(_) => {
+            let list = a.as_list::<i64>();
+            if list.null_count() > 0 {
+                return Err("a missing (null) list".into());
+            }
+            for i in 0..list.len() {
+                check(out, list.value_length(i) as usize)?;
+            }
+            let offsets = list.value_offsets();
+            let (lo, hi) = (offsets[0] as usize, offsets[list.len()] as usize);
+            primitive(list.values().slice(lo, hi - lo).as_ref(), out)
+        }
+        _ => {
+            check(out, 1)?;
+            primitive(a.as_ref(), out)
+        }
+    }
+}
+
+/// The shards of the source: the file, or the directory's `*.parquet` files in name order.
+fn shards(file: &DataFile, span: Span) -> Result<Vec<DataFile>, DataError> {
+    if !file.path.is_dir() {
+        return Ok(vec![DataFile::at(
+            file.path.clone(),
+            file.shown().to_string(),
+        )]);
+    }
+    let listed = kiln::check::parquet_files(&file.path).map_err(|e| {
+        invalid(
+            span,
+            format!("the directory {} cannot be listed: {e}", file.name()),
+            "unreadable directory",
+            "check the directory's permissions",
+        )
+    })?;
+    if listed.is_empty() {
+        return Err(invalid(
+            span,
+            format!("the directory {} holds no `.parquet` files", file.name()),
+            "no shards",
+            "put the Parquet shards in it, or name a file",
+        ));
+    }
+    Ok(listed
+        .into_iter()
+        .map(|p: PathBuf| {
+            let name = p
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            let shown = format!("{}/{name}", file.shown().trim_end_matches('/'));
+            DataFile::at(p, shown)
+        })
+        .collect())
+}
+
+/// Reads the `inputs` columns and the `target` column of a Parquet source.
+pub(super) fn read(
+    file: &DataFile,
+    inputs: &[String],
+    target: &str,
+    span: Span,
+) -> Result<Raw, DataError> {
+    let mut x: Vec<Values> = inputs.iter().map(|_| Values::new()).collect();
+    let mut y = Values::new();
+    let mut rows = 0i64;
+    for shard in shards(file, span)? {
+        let (f, _) = shard.open(span)?;
+        let bad = |why: String| {
+            invalid(
+                span,
+                format!("{} cannot be read as Parquet: {}", shard.name(), cut(&why, 200)),
+                "unreadable Parquet",
+                "write the file with pyarrow (`pyarrow.parquet.write_table`) or pandas (`DataFrame.to_parquet`); snappy, gzip or no compression",
+            )
+        };
+        rows += read_shard(f, inputs, target, &mut x, &mut y, &shard, span).map_err(bad)??;
+    }
+    let inputs_t = if inputs.len() == 1 {
+        x.pop()
+            .map(|v| v.tensor(rows, false))
+            .transpose()
+            .at(span)?
+    } else {
+        // Several columns, one value each: side by side.
+        let cols: Vec<Tensor> = x
+            .into_iter()
+            .map(|v| v.tensor(rows, true))
+            .collect::<Result<_, _>>()
+            .at(span)?;
+        let floats = cols.iter().any(|c| c.kind() == tch::Kind::Double);
+        let cols: Vec<Tensor> = cols
+            .into_iter()
+            .map(|c| {
+                if floats {
+                    c.to_kind(tch::Kind::Double)
+                } else {
+                    c
+                }
+            })
+            .collect();
+        Some(Tensor::f_stack(&cols, 1).at(span)?)
+    };
+    let y_scalar = y.per_row == Some(1);
+    let targets = y.tensor(rows, y_scalar).at(span)?;
+    let inputs_t =
+        inputs_t.unwrap_or_else(|| Tensor::zeros([0], (tch::Kind::Float, tch::Device::Cpu)));
+    let names = inputs
+        .iter()
+        .map(|c| format!("`{c}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(Raw::new(
+        inputs_t,
+        targets,
+        format!(
+            "the column{} {names} of {}",
+            if inputs.len() == 1 { "" } else { "s" },
+            file.name()
+        ),
+        format!("the column `{target}` of {}", file.name()),
+    ))
+}
+
+/// Reads one shard's columns into `x` and `y`; returns its rows. The outer error is the
+/// `parquet` crate's (unreadable Parquet), the inner one Kiln's about the columns.
+fn read_shard(
+    f: File,
+    inputs: &[String],
+    target: &str,
+    x: &mut [Values],
+    y: &mut Values,
+    shard: &DataFile,
+    span: Span,
+) -> Result<Result<i64, DataError>, String> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| e.to_string())?;
+    let schema = builder.schema().clone();
+    let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+    let mut wanted: Vec<usize> = Vec::new();
+    for c in inputs.iter().map(String::as_str).chain([target]) {
+        let Some(i) = names.iter().position(|n| n == c) else {
+            return Ok(Err(invalid(
+                span,
+                format!(
+                    "{} has no column `{c}`; its columns: {}",
+                    shard.name(),
+                    super::fmt_names(&names)
+                ),
+                format!("no column `{c}`"),
+                "name the columns with `inputs:` and `target:`",
+            )));
+        };
+        wanted.push(i);
+    }
+    let mask = ProjectionMask::roots(builder.parquet_schema(), wanted.iter().copied());
+    let reader = builder
+        .with_projection(mask)
+        .with_batch_size(65_536)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut rows = 0i64;
+    for batch in reader {
+        let batch = batch.map_err(|e| e.to_string())?;
+        let bschema = batch.schema();
+        let get = |name: &str| -> &ArrayRef {
+            let i = bschema
+                .fields()
+                .iter()
+                .position(|f| f.name() == name)
+                .unwrap_or(0);
+            batch.column(i)
+        };
+        for (c, out) in inputs.iter().zip(x.iter_mut()) {
+            if let Err(why) = column(get(c), out) {
+                return Ok(Err(column_error(shard, c, &why, span)));
+            }
+        }
+        if let Err(why) = column(get(target), y) {
+            return Ok(Err(column_error(shard, target, &why, span)));
+        }
+        rows += batch.num_rows() as i64;
+    }
+    Ok(Ok(rows))
+}
+
+/// K0503 for a column that cannot be read as samples.
+fn column_error(shard: &DataFile, column: &str, why: &str, span: Span) -> DataError {
+    invalid(
+        span,
+        format!("the column `{column}` of {} holds {why}", shard.name()),
+        "unusable column",
+        "inputs and targets are numbers, one per row or a list of one length per row, none missing",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{data, expect_failure, floats, ints, Scratch};
+    use super::super::{load, Source, Targets};
+    use kiln::diagnostic::Code;
+    use kiln::ir::DType;
+
+    /// What pyarrow reads from the files `tests/parquet/write.py` writes into `dir`.
+    fn reference(dir: &std::path::Path) -> serde_json::Value {
+        let out = crate::toolkit::python_command("parquet")
+            .arg(crate::toolkit::root().join("tests/parquet/write.py"))
+            .arg(dir)
+            .output()
+            .expect("python");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("json")
+    }
+
+    fn source(path: &str, inputs: &[&str], target: &str) -> Source {
+        Source::Parquet {
+            path: path.into(),
+            inputs: inputs.iter().map(|c| c.to_string()).collect(),
+            target: target.into(),
+        }
+    }
+
+    fn f32s(v: &serde_json::Value) -> Vec<f32> {
+        let mut out = Vec::new();
+        for x in v.as_array().expect("list") {
+            match x.as_array() {
+                Some(row) => out.extend(row.iter().map(|y| y.as_f64().expect("number") as f32)),
+                None => out.push(x.as_f64().expect("number") as f32),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn columns_read_as_pyarrow_reads_them() {
+        let dir = Scratch::new();
+        let r = reference(&dir.0);
+        let all = (1.0, 0.0, 0.0);
+        // Three scalar columns side by side, float32, float64 and int32, as float32 inputs.
+        let d = data(
+            source("table.parquet", &["a", "b", "c"], "label"),
+            Targets::Classes(Some(3)),
+            all,
+        );
+        let s = load(&d, &[3], DType::Float, &dir.0, 1).unwrap();
+        let (a, b, c) = (f32s(&r["a"]), f32s(&r["b"]), f32s(&r["c"]));
+        let want: Vec<f32> = (0..50).flat_map(|i| [a[i], b[i], c[i]]).collect();
+        assert_eq!(floats(&s.train.inputs), want);
+        assert_eq!(
+            ints(&s.train.targets),
+            f32s(&r["label"])
+                .iter()
+                .map(|&v| v as i64)
+                .collect::<Vec<_>>()
+        );
+        // A fixed-size list column, float values as targets; the same rows from two gzip shards.
+        for path in ["table.parquet", "shards"] {
+            let d = data(
+                source(path, &["pixels"], "value"),
+                Targets::Values(kiln::ir::Shape(vec![])),
+                all,
+            );
+            let s = load(&d, &[6], DType::Float, &dir.0, 1).unwrap();
+            assert_eq!(floats(&s.train.inputs), f32s(&r["pixels"]), "{path}");
+            assert_eq!(floats(&s.train.targets), f32s(&r["value"]), "{path}");
+        }
+        // A list column of token ids, all rows of one length, read as int64 ids.
+        let mut d = data(
+            source("table.parquet", &["tokens"], "label"),
+            Targets::Classes(Some(3)),
+            all,
+        );
+        d.token_vocab = Some(20);
+        let s = load(&d, &[4], DType::Int, &dir.0, 1).unwrap();
+        assert_eq!(
+            ints(&s.train.inputs),
+            f32s(&r["tokens"])
+                .iter()
+                .map(|&v| v as i64)
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn unusable_parquet_is_a_data_diagnostic() {
+        let dir = Scratch::new();
+        reference(&dir.0);
+        let all = (1.0, 0.0, 0.0);
+        let fails = |path: &str, inputs: &[&str], input: &[i64], needle: &str| {
+            let d = data(
+                source(path, inputs, "label"),
+                Targets::Classes(Some(3)),
+                all,
+            );
+            expect_failure(
+                load(&d, input, DType::Float, &dir.0, 1),
+                Code::DataInvalid,
+                needle,
+            );
+        };
+        fails("nulls.parquet", &["a"], &[1], "a missing (null) value");
+        fails(
+            "ragged.parquet",
+            &["tokens"],
+            &[2],
+            "rows of 2 and of 3 values",
+        );
+        fails("broken.parquet", &["a"], &[1], "cannot be read as Parquet");
+        fails(
+            "table.parquet",
+            &["pixel"],
+            &[6],
+            "has no column `pixel`; its columns: `a`, `b`",
+        );
+    }
+}
