@@ -18,18 +18,26 @@ use arrow_schema::DataType;
 use kiln::span::Span;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::ProjectionMask;
+use rayon::prelude::*;
 use tch::Tensor;
 
 use super::error::{At, DataError};
 use super::file::DataFile;
 use super::{cut, invalid, Raw};
 
-/// One column's values, row after row, with the values per row.
-struct Values {
+/// One column's values, row after row, in the narrowest of its types that holds them all.
+enum Buffer {
     /// Integers, while every value read was one.
-    ints: Vec<i64>,
-    /// Floats, once a float value was read (the integers before moved here).
-    floats: Option<Vec<f64>>,
+    Ints(Vec<i64>),
+    /// float32 values (and integers read before them, converted).
+    F32(Vec<f32>),
+    /// float64 values (and anything read before them, converted).
+    F64(Vec<f64>),
+}
+
+/// One column's values with the values per row.
+struct Values {
+    buffer: Buffer,
     /// Values per row; `None` until the first row.
     per_row: Option<usize>,
 }
@@ -37,35 +45,139 @@ struct Values {
 impl Values {
     fn new() -> Values {
         Values {
-            ints: Vec::new(),
-            floats: None,
+            buffer: Buffer::Ints(Vec::new()),
             per_row: None,
         }
     }
 
-    fn push_ints(&mut self, v: impl Iterator<Item = i64>) {
-        match &mut self.floats {
-            Some(f) => f.extend(v.map(|x| x as f64)),
-            None => self.ints.extend(v),
+    fn push_ints(&mut self, v: &[impl Copy + Into<i128>]) {
+        match &mut self.buffer {
+            Buffer::Ints(b) => b.extend(v.iter().map(|&x| x.into() as i64)),
+            Buffer::F32(b) => b.extend(v.iter().map(|&x| x.into() as f32)),
+            Buffer::F64(b) => b.extend(v.iter().map(|&x| x.into() as f64)),
         }
     }
 
-    fn push_floats(&mut self, v: impl Iterator<Item = f64>) {
-        let f = self
-            .floats
-            .get_or_insert_with(|| self.ints.drain(..).map(|x| x as f64).collect());
-        f.extend(v);
-    }
-
-    /// `[rows, per_row]` (or `[rows]` for one value a row) as int64 or float64.
-    fn tensor(self, rows: i64, scalar: bool) -> Result<Tensor, tch::TchError> {
-        let per = self.per_row.unwrap_or(1) as i64;
-        let shape: Vec<i64> = if scalar { vec![rows] } else { vec![rows, per] };
-        match self.floats {
-            Some(f) => Tensor::f_from_slice(&f)?.f_reshape(shape.as_slice()),
-            None => Tensor::f_from_slice(&self.ints)?.f_reshape(shape.as_slice()),
+    fn push_f32(&mut self, v: &[f32]) {
+        match &mut self.buffer {
+            Buffer::F32(b) => b.extend_from_slice(v),
+            Buffer::F64(b) => b.extend(v.iter().map(|&x| f64::from(x))),
+            Buffer::Ints(b) => {
+                let mut f: Vec<f32> = b.iter().map(|&x| x as f32).collect();
+                f.extend_from_slice(v);
+                self.buffer = Buffer::F32(f);
+            }
         }
     }
+
+    fn push_f64(&mut self, v: &[f64]) {
+        let mut f = match std::mem::replace(&mut self.buffer, Buffer::Ints(Vec::new())) {
+            Buffer::F64(b) => b,
+            Buffer::F32(b) => b.into_iter().map(f64::from).collect(),
+            Buffer::Ints(b) => b.into_iter().map(|x| x as f64).collect(),
+        };
+        f.extend_from_slice(v);
+        self.buffer = Buffer::F64(f);
+    }
+
+    /// Room for `total` values in all.
+    fn reserve(&mut self, total: usize) {
+        match &mut self.buffer {
+            Buffer::Ints(b) => b.reserve(total.saturating_sub(b.len())),
+            Buffer::F32(b) => b.reserve(total.saturating_sub(b.len())),
+            Buffer::F64(b) => b.reserve(total.saturating_sub(b.len())),
+        }
+    }
+
+    /// Values held.
+    fn len(&self) -> usize {
+        match &self.buffer {
+            Buffer::Ints(b) => b.len(),
+            Buffer::F32(b) => b.len(),
+            Buffer::F64(b) => b.len(),
+        }
+    }
+}
+
+/// One column's values over the shards, in order, as one tensor `[rows, per_row]` (`[rows]`
+/// when `scalar`): int64 when every shard holds integers, else the widest float. Each value is
+/// copied once, into the tensor.
+fn joined(parts: Vec<Values>, scalar: bool) -> Result<Tensor, tch::TchError> {
+    let per = parts.iter().find_map(|v| v.per_row).unwrap_or(1).max(1);
+    let total: usize = parts.iter().map(Values::len).sum();
+    let rows = (total / per) as i64;
+    let shape: Vec<i64> = if scalar {
+        vec![rows]
+    } else {
+        vec![rows, per as i64]
+    };
+    let rank = |b: &Buffer| match b {
+        Buffer::Ints(_) => 0,
+        Buffer::F32(_) => 1,
+        Buffer::F64(_) => 2,
+    };
+    let widest = parts.iter().map(|v| rank(&v.buffer)).max().unwrap_or(0);
+    let buffers = parts.into_iter().map(|v| v.buffer);
+    match widest {
+        0 => fill(
+            buffers.map(|b| match b {
+                Buffer::Ints(v) => v,
+                _ => Vec::new(),
+            }),
+            &shape,
+            tch::Kind::Int64,
+        ),
+        1 => fill(
+            buffers.map(|b| match b {
+                Buffer::F32(v) => v,
+                Buffer::Ints(v) => v.into_iter().map(|x| x as f32).collect(),
+                Buffer::F64(_) => Vec::new(),
+            }),
+            &shape,
+            tch::Kind::Float,
+        ),
+        _ => fill(
+            buffers.map(|b| match b {
+                Buffer::F64(v) => v,
+                Buffer::F32(v) => v.into_iter().map(f64::from).collect(),
+                Buffer::Ints(v) => v.into_iter().map(|x| x as f64).collect(),
+            }),
+            &shape,
+            tch::Kind::Double,
+        ),
+    }
+}
+
+/// A new CPU tensor of `shape` and `kind` (whose elements are `T`) holding `parts` one after
+/// another.
+fn fill<T: Copy>(
+    parts: impl Iterator<Item = Vec<T>>,
+    shape: &[i64],
+    kind: tch::Kind,
+) -> Result<Tensor, tch::TchError> {
+    let t = Tensor::f_empty(shape, (kind, tch::Device::Cpu))?;
+    let room = t.numel();
+    let base = t.data_ptr() as *mut T;
+    let mut at = 0usize;
+    for part in parts {
+        if at + part.len() > room {
+            return Err(tch::TchError::Shape(format!(
+                "{} values for a tensor of {room}",
+                at + part.len()
+            )));
+        }
+        // SAFETY: `t` is a new contiguous CPU tensor of `room` elements of `kind`, whose
+        // element type is `T` (the caller pairs them); `at + part.len() <= room` was checked,
+        // and `part` is a separate allocation, so the ranges do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), base.add(at), part.len()) };
+        at += part.len();
+    }
+    if at != room {
+        return Err(tch::TchError::Shape(format!(
+            "{at} values for a tensor of {room}"
+        )));
+    }
+    Ok(t)
 }
 
 /// Appends a primitive array's values; refuses nulls and types that are not numbers.
@@ -79,7 +191,7 @@ fn primitive(a: &dyn Array, out: &mut Values) -> Result<(), String> {
     }
     macro_rules! ints {
         ($t:ty) => {
-            out.push_ints(a.as_primitive::<$t>().values().iter().map(|&v| v as i64))
+            out.push_ints(a.as_primitive::<$t>().values())
         };
     }
     match a.data_type() {
@@ -91,15 +203,8 @@ fn primitive(a: &dyn Array, out: &mut Values) -> Result<(), String> {
         DataType::UInt16 => ints!(UInt16Type),
         DataType::UInt32 => ints!(UInt32Type),
         DataType::UInt64 => ints!(UInt64Type),
-        DataType::Float32 => out.push_floats(
-            a.as_primitive::<Float32Type>()
-                .values()
-                .iter()
-                .map(|&v| f64::from(v)),
-        ),
-        DataType::Float64 => {
-            out.push_floats(a.as_primitive::<Float64Type>().values().iter().copied())
-        }
+        DataType::Float32 => out.push_f32(a.as_primitive::<Float32Type>().values()),
+        DataType::Float64 => out.push_f64(a.as_primitive::<Float64Type>().values()),
         other => return Err(format!("values of type {other}, not numbers")),
     }
     Ok(())
@@ -204,50 +309,78 @@ pub(super) fn read(
     target: &str,
     span: Span,
 ) -> Result<Raw, DataError> {
-    let mut x: Vec<Values> = inputs.iter().map(|_| Values::new()).collect();
-    let mut y = Values::new();
-    let mut rows = 0i64;
-    for shard in shards(file, span)? {
-        let (f, _) = shard.open(span)?;
-        let bad = |why: String| {
-            invalid(
-                span,
-                format!("{} cannot be read as Parquet: {}", shard.name(), cut(&why, 200)),
-                "unreadable Parquet",
-                "write the file with pyarrow (`pyarrow.parquet.write_table`) or pandas (`DataFrame.to_parquet`); snappy, gzip or no compression",
-            )
-        };
-        rows += read_shard(f, inputs, target, &mut x, &mut y, &shard, span).map_err(bad)??;
+    // The shards are decoded side by side (Rust alone, no libtorch), then joined in order.
+    let decoded: Vec<Result<Shard, DataError>> = shards(file, span)?
+        .into_par_iter()
+        .map(|shard| {
+            let (f, _) = shard.open(span)?;
+            let bad = |why: String| {
+                invalid(
+                    span,
+                    format!("{} cannot be read as Parquet: {}", shard.name(), cut(&why, 200)),
+                    "unreadable Parquet",
+                    "write the file with pyarrow (`pyarrow.parquet.write_table`) or pandas (`DataFrame.to_parquet`); snappy, gzip or no compression",
+                )
+            };
+            read_shard(f, inputs, target, &shard, span).map_err(bad)?
+        })
+        .collect();
+    let mut xs: Vec<Vec<Values>> = inputs.iter().map(|_| Vec::new()).collect();
+    let mut ys = Vec::new();
+    for shard in decoded {
+        let shard = shard?;
+        for (column, (v, out)) in inputs.iter().zip(shard.x.into_iter().zip(xs.iter_mut())) {
+            if inputs.len() > 1 && v.per_row.is_some_and(|n| n != 1) {
+                return Err(column_error(
+                    file,
+                    column,
+                    "a list in each row, but several input columns must each hold one value per row (name a single list column instead)",
+                    span,
+                ));
+            }
+            out.push(v);
+        }
+        ys.push(shard.y);
     }
-    let inputs_t = if inputs.len() == 1 {
-        x.pop()
-            .map(|v| v.tensor(rows, false))
-            .transpose()
-            .at(span)?
+    // Lists of one length in every shard.
+    for (column, parts) in inputs
+        .iter()
+        .map(String::as_str)
+        .zip(&xs)
+        .chain([(target, &ys)])
+    {
+        let mut lengths = parts.iter().filter_map(|v| v.per_row);
+        if let Some(first) = lengths.next() {
+            if let Some(other) = lengths.find(|&n| n != first) {
+                let why = format!("rows of {first} and of {other} values");
+                return Err(column_error(file, column, &why, span));
+            }
+        }
+    }
+    let y_scalar = ys.iter().find_map(|v| v.per_row) == Some(1);
+    let targets = joined(ys, y_scalar).at(span)?;
+    let many = inputs.len() > 1;
+    let mut cols = xs
+        .into_iter()
+        .map(|parts| joined(parts, many))
+        .collect::<Result<Vec<Tensor>, _>>()
+        .at(span)?;
+    let inputs_t = if cols.len() == 1 {
+        cols.remove(0)
     } else {
-        // Several columns, one value each: side by side.
-        let cols: Vec<Tensor> = x
-            .into_iter()
-            .map(|v| v.tensor(rows, true))
-            .collect::<Result<_, _>>()
-            .at(span)?;
-        let floats = cols.iter().any(|c| c.kind() == tch::Kind::Double);
-        let cols: Vec<Tensor> = cols
-            .into_iter()
-            .map(|c| {
-                if floats {
-                    c.to_kind(tch::Kind::Double)
-                } else {
-                    c
-                }
-            })
-            .collect();
-        Some(Tensor::f_stack(&cols, 1).at(span)?)
+        // Several columns, one value each, side by side: int64 when every column holds
+        // integers, else the widest float.
+        let kind = cols
+            .iter()
+            .map(Tensor::kind)
+            .fold(tch::Kind::Int64, |k, c| match (k, c) {
+                (tch::Kind::Double, _) | (_, tch::Kind::Double) => tch::Kind::Double,
+                (tch::Kind::Float, _) | (_, tch::Kind::Float) => tch::Kind::Float,
+                _ => tch::Kind::Int64,
+            });
+        let cols: Vec<Tensor> = cols.into_iter().map(|c| c.to_kind(kind)).collect();
+        Tensor::f_stack(&cols, 1).at(span)?
     };
-    let y_scalar = y.per_row == Some(1);
-    let targets = y.tensor(rows, y_scalar).at(span)?;
-    let inputs_t =
-        inputs_t.unwrap_or_else(|| Tensor::zeros([0], (tch::Kind::Float, tch::Device::Cpu)));
     let names = inputs
         .iter()
         .map(|c| format!("`{c}`"))
@@ -265,18 +398,19 @@ pub(super) fn read(
     ))
 }
 
-/// Reads one shard's columns into `x` and `y`; returns its rows. The outer error is the
+/// Reads one shard's columns. The outer error is the
 /// `parquet` crate's (unreadable Parquet), the inner one Kiln's about the columns.
 fn read_shard(
     f: File,
     inputs: &[String],
     target: &str,
-    x: &mut [Values],
-    y: &mut Values,
     shard: &DataFile,
     span: Span,
-) -> Result<Result<i64, DataError>, String> {
+) -> Result<Result<Shard, DataError>, String> {
+    let mut x: Vec<Values> = inputs.iter().map(|_| Values::new()).collect();
+    let mut y = Values::new();
     let builder = ParquetRecordBatchReaderBuilder::try_new(f).map_err(|e| e.to_string())?;
+    let shard_rows = usize::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
     let schema = builder.schema().clone();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let mut wanted: Vec<usize> = Vec::new();
@@ -301,7 +435,6 @@ fn read_shard(
         .with_batch_size(65_536)
         .build()
         .map_err(|e| e.to_string())?;
-    let mut rows = 0i64;
     for batch in reader {
         let batch = batch.map_err(|e| e.to_string())?;
         let bschema = batch.schema();
@@ -313,17 +446,28 @@ fn read_shard(
                 .unwrap_or(0);
             batch.column(i)
         };
-        for (c, out) in inputs.iter().zip(x.iter_mut()) {
+        for (c, out) in inputs
+            .iter()
+            .zip(x.iter_mut())
+            .chain([(&target.to_string(), &mut y)])
+        {
+            let first = out.per_row.is_none();
             if let Err(why) = column(get(c), out) {
                 return Ok(Err(column_error(shard, c, &why, span)));
             }
+            // The whole shard's values, once its first batch tells how many a row holds.
+            if first {
+                out.reserve(shard_rows.saturating_mul(out.per_row.unwrap_or(1)));
+            }
         }
-        if let Err(why) = column(get(target), y) {
-            return Ok(Err(column_error(shard, target, &why, span)));
-        }
-        rows += batch.num_rows() as i64;
     }
-    Ok(Ok(rows))
+    Ok(Ok(Shard { x, y }))
+}
+
+/// One shard's columns.
+struct Shard {
+    x: Vec<Values>,
+    y: Values,
 }
 
 /// K0503 for a column that cannot be read as samples.
