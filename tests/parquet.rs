@@ -48,14 +48,19 @@ fn the_checker_reads_the_footer_and_the_run_reads_the_columns() {
             "{}",
             text(&out)
         );
-        let out = run(&[
-            "run",
-            s(&exp),
-            "--quiet",
-            "--run-dir",
-            s(&dir.join(format!("run-{path}"))),
-        ]);
+        let run_dir = dir.join(format!("run-{path}"));
+        let out = run(&["run", s(&exp), "--quiet", "--run-dir", s(&run_dir)]);
         assert!(out.status.success(), "{}", text(&out));
+        // `kiln predict` reads the run's input columns from Parquet (the file, or the shards) as
+        // it reads the same array from `.npy`.
+        let predict = |input: &Path| {
+            let out = run(&["predict", s(&run_dir), "--input", s(input)]);
+            assert!(out.status.success(), "{}", text(&out));
+            String::from_utf8(out.stdout).expect("utf-8")
+        };
+        let from_parquet = predict(&dir.join(path));
+        assert_eq!(from_parquet.lines().count(), 51);
+        assert_eq!(from_parquet, predict(&dir.join("pixels.npy")));
     }
     // Three scalar columns make a sample of three values.
     let exp = write(

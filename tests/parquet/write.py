@@ -6,7 +6,8 @@ JSON, what pyarrow reads back from them (`to_pylist`), for Kiln's reader to matc
 `table.parquet` (snappy): float32 `a`, float64 `b`, int32 `c`, a fixed-size list of 6 float32
 `pixels`, a list of 4 int64 `tokens` per row, int64 `label`, float64 `value`; `shards/` the same
 rows in two files (`part-0.parquet`, `part-1.parquet`, gzip); `nulls.parquet` with a missing
-value; `ragged.parquet` with lists of two lengths; `broken.parquet`, truncated.
+value; `ragged.parquet` with lists of two lengths; `broken.parquet`, truncated; `pixels.npy`, the
+`pixels` column as an array.
 """
 
 import json
@@ -44,5 +45,6 @@ with open(os.path.join(out, "table.parquet"), "rb") as f:
     whole = f.read()
 with open(os.path.join(out, "broken.parquet"), "wb") as f:
     f.write(whole[: len(whole) // 2] + whole[-8:])
+np.save(os.path.join(out, "pixels.npy"), np.array(table.column("pixels").to_pylist(), dtype=np.float32))
 read = pq.read_table(os.path.join(out, "table.parquet"))
 json.dump({c: read.column(c).to_pylist() for c in read.column_names}, sys.stdout)

@@ -5,19 +5,20 @@
 
 use std::path::Path;
 
-use kiln::ir::{DType, Data, Layout};
+use kiln::ir::{DType, Data, Layout, Source};
 use kiln::span::Span;
 use tch::{Kind, Tensor};
 
 use super::error::{At, DataError};
 use super::file::DataFile;
-use super::{csv, finite, idx, invalid, layout, model_inputs, npy, npz, safetensors, Raw};
+use super::{csv, finite, idx, invalid, layout, model_inputs, npy, npz, parquet, safetensors, Raw};
 
 /// The member of an `.npz` archive, or the tensor of a safetensors file, that holds the inputs.
 const INPUTS: &str = "inputs";
 
 /// Reads the samples of `path` (`.npy`, `.npz` with an `inputs` array, `.safetensors` with an
-/// `inputs` tensor, `.csv` of features, or IDX images, gzipped or not) as the model's inputs
+/// `inputs` tensor, `.csv` of features, IDX images, gzipped or not, or for a run that read
+/// Parquet a Parquet file or directory with its input columns) as the model's inputs
 /// `[N, ..input]`. Failures are reported at `span`.
 pub fn read_inputs(
     data: &Data,
@@ -38,6 +39,20 @@ pub fn read_inputs(
         npz::read(&file, INPUTS, INPUTS, span)?
     } else if name.ends_with(".safetensors") {
         safetensors::read(&file, INPUTS, INPUTS, span)?
+    } else if name.ends_with(".parquet") || file.path.is_dir() {
+        // The columns the run read its inputs from.
+        let Source::Parquet { inputs, .. } = &data.source else {
+            return Err(invalid(
+                span,
+                format!(
+                    "{} is Parquet, but the run did not read Parquet, so its input columns are not known",
+                    file.name()
+                ),
+                "Parquet without columns",
+                "give the samples as `.npy` (or the format the run read)",
+            ));
+        };
+        parquet::read(&file, inputs, None, span)?
     } else if name.ends_with(".csv") {
         csv::read_features(&file, span)?
     } else if name.ends_with(".gz") || name.contains("idx") || name.contains("ubyte") {
@@ -53,7 +68,7 @@ pub fn read_inputs(
             span,
             format!("{} is not a file `kiln predict` reads", file.name()),
             "unknown input format",
-            "give inputs as `.npy`, `.npz` (array `inputs`), `.safetensors` (tensor `inputs`), `.csv` (one row of features per sample) or IDX images (`.idx`, `-ubyte`, `.gz`)",
+            "give inputs as `.npy`, `.npz` (array `inputs`), `.safetensors` (tensor `inputs`), `.csv` (one row of features per sample), IDX images (`.idx`, `-ubyte`, `.gz`) or, for a run that read Parquet, Parquet with its input columns",
         ));
     };
     let raw = scale(raw, data.scale, dtype, span)?;

@@ -468,7 +468,7 @@ fn read_source(
             path,
             inputs,
             target,
-        } => parquet::read(&DataFile::new(base, path), inputs, target, span),
+        } => parquet::read(&DataFile::new(base, path), inputs, Some(target), span),
         Source::Tokens { .. } | Source::Text { .. } => Err(stream::mixed(span)),
     }?;
     scale_bytes(raw, scale, dtype, span)

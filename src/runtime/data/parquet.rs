@@ -302,11 +302,12 @@ fn shards(file: &DataFile, span: Span) -> Result<Vec<DataFile>, DataError> {
         .collect())
 }
 
-/// Reads the `inputs` columns and the `target` column of a Parquet source.
+/// Reads the `inputs` columns and the `target` column of a Parquet source (`kiln predict`'s
+/// inputs have no target: zeros stand for it).
 pub(super) fn read(
     file: &DataFile,
     inputs: &[String],
-    target: &str,
+    target: Option<&str>,
     span: Span,
 ) -> Result<Raw, DataError> {
     // The shards are decoded side by side (Rust alone, no libtorch), then joined in order.
@@ -347,7 +348,7 @@ pub(super) fn read(
         .iter()
         .map(String::as_str)
         .zip(&xs)
-        .chain([(target, &ys)])
+        .chain(target.map(|t| (t, &ys)))
     {
         let mut lengths = parts.iter().filter_map(|v| v.per_row);
         if let Some(first) = lengths.next() {
@@ -358,7 +359,11 @@ pub(super) fn read(
         }
     }
     let y_scalar = ys.iter().find_map(|v| v.per_row) == Some(1);
-    let targets = joined(ys, y_scalar).at(span)?;
+    let targets = if target.is_some() {
+        Some(joined(ys, y_scalar).at(span)?)
+    } else {
+        None
+    };
     let many = inputs.len() > 1;
     let mut cols = xs
         .into_iter()
@@ -386,6 +391,12 @@ pub(super) fn read(
         .map(|c| format!("`{c}`"))
         .collect::<Vec<_>>()
         .join(", ");
+    let targets = match targets {
+        Some(t) => t,
+        None => {
+            Tensor::f_zeros([inputs_t.size()[0]], (tch::Kind::Float, tch::Device::Cpu)).at(span)?
+        }
+    };
     Ok(Raw::new(
         inputs_t,
         targets,
@@ -394,7 +405,9 @@ pub(super) fn read(
             if inputs.len() == 1 { "" } else { "s" },
             file.name()
         ),
-        format!("the column `{target}` of {}", file.name()),
+        target.map_or_else(String::new, |t| {
+            format!("the column `{t}` of {}", file.name())
+        }),
     ))
 }
 
@@ -403,7 +416,7 @@ pub(super) fn read(
 fn read_shard(
     f: File,
     inputs: &[String],
-    target: &str,
+    target: Option<&str>,
     shard: &DataFile,
     span: Span,
 ) -> Result<Result<Shard, DataError>, String> {
@@ -414,7 +427,7 @@ fn read_shard(
     let schema = builder.schema().clone();
     let names: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
     let mut wanted: Vec<usize> = Vec::new();
-    for c in inputs.iter().map(String::as_str).chain([target]) {
+    for c in inputs.iter().map(String::as_str).chain(target) {
         let Some(i) = names.iter().position(|n| n == c) else {
             return Ok(Err(invalid(
                 span,
@@ -448,8 +461,9 @@ fn read_shard(
         };
         for (c, out) in inputs
             .iter()
+            .map(String::as_str)
             .zip(x.iter_mut())
-            .chain([(&target.to_string(), &mut y)])
+            .chain(target.map(|t| (t, &mut y)))
         {
             let first = out.per_row.is_none();
             if let Err(why) = column(get(c), out) {
