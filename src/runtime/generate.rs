@@ -13,11 +13,10 @@ use std::path::{Path, PathBuf};
 
 use tch::{Kind, Tensor};
 
-use super::compress::finalize::finalize;
 use super::data::encode;
-use super::eval::{from_run, show, usage};
+use super::eval::{show, usage};
 use super::failure::At;
-use super::session::{run_experiment, Session};
+use super::trained;
 use kiln::check::Checked;
 use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
@@ -68,26 +67,11 @@ pub fn generate_main(opts: &GenerateOptions) -> i32 {
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
-    if !opts.run_dir.is_dir() {
-        return usage(&format!(
-            "`{}` is not a run directory",
-            opts.run_dir.display()
-        ));
-    }
-    let (checked, trial) = match run_experiment(&opts.run_dir, opts.file.as_deref()) {
+    let (checked, index) = match trained::open(&opts.run_dir, opts.file.as_deref(), opts.trial) {
         Ok(c) => c,
-        Err(message) => return usage(&message),
+        Err(status) => return status,
     };
-    if checked.has_errors() {
-        return show(&checked, &checked.diagnostics, false, 1);
-    }
-    let index = opts.trial.or(trial).unwrap_or(1);
-    let Some(exp) = checked.trials.get(index.saturating_sub(1)) else {
-        return usage(&format!(
-            "`--trial {index}`: the experiment has {} trial(s)",
-            checked.trials.len()
-        ));
-    };
+    let exp = &checked.trials[index];
     match generate(exp, &checked, opts) {
         Ok(()) => 0,
         Err(Failure::Diagnostic(d)) => show(&checked, &[d], false, 1),
@@ -216,20 +200,7 @@ fn prompt_ids(
 /// Loads the run's model and prints the prompt and the tokens drawn after it.
 fn generate(exp: &Experiment, checked: &Checked, opts: &GenerateOptions) -> Result<(), Failure> {
     let block = generative(exp)?;
-    let session = Session::new(exp, &checked.sources, None, None)?;
-    let splits = session.data()?;
-    let mut trained = session.build()?;
-    let compresses = !exp.compression.is_empty();
-    if compresses {
-        let (_, timeline) = session.length(&splits, None)?;
-        session.compress(&mut trained, timeline)?;
-    }
-    from_run(&session, &splits, &trained, &opts.run_dir, exp, compresses)?;
-    let model = if compresses {
-        finalize(exp, &session.nodes, &trained, session.model_device())?.net
-    } else {
-        trained
-    };
+    let model = trained::model(exp, checked, &opts.run_dir)?;
     let vocab = vocabulary(&opts.run_dir)?;
     let size = exp.model.output.last().copied().unwrap_or(0);
     let mut context = prompt_ids(opts.prompt.as_deref(), vocab.as_deref(), size)?;

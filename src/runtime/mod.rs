@@ -44,4 +44,5 @@ pub mod state;
 pub mod step;
 pub mod summary;
 pub mod train;
+pub mod trained;
 pub mod weights;

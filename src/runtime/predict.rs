@@ -12,12 +12,10 @@ use std::path::{Path, PathBuf};
 
 use tch::{Kind, Tensor};
 
-use super::compress::finalize::finalize;
 use super::data::read_inputs;
-use super::eval::{from_run, show, usage};
+use super::eval::{show, usage};
 use super::failure::At;
-use super::model::Net;
-use super::session::{run_experiment, Session};
+use super::trained;
 use kiln::check::Checked;
 use kiln::diagnostic::problem::{RunStage, Running};
 use kiln::diagnostic::{Diagnostic, Problem};
@@ -52,12 +50,6 @@ pub fn predict_main(opts: &PredictOptions) -> i32 {
     if let Some(n) = opts.threads {
         tch::set_num_threads(n as i32);
     }
-    if !opts.run_dir.is_dir() {
-        return usage(&format!(
-            "`{}` is not a run directory",
-            opts.run_dir.display()
-        ));
-    }
     let out = match &opts.out {
         Some(path) if path.exists() => {
             return usage(&format!(
@@ -76,20 +68,11 @@ pub fn predict_main(opts: &PredictOptions) -> i32 {
         },
         None => None,
     };
-    let (checked, trial) = match run_experiment(&opts.run_dir, opts.file.as_deref()) {
+    let (checked, index) = match trained::open(&opts.run_dir, opts.file.as_deref(), opts.trial) {
         Ok(c) => c,
-        Err(message) => return usage(&message),
+        Err(status) => return status,
     };
-    if checked.has_errors() {
-        return show(&checked, &checked.diagnostics, false, 1);
-    }
-    let index = opts.trial.or(trial).unwrap_or(1);
-    let Some(exp) = checked.trials.get(index.saturating_sub(1)) else {
-        return usage(&format!(
-            "`--trial {index}`: the experiment has {} trial(s)",
-            checked.trials.len()
-        ));
-    };
+    let exp = &checked.trials[index];
     match predict(exp, &checked, opts, out) {
         Ok(()) => 0,
         Err(d) => show(&checked, &[d], false, 1),
@@ -134,21 +117,7 @@ fn predict(
     opts: &PredictOptions,
     out: Option<Output>,
 ) -> Result<(), Diagnostic> {
-    let session = Session::new(exp, &checked.sources, None, None)?;
-    let splits = session.data()?;
-    let mut trained = session.build()?;
-    let compresses = !exp.compression.is_empty();
-    if compresses {
-        let (_, timeline) = session.length(&splits, None)?;
-        session.compress(&mut trained, timeline)?;
-    }
-    from_run(&session, &splits, &trained, &opts.run_dir, exp, compresses)?;
-    drop(splits);
-    let model: Net = if compresses {
-        finalize(exp, &session.nodes, &trained, session.model_device())?.net
-    } else {
-        trained
-    };
+    let model = trained::model(exp, checked, &opts.run_dir)?;
     let span = exp.data.source_span;
     let x = read_inputs(
         &exp.data,

@@ -45,9 +45,44 @@ impl DataFile {
         }
     }
 
-    /// The path as the experiment writes it.
-    pub(super) fn shown(&self) -> &str {
-        &self.shown
+    /// The file itself, or when it is a directory the files `list` gives of it (each shown
+    /// under the directory's name, as `plays/hamlet.txt`); a directory that cannot be listed, or
+    /// lists none (`what`: the files it lacks, as `text files`), is K0503.
+    pub(super) fn parts(
+        &self,
+        list: fn(&Path) -> std::io::Result<Vec<PathBuf>>,
+        what: &str,
+        span: Span,
+    ) -> Result<Vec<DataFile>, DataError> {
+        if !self.path.is_dir() {
+            return Ok(vec![DataFile::at(self.path.clone(), self.shown.clone())]);
+        }
+        let listed = list(&self.path).map_err(|e| {
+            invalid(
+                span,
+                format!("the directory {} cannot be listed: {e}", self.name()),
+                "unreadable directory",
+                "check the directory's permissions",
+            )
+        })?;
+        if listed.is_empty() {
+            return Err(invalid(
+                span,
+                format!("the directory {} holds no {what}", self.name()),
+                format!("no {what}"),
+                format!("put the {what} in it, or name a file"),
+            ));
+        }
+        Ok(listed
+            .into_iter()
+            .map(|p| {
+                let name = p
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+                let shown = format!("{}/{name}", self.shown.trim_end_matches('/'));
+                DataFile::at(p, shown)
+            })
+            .collect())
     }
 
     /// The name in messages: `` `mnist/train.idx` ``.

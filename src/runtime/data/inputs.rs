@@ -11,7 +11,10 @@ use tch::{Kind, Tensor};
 
 use super::error::{At, DataError};
 use super::file::DataFile;
-use super::{csv, finite, idx, invalid, layout, model_inputs, npy, npz, parquet, safetensors, Raw};
+use super::{
+    csv, divide_bytes, finite, idx, invalid, layout, model_inputs, npy, npz, parquet, safetensors,
+    Raw,
+};
 
 /// The member of an `.npz` archive, or the tensor of a safetensors file, that holds the inputs.
 const INPUTS: &str = "inputs";
@@ -81,14 +84,11 @@ pub fn read_inputs(
 
 /// Divides bytes by the training source's `scale` (an IDX source's 255 by default), as the run
 /// did; inputs of another type are taken as they are.
-fn scale(mut raw: Raw, scale: Option<f64>, dtype: DType, span: Span) -> Result<Raw, DataError> {
-    let bytes = raw.inputs.f_kind().at(span)? == Kind::Uint8;
-    if let (Some(divisor), true, DType::Float) = (scale, bytes, dtype) {
-        raw.inputs = raw
-            .inputs
-            .f_to_kind(Kind::Float)
-            .and_then(|x| x.f_div_scalar(divisor))
-            .at(span)?;
+fn scale(raw: Raw, scale: Option<f64>, dtype: DType, span: Span) -> Result<Raw, DataError> {
+    match scale {
+        Some(divisor) if raw.inputs.f_kind().at(span)? == Kind::Uint8 => {
+            divide_bytes(raw, divisor, dtype, span)
+        }
+        _ => Ok(raw),
     }
-    Ok(raw)
 }

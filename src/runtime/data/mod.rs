@@ -16,13 +16,15 @@
 //! Shuffling and splitting use a small Rust PRNG (SplitMix64 with Fisher-Yates), never torch's
 //! generator, so that the order of the data does not disturb the random numbers of the model.
 //!
-//! This file holds the interface ([`load`], [`Dataset`], [`Splits`]), the checking and shaping of
-//! a source's inputs against the model, and the helpers the readers share; `targets` shapes the
-//! targets. Each source has its own file: `file` (opening, reading and gunzipping a named file,
-//! bounded), `synthetic`, `idx`, `npy`, `npz`, `csv` and `safetensors`; `split` holds the splits
-//! and the PRNG, `loader` the [`Loader`].
+//! This file holds the interface ([`load`]; [`Dataset`] and [`Splits`] live in `dataset`), the
+//! checking and shaping of a source's inputs against the model, and the helpers the readers
+//! share; `targets` shapes the targets. Each source has its own file: `file` (opening, reading
+//! and gunzipping a named file, bounded), `synthetic`, `idx`, `npy`, `npz`, `csv`,
+//! `safetensors`, `parquet`, and `stream` for token streams; `inputs` reads `kiln predict`'s
+//! samples; `split` holds the splits and the PRNG, `loader` the [`Loader`].
 
 mod csv;
+mod dataset;
 mod error;
 mod file;
 mod finite;
@@ -53,171 +55,16 @@ use kiln::ir::{count_fit, CountMisfit, DType, Data, Layout, Normalize, Source};
 #[cfg(test)]
 use kiln::ir::Targets;
 use kiln::span::Span;
-use tch::{Device, Kind, TchError, Tensor};
+use tch::{Kind, TchError, Tensor};
 
 use error::At;
 use file::DataFile;
 
+pub use dataset::{Dataset, Splits};
 pub use error::{DataError, DataKind};
 pub use inputs::read_inputs;
 pub use loader::Loader;
 pub(crate) use stream::encode;
-
-// ---------------------------------------------------------------------------------------------
-// Datasets
-
-/// Samples in memory on the CPU.
-///
-/// `inputs` is `[N, ..model input shape]` (`Kind::Float`, or `Kind::Int64` for token ids);
-/// `targets` is `[N]` `Int64` class indices or `[N, ..shape]` `Float` values. A token stream
-/// (`windows`) holds its int64 ids once, `[L]`, as both: its samples are windows of it.
-#[derive(Debug)]
-pub struct Dataset {
-    /// The model's inputs, one row per sample (a token stream's ids).
-    pub inputs: Tensor,
-    /// The targets, one row per sample (a token stream's ids).
-    pub targets: Tensor,
-    /// A token stream's windows; `None` for rows of samples.
-    pub windows: Option<Windows>,
-}
-
-/// How a token stream's samples are cut from it: sample `i` is the `block` ids from offset `i
-/// · stride`, its targets the `block` ids one further on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Windows {
-    /// Ids per window.
-    pub block: i64,
-    /// Offset between consecutive samples.
-    pub stride: i64,
-}
-
-impl Dataset {
-    /// Rows of samples.
-    pub fn rows(inputs: Tensor, targets: Tensor) -> Dataset {
-        Dataset {
-            inputs,
-            targets,
-            windows: None,
-        }
-    }
-
-    /// The windows of a token stream `ids` (int64 `[L]`).
-    pub fn stream(ids: Tensor, block: i64, stride: i64) -> Dataset {
-        Dataset {
-            targets: ids.shallow_clone(),
-            inputs: ids,
-            windows: Some(Windows { block, stride }),
-        }
-    }
-
-    /// Number of samples.
-    pub fn len(&self) -> i64 {
-        let rows = self.inputs.size().first().copied().unwrap_or(0);
-        match self.windows {
-            Some(w) => w.count(rows),
-            None => rows,
-        }
-    }
-
-    /// A dataset sharing this one's tensors.
-    pub fn shallow(&self) -> Dataset {
-        Dataset {
-            inputs: self.inputs.shallow_clone(),
-            targets: self.targets.shallow_clone(),
-            windows: self.windows,
-        }
-    }
-
-    /// Samples `lo..hi`, sharing this one's memory.
-    pub fn part(&self, lo: i64, hi: i64) -> Result<Dataset, TchError> {
-        let Some(w) = self.windows else {
-            return Ok(Dataset::rows(
-                self.inputs.f_narrow(0, lo, hi - lo)?,
-                self.targets.f_narrow(0, lo, hi - lo)?,
-            ));
-        };
-        let len = if hi > lo {
-            (hi - lo - 1) * w.stride + w.block + 1
-        } else {
-            0
-        };
-        Ok(Dataset::stream(
-            self.inputs.f_narrow(0, lo * w.stride, len)?,
-            w.block,
-            w.stride,
-        ))
-    }
-
-    /// The inputs and targets of the samples `index` (an int64 tensor beside the data).
-    pub fn gather(&self, index: &Tensor) -> Result<(Tensor, Tensor), TchError> {
-        let Some(w) = self.windows else {
-            return Ok((
-                self.inputs.f_index_select(0, index)?,
-                self.targets.f_index_select(0, index)?,
-            ));
-        };
-        // Each window and the id after it in one gather: `[B, block + 1]`.
-        let span = Tensor::f_arange(w.block + 1, (tch::Kind::Int64, index.device()))?;
-        let at = index
-            .f_mul_scalar(w.stride)?
-            .f_unsqueeze(1)?
-            .f_add(&span.f_unsqueeze(0)?)?;
-        let ids = self.inputs.f_index_select(0, &at.f_reshape([-1])?)?;
-        let ids = ids.f_reshape([-1, w.block + 1])?;
-        Ok((
-            ids.f_narrow(1, 0, w.block)?.f_contiguous()?,
-            ids.f_narrow(1, 1, w.block)?.f_contiguous()?,
-        ))
-    }
-
-    /// The samples at `indices`, copied.
-    fn select(&self, indices: &[i64]) -> Result<Dataset, TchError> {
-        let index = Tensor::f_from_slice(indices)?;
-        Ok(Dataset::rows(
-            self.inputs.f_index_select(0, &index)?,
-            self.targets.f_index_select(0, &index)?,
-        ))
-    }
-}
-
-/// The splits of the data: training always, validation and test when their fraction gives at
-/// least one sample.
-#[derive(Debug)]
-pub struct Splits {
-    /// The training samples.
-    pub train: Dataset,
-    /// The validation samples.
-    pub val: Option<Dataset>,
-    /// The test samples.
-    pub test: Option<Dataset>,
-    /// A text's vocabulary, its characters in id order; `None` for other sources.
-    pub vocab: Option<Vec<char>>,
-}
-
-impl Splits {
-    /// The splits with every tensor moved to `device`, once, for batching there.
-    pub fn moved_to(self, device: Device) -> Result<Splits, TchError> {
-        let move_ = |d: Dataset| -> Result<Dataset, TchError> {
-            let inputs = d.inputs.f_to_device(device)?;
-            // A stream's ids are one tensor, moved once.
-            let targets = match d.windows {
-                Some(_) => inputs.shallow_clone(),
-                None => d.targets.f_to_device(device)?,
-            };
-            Ok(Dataset {
-                inputs,
-                targets,
-                windows: d.windows,
-            })
-        };
-        Ok(Splits {
-            train: move_(self.train)?,
-            val: self.val.map(move_).transpose()?,
-            test: self.test.map(move_).transpose()?,
-            vocab: self.vocab,
-        })
-    }
-}
 
 /// Loads and splits the data of a checked experiment.
 ///
@@ -476,12 +323,7 @@ fn read_source(
 
 /// Divides uint8 inputs by `scale` (for a model taking floats); a scale given for inputs of
 /// another element type is refused.
-fn scale_bytes(
-    mut raw: Raw,
-    scale: Option<f64>,
-    dtype: DType,
-    span: Span,
-) -> Result<Raw, DataError> {
+fn scale_bytes(raw: Raw, scale: Option<f64>, dtype: DType, span: Span) -> Result<Raw, DataError> {
     let Some(divisor) = scale else {
         return Ok(raw);
     };
@@ -499,6 +341,11 @@ fn scale_bytes(
             "remove `scale` (or write `scale: none`): values of other types are read as they are",
         ));
     }
+    divide_bytes(raw, divisor, dtype, span)
+}
+
+/// uint8 inputs as floats divided by `divisor`, for a model taking floats (token ids are kept).
+fn divide_bytes(mut raw: Raw, divisor: f64, dtype: DType, span: Span) -> Result<Raw, DataError> {
     if dtype == DType::Float {
         raw.inputs = raw
             .inputs

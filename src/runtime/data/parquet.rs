@@ -6,14 +6,13 @@
 //! is refused, naming its row.
 
 use std::fs::File;
-use std::path::PathBuf;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
     Float32Type, Float64Type, Int16Type, Int32Type, Int64Type, Int8Type, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
-use arrow_array::{Array, ArrayRef};
+use arrow_array::{Array, ArrayRef, GenericListArray, OffsetSizeTrait};
 use arrow_schema::DataType;
 use kiln::span::Span;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -235,30 +234,8 @@ fn column(a: &ArrayRef, out: &mut Values) -> Result<(), String> {
                 out,
             )
         }
-        DataType::List(_) => {
-            let list = a.as_list::<i32>();
-            if list.null_count() > 0 {
-                return Err("a missing (null) list".into());
-            }
-            for i in 0..list.len() {
-                check(out, list.value_length(i) as usize)?;
-            }
-            let offsets = list.value_offsets();
-            let (lo, hi) = (offsets[0] as usize, offsets[list.len()] as usize);
-            primitive(list.values().slice(lo, hi - lo).as_ref(), out)
-        }
-        DataType::LargeList(_) => {
-            let list = a.as_list::<i64>();
-            if list.null_count() > 0 {
-                return Err("a missing (null) list".into());
-            }
-            for i in 0..list.len() {
-                check(out, list.value_length(i) as usize)?;
-            }
-            let offsets = list.value_offsets();
-            let (lo, hi) = (offsets[0] as usize, offsets[list.len()] as usize);
-            primitive(list.values().slice(lo, hi - lo).as_ref(), out)
-        }
+        DataType::List(_) => list(a.as_list::<i32>(), out, check),
+        DataType::LargeList(_) => list(a.as_list::<i64>(), out, check),
         _ => {
             check(out, 1)?;
             primitive(a.as_ref(), out)
@@ -266,40 +243,22 @@ fn column(a: &ArrayRef, out: &mut Values) -> Result<(), String> {
     }
 }
 
-/// The shards of the source: the file, or the directory's `*.parquet` files in name order.
-fn shards(file: &DataFile, span: Span) -> Result<Vec<DataFile>, DataError> {
-    if !file.path.is_dir() {
-        return Ok(vec![DataFile::at(
-            file.path.clone(),
-            file.shown().to_string(),
-        )]);
+/// Appends a list column's values, refusing null lists and (through `check`) rows of another
+/// length than the others.
+fn list<O: OffsetSizeTrait>(
+    list: &GenericListArray<O>,
+    out: &mut Values,
+    check: impl Fn(&mut Values, usize) -> Result<(), String>,
+) -> Result<(), String> {
+    if list.null_count() > 0 {
+        return Err("a missing (null) list".into());
     }
-    let listed = kiln::check::parquet_files(&file.path).map_err(|e| {
-        invalid(
-            span,
-            format!("the directory {} cannot be listed: {e}", file.name()),
-            "unreadable directory",
-            "check the directory's permissions",
-        )
-    })?;
-    if listed.is_empty() {
-        return Err(invalid(
-            span,
-            format!("the directory {} holds no `.parquet` files", file.name()),
-            "no shards",
-            "put the Parquet shards in it, or name a file",
-        ));
+    for i in 0..list.len() {
+        check(out, list.value_length(i).as_usize())?;
     }
-    Ok(listed
-        .into_iter()
-        .map(|p: PathBuf| {
-            let name = p
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-            let shown = format!("{}/{name}", file.shown().trim_end_matches('/'));
-            DataFile::at(p, shown)
-        })
-        .collect())
+    let offsets = list.value_offsets();
+    let (lo, hi) = (offsets[0].as_usize(), offsets[list.len()].as_usize());
+    primitive(list.values().slice(lo, hi - lo).as_ref(), out)
 }
 
 /// Reads the `inputs` columns and the `target` column of a Parquet source (`kiln predict`'s
@@ -311,7 +270,8 @@ pub(super) fn read(
     span: Span,
 ) -> Result<Raw, DataError> {
     // The shards are decoded side by side (Rust alone, no libtorch), then joined in order.
-    let decoded: Vec<Result<Shard, DataError>> = shards(file, span)?
+    let shards = file.parts(kiln::check::parquet_files, "`.parquet` files", span)?;
+    let decoded: Vec<Result<Shard, DataError>> = shards
         .into_par_iter()
         .map(|shard| {
             let (f, _) = shard.open(span)?;

@@ -17,7 +17,7 @@ use tch::Tensor;
 
 use super::error::{At, DataError};
 use super::file::DataFile;
-use super::{invalid, Dataset, Splits, Windows};
+use super::{invalid, Dataset, Splits};
 
 /// A stream as read: its ids and, for a text, its vocabulary.
 struct Read {
@@ -254,46 +254,15 @@ fn text_bytes(base: &Path, path: &str, span: Span) -> Result<(Vec<u8>, String), 
     if !file.path.is_dir() {
         return Ok((file.read(span)?, file.name()));
     }
-    let files = kiln::check::text_files(&file.path).map_err(|e| {
-        invalid(
-            span,
-            format!("the directory {} cannot be listed: {e}", file.name()),
-            "unreadable directory",
-            "check the directory's permissions",
-        )
-    })?;
-    if files.is_empty() {
-        return Err(invalid(
-            span,
-            format!("the directory {} holds no text files", file.name()),
-            "no text",
-            "put the text files in it, or name a file",
-        ));
-    }
+    let files = file.parts(kiln::check::text_files, "text files", span)?;
     let mut bytes = Vec::new();
     for f in &files {
-        let name = f
-            .file_name()
-            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-        let shown = format!("{}/{name}", path.trim_end_matches('/'));
-        bytes.extend(DataFile::new(base, &shown).read(span)?);
+        bytes.extend(f.read(span)?);
     }
     Ok((
         bytes,
         format!("the {} files of {}", files.len(), file.name()),
     ))
-}
-
-/// The windows of a stream: see the module's documentation.
-impl Windows {
-    /// Windows of `block` ids at offsets `0, stride, 2·stride, ...` in a stream of `tokens`.
-    pub(super) fn count(self, tokens: i64) -> i64 {
-        if tokens <= self.block {
-            0
-        } else {
-            (tokens - self.block - 1) / self.stride + 1
-        }
-    }
 }
 
 #[cfg(test)]
