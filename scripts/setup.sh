@@ -48,6 +48,12 @@ if ! "$VENV/bin/python" -c "import pyarrow" 2>/dev/null; then
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pyarrow==$PYARROW_VERSION"
 fi
 
+PILLOW_VERSION=11.3.0
+if ! "$VENV/bin/python" -c "import PIL" 2>/dev/null; then
+  log "installing pillow==$PILLOW_VERSION into $VENV (the tests compare decoded images with PIL's)"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "pillow==$PILLOW_VERSION"
+fi
+
 if ! "$VENV/bin/python" -c "import tensorboard" 2>/dev/null; then
   log "installing tensorboard==$TENSORBOARD_VERSION into $VENV (the tests read runs' event files with its reader)"
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION"

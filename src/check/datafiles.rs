@@ -16,7 +16,7 @@ use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
 use crate::diagnostic::problem::{DataFit, Names, OutOfRange, Strategies, Warnings};
 use crate::diagnostic::Problem;
-use crate::ir::{count_fit, CountMisfit, Data, Layout, ReadData, Shape, Source};
+use crate::ir::{count_fit, CountMisfit, Data, Layout, ReadData, Shape, Source, Targets};
 use crate::span::{Sources, Span};
 use crate::syntax::ast::{Statement, ValueKind};
 
@@ -128,6 +128,8 @@ pub(super) struct Declared {
     samples: Option<u64>,
     /// A text's vocabulary size, when it was read.
     pub vocab: Option<u64>,
+    /// An image folder's class names, when it was listed.
+    pub classes: Option<Vec<String>>,
 }
 
 impl Declared {
@@ -198,11 +200,12 @@ pub(super) fn read(
             spans: &spans,
             fallback: span,
             vocab: None,
+            classes: None,
         };
         let Some((inputs, targets)) = reader.sides(&source) else {
             continue;
         };
-        let vocab = reader.vocab;
+        let (vocab, classes) = (reader.vocab, reader.classes);
         let Some(samples) = counts(cx, &source, &inputs, &targets) else {
             continue;
         };
@@ -219,9 +222,58 @@ pub(super) fn read(
             targets,
             samples,
             vocab,
+            classes,
         });
     }
     declared
+}
+
+/// An image folder's classes against the experiment: the training folder's class folders are
+/// the classes (set as `targets` when `classes` is not declared, K0220 when it declares
+/// another number), and a held-out folder must have the same ones (K0220). False after a
+/// report.
+pub(super) fn folder_classes(cx: &mut Cx, targets: &mut Targets, declared: &[Declared]) -> bool {
+    let Some((train, train_span)) = declared
+        .iter()
+        .find(|d| d.trains())
+        .and_then(|d| Some((d.classes.as_ref()?, d.inputs.span)))
+    else {
+        return true;
+    };
+    let mut ok = true;
+    let n = train.len() as u64;
+    match targets {
+        Targets::Classes(Some(c)) if *c != n => {
+            let d = declared.iter().find(|d| d.trains()).expect("found above");
+            let span = d.spans.args.get("classes").copied().unwrap_or(train_span);
+            cx.report(Problem::Strategies(Strategies::DataMismatch {
+                span,
+                file: d.inputs.name.clone(),
+                situation: DataFit::ClassFolders {
+                    folders: train.clone(),
+                    declared: *c,
+                },
+            }));
+            ok = false;
+        }
+        Targets::Classes(c) => *c = Some(n),
+        _ => {}
+    }
+    for d in declared.iter().filter(|d| !d.trains()) {
+        if let Some(held_out) = d.classes.as_ref().filter(|h| *h != train) {
+            cx.report(Problem::Strategies(Strategies::DataMismatch {
+                span: d.inputs.span,
+                file: d.inputs.name.clone(),
+                situation: DataFit::OtherClasses {
+                    held_out: held_out.clone(),
+                    train: train.clone(),
+                    train_span,
+                },
+            }));
+            ok = false;
+        }
+    }
+    ok
 }
 
 /// Signed dimensions, as shapes are.
@@ -243,6 +295,8 @@ struct Reader<'a, 'c> {
     fallback: Span,
     /// A text's vocabulary size, once read.
     vocab: Option<u64>,
+    /// An image folder's class names, once listed.
+    classes: Option<Vec<String>>,
 }
 
 impl Reader<'_, '_> {
@@ -446,6 +500,35 @@ impl Reader<'_, '_> {
                     return None;
                 };
                 self.stream(path, a.shape[0], a.elem, *block)
+            }
+            Source::Images { path, size, .. } => {
+                let Header::Folder(classes) = self.open(path, "path", Format::Images)? else {
+                    return None;
+                };
+                let n = classes.images();
+                self.classes = Some(classes.names);
+                let span = self.span("path");
+                let mut shape = vec![n];
+                shape.extend(size.iter().map(|&d| d.max(0) as u64));
+                let x = Side {
+                    name: format!("`{path}`"),
+                    span,
+                    shape,
+                    elem: Some(Elem::Int {
+                        signed: false,
+                        bits: 8,
+                    }),
+                };
+                let y = Side {
+                    name: format!("`{path}`'s class folders"),
+                    span,
+                    shape: vec![n],
+                    elem: Some(Elem::Int {
+                        signed: true,
+                        bits: 64,
+                    }),
+                };
+                Some((x, y))
             }
             Source::Text { path, block } => {
                 let Header::Text(text) = self.open(path, "path", Format::Text)? else {

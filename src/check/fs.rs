@@ -8,6 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use super::Loader;
+use crate::datafile::images::{is_image, Classes, Folder};
 use crate::datafile::{self, Format, Probe};
 use crate::diagnostic::problem::{FileKind, Unreadable};
 
@@ -60,6 +61,17 @@ impl Loader for FsLoader {
         // The kind first, without opening, as for experiment files.
         match std::fs::metadata(path) {
             Err(e) => return missing(e),
+            Ok(meta) if *format == Format::Images => {
+                if !meta.is_dir() {
+                    return Probe::Malformed(
+                        "it is not a folder: an image source names a folder with one folder of images per class".into(),
+                    );
+                }
+                return match image_folder(path) {
+                    Ok(folder) => Probe::Read(datafile::Header::Folder(folder.classes)),
+                    Err(why) => Probe::Malformed(why),
+                };
+            }
             Ok(meta) if meta.is_dir() && *format == Format::Text => return text_dir(path),
             Ok(meta) if meta.is_dir() && *format == Format::Parquet => return shards(path),
             Ok(meta) if !meta.is_file() => return not_regular(&meta),
@@ -92,6 +104,94 @@ pub fn text_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
 /// named `*.parquet` (not starting with a dot), sorted by name.
 pub fn parquet_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     listed(dir, ".parquet")
+}
+
+/// How deep an image folder's subfolders are followed: deeper is a link cycle, as likely as not.
+const MAX_IMAGE_DEPTH: usize = 32;
+
+/// An image folder (see [`crate::datafile::images`]): its class folders, sorted by name; each
+/// class's images, the PNG and JPEG files of its folder and every folder below it (links
+/// followed), in the order `ImageFolder` lists them (`sorted(os.walk(...))`, then each folder's
+/// files sorted). Names starting with a dot are left out (`ImageFolder` would make
+/// `.ipynb_checkpoints` a class). The error says why `dir` is no image folder.
+pub fn image_folder(dir: &Path) -> Result<Folder, String> {
+    let listing = |e: std::io::Error| format!("it cannot be listed: {e}");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(listing)? {
+        let entry = entry.map_err(listing)?;
+        let name = entry.file_name();
+        if name.as_encoded_bytes().starts_with(b".") {
+            continue;
+        }
+        if std::fs::metadata(entry.path()).is_ok_and(|m| m.is_dir()) {
+            names.push(name.to_string_lossy().into_owned());
+        }
+    }
+    names.sort();
+    if names.is_empty() {
+        return Err(
+            "it holds no class folders (one folder per class, holding that class's images)".into(),
+        );
+    }
+    let (mut images, mut counts) = (Vec::new(), Vec::new());
+    for (class, name) in names.iter().enumerate() {
+        let before = images.len();
+        let files = image_files(&dir.join(name))?;
+        images.extend(files.into_iter().map(|f| (f, class)));
+        if images.len() == before {
+            return Err(format!(
+                "its class folder `{name}` holds no PNG or JPEG images"
+            ));
+        }
+        counts.push((images.len() - before) as u64);
+    }
+    Ok(Folder {
+        classes: Classes { names, counts },
+        images,
+    })
+}
+
+/// Every image of `dir` and of the folders below it (links followed, names starting with a
+/// dot left out), in `sorted(os.walk(dir))` order with each folder's files sorted: the samples
+/// `kiln predict` reads from a folder, flat or of class folders.
+pub fn image_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+    let mut folders = Vec::new();
+    walk(dir, 0, &mut folders)?;
+    folders.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
+    Ok(folders.into_iter().flat_map(|(_, files)| files).collect())
+}
+
+/// `dir` and every folder below it, each with its images sorted by name.
+fn walk(dir: &Path, depth: usize, out: &mut Vec<(PathBuf, Vec<PathBuf>)>) -> Result<(), String> {
+    if depth > MAX_IMAGE_DEPTH {
+        return Err(format!(
+            "its folders nest more than {MAX_IMAGE_DEPTH} deep at `{}` (a link to a folder above it?)",
+            dir.display()
+        ));
+    }
+    let listing = |e: std::io::Error| format!("`{}` cannot be listed: {e}", dir.display());
+    let mut files = Vec::new();
+    let mut below = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(listing)? {
+        let path = entry.map_err(listing)?.path();
+        if path
+            .file_name()
+            .is_some_and(|n| n.as_encoded_bytes().starts_with(b"."))
+        {
+            continue;
+        }
+        match std::fs::metadata(&path) {
+            Ok(m) if m.is_dir() => below.push(path),
+            Ok(m) if m.is_file() && is_image(&path) => files.push(path),
+            _ => {}
+        }
+    }
+    files.sort();
+    out.push((dir.to_path_buf(), files));
+    for d in below {
+        walk(&d, depth + 1, out)?;
+    }
+    Ok(())
 }
 
 /// The regular files of `dir` whose names end with `suffix` and do not start with a dot, sorted.

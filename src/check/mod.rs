@@ -40,7 +40,7 @@ use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
-pub use fs::{parquet_files, text_files, FsLoader, MAX_SOURCE_BYTES};
+pub use fs::{image_files, image_folder, parquet_files, text_files, FsLoader, MAX_SOURCE_BYTES};
 
 /// Reads source files. The command line reads the file system; an editor reads its buffers.
 pub trait Loader: Sync {

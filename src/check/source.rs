@@ -139,11 +139,18 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
     let classes = b.get("classes").map_or(Some(None), |v| {
         cx.uint_min(v, "the number of classes", 2).map(Some)
     });
-    let shape = b
-        .get("shape")
-        .map_or(Some(None), |v| cx.shape(v).map(|s| Some((s, v.span))));
-    // IDX images are divided by 255 unless told otherwise; other formats keep their values.
-    let default_scale = (*kind == "idx").then_some(255.0);
+    // An image folder's samples are its `size`.
+    let shape_param = if *kind == "images" { "size" } else { "shape" };
+    let shape = match b.get(shape_param) {
+        None if *kind == "images" => {
+            cx.missing(kind, "size", b.span);
+            None
+        }
+        None => Some(None),
+        Some(v) => cx.shape(v).map(|s| Some((s, v.span))),
+    };
+    // Images are divided by 255 unless told otherwise; other formats keep their values.
+    let default_scale = matches!(*kind, "idx" | "images").then_some(255.0);
     let scale = b
         .get("scale")
         .map_or(Some(default_scale), |v| check_scale(cx, v));
@@ -198,6 +205,34 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
                 target: target?,
             }
         }
+        "images" => {
+            let path = need(cx, "path").and_then(|v| cx.string(v));
+            let flag = |cx: &mut Cx, p: &str| b.get(p).map_or(Some(false), |v| cx.boolean(v));
+            let (resize, flip) = (flag(cx, "resize"), flag(cx, "flip"));
+            let crop = b
+                .get("crop")
+                .map_or(Some(0), |v| cx.uint_min(v, "the crop's padding", 0));
+            let size = match &shape {
+                Some(Some((size, at))) if size.len() != 3 || ![1, 3].contains(&size[0]) => {
+                    cx.report(Problem::Names(Names::OutOfRange {
+                        span: *at,
+                        situation: OutOfRange::ImageSize { size: size.clone() },
+                    }));
+                    None
+                }
+                Some(Some((size, _))) => Some(Shape(size.clone())),
+                _ => None,
+            };
+            Source::Images {
+                path: path?,
+                size: size?,
+                resize: resize?,
+                augment: crate::ir::Augment {
+                    crop: crop?,
+                    flip: flip?,
+                },
+            }
+        }
         _ => {
             let path = need(cx, "path").and_then(|v| cx.string(v));
             let target = string(cx, "target", "label");
@@ -230,6 +265,8 @@ pub(super) fn source_value(cx: &mut Cx, v: &Value) -> Option<SourceOut> {
             shape: Shape::default(),
         },
         (Some(c), None) => Targets::Classes(Some(c)),
+        // An image folder's classes are its folders, counted once `kiln check` lists them.
+        (None, None) if matches!(source, Source::Images { .. }) => Targets::Classes(None),
         (None, None) => Targets::Unknown,
     };
     Some(SourceOut {

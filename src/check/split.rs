@@ -8,7 +8,7 @@ use crate::diagnostic::problem::{
     Arguments, Expected, Form, Inconsistent, Names, OutOfRange, Strategies,
 };
 use crate::diagnostic::Problem;
-use crate::ir::{HeldOut, Split, Targets};
+use crate::ir::{HeldOut, Source, Split, Targets};
 use crate::syntax::ast::{Statement, Value, ValueKind};
 
 /// The checked `split` statement.
@@ -48,7 +48,30 @@ enum Part {
 /// A split's value: a number is a fraction of `source`, a call its own source.
 fn part(cx: &mut Cx, v: &Value, name: &str) -> Option<Part> {
     match &v.kind {
-        ValueKind::Call(..) => source_value(cx, v).map(|s| Part::Own(Box::new(s))),
+        ValueKind::Call(callee, args) => {
+            let own = source_value(cx, v)?;
+            if let (Source::Images { augment, .. }, "val" | "test") = (&own.source, name) {
+                if augment.any() {
+                    // At the first augmentation written.
+                    let params = super::words::SOURCES
+                        .iter()
+                        .find(|(k, _)| *k == "images")
+                        .map_or(&[][..], |(_, p)| p);
+                    let b = Cx::default().bind("images", Some(args), callee.span, params);
+                    let at = ["crop", "flip"]
+                        .iter()
+                        .find_map(|p| b.get(p).map(|x| x.span))
+                        .unwrap_or(v.span);
+                    let split = if name == "val" { "val" } else { "test" };
+                    // Reported; the source is still checked against the others.
+                    cx.report(Problem::Names(Names::OutOfRange {
+                        span: at,
+                        situation: OutOfRange::HeldOutAugment { split },
+                    }));
+                }
+            }
+            Some(Part::Own(Box::new(own)))
+        }
         ValueKind::Number { .. } => cx
             .number_in(v, &format!("the `{name}` fraction"), Range::Unit)
             .map(Part::Fraction),

@@ -131,6 +131,9 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
         ok &= super::tokens::text_vocabulary(cx, &mut d.data, &m.nodes, &declared);
     }
     if let Some(d) = &mut data {
+        ok &= datafiles::folder_classes(cx, &mut d.data.targets, &declared);
+    }
+    if let Some(d) = &mut data {
         d.data.read = declared
             .iter()
             .find(|d| d.trains())

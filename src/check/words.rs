@@ -109,6 +109,10 @@ pub const SOURCES: &[(&str, &[&str])] = &[
     ),
     ("tokens", &["path", "dtype", "block", "vocab"]),
     ("text", &["path", "tokenizer", "block"]),
+    (
+        "images",
+        &["path", "size", "classes", "scale", "resize", "crop", "flip"],
+    ),
 ];
 
 /// A word of the language that names a choice (an optimizer, a loss...), the tag the checker

@@ -11,10 +11,11 @@
 //!
 //! The module imports nothing from the rest of the crate and does no IO of its own beyond the
 //! reader it is given; the checker's `FsLoader` opens the files (regular files only) and lists a
-//! directory of text files or Parquet shards.
+//! directory of text files or Parquet shards, or an image folder's classes (`images`).
 
 mod csv;
 pub mod idx;
+pub mod images;
 pub mod npy;
 pub mod parquet;
 mod safetensors;
@@ -53,6 +54,8 @@ pub enum Format {
     Text,
     /// A Parquet file (or a directory of shards): its footer.
     Parquet,
+    /// An image folder: its classes and images, listed (no image is decoded).
+    Images,
 }
 
 /// The type of an array's elements.
@@ -122,6 +125,8 @@ pub enum Header {
     Text(text::Text),
     /// A Parquet table's rows and columns.
     Table(parquet::Table),
+    /// An image folder's classes.
+    Folder(images::Classes),
 }
 
 /// What reading a data file's header found.
@@ -152,6 +157,8 @@ pub fn read_header<R: Read + Seek>(
         Format::Csv => csv::header(file, size).map(Header::Csv),
         Format::Tokens(bits) => text::tokens(size, *bits).map(Header::Array),
         Format::Parquet => parquet::header(file, size).map(Header::Table),
+        // Folders are listed by the checker, not read.
+        Format::Images => Err("it is not a folder of class folders".into()),
         Format::Text => {
             let bytes = if size <= text::TEXT_CHECK_BYTES {
                 Some(read_up_to(file, size)?)

@@ -10,6 +10,23 @@ use crate::span::Span;
 /// How a data file disagrees with the experiment (K0220).
 #[derive(Clone, Debug, PartialEq)]
 pub enum DataFit {
+    /// An image folder whose class folders number other than the declared `classes`.
+    ClassFolders {
+        /// The class folders, sorted.
+        folders: Vec<String>,
+        /// The declared number of classes.
+        declared: u64,
+    },
+    /// A held-out image folder whose class folders differ from the training folder's, so that
+    /// a class index would name another class.
+    OtherClasses {
+        /// The held-out folder's classes.
+        held_out: Vec<String>,
+        /// The training folder's classes.
+        train: Vec<String>,
+        /// The training source.
+        train_span: Span,
+    },
     /// A sample holds a number of values other than the model's input.
     SampleSize {
         /// The per-sample shape the file declares.
@@ -490,6 +507,34 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
         .label("too short")
         .with(block_span, "the window")
         .help("use a shorter `block` or more text"),
+        DataFit::ClassFolders { folders, declared } => new(
+            span,
+            format!(
+                "{file} has {} class folders ({}), but `classes` declares {declared}",
+                folders.len(),
+                names(&folders)
+            ),
+        )
+        .label(format!("{} class folders", folders.len()))
+        .help(format!(
+            "write `classes: {}` (or leave it out: an image folder's classes are its folders), or add the missing class folders",
+            folders.len()
+        )),
+        DataFit::OtherClasses {
+            held_out,
+            train,
+            train_span,
+        } => new(
+            span,
+            format!(
+                "{file}'s class folders ({}) are not the training folder's ({}), so a class index would name another class",
+                names(&held_out),
+                names(&train)
+            ),
+        )
+        .label("other classes")
+        .with(train_span, "the training folder")
+        .help("give the held-out folder the training folder's class folders, by the same names"),
         DataFit::Vocabulary {
             chars,
             vocab,
@@ -527,4 +572,13 @@ fn fit(new: impl Fn(Span, String) -> Diagnostic, span: Span, file: &str, s: Data
         .with(source, format!("{} in the files", plural(count, "sample", "samples")))
         .help(format!("use more samples or a larger {split} fraction")),
     }
+}
+
+/// Class names in a message: the first eight, then how many more.
+fn names(list: &[String]) -> String {
+    let mut shown: Vec<String> = list.iter().take(8).map(|n| format!("`{n}`")).collect();
+    if list.len() > 8 {
+        shown.push(format!("and {} more", list.len() - 8));
+    }
+    shown.join(", ")
 }

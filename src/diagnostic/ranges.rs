@@ -58,6 +58,16 @@ pub(super) fn words(code: Code, span: Span, situation: OutOfRange) -> Diagnostic
                 .label("must be above `low`")
                 .help("uniform samples lie in [low, high)")
         }
+        OutOfRange::ImageSize { size } => new(format!(
+            "an image source's `size` is [channels, height, width] with 1 or 3 channels, not {size:?}"
+        ))
+        .label("not [1 or 3, height, width]")
+        .help("write `size: [1, H, W]` for grayscale images or `size: [3, H, W]` for RGB; images are converted as PIL's `convert(\"L\")` or `convert(\"RGB\")` does"),
+        OutOfRange::HeldOutAugment { split } => new(format!(
+            "the {split} split is never augmented, so its source takes no `crop` or `flip`"
+        ))
+        .label("augmentation of a held-out split")
+        .help("declare `crop` and `flip` on the training source; evaluation reads the images as they are"),
         OutOfRange::SplitSum { sum } => new(format!("the split fractions add up to {sum}"))
             .label("more than 1")
             .help("the fractions of train, val and test must add up to at most 1"),

@@ -265,6 +265,17 @@ pub enum OutOfRange {
         /// Upper bound.
         high: f64,
     },
+    /// An image source's `size` that is not `[channels, height, width]` with 1 or 3 channels.
+    ImageSize {
+        /// The size given.
+        size: Vec<i64>,
+    },
+    /// Augmentation (`crop`, `flip`) declared on a split's own source, which is never
+    /// augmented.
+    HeldOutAugment {
+        /// The split: `val` or `test`.
+        split: &'static str,
+    },
     /// Split fractions summing to more than 1.
     SplitSum {
         /// Their sum.

@@ -320,6 +320,35 @@ pub enum Source {
         /// Characters per window.
         block: u64,
     },
+    /// An image folder in `ImageFolder`'s layout: one folder per class (sorted names), its PNG
+    /// and JPEG images the class's samples, decoded to `size`.
+    Images {
+        /// The folder.
+        path: String,
+        /// `[channels, height, width]`: 1 channel (PIL's `convert("L")`) or 3 (`"RGB"`).
+        size: Shape,
+        /// Whether an image of another height and width is resized to `size` (else refused).
+        resize: bool,
+        /// The training split's augmentation, drawn anew every epoch.
+        augment: Augment,
+    },
+}
+
+/// Random augmentation of training images, drawn per sample and epoch from the seed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Augment {
+    /// `crop: P`: pad each side by `P` pixels of value 0 and crop a random window of the image's
+    /// size (torchvision's `RandomCrop(size, padding=P)`); 0 for none.
+    pub crop: u64,
+    /// `flip: true`: mirror left to right with probability 1/2 (`RandomHorizontalFlip()`).
+    pub flip: bool,
+}
+
+impl Augment {
+    /// Whether any augmentation is declared.
+    pub fn any(self) -> bool {
+        self.crop > 0 || self.flip
+    }
 }
 
 impl Source {
@@ -344,6 +373,7 @@ impl Source {
             Source::Parquet { path, .. } => ("parquet", vec![path.clone()]),
             Source::Tokens { path, .. } => ("tokens", vec![path.clone()]),
             Source::Text { path, .. } => ("text", vec![path.clone()]),
+            Source::Images { path, .. } => ("images", vec![path.clone()]),
         }
     }
 }

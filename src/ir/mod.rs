@@ -19,8 +19,8 @@ mod train;
 
 pub use compress::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
 pub use data::{
-    steps_per_epoch, Data, DataPlacement, Generator, HeldOut, Normalize, ReadData, SequenceTask,
-    Source, Split, Targets,
+    steps_per_epoch, Augment, Data, DataPlacement, Generator, HeldOut, Normalize, ReadData,
+    SequenceTask, Source, Split, Targets,
 };
 pub use layer::{
     spec, BatchNorm, Block, BlockActivation, Conv, Elementwise, Fallback, Kind, LayerKind,

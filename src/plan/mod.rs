@@ -208,6 +208,9 @@ pub struct DataRow {
     /// (unknown without a declared capacity).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fits: Option<bool>,
+    /// How training images are augmented each epoch (left out when they are not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub augment: Option<crate::ir::Augment>,
 }
 
 impl DataRow {
@@ -239,6 +242,10 @@ impl DataRow {
             device: resident,
             on_device,
             fits,
+            augment: match &d.source {
+                crate::ir::Source::Images { augment, .. } if augment.any() => Some(*augment),
+                _ => None,
+            },
         }
     }
 }

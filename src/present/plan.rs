@@ -201,13 +201,24 @@ fn data(row: &DataRow) -> String {
         None if row.source == "synthetic" => String::new(),
         None => "samples not read (file not here or too large to count)".into(),
     };
-    match &row.sample {
+    let read = match &row.sample {
         Some(dims) => {
             let d: Vec<String> = dims.iter().map(u64::to_string).collect();
             format!("{}: {samples} of [{}]", row.source, d.join(", "))
         }
         None => format!("{}: {samples}", row.source),
+    };
+    let Some(a) = row.augment else {
+        return read;
+    };
+    let mut how = Vec::new();
+    if a.crop > 0 {
+        how.push(format!("random crop after padding {}", a.crop));
     }
+    if a.flip {
+        how.push("left-right flip".to_string());
+    }
+    format!("{read}; training batches augmented: {}", how.join(", "))
 }
 
 /// Where the loaded data lives while training, with its bytes and why.

@@ -119,7 +119,7 @@ fn predict(
 ) -> Result<(), Diagnostic> {
     let model = trained::model(exp, checked, &opts.run_dir)?;
     let span = exp.data.source_span;
-    let x = read_inputs(
+    let (x, files) = read_inputs(
         &exp.data,
         &exp.model.input,
         exp.model.input_dtype,
@@ -174,7 +174,7 @@ fn predict(
             eprintln!("wrote {} predictions to {}", n, path.display());
         }
         Some(Output::Csv(path)) => {
-            let text = csv(&predictions, kind).at(at)?;
+            let text = csv(&predictions, kind, files.as_deref()).at(at)?;
             kiln::rundir::write_atomic(
                 path.parent()
                     .filter(|p| !p.as_os_str().is_empty())
@@ -188,7 +188,7 @@ fn predict(
             eprintln!("wrote {} predictions to {}", n, path.display());
         }
         None => {
-            let text = csv(&predictions, kind).at(at)?;
+            let text = csv(&predictions, kind, files.as_deref()).at(at)?;
             let _ = std::io::stdout().lock().write_all(text.as_bytes());
         }
     }
@@ -209,8 +209,8 @@ fn write_failed(path: &Path, e: impl std::fmt::Display, exp: &Experiment) -> Dia
 
 /// The predictions as CSV: a header, then a row per sample: `class,p0,p1,...` for classes,
 /// `p0,p1,...` for independent probabilities, `v0,v1,...` for values (a sample's outputs
-/// flattened).
-fn csv(p: &Tensor, kind: Prediction) -> Result<String, tch::TchError> {
+/// flattened); images' rows start with the image's file (`file,class,p0,...`).
+fn csv(p: &Tensor, kind: Prediction, files: Option<&[String]>) -> Result<String, tch::TchError> {
     let n = p.size()[0];
     let flat = p.f_reshape([n, -1])?;
     let width = flat.size()[1];
@@ -222,12 +222,19 @@ fn csv(p: &Tensor, kind: Prediction) -> Result<String, tch::TchError> {
             Prediction::Values => format!("v{j}"),
         })
         .collect();
+    if files.is_some() {
+        out.push_str("file,");
+    }
     if kind == Prediction::Classes {
         out.push_str("class,");
     }
     out.push_str(&names.join(","));
     out.push('\n');
-    for row in values.chunks(width.max(1) as usize) {
+    for (i, row) in values.chunks(width.max(1) as usize).enumerate() {
+        if let Some(f) = files.and_then(|f| f.get(i)) {
+            out.push_str(&csv_cell(f));
+            out.push(',');
+        }
         if kind == Prediction::Classes {
             let best = row
                 .iter()
@@ -243,4 +250,13 @@ fn csv(p: &Tensor, kind: Prediction) -> Result<String, tch::TchError> {
         out.push('\n');
     }
     Ok(out)
+}
+
+/// A CSV cell: quoted, its quotes doubled, when it holds a comma, a quote or a line break.
+fn csv_cell(text: &str) -> String {
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_string()
+    }
 }

@@ -268,10 +268,12 @@ pub fn wait_for_checkpoint(run: &Path, step: u64, child: &mut Child) {
     }
 }
 
-/// Starts `kiln-runtime run exp --run-dir run` directly (so it can be killed alone).
+/// Starts `kiln-runtime run exp --run-dir run` directly (so it can be killed alone), on one
+/// CPU thread as [`kiln`].
 pub fn start_runtime(exp: &Path, run: &Path) -> Child {
     Command::new(env!("CARGO_BIN_EXE_kiln-runtime"))
         .args(["run", s(exp), "--quiet", "--run-dir", s(run)])
+        .envs(parity::SINGLE_THREADED)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

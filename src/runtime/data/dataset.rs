@@ -3,6 +3,8 @@
 
 use tch::{Device, TchError, Tensor};
 
+use super::augment::Augmentation;
+
 /// Samples in memory on the CPU.
 ///
 /// `inputs` is `[N, ..model input shape]` (`Kind::Float`, or `Kind::Int64` for token ids);
@@ -16,6 +18,9 @@ pub struct Dataset {
     pub targets: Tensor,
     /// A token stream's windows; `None` for rows of samples.
     pub windows: Option<Windows>,
+    /// How training batches of images are augmented; `None` for other data and held-out
+    /// splits.
+    pub augment: Option<Augmentation>,
 }
 
 /// How a token stream's samples are cut from it: sample `i` is the `block` ids from offset `i
@@ -35,6 +40,7 @@ impl Dataset {
             inputs,
             targets,
             windows: None,
+            augment: None,
         }
     }
 
@@ -44,6 +50,7 @@ impl Dataset {
             targets: ids.shallow_clone(),
             inputs: ids,
             windows: Some(Windows { block, stride }),
+            augment: None,
         }
     }
 
@@ -62,16 +69,20 @@ impl Dataset {
             inputs: self.inputs.shallow_clone(),
             targets: self.targets.shallow_clone(),
             windows: self.windows,
+            augment: self.augment.clone(),
         }
     }
 
     /// Samples `lo..hi`, sharing this one's memory.
     pub fn part(&self, lo: i64, hi: i64) -> Result<Dataset, TchError> {
         let Some(w) = self.windows else {
-            return Ok(Dataset::rows(
-                self.inputs.f_narrow(0, lo, hi - lo)?,
-                self.targets.f_narrow(0, lo, hi - lo)?,
-            ));
+            return Ok(Dataset {
+                augment: self.augment.clone(),
+                ..Dataset::rows(
+                    self.inputs.f_narrow(0, lo, hi - lo)?,
+                    self.targets.f_narrow(0, lo, hi - lo)?,
+                )
+            });
         };
         let len = if hi > lo {
             (hi - lo - 1) * w.stride + w.block + 1
@@ -145,6 +156,7 @@ impl Splits {
                 inputs,
                 targets,
                 windows: d.windows,
+                augment: d.augment,
             })
         };
         Ok(Splits {

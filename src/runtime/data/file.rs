@@ -91,7 +91,7 @@ impl DataFile {
     }
 
     /// K0502 for this file.
-    fn missing(&self, why: &str, span: Span) -> DataError {
+    pub(super) fn missing(&self, why: &str, span: Span) -> DataError {
         let resolved = std::path::absolute(&self.path).unwrap_or_else(|_| self.path.clone());
         let label = if why == "it does not exist" {
             "file not found"

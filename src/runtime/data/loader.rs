@@ -11,9 +11,13 @@ use std::time::{Duration, Instant};
 use kiln::span::Span;
 use tch::{Device, TchError, Tensor};
 
+use super::augment::Augmentation;
 use super::error::{DataError, DataKind};
 use super::split::{epoch_seed, permutation};
 use super::Dataset;
+
+/// Mixed into the order's seed for the seed of an epoch's augmentation, so the two differ.
+const AUGMENT_STREAM: u64 = 0x5DEE_CE66_D1CE_4E5B;
 
 /// Batches the background thread prepares ahead of the consumer.
 const AHEAD: usize = 2;
@@ -29,6 +33,8 @@ struct Producer {
     index: Option<Tensor>,
     batch: usize,
     device: Device,
+    /// A training split's augmentation, with the epoch's seed for it.
+    augment: Option<(Augmentation, u64)>,
 }
 
 impl Producer {
@@ -40,6 +46,7 @@ impl Producer {
             index: self.index.as_ref().map(Tensor::shallow_clone),
             batch: self.batch,
             device: self.device,
+            augment: self.augment.clone(),
         }
     }
 
@@ -52,7 +59,10 @@ impl Producer {
             None => Tensor::f_from_slice(&self.order[start..end])?
                 .f_to_device(self.data.inputs.device())?,
         };
-        let (x, y) = self.data.gather(&index)?;
+        let (mut x, y) = self.data.gather(&index)?;
+        if let Some((augment, seed)) = &self.augment {
+            x = augment.apply(&x, &self.order[start..end], *seed)?;
+        }
         Ok((to_device(x, self.device)?, to_device(y, self.device)?))
     }
 }
@@ -121,14 +131,16 @@ impl Loader {
         skip: usize,
         device: Device,
     ) -> Result<Loader, DataError> {
-        Self::training(
-            dataset, batch, false, shuffle, order_seed, epoch, skip, device,
+        let background = matches!(device, Device::Cuda(_)) && dataset.inputs.device() != device;
+        Self::start(
+            dataset, batch, false, shuffle, order_seed, epoch, skip, device, background, None,
         )
     }
 
-    /// As [`Loader::new`]; with `drop_last`, the epoch's last batch is left out when it is
-    /// partial (PyTorch's `DataLoader(drop_last=True)`): the samples at the end of the epoch's
-    /// order that do not fill a batch are not seen this epoch.
+    /// As [`Loader::new`], for training: with `drop_last`, the epoch's last batch is left out
+    /// when it is partial (PyTorch's `DataLoader(drop_last=True)`): the samples at the end of
+    /// the epoch's order that do not fill a batch are not seen this epoch; and the dataset's
+    /// augmentation, if any, is drawn for the epoch (evaluation never augments).
     #[allow(clippy::too_many_arguments)]
     pub fn training(
         dataset: &Dataset,
@@ -143,8 +155,13 @@ impl Loader {
         // Data kept on the device (`placement`) is batched there in the training thread: its
         // `index_select` is queued device work, with nothing for a thread to hide.
         let background = matches!(device, Device::Cuda(_)) && dataset.inputs.device() != device;
+        let augment = dataset
+            .augment
+            .clone()
+            .map(|a| (a, epoch_seed(order_seed ^ AUGMENT_STREAM, epoch)));
         Self::start(
             dataset, batch, drop_last, shuffle, order_seed, epoch, skip, device, background,
+            augment,
         )
     }
 
@@ -160,6 +177,7 @@ impl Loader {
         skip: usize,
         device: Device,
         background: bool,
+        augment: Option<(Augmentation, u64)>,
     ) -> Result<Loader, DataError> {
         if batch < 1 {
             return Err(DataError::new(
@@ -192,6 +210,7 @@ impl Loader {
             index,
             batch: usize::try_from(batch).unwrap_or(usize::MAX),
             device,
+            augment,
         };
         let mut loader = Loader {
             batches: None,
@@ -350,19 +369,30 @@ mod tests {
         e: u64,
         skip: usize,
     ) -> Vec<Vec<i64>> {
-        Loader::start(d, batch, false, shuffle, seed, e, skip, Device::Cpu, true)
-            .unwrap()
-            .map(|b| {
-                let (x, y) = b.unwrap();
-                let ids = ints(&y);
-                assert_eq!(
-                    floats(&x),
-                    ids.iter().map(|&v| v as f32).collect::<Vec<_>>()
-                );
-                assert_eq!(x.size(), vec![ids.len() as i64, 1]);
-                ids
-            })
-            .collect()
+        Loader::start(
+            d,
+            batch,
+            false,
+            shuffle,
+            seed,
+            e,
+            skip,
+            Device::Cpu,
+            true,
+            None,
+        )
+        .unwrap()
+        .map(|b| {
+            let (x, y) = b.unwrap();
+            let ids = ints(&y);
+            assert_eq!(
+                floats(&x),
+                ids.iter().map(|&v| v as f32).collect::<Vec<_>>()
+            );
+            assert_eq!(x.size(), vec![ids.len() as i64, 1]);
+            ids
+        })
+        .collect()
     }
 
     #[test]
@@ -411,16 +441,18 @@ mod tests {
         assert_eq!(Loader::batches(100, 10, true), 10);
         assert_eq!(Loader::batches(5, 10, true), 0);
         let full = epoch(&d, 10, true, 7, 0, 0);
-        let dropped: Vec<Vec<i64>> = Loader::start(&d, 10, true, true, 7, 0, 0, Device::Cpu, false)
-            .unwrap()
-            .map(|b| ints(&b.unwrap().1))
-            .collect();
+        let dropped: Vec<Vec<i64>> =
+            Loader::start(&d, 10, true, true, 7, 0, 0, Device::Cpu, false, None)
+                .unwrap()
+                .map(|b| ints(&b.unwrap().1))
+                .collect();
         // The same order, less the last three samples.
         assert_eq!(dropped, full[..10].to_vec());
-        let plain: Vec<Vec<i64>> = Loader::start(&d, 10, true, false, 7, 0, 0, Device::Cpu, true)
-            .unwrap()
-            .map(|b| ints(&b.unwrap().1))
-            .collect();
+        let plain: Vec<Vec<i64>> =
+            Loader::start(&d, 10, true, false, 7, 0, 0, Device::Cpu, true, None)
+                .unwrap()
+                .map(|b| ints(&b.unwrap().1))
+                .collect();
         assert_eq!(plain.concat(), (0..100).collect::<Vec<_>>());
     }
 
@@ -431,7 +463,7 @@ mod tests {
             Tensor::zeros([n, 64], (Kind::Float, Device::Cpu)),
             Tensor::zeros([n], (Kind::Int64, Device::Cpu)),
         );
-        let mut loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true)
+        let mut loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true, None)
             .unwrap()
             .at(Span::new(FileId(0), 30, 40));
         let (x, _) = loader.next().unwrap().unwrap();
@@ -442,11 +474,12 @@ mod tests {
         drop(loader);
         assert!(started.elapsed() < Duration::from_secs(2));
         // Dropped before its first batch, too.
-        let loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true).unwrap();
+        let loader = Loader::start(&d, 16, false, true, 1, 0, 0, Device::Cpu, true, None).unwrap();
         drop(loader);
         assert!(started.elapsed() < Duration::from_secs(2));
         // The wait is measured.
-        let mut loader = Loader::start(&d, 16, false, false, 1, 0, 0, Device::Cpu, true).unwrap();
+        let mut loader =
+            Loader::start(&d, 16, false, false, 1, 0, 0, Device::Cpu, true, None).unwrap();
         for _ in 0..10 {
             let _ = loader.next().unwrap().unwrap();
         }
@@ -469,11 +502,33 @@ mod tests {
         // batch: the same batches, in order.
         let d = dataset(103);
         for (shuffle, drop_last, skip) in [(true, false, 0), (true, true, 2), (false, false, 5)] {
-            let kept =
-                Loader::start(&d, 16, drop_last, shuffle, 9, 3, skip, Device::Cpu, false).unwrap();
+            let kept = Loader::start(
+                &d,
+                16,
+                drop_last,
+                shuffle,
+                9,
+                3,
+                skip,
+                Device::Cpu,
+                false,
+                None,
+            )
+            .unwrap();
             assert!(kept.inline.as_ref().is_some_and(|p| p.index.is_some()));
-            let host =
-                Loader::start(&d, 16, drop_last, shuffle, 9, 3, skip, Device::Cpu, true).unwrap();
+            let host = Loader::start(
+                &d,
+                16,
+                drop_last,
+                shuffle,
+                9,
+                3,
+                skip,
+                Device::Cpu,
+                true,
+                None,
+            )
+            .unwrap();
             assert!(host.worker.is_some());
             let batches = |l: Loader| -> Vec<(Vec<i64>, Vec<f64>)> {
                 l.map(|b| {
@@ -501,6 +556,7 @@ mod tests {
             index: None,
             batch: 4,
             device: Device::Cpu,
+            augment: None,
         };
         let mut loader = Loader {
             batches: None,

@@ -20,15 +20,17 @@
 //! checking and shaping of a source's inputs against the model, and the helpers the readers
 //! share; `targets` shapes the targets. Each source has its own file: `file` (opening, reading
 //! and gunzipping a named file, bounded), `synthetic`, `idx`, `npy`, `npz`, `csv`,
-//! `safetensors`, `parquet`, and `stream` for token streams; `inputs` reads `kiln predict`'s
-//! samples; `split` holds the splits and the PRNG, `loader` the [`Loader`].
+//! `safetensors`, `parquet`, `images` for image folders (with `augment`, the training split's
+//! crops and flips), and `stream` for token streams; `inputs` reads `kiln predict`'s samples; `split` holds the splits and the PRNG, `loader` the [`Loader`].
 
+mod augment;
 mod csv;
 mod dataset;
 mod error;
 mod file;
 mod finite;
 mod idx;
+mod images;
 mod inputs;
 mod layout;
 mod loader;
@@ -87,6 +89,15 @@ pub fn load(
     let raw = read_source(&data.source, data.scale, input_dtype, base, seed, span)?;
     let dataset = prepare(raw, data, &data.layout, input, input_dtype, span)?;
     let mut splits = split::split(&dataset, &data.split, seed, span)?;
+    if let Source::Images { size, augment, .. } = &data.source {
+        if augment.any() {
+            splits.train.augment = Some(augment::Augmentation {
+                crop: augment.crop as i64,
+                flip: augment.flip,
+                fill: augment::zero_pixel(size[0] as usize, data.normalize.as_ref()),
+            });
+        }
+    }
     // A split's own source: all its samples, in file order; synthetic ones from their own seed.
     for (own, slot, stream) in [
         (&data.val, &mut splits.val, VAL_STREAM),
@@ -316,6 +327,9 @@ fn read_source(
             inputs,
             target,
         } => parquet::read(&DataFile::new(base, path), inputs, Some(target), span),
+        Source::Images {
+            path, size, resize, ..
+        } => images::read(&DataFile::new(base, path), size, *resize, span),
         Source::Tokens { .. } | Source::Text { .. } => Err(stream::mixed(span)),
     }?;
     scale_bytes(raw, scale, dtype, span)

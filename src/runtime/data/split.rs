@@ -67,10 +67,10 @@ pub(super) fn split(
 }
 
 /// SplitMix64 (Steele, Lea and Flood, 2014): small, fast, and good enough to shuffle.
-struct SplitMix64(u64);
+pub(super) struct SplitMix64(pub(super) u64);
 
 impl SplitMix64 {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -79,7 +79,7 @@ impl SplitMix64 {
     }
 
     /// Uniform on `[0, bound)` without bias (Lemire, 2019). `bound` must be positive.
-    fn below(&mut self, bound: u64) -> u64 {
+    pub(super) fn below(&mut self, bound: u64) -> u64 {
         let mut m = u128::from(self.next()) * u128::from(bound);
         if (m as u64) < bound {
             let threshold = bound.wrapping_neg() % bound;
