@@ -1,7 +1,7 @@
 // ATen calls tch does not generate, behind a C interface: the fused optimizer kernels
 // (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, called from `src/runtime/optim/fused.rs`),
 // which update every parameter of a list in one kernel per tensor (CPU) or in multi-tensor
-// launches (CUDA), as `torch.optim.Adam(..., fused=True)` does.
+// launches (CUDA), as `torch.optim.Adam(..., fused=True)` does; and unsetting gradients.
 //
 // Every function catches every exception and returns 0 on success or -1 with the message in
 // `kiln_optim_last_error()`. Tensors cross as tch's handles, which are `at::Tensor*`.
@@ -76,6 +76,15 @@ int kiln_fused_sgd(at::Tensor** params, at::Tensor** grads, at::Tensor** bufs, s
     auto b = list(bufs, momentum != 0.0 ? n : 0);
     at::_fused_sgd_(p, g, b, weight_decay, momentum, lr, dampening, nesterov != 0,
                     /*maximize=*/false, first != 0);
+  });
+}
+
+// Unsets the gradients of `n` tensors (`p.grad = None`, as `zero_grad(set_to_none=True)`): the
+// next backward pass then stores each gradient as it is computed, with no zero fill before it
+// and no addition into it.
+int kiln_clear_grads(at::Tensor** params, size_t n) {
+  return guarded([&] {
+    for (size_t i = 0; i < n; ++i) params[i]->mutable_grad().reset();
   });
 }
 

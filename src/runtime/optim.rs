@@ -4,6 +4,8 @@
 
 mod fused;
 
+pub use fused::clear_grads;
+
 use tch::{Device, Kind, Tensor};
 
 use super::failure::At;

@@ -152,14 +152,24 @@ impl Pass {
 /// its state's layout (`parallel::strategy::Strategy`); the step around it (zeroing,
 /// unscaling, clipping, the update) is the same for all.
 pub trait Backprop {
-    /// Leaves in the `.grad` of `model`'s parameters (zero on entry) the gradient of the
-    /// batch's mean loss times `batch.scale`.
+    /// Leaves in the `.grad` of `model`'s parameters (zero on entry, or unset where
+    /// [`Backprop::unset_gradients`] says so) the gradient of the batch's mean loss times
+    /// `batch.scale`.
     fn backprop(
         &mut self,
         model: &dyn Model,
         objective: &Objective,
         batch: &Batch,
     ) -> Result<Pass, Diagnostic>;
+
+    /// Whether the gradients may be unset on entry (`p.grad = None`, as PyTorch's
+    /// `zero_grad()` leaves them) rather than zero: where the backward pass alone writes them,
+    /// it then stores each as computed, with no fill before and no addition into it. Strategies
+    /// that write into gradients they hold (replicas' sums, a reducer's buckets) need them
+    /// zeroed.
+    fn unset_gradients(&self) -> bool {
+        false
+    }
 
     /// This process's share of an evaluation, `(index, count)`: the `index`-th of `count` equal
     /// runs of a split's samples; the whole split, `(0, 1)`, unless processes share it.
@@ -616,10 +626,14 @@ impl Stepper {
         lr: f64,
     ) -> Result<Stepped, Diagnostic> {
         let span = self.span;
-        for p in &self.params {
-            let mut g = p.grad();
-            if g.defined() {
-                let _ = g.f_zero_().at(span)?;
+        if backprop.unset_gradients() {
+            super::optim::clear_grads(&self.params).at(span)?;
+        } else {
+            for p in &self.params {
+                let mut g = p.grad();
+                if g.defined() {
+                    let _ = g.f_zero_().at(span)?;
+                }
             }
         }
         let n = x.size().first().copied().unwrap_or(1);

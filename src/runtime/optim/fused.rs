@@ -27,6 +27,7 @@ mod ffi {
             eps: f64,
             amsgrad: c_int,
         ) -> c_int;
+        pub fn kiln_clear_grads(params: *const *mut c_void, n: usize) -> c_int;
         pub fn kiln_fused_sgd(
             params: *const *mut c_void,
             grads: *const *mut c_void,
@@ -55,6 +56,14 @@ fn status(code: c_int) -> Result<(), TchError> {
     // SAFETY: the shim returns a pointer to its thread-local, NUL-terminated message.
     let text = unsafe { CStr::from_ptr(ffi::kiln_optim_last_error() as *const c_char) };
     Err(TchError::Torch(text.to_string_lossy().into_owned()))
+}
+
+/// Unsets the gradients of `params` (`p.grad = None`): the next backward pass stores each
+/// gradient as computed instead of adding it into a zeroed one.
+pub fn clear_grads(params: &[Tensor]) -> Result<(), TchError> {
+    let ps = handles(params);
+    // SAFETY: `ps` holds live tensor handles for the duration of the call.
+    status(unsafe { ffi::kiln_clear_grads(ps.as_ptr(), ps.len()) })
 }
 
 /// One Adam or AdamW step's settings.

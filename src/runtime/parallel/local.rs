@@ -27,6 +27,11 @@ impl Backprop for Local {
                 .at(batch.span)
         })
     }
+
+    /// The backward pass alone writes the gradients.
+    fn unset_gradients(&self) -> bool {
+        true
+    }
 }
 
 /// Every process holds the whole model: the whole-model layout.
