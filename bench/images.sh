@@ -8,8 +8,8 @@
 #
 #   ROUNDS=3 bash bench/images.sh     # EPOCHS=N (default 1); SKIP_BUILD=1 to reuse the build
 #
-# Writes data/fashion-mnist-png once (bench/fashion_folder.py, PIL); needs data/fashion-mnist
-# (bash scripts/setup.sh fetches it).
+# Needs data/fashion-mnist and data/fashion-mnist-png (bash scripts/setup.sh fetches the first
+# and writes the second with bench/fashion_folder.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -18,12 +18,9 @@ epochs=${EPOCHS:-1}
 if [[ -z ${PYTHON:-} ]]; then
     if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
 fi
-[[ -f data/fashion-mnist/.complete ]] || { echo "data/fashion-mnist is missing: run bash scripts/setup.sh" >&2; exit 2; }
-if [[ ! -f data/fashion-mnist-png/.complete ]]; then
-    echo "writing data/fashion-mnist-png (70,000 PNG files, once)" >&2
-    rm -rf data/fashion-mnist-png
-    "$PYTHON" bench/fashion_folder.py data/fashion-mnist data/fashion-mnist-png
-fi
+for d in data/fashion-mnist data/fashion-mnist-png; do
+    [[ -f $d/.complete ]] || { echo "$d is missing: run bash scripts/setup.sh" >&2; exit 2; }
+done
 if [[ -z ${SKIP_BUILD:-} ]]; then
     cargo build --release --bins --quiet
 fi

@@ -135,3 +135,13 @@ if [ ! -f "$FASHION/.complete" ]; then
   touch "$FASHION/.complete"
   rm -rf "$tmp"
 fi
+
+# The same Fashion-MNIST as an image folder in torchvision's `ImageFolder` layout, 70,000 PNG
+# files (bench/fashion_folder.py, PIL; about 6 s), for bench/fashion_folder_cnn.exp and
+# bench/images.sh, in data/fashion-mnist-png/ (ignored by git), once.
+FASHION_PNG=data/fashion-mnist-png
+if [ ! -f "$FASHION_PNG/.complete" ]; then
+  log "writing Fashion-MNIST as PNG image folders into $FASHION_PNG/ (70,000 files, once)"
+  rm -rf "$FASHION_PNG"
+  "$VENV/bin/python" bench/fashion_folder.py "$FASHION" "$FASHION_PNG"
+fi

@@ -7,6 +7,8 @@ DIR/same/   ImageFolder of 12x10 images: PNG in modes 1, L, LA, P, P with transp
             upper-case extension, and files ImageFolder-style loaders skip (a text file, a
             hidden image).
 DIR/sizes/  ImageFolder of RGB PNGs of other sizes, for `resize: true`.
+DIR/large/  ImageFolder of 80x96 JPEGs (4:2:0 at quality 75, 4:2:2, 4:4:4, progressive,
+            greyscale, restart markers), for the decoder difference on images of some size.
 
 Prints JSON: for each folder, the images in ImageFolder's order (sorted classes, then
 sorted(os.walk(...)) and sorted names) with their class index, whether they are JPEG, and
@@ -88,6 +90,19 @@ def write_sizes(root):
         Image.fromarray(smooth(h, w, 3)).save(f"{root}/{name}.png")
 
 
+def write_large(root):
+    os.makedirs(f"{root}/a", exist_ok=True)
+    os.makedirs(f"{root}/b", exist_ok=True)
+    h, w = 80, 96
+    rgb = Image.fromarray(smooth(h, w, 3))
+    rgb.save(f"{root}/a/q75_420.jpg", quality=75)
+    rgb.save(f"{root}/a/q90_422.jpg", quality=90, subsampling=1)
+    rgb.save(f"{root}/a/q95_444.jpg", quality=95, subsampling=0)
+    Image.fromarray(smooth(h, w, 3)).save(f"{root}/b/progressive.jpg", quality=85, progressive=True)
+    Image.fromarray(smooth(h, w, 1)).save(f"{root}/b/grey.jpg", quality=80)
+    Image.fromarray(smooth(h, w, 3)).save(f"{root}/b/restarts.jpg", quality=80, restart_marker_blocks=4)
+
+
 def listing(root):
     """ImageFolder's samples, leaving out names starting with a dot."""
     classes = sorted(e.name for e in os.scandir(root) if e.is_dir() and not e.name.startswith("."))
@@ -110,6 +125,7 @@ def main():
     root = sys.argv[1]
     write_same(f"{root}/same")
     write_sizes(f"{root}/sizes")
+    write_large(f"{root}/large")
     same = []
     for path, k in listing(f"{root}/same"):
         img = Image.open(path)
@@ -130,7 +146,12 @@ def main():
             "class": k,
             "RGB": y.round().clamp(0, 255)[0].int().tolist(),
         })
-    json.dump({"same": same, "sizes": sizes}, sys.stdout)
+    large = []
+    for path, k in listing(f"{root}/large"):
+        img = Image.open(path)
+        large.append({"path": os.path.relpath(path, f"{root}/large"), "class": k,
+                      "L": chw(img, "L"), "RGB": chw(img, "RGB")})
+    json.dump({"same": same, "sizes": sizes, "large": large}, sys.stdout)
 
 
 main()
