@@ -45,3 +45,20 @@ pub fn python_command(test: &str) -> Command {
         .envs(SINGLE_THREADED);
     c
 }
+
+/// Runs the reference script `script` (relative to the repository's root) with `args` through
+/// [`python_command`] and returns the JSON it prints; a failing script fails `test` with its
+/// standard error.
+pub fn python_json(test: &str, script: &str, args: &[&str]) -> serde_json::Value {
+    let out = python_command(test)
+        .arg(root().join(script))
+        .args(args)
+        .output()
+        .expect("python starts");
+    assert!(
+        out.status.success(),
+        "{test}: {script} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the script prints JSON")
+}

@@ -369,16 +369,8 @@ mod tests {
 
     /// The folders `tests/images/pil.py` writes into `dir`, and what PIL reads from them.
     fn reference(dir: &std::path::Path) -> serde_json::Value {
-        let mut c = crate::toolkit::python_command("image folders");
-        c.arg(crate::toolkit::root().join("tests/images/pil.py"))
-            .arg(dir);
-        let out = c.output().expect("python");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json")
+        let dir = dir.to_str().expect("utf-8 path");
+        crate::toolkit::python_json("image folders", "tests/images/pil.py", &[dir])
     }
 
     fn pixels(v: &serde_json::Value) -> Vec<i64> {

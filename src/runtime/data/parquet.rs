@@ -463,17 +463,8 @@ mod tests {
 
     /// What pyarrow reads from the files `tests/parquet/write.py` writes into `dir`.
     fn reference(dir: &std::path::Path) -> serde_json::Value {
-        let out = crate::toolkit::python_command("parquet")
-            .arg(crate::toolkit::root().join("tests/parquet/write.py"))
-            .arg(dir)
-            .output()
-            .expect("python");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json")
+        let dir = dir.to_str().expect("utf-8 path");
+        crate::toolkit::python_json("parquet", "tests/parquet/write.py", &[dir])
     }
 
     fn source(path: &str, inputs: &[&str], target: &str) -> Source {

@@ -290,18 +290,13 @@ mod tests {
 
     /// What `tests/streams/nanogpt.py` reads from the files it writes into `dir`.
     fn reference(dir: &Path, offsets: &[i64]) -> serde_json::Value {
-        let mut c = crate::toolkit::python_command("stream windows");
-        c.arg(crate::toolkit::root().join("tests/streams/nanogpt.py"))
-            .arg(dir)
-            .arg(BLOCK.to_string())
-            .args(offsets.iter().map(i64::to_string));
-        let out = c.output().expect("python");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("json")
+        let mut args = vec![
+            dir.to_str().expect("utf-8 path").to_string(),
+            BLOCK.to_string(),
+        ];
+        args.extend(offsets.iter().map(i64::to_string));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crate::toolkit::python_json("stream windows", "tests/streams/nanogpt.py", &args)
     }
 
     fn list(v: &serde_json::Value) -> Vec<i64> {
