@@ -149,7 +149,7 @@ impl Pass {
 
 /// How the gradients of one batch come to be: on the model's own devices, over replicas, through
 /// pipeline stages, or on this rank of a process group. A parallel strategy is a `Backprop` with
-/// its state's layout (`parallel::strategy::Strategy`); the step around it (zeroing,
+/// its state's layout (`parallel::strategy::Strategy`); the step around it (unsetting or zeroing,
 /// unscaling, clipping, the update) is the same for all.
 pub trait Backprop {
     /// Leaves in the `.grad` of `model`'s parameters (zero on entry, or unset where
