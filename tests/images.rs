@@ -26,8 +26,11 @@ fn png(path: &Path, w: u32, h: u32, rgb: &[u8]) {
 }
 
 /// Two classes of 16 × 16 images, 40 each: a bright bar in the top half (`high`) or the bottom
-/// half (`low`) over noise, so a crop of 2 pixels and a mirror keep the class.
+/// half (`low`) over noise, so a crop of 2 pixels and a mirror keep the class. The same pixels
+/// (`[80, 3, 16, 16]` bytes) and classes go to `pics_x.npy` and `pics_y.npy`, in the folder's
+/// order.
 fn folder(dir: &Path) {
+    let (mut planar, mut labels) = (Vec::new(), Vec::new());
     let mut state = 12345u64;
     let mut noise = || {
         state = state
@@ -47,8 +50,16 @@ fn folder(dir: &Path) {
                 }
             }
             png(&dir.join(format!("pics/{class}/{i:02}.png")), 16, 16, &rgb);
+            for c in 0..3 {
+                planar.extend(rgb.iter().skip(c).step_by(3));
+            }
+            labels.extend_from_slice(&i64::from(class == "low").to_le_bytes());
         }
     }
+    let x = support::files::npy_bytes("|u1", &[80, 3, 16, 16], &planar);
+    std::fs::write(dir.join("pics_x.npy"), x).expect("write");
+    let y = support::files::npy_bytes("<i8", &[80], &labels);
+    std::fs::write(dir.join("pics_y.npy"), y).expect("write");
 }
 
 fn experiment(augment: &str) -> String {
@@ -107,6 +118,23 @@ fn an_augmented_folder_trains_reproducibly_and_resumes_as_one_run() {
     train(&crop_only, &c, &[]);
     assert_ne!(steps(&a), steps(&c), "flip changed nothing");
     assert_ne!(steps(&p), steps(&c), "crop changed nothing");
+    // Kept as bytes and made floats batch by batch, the images train exactly as the same bytes
+    // read from `.npy`, scaled and normalised as they load.
+    let npy = write(
+        &dir,
+        "npy.exp",
+        &experiment("").replace(
+            "images(\"pics\", size: [3, 16, 16])",
+            "npy(\"pics_x.npy\", \"pics_y.npy\", classes: 2, scale: 255)",
+        ),
+    );
+    let n = dir.join("npy");
+    train(&npy, &n, &[]);
+    same_computation(
+        steps(&p),
+        steps(&n),
+        "an image folder against its bytes from .npy",
+    );
     // Predictions for a folder of images (here the class folders, their classes ignored) and
     // for one image, each row naming its file.
     let o = run(&["predict", s(&a), "--input", s(&dir.join("pics"))]);

@@ -66,16 +66,22 @@ impl Data {
         steps_per_epoch(train, self.batch, self.drop_last)
     }
 
-    /// Bytes of every sample as the runtime holds it once loaded (inputs as float32, or int64
-    /// token ids when `ids`, of the model's input shape `input`; class targets as int64,
-    /// values as float32), when the sample count and the targets are known.
+    /// Bytes of every sample as the runtime holds it once loaded (inputs as float32, int64
+    /// token ids when `ids`, or an image folder's bytes, of the model's input shape `input`;
+    /// class targets as int64, values as float32), when the sample count and the targets are
+    /// known.
     pub fn bytes(&self, input: &[i64], ids: bool) -> Option<u64> {
         let values = |n: i64, size: u64| (n.max(0) as u64).saturating_mul(size);
         // A stream is held once, one int64 per token: the windows' ids and their targets.
         if let Some(block) = self.source.block() {
             return Some(self.samples()?.saturating_add(block).saturating_mul(8));
         }
-        let per_input = values(crate::ir::numel(input), if ids { 8 } else { 4 });
+        let width = match (&self.source, ids) {
+            (_, true) => 8,
+            (Source::Images { .. }, false) => 1,
+            _ => 4,
+        };
+        let per_input = values(crate::ir::numel(input), width);
         let per_target = match &self.targets {
             Targets::Classes(_) => 8,
             Targets::Values(shape) => values(shape.numel(), 4),

@@ -85,6 +85,46 @@ impl Augmentation {
     }
 }
 
+/// How an image folder's bytes become the model's inputs, batch by batch: divided by the
+/// source's `scale`, then `normalize`d, the operations (and so the values) the other sources
+/// apply once when they load. Kept as bytes, a folder takes a quarter of the memory.
+#[derive(Debug)]
+pub struct Pixels {
+    /// What the bytes are divided by (`scale`); `None` keeps them as they are.
+    pub scale: Option<f64>,
+    /// `normalize`'s means and standard deviations, shaped to broadcast over a batch (CPU).
+    pub normalize: Option<(Tensor, Tensor)>,
+}
+
+impl Clone for Pixels {
+    fn clone(&self) -> Pixels {
+        Pixels {
+            scale: self.scale,
+            normalize: self
+                .normalize
+                .as_ref()
+                .map(|(m, s)| (m.shallow_clone(), s.shallow_clone())),
+        }
+    }
+}
+
+impl Pixels {
+    /// A batch of bytes as the model's floats, in one new tensor (the division and the
+    /// normalisation in place).
+    pub fn floats(&self, x: &Tensor) -> Result<Tensor, TchError> {
+        let mut x = x.f_to_kind(tch::Kind::Float)?;
+        if let Some(divisor) = self.scale {
+            let _ = x.f_div_scalar_(divisor)?;
+        }
+        if let Some((mean, std)) = &self.normalize {
+            let device = x.device();
+            let _ = x.f_sub_(&mean.f_to_device(device)?)?;
+            let _ = x.f_div_(&std.f_to_device(device)?)?;
+        }
+        Ok(x)
+    }
+}
+
 /// The padding's value per channel: a zero pixel (zero however it is scaled) normalised (`(0 -
 /// mean) / std`, per channel or one for all), as torchvision pads before `ToTensor` and
 /// `Normalize`.

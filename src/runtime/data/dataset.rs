@@ -3,11 +3,12 @@
 
 use tch::{Device, TchError, Tensor};
 
-use super::augment::Augmentation;
+use super::augment::{Augmentation, Pixels};
 
 /// Samples in memory on the CPU.
 ///
-/// `inputs` is `[N, ..model input shape]` (`Kind::Float`, or `Kind::Int64` for token ids);
+/// `inputs` is `[N, ..model input shape]` (`Kind::Float`, `Kind::Int64` for token ids, or
+/// `Kind::Uint8` for images, made floats as they are gathered: [`Pixels`]);
 /// `targets` is `[N]` `Int64` class indices or `[N, ..shape]` `Float` values. A token stream
 /// (`windows`) holds its int64 ids once, `[L]`, as both: its samples are windows of it.
 #[derive(Debug)]
@@ -21,6 +22,9 @@ pub struct Dataset {
     /// How training batches of images are augmented; `None` for other data and held-out
     /// splits.
     pub augment: Option<Augmentation>,
+    /// Images kept as bytes (`inputs` uint8): how a gathered batch becomes the model's floats;
+    /// `None` for other data.
+    pub pixels: Option<Pixels>,
 }
 
 /// How a token stream's samples are cut from it: sample `i` is the `block` ids from offset `i
@@ -41,6 +45,7 @@ impl Dataset {
             targets,
             windows: None,
             augment: None,
+            pixels: None,
         }
     }
 
@@ -51,6 +56,7 @@ impl Dataset {
             inputs: ids,
             windows: Some(Windows { block, stride }),
             augment: None,
+            pixels: None,
         }
     }
 
@@ -70,6 +76,7 @@ impl Dataset {
             targets: self.targets.shallow_clone(),
             windows: self.windows,
             augment: self.augment.clone(),
+            pixels: self.pixels.clone(),
         }
     }
 
@@ -78,6 +85,7 @@ impl Dataset {
         let Some(w) = self.windows else {
             return Ok(Dataset {
                 augment: self.augment.clone(),
+                pixels: self.pixels.clone(),
                 ..Dataset::rows(
                     self.inputs.f_narrow(0, lo, hi - lo)?,
                     self.targets.f_narrow(0, lo, hi - lo)?,
@@ -99,10 +107,12 @@ impl Dataset {
     /// The inputs and targets of the samples `index` (an int64 tensor beside the data).
     pub fn gather(&self, index: &Tensor) -> Result<(Tensor, Tensor), TchError> {
         let Some(w) = self.windows else {
-            return Ok((
-                self.inputs.f_index_select(0, index)?,
-                self.targets.f_index_select(0, index)?,
-            ));
+            let x = self.inputs.f_index_select(0, index)?;
+            let x = match &self.pixels {
+                Some(p) => p.floats(&x)?,
+                None => x,
+            };
+            return Ok((x, self.targets.f_index_select(0, index)?));
         };
         // Each window and the id after it in one gather: `[B, block + 1]`.
         let span = Tensor::f_arange(w.block + 1, (tch::Kind::Int64, index.device()))?;
@@ -121,10 +131,13 @@ impl Dataset {
     /// The samples at `indices`, copied.
     pub(super) fn select(&self, indices: &[i64]) -> Result<Dataset, TchError> {
         let index = Tensor::f_from_slice(indices)?;
-        Ok(Dataset::rows(
-            self.inputs.f_index_select(0, &index)?,
-            self.targets.f_index_select(0, &index)?,
-        ))
+        Ok(Dataset {
+            pixels: self.pixels.clone(),
+            ..Dataset::rows(
+                self.inputs.f_index_select(0, &index)?,
+                self.targets.f_index_select(0, &index)?,
+            )
+        })
     }
 }
 
@@ -157,6 +170,7 @@ impl Splits {
                 targets,
                 windows: d.windows,
                 augment: d.augment,
+                pixels: d.pixels,
             })
         };
         Ok(Splits {

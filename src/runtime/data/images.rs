@@ -52,6 +52,7 @@ pub(super) fn read(
         format!("{}'s class folders", file.name()),
     );
     raw.finite = true;
+    raw.keep_bytes = true;
     Ok(raw)
 }
 
@@ -500,8 +501,15 @@ mod tests {
         let d = images("sizes", Augment::default());
         let splits =
             super::super::load(&d, &[3, 12, 10], kiln::ir::DType::Float, &dir.0, 0).unwrap();
-        let x = floats(&splits.train.inputs);
-        assert!(x.iter().all(|v| (0.0..=1.0).contains(v)) && x.iter().any(|&v| v > 0.5));
+        // Held as bytes, a quarter of floats' memory; scaled as they are gathered.
+        let train = &splits.train;
+        assert_eq!(train.inputs.kind(), Kind::Uint8);
+        let all = Tensor::arange(train.len(), (Kind::Int64, tch::Device::Cpu));
+        let (x, _) = train.gather(&all).unwrap();
+        assert_eq!(x.kind(), Kind::Float);
+        let want = floats(&train.inputs.to_kind(Kind::Float).divide_scalar(255.0));
+        assert_eq!(floats(&x), want);
+        assert!(want.iter().all(|v| (0.0..=1.0).contains(v)) && want.iter().any(|&v| v > 0.5));
         assert!(splits.train.augment.is_none());
         dir.write("sizes/b/broken.png", b"\x89PNG\r\n\x1a\nnot really");
         let e = expect_failure(

@@ -87,7 +87,15 @@ pub fn load(
         return stream::load(data, base);
     }
     let raw = read_source(&data.source, data.scale, input_dtype, base, seed, span)?;
-    let dataset = prepare(raw, data, &data.layout, input, input_dtype, span)?;
+    let dataset = prepare(
+        raw,
+        data,
+        data.scale,
+        &data.layout,
+        input,
+        input_dtype,
+        span,
+    )?;
     let mut splits = split::split(&dataset, &data.split, seed, span)?;
     if let Source::Images { size, augment, .. } = &data.source {
         if augment.any() {
@@ -115,6 +123,7 @@ pub fn load(
             *slot = Some(prepare(
                 raw,
                 data,
+                own.scale,
                 &own.layout,
                 input,
                 input_dtype,
@@ -250,6 +259,9 @@ struct Raw {
     /// [0, 1], CSV cells checked as they are parsed), so the scan for NaN and infinities is
     /// skipped.
     finite: bool,
+    /// Whether the inputs are images kept as bytes, made floats batch by batch
+    /// ([`Dataset::pixels`]) instead of once here.
+    keep_bytes: bool,
 }
 
 impl Raw {
@@ -261,6 +273,7 @@ impl Raw {
             targets_from,
             lines: None,
             finite: false,
+            keep_bytes: false,
         }
     }
 
@@ -327,9 +340,10 @@ fn read_source(
             inputs,
             target,
         } => parquet::read(&DataFile::new(base, path), inputs, Some(target), span),
+        // Kept as bytes: scaled and normalised batch by batch.
         Source::Images {
             path, size, resize, ..
-        } => images::read(&DataFile::new(base, path), size, *resize, span),
+        } => return images::read(&DataFile::new(base, path), size, *resize, span),
         Source::Tokens { .. } | Source::Text { .. } => Err(stream::mixed(span)),
     }?;
     scale_bytes(raw, scale, dtype, span)
@@ -397,9 +411,11 @@ fn first_fraction(t: &Tensor) -> Result<Option<(i64, f64)>, TchError> {
 }
 
 /// Checks the raw tensors against the model and the targets, and shapes them.
+#[allow(clippy::too_many_arguments)]
 fn prepare(
     raw: Raw,
     data: &Data,
+    scale: Option<f64>,
     layout: &Layout,
     input: &[i64],
     dtype: DType,
@@ -455,7 +471,16 @@ fn prepare(
     let raw = layout::arrange(raw, layout, input, span)?;
     let inputs = model_inputs(&raw, n, data, input, dtype, span)?;
     let targets = targets::shape(&raw, n, &data.targets, data.ignore_label, span)?;
-    Ok(Dataset::rows(inputs, targets))
+    let pixels = if raw.keep_bytes {
+        let normalize = normalization(data.normalize.as_ref(), input, span)?;
+        Some(augment::Pixels { scale, normalize })
+    } else {
+        None
+    };
+    Ok(Dataset {
+        pixels,
+        ..Dataset::rows(inputs, targets)
+    })
 }
 
 /// The model's inputs from arranged samples: shaped, token ids checked against the vocabulary,
@@ -503,6 +528,7 @@ fn shape_inputs(
     shape.extend_from_slice(input);
     let x = x.f_reshape(shape.as_slice()).at(span)?;
     match dtype {
+        DType::Float if raw.keep_bytes && kind == Kind::Uint8 => Ok(x),
         DType::Float if is_float(kind) || is_integer(kind) => {
             let converted = x.f_to_kind(Kind::Float).at(span)?;
             finite::check_overflow(raw, &raw.inputs, &converted, from, span)?;
@@ -530,19 +556,32 @@ fn shape_inputs(
 }
 
 /// `(x - mean) / std`, per channel (dimension 1) when several values are given. Integer inputs
-/// (token ids) are left alone.
+/// (token ids, and images kept as bytes, normalised batch by batch) are left alone.
 fn normalize(
     x: Tensor,
     norm: Option<&Normalize>,
     input: &[i64],
     span: Span,
 ) -> Result<Tensor, DataError> {
-    let Some(norm) = norm else {
+    let Some((mean, std)) = normalization(norm, input, span)? else {
         return Ok(x);
     };
     if x.f_kind().at(span)? != Kind::Float {
         return Ok(x);
     }
+    x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
+}
+
+/// `normalize`'s means and standard deviations as CPU tensors that broadcast over a batch of
+/// samples `input` (`[1, C, 1, ...]` per channel, else scalars), or why they do not fit them.
+fn normalization(
+    norm: Option<&Normalize>,
+    input: &[i64],
+    span: Span,
+) -> Result<Option<(Tensor, Tensor)>, DataError> {
+    let Some(norm) = norm else {
+        return Ok(None);
+    };
     let channels = norm.mean.len().max(norm.std.len());
     let expand = |v: &[f64]| -> Vec<f32> {
         if v.len() == 1 {
@@ -583,7 +622,8 @@ fn normalize(
         s
     };
     let to_tensor = |v: &[f32]| Tensor::f_from_slice(v).and_then(|t| t.f_reshape(shape.as_slice()));
-    let mean = to_tensor(&mean).at(span)?;
-    let std = to_tensor(&std).at(span)?;
-    x.f_sub(&mean).and_then(|t| t.f_div(&std)).at(span)
+    Ok(Some((
+        to_tensor(&mean).at(span)?,
+        to_tensor(&std).at(span)?,
+    )))
 }
