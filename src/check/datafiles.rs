@@ -5,6 +5,7 @@
 //! per sample, and a split that leaves each asked-for set a sample.
 
 mod fit;
+mod folders;
 mod tables;
 
 use std::collections::HashMap;
@@ -16,11 +17,12 @@ use super::Loader;
 use crate::datafile::{Array, Elem, Format, Header, Probe, Rows};
 use crate::diagnostic::problem::{DataFit, Names, OutOfRange, Strategies, Warnings};
 use crate::diagnostic::Problem;
-use crate::ir::{count_fit, CountMisfit, Data, Layout, ReadData, Shape, Source, Targets};
+use crate::ir::{count_fit, CountMisfit, Data, Layout, ReadData, Shape, Source};
 use crate::span::{Sources, Span};
 use crate::syntax::ast::{Statement, ValueKind};
 
 pub(super) use fit::{fit, Wants};
+pub(super) use folders::folder_classes;
 
 /// Headers already read, by path and format: a sweep's trials read each file once.
 #[derive(Default)]
@@ -226,54 +228,6 @@ pub(super) fn read(
         });
     }
     declared
-}
-
-/// An image folder's classes against the experiment: the training folder's class folders are
-/// the classes (set as `targets` when `classes` is not declared, K0220 when it declares
-/// another number), and a held-out folder must have the same ones (K0220). False after a
-/// report.
-pub(super) fn folder_classes(cx: &mut Cx, targets: &mut Targets, declared: &[Declared]) -> bool {
-    let Some((train, train_span)) = declared
-        .iter()
-        .find(|d| d.trains())
-        .and_then(|d| Some((d.classes.as_ref()?, d.inputs.span)))
-    else {
-        return true;
-    };
-    let mut ok = true;
-    let n = train.len() as u64;
-    match targets {
-        Targets::Classes(Some(c)) if *c != n => {
-            let d = declared.iter().find(|d| d.trains()).expect("found above");
-            let span = d.spans.args.get("classes").copied().unwrap_or(train_span);
-            cx.report(Problem::Strategies(Strategies::DataMismatch {
-                span,
-                file: d.inputs.name.clone(),
-                situation: DataFit::ClassFolders {
-                    folders: train.clone(),
-                    declared: *c,
-                },
-            }));
-            ok = false;
-        }
-        Targets::Classes(c) => *c = Some(n),
-        _ => {}
-    }
-    for d in declared.iter().filter(|d| !d.trains()) {
-        if let Some(held_out) = d.classes.as_ref().filter(|h| *h != train) {
-            cx.report(Problem::Strategies(Strategies::DataMismatch {
-                span: d.inputs.span,
-                file: d.inputs.name.clone(),
-                situation: DataFit::OtherClasses {
-                    held_out: held_out.clone(),
-                    train: train.clone(),
-                    train_span,
-                },
-            }));
-            ok = false;
-        }
-    }
-    ok
 }
 
 /// Signed dimensions, as shapes are.
@@ -501,35 +455,7 @@ impl Reader<'_, '_> {
                 };
                 self.stream(path, a.shape[0], a.elem, *block)
             }
-            Source::Images { path, size, .. } => {
-                let Header::Folder(classes) = self.open(path, "path", Format::Images)? else {
-                    return None;
-                };
-                let n = classes.images();
-                self.classes = Some(classes.names);
-                let span = self.span("path");
-                let mut shape = vec![n];
-                shape.extend(size.iter().map(|&d| d.max(0) as u64));
-                let x = Side {
-                    name: format!("`{path}`"),
-                    span,
-                    shape,
-                    elem: Some(Elem::Int {
-                        signed: false,
-                        bits: 8,
-                    }),
-                };
-                let y = Side {
-                    name: format!("`{path}`'s class folders"),
-                    span,
-                    shape: vec![n],
-                    elem: Some(Elem::Int {
-                        signed: true,
-                        bits: 64,
-                    }),
-                };
-                Some((x, y))
-            }
+            Source::Images { path, size, .. } => self.folder(path, size),
             Source::Text { path, block } => {
                 let Header::Text(text) = self.open(path, "path", Format::Text)? else {
                     return None;

@@ -136,7 +136,7 @@ pub fn image_folder(dir: &Path) -> Result<Folder, String> {
     let (mut images, mut counts) = (Vec::new(), Vec::new());
     for (class, name) in names.iter().enumerate() {
         let before = images.len();
-        let files = image_files(&dir.join(name))?;
+        let files = image_files(&dir.join(name)).map_err(|e| e.to_string())?;
         images.extend(files.into_iter().map(|f| (f, class)));
         if images.len() == before {
             return Err(format!(
@@ -154,9 +154,9 @@ pub fn image_folder(dir: &Path) -> Result<Folder, String> {
 /// Every image of `dir` and of the folders below it (links followed, names starting with a
 /// dot left out), in `sorted(os.walk(dir))` order with each folder's files sorted: the samples
 /// `kiln predict` reads from a folder, flat or of class folders.
-pub fn image_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
+pub fn image_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut folders = Vec::new();
-    walk(dir, 0, &mut folders)?;
+    walk(dir, 0, &mut folders).map_err(std::io::Error::other)?;
     folders.sort_by(|a, b| a.0.as_os_str().cmp(b.0.as_os_str()));
     Ok(folders.into_iter().flat_map(|(_, files)| files).collect())
 }

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use rayon::prelude::*;
-use tch::{Kind, Tensor};
+use tch::Tensor;
 
 use kiln::span::Span;
 
@@ -47,7 +47,7 @@ pub(super) fn read(
     let targets = Tensor::f_from_slice(&labels).at(span)?;
     let mut raw = Raw::new(
         inputs,
-        targets.to_kind(Kind::Int64),
+        targets,
         file.name(),
         format!("{}'s class folders", file.name()),
     );
@@ -68,31 +68,18 @@ pub(super) fn read_unlabelled(
     if !file.path.exists() {
         return Err(file.missing("it does not exist", span));
     }
-    let (paths, root) = if file.path.is_dir() {
-        let paths = kiln::check::image_files(&file.path).map_err(|why| {
-            invalid(
-                span,
-                format!("{} cannot be listed: {why}", file.name()),
-                "unreadable folder",
-                "check the folder's permissions",
-            )
-        })?;
-        if paths.is_empty() {
-            return Err(invalid(
-                span,
-                format!("{} holds no PNG or JPEG images", file.name()),
-                "no images",
-                "give a folder of `.png`, `.jpg` or `.jpeg` files, or one image",
-            ));
-        }
-        (paths, file.path.clone())
+    let paths: Vec<PathBuf> = file
+        .parts(kiln::check::image_files, "PNG or JPEG images", span)?
+        .into_iter()
+        .map(|f| f.path)
+        .collect();
+    let root = if file.path.is_dir() {
+        file.path.clone()
     } else {
-        let root = file
-            .path
+        file.path
             .parent()
             .map(Path::to_path_buf)
-            .unwrap_or_default();
-        (vec![file.path.clone()], root)
+            .unwrap_or_default()
     };
     let x = decode_all(&paths, &root, size, resize, file, span)?;
     let names = paths
@@ -367,6 +354,7 @@ mod tests {
     use super::*;
     use kiln::diagnostic::Code;
     use kiln::ir::{Augment, Shape, Source, Targets};
+    use tch::Kind;
 
     /// The folders `tests/images/pil.py` writes into `dir`, and what PIL reads from them.
     fn reference(dir: &std::path::Path) -> serde_json::Value {
