@@ -596,3 +596,77 @@ fn an_interrupted_extension_resumes_and_keeps_the_report_of_the_first_end() {
     let numbers: Vec<u64> = steps(&d).iter().map(|x| x.0).collect();
     assert_eq!(numbers, (1..=at + 16).collect::<Vec<_>>());
 }
+
+#[test]
+fn a_run_stopped_by_max_steps_goes_on_to_its_length_as_the_run_in_one_go() {
+    let dir = scratch("extend-max-steps");
+    // No checkpoint setting: the run `--max-steps` stops keeps the checkpoint of its stop.
+    let exp = write(
+        &dir,
+        "run.exp",
+        &experiment("schedule cosine(warmup: 20 steps, min_lr: 1e-5)", 8, ""),
+    );
+    let whole = dir.join("whole");
+    finish(&exp, &whole);
+    let d = dir.join("run");
+    // Step 40 is within the third epoch (16 steps an epoch).
+    let o = run(&[
+        "run",
+        s(&exp),
+        "--quiet",
+        "--run-dir",
+        s(&d),
+        "--max-steps",
+        "40",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let stopped = report(&d);
+    assert_eq!(stopped["steps"].as_u64(), Some(40));
+    assert_eq!(stopped["max_steps_reached"].as_bool(), Some(true));
+    let o = run(&["report", s(&d)]);
+    assert!(
+        text(&o).contains("stopped by --max-steps before its length"),
+        "{}",
+        text(&o)
+    );
+
+    // Resumed with the same file, it goes on from step 40 to the end, as the run in one go.
+    let o = extend(&exp, &d, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (a, b) = (steps(&whole), steps(&d));
+    assert_eq!(a.len(), 128);
+    assert_eq!(b.len(), 128, "every step once");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((x.0, x.2), (y.0, y.2), "step and learning rate");
+        assert!(
+            close(x.1, y.1, 1e-6),
+            "step {}: loss {} against {}",
+            x.0,
+            x.1,
+            y.1
+        );
+    }
+    let (x, y) = (report(&whole), report(&d));
+    assert!(
+        same(
+            &serde_json::to_value(&x["val"]).expect("json"),
+            &serde_json::to_value(&y["val"]).expect("json")
+        ),
+        "{:?} against {:?}",
+        x["val"],
+        y["val"]
+    );
+    assert_eq!(y["max_steps_reached"].as_bool(), None);
+    let first: serde_yaml::Value =
+        serde_yaml::from_str(&read_path(&d.join("report-1.yaml"))).expect("YAML");
+    assert_eq!(first["steps"].as_u64(), Some(40));
+
+    // At its length now, it is complete.
+    let o = extend(&exp, &d, &[]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        flat(&text(&o)).contains("K0525(run-complete)"),
+        "{}",
+        text(&o)
+    );
+}

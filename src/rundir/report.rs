@@ -155,6 +155,10 @@ pub struct Outcome {
     pub data_wait: f64,
     /// Whether early stopping ended the run or one of its phases (`phases` says which).
     pub stopped_early: bool,
+    /// `--max-steps N` stopped the run at step `N`, before its length: resumed, it goes on to
+    /// its length from the checkpoint of that step.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub max_steps_reached: bool,
     /// The phases of a run that has more than one (training, then fine-tuning or rounds of
     /// iterative pruning), as they ran; empty for a run of one phase.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

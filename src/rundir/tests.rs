@@ -74,6 +74,7 @@ pub(super) fn report() -> Report {
             samples_per_s: 5312.4,
             data_wait: 0.012,
             stopped_early: true,
+            max_steps_reached: false,
             phases: vec![
                 PhaseRun {
                     name: PhaseKind::Train,

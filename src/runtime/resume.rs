@@ -29,18 +29,21 @@ pub enum Finished {
     Extend(Ended),
 }
 
-/// What `--resume` does with the finished run in `dir` for `exp`: a length (as written) other
-/// than the one the run last ran with extends it; the same length, or a run whose length cannot
-/// be read (an older Kiln wrote neither final weights nor checkpoints), leaves it complete.
+/// What `--resume` does with the finished run in `dir` for `exp`: a run that `--max-steps`
+/// stopped before its length goes on, and a length (as written) other than the one the run last
+/// ran with extends it; the same length, or a run whose length cannot be read (an older Kiln
+/// wrote neither final weights nor checkpoints), leaves it complete.
 pub fn finished(dir: &Path, exp: &Experiment) -> Finished {
     let report = kiln::rundir::read_report(dir).ok();
     let now = length_of(&fingerprint(exp, ""));
     let was = recorded(dir).and_then(|side| length_of(&side.fingerprint));
     match (report, was) {
-        (Some(r), Some(was)) if Some(&was) != now.as_ref() => Finished::Extend(Ended {
-            trained: r.outcome.steps,
-            stopped_early: r.outcome.stopped_early,
-        }),
+        (Some(r), Some(was)) if r.outcome.max_steps_reached || Some(&was) != now.as_ref() => {
+            Finished::Extend(Ended {
+                trained: r.outcome.steps,
+                stopped_early: r.outcome.stopped_early,
+            })
+        }
         (r, _) => Finished::Complete(
             Problem::Running(Running::RunComplete {
                 span: exp.train.length_span,

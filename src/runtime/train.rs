@@ -592,6 +592,8 @@ impl Trainer<'_> {
         outcome.data_wait = (pos.wait_seconds / pos.seconds.max(1e-9)).min(1.0);
         outcome.compute = Some(watch.finish(exp, outcome.samples_per_s));
         outcome.stopped_early = pos.phases.iter().any(|m| m.stopped);
+        outcome.max_steps_reached =
+            !outcome.stopped_early && budget.stop < timeline.end() && pos.step >= budget.stop;
         outcome.phases = timeline.ran(&*pos);
         self.uncompressed = pos.uncompressed.map(|m| (m.step, m.val, m.test));
         // Evaluate the final weights unless the last evaluation already saw them.
@@ -609,8 +611,8 @@ impl Trainer<'_> {
             outcome.test = Some(self.evaluate(objective, test)?);
         }
         // A compressing run always keeps its final weights: `kiln eval` and `kiln export`
-        // make the compressed model from them.
-        if checkpoints.enabled() || !exp.compression.is_empty() {
+        // make the compressed model from them; a run `--max-steps` stopped goes on from here.
+        if checkpoints.enabled() || !exp.compression.is_empty() || outcome.max_steps_reached {
             checkpoints.save(
                 self.strategy.as_ref(),
                 self.model,

@@ -90,6 +90,9 @@ pub(super) fn length(r: &Report) -> String {
     if r.outcome.stopped_early {
         s += " (stopped early)";
     }
+    if r.outcome.max_steps_reached {
+        s += " (stopped by --max-steps before its length)";
+    }
     s
 }
 
