@@ -670,3 +670,66 @@ fn a_run_stopped_by_max_steps_goes_on_to_its_length_as_the_run_in_one_go() {
         text(&o)
     );
 }
+
+#[test]
+fn a_run_that_ended_within_an_epoch_is_extended_within_it_as_the_longer_run_in_one_go() {
+    let dir = scratch("extend-within-epoch");
+    // 16 steps an epoch: 40 steps end within the third. A constant learning rate, so the first
+    // 40 steps of the longer run are the shorter run's.
+    let file = |name: &str, steps: u64| {
+        let text = experiment("", 8, EVERY_EPOCH).replace("epochs 8", &format!("steps {steps}"));
+        write(&dir, name, &text)
+    };
+    let (short, long) = (file("short.exp", 40), file("long.exp", 100));
+    let whole = dir.join("whole");
+    finish(&long, &whole);
+    let d = dir.join("run");
+    finish(&short, &d);
+    let r = report(&d);
+    assert_eq!(
+        (r["steps"].as_u64(), r["epochs"].as_u64()),
+        (Some(40), Some(3))
+    );
+    let o = extend(&long, &d, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (a, b) = (steps(&whole), steps(&d));
+    assert_eq!((a.len(), b.len()), (100, 100));
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.0, y.0);
+        assert!(
+            close(x.1, y.1, 1e-6),
+            "step {}: loss {} against {}",
+            x.0,
+            x.1,
+            y.1
+        );
+    }
+    // The third epoch's line, written again where it ends, covers all of its steps.
+    let third = |dir: &Path| -> Vec<Value> {
+        metrics(dir)
+            .into_iter()
+            .filter(|m| m["split"] == "train" && m["epoch"].as_u64() == Some(3))
+            .collect()
+    };
+    let (in_one_go, extended) = (third(&whole), third(&d));
+    assert_eq!(in_one_go.len(), 1);
+    assert_eq!(
+        extended.len(),
+        2,
+        "the shorter run's line, then the epoch's"
+    );
+    assert!(same(
+        &in_one_go[0]["train_loss"],
+        &extended[1]["train_loss"]
+    ));
+    let (x, y) = (report(&whole), report(&d));
+    for key in ["steps", "epochs", "train_loss", "val"] {
+        assert!(
+            same(
+                &serde_json::to_value(&x[key]).expect("json"),
+                &serde_json::to_value(&y[key]).expect("json")
+            ),
+            "{key}"
+        );
+    }
+}

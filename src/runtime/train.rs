@@ -537,6 +537,14 @@ impl Trainer<'_> {
             let flow = self.settle(pending, objective, pos)?;
             // A phase that is over closes its last epoch, however many of its batches it took.
             let epoch_done = pos.batch_in_epoch >= budget.per_epoch || timeline.over(&*pos);
+            // Except the run's one phase, ending within an epoch at its length: its line is
+            // written, but the position keeps the epoch open, so that an extension of the run
+            // goes on within it as the longer run in one go does (a later phase starts an epoch
+            // of its own, and early stopping ends the run).
+            let open = pos.batch_in_epoch < budget.per_epoch
+                && timeline.count() == 1
+                && self.pruner.is_none()
+                && !pos.phases.iter().any(|m| m.stopped);
             let seconds = base_seconds + started.elapsed().as_secs_f64() - began;
             let record = EpochRecord {
                 epoch: epoch + 1,
@@ -558,7 +566,7 @@ impl Trainer<'_> {
             let mut flow = flow.and(each(&mut self.hooks, &mut cx, |h, cx| {
                 h.after_epoch(cx, &record)
             })?);
-            if epoch_done {
+            if epoch_done && !open {
                 pos.epoch += 1;
                 pos.batch_in_epoch = 0;
                 pos.epoch_loss_sum = 0.0;
