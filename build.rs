@@ -97,10 +97,12 @@ fn shim(lib: &std::path::Path) {
 /// `_fused_sgd_` (`shim/optim.cpp`), which have CPU and CUDA kernels and which tch does not
 /// generate, and a CUDA device's memory (`shim/cuda.cpp`: its total, the caching allocator's
 /// peak), compiled with a CUDA libtorch and CUDA's headers (the wheel's `nvidia/cu13/include` and
-/// the packages setup installs into `.cuda-headers/`).
+/// the packages setup installs into `.cuda-headers/`), and activation checkpointing's autograd
+/// function (`shim/recompute.cpp`).
 fn optim_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=shim/optim.cpp");
     println!("cargo:rerun-if-changed=shim/cuda.cpp");
+    println!("cargo:rerun-if-changed=shim/recompute.cpp");
     println!("cargo:rerun-if-changed=shim/guarded.h");
     let torch = lib.join("..");
     let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
@@ -127,5 +129,6 @@ fn optim_shim(lib: &std::path::Path) {
         .flag_if_supported("-Wno-unused-parameter")
         .file("shim/optim.cpp")
         .file("shim/cuda.cpp")
+        .file("shim/recompute.cpp")
         .compile("kiln_optim");
 }

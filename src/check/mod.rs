@@ -20,6 +20,7 @@ mod optimizer;
 mod parallel;
 mod placement;
 mod read;
+mod recompute;
 mod schedule;
 mod shrink;
 mod source;

@@ -177,22 +177,33 @@ impl Walker<'_> {
         name
     }
 
-    /// Reads a trailing `on DEVICE`.
-    fn placement(&mut self, stmt: &Statement, values: &[Value]) -> Option<(Device, Span)> {
-        match values {
-            [] => None,
-            [on, device] if matches!(&on.kind, ValueKind::Path(p) if p == "on") => {
-                self.cx.device(device).map(|d| (d, on.span.to(device.span)))
-            }
-            [first, ..] => {
-                let last = values.last().map_or(first.span, |v| v.span);
-                self.cx.report(Problem::Names(Names::WrongArguments {
-                    span: first.span.to(last),
-                    situation: Arguments::AfterLayer {
-                        keyword: stmt.keyword.name.clone(),
-                    },
-                }));
-                None
+    /// Reads what may follow a layer, block or residual: `on DEVICE` (the placement, with its
+    /// span) and `recompute` (its span), in either order.
+    fn trailing(&mut self, stmt: &Statement, values: &[Value]) -> Trailing {
+        let word = |v: &Value, w: &str| matches!(&v.kind, ValueKind::Path(p) if p == w);
+        let mut out = Trailing::default();
+        let mut rest = values;
+        loop {
+            match rest {
+                [] => return out,
+                [r, tail @ ..] if word(r, "recompute") && out.recompute.is_none() => {
+                    out.recompute = Some(r.span);
+                    rest = tail;
+                }
+                [on, device, tail @ ..] if word(on, "on") && out.placed.is_none() => {
+                    out.placed = self.cx.device(device).map(|d| (d, on.span.to(device.span)));
+                    rest = tail;
+                }
+                [first, ..] => {
+                    let last = rest.last().map_or(first.span, |v| v.span);
+                    self.cx.report(Problem::Names(Names::WrongArguments {
+                        span: first.span.to(last),
+                        situation: Arguments::AfterLayer {
+                            keyword: stmt.keyword.name.clone(),
+                        },
+                    }));
+                    return out;
+                }
             }
         }
     }
@@ -226,7 +237,7 @@ impl Walker<'_> {
                 };
                 let name = qualify(prefix, &ident.name);
                 self.declare(&name, &ident);
-                let placed = self.placement(stmt, rest);
+                let Trailing { placed, recompute } = self.trailing(stmt, rest);
                 if let Some((d, span)) = placed {
                     self.placements.push((name.clone(), d, span));
                 }
@@ -247,6 +258,7 @@ impl Walker<'_> {
                     name,
                     nodes,
                     span: stmt.span,
+                    recompute,
                 })
             }
             "residual" => {
@@ -258,7 +270,7 @@ impl Walker<'_> {
                     }
                     None => self.position(prefix, index, kw),
                 };
-                let placed = self.placement(stmt, &stmt.values);
+                let Trailing { placed, recompute } = self.trailing(stmt, &stmt.values);
                 if let Some((d, span)) = placed {
                     self.placements.push((name.clone(), d, span));
                 }
@@ -294,6 +306,7 @@ impl Walker<'_> {
                 Some(Node::Residual {
                     nodes,
                     span: stmt.span,
+                    recompute,
                 })
             }
             _ => {
@@ -323,7 +336,7 @@ impl Walker<'_> {
                     }
                     None => self.position(prefix, index, kw),
                 };
-                let placed = self.placement(stmt, &stmt.values);
+                let Trailing { placed, recompute } = self.trailing(stmt, &stmt.values);
                 if let Some((d, span)) = placed {
                     self.placements.push((name.clone(), d, span));
                 }
@@ -383,10 +396,20 @@ impl Walker<'_> {
                     flops,
                     device,
                     span: stmt.span,
+                    recompute,
                 }))
             }
         }
     }
+}
+
+/// What follows a layer, block or residual statement's arguments.
+#[derive(Default)]
+struct Trailing {
+    /// `on DEVICE`: the device and the span of the two words.
+    placed: Option<(Device, Span)>,
+    /// `recompute`.
+    recompute: Option<Span>,
 }
 
 fn qualify(prefix: &str, name: &str) -> String {

@@ -154,6 +154,9 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
     if let (Some(c), Some(p)) = (&compression, &parallel) {
         ok &= check_combined(cx, c, &p.parallel, p.span);
     }
+    if let Some(m) = &model {
+        ok &= super::recompute::check(cx, &m.nodes, compression.as_deref().unwrap_or(&[]));
+    }
     if let (Some(d), Some(t), Some(t_in)) = (&data, &train, &train_in) {
         ok &= check_evaluation(cx, &d.data, t, &t_in.given);
     }

@@ -500,6 +500,19 @@ pub enum Inconsistent {
         /// What puts the model on the CPU (the `device`, a placement, the replicas).
         cpu: Span,
     },
+    /// A layer that updates state in its forward (batch norm's running statistics) inside a
+    /// group whose forward runs twice a step (`recompute`).
+    RecomputeUpdatesState {
+        /// The layer's name.
+        layer: String,
+        /// The layer's statement.
+        at: Span,
+    },
+    /// Recomputed layers with quantization-aware training, whose observers update in forward.
+    RecomputeQat {
+        /// The `recompute`.
+        recompute: Span,
+    },
     /// The training data given both by `source` and by `split(train: SOURCE)`.
     TwoTrainingSources {
         /// The `source` statement.

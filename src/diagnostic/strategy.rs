@@ -348,6 +348,18 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
                 .help("use `precision bf16`, which the CPU runs, or run on `device cuda`")
                 .fix(span, "bf16")
         }
+        Inconsistent::RecomputeUpdatesState { layer, at } => with_message(format!(
+            "the batch norm `{layer}` is in a group whose forward runs twice a step (`recompute`)"
+        ))
+        .label("its activations are recomputed in backward")
+        .with(at, "this layer would update its running statistics twice")
+        .help("recompute the layers before or after the batch norm instead, or use `layernorm`, which keeps no statistics"),
+        Inconsistent::RecomputeQat { recompute } => with_message(
+            "quantization-aware training cannot run with recomputed layers".into(),
+        )
+        .label("its observers update in every forward")
+        .with(recompute, "this group's forward runs twice a step")
+        .help("leave out `recompute`, or quantize after training with `int8`"),
         Inconsistent::TwoTrainingSources { source } => {
             with_message("the training samples are given twice: by `source` and by `split`".into())
                 .label("a training source here")

@@ -226,6 +226,8 @@ pub enum Node {
         nodes: Vec<Node>,
         /// The `block` statement.
         span: Span,
+        /// `recompute`, when the block's activations are recomputed in backward.
+        recompute: Option<Span>,
     },
     /// `x + f(x)` over its nodes.
     Residual {
@@ -233,6 +235,8 @@ pub enum Node {
         nodes: Vec<Node>,
         /// The `residual` statement.
         span: Span,
+        /// `recompute`, when the residual's activations are recomputed in backward.
+        recompute: Option<Span>,
     },
 }
 
@@ -257,6 +261,8 @@ pub struct Layer {
     pub device: Device,
     /// The layer's statement.
     pub span: Span,
+    /// `recompute`, when the layer's activations are recomputed in backward.
+    pub recompute: Option<Span>,
 }
 
 /// How the work is spread.

@@ -12,6 +12,7 @@
 pub mod compress;
 mod eval;
 pub mod groups;
+mod recompute;
 pub mod schedule;
 pub mod shrink;
 pub mod splits;
@@ -56,6 +57,9 @@ pub struct Totals {
     pub optimizer_bytes: u64,
     /// Bytes of stored activations for one global batch.
     pub activation_bytes: u64,
+    /// The same without `recompute`, when layers are recomputed; left out of YAML otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub activation_bytes_without_recompute: Option<u64>,
     /// Bytes an evaluation batch (`eval_batch`) keeps at once, without gradients (see
     /// `docs/language.md`, "Memory").
     pub eval_activation_bytes: u64,
@@ -296,8 +300,13 @@ pub fn plan(e: &Experiment) -> Plan {
     let params = sum(all.iter().map(|l| l.params));
     let forward = sum(all.iter().map(|l| l.flops));
     let input_numel = values(&e.model.input);
-    let per_sample_acts =
-        sum(std::iter::once(input_numel).chain(all.iter().map(|l| values(&l.output))));
+    let kept = recompute::Kept::of(&e.model.nodes);
+    let per_sample_acts = input_numel.saturating_add(kept.stored(&all, 0..all.len()));
+    let without = kept.any().then(|| {
+        sum(std::iter::once(input_numel).chain(all.iter().map(|l| values(&l.output))))
+            .saturating_mul(e.data.batch)
+            .saturating_mul(act)
+    });
     let totals = Totals {
         params,
         weight_bytes: 4u64.saturating_mul(params),
@@ -306,6 +315,7 @@ pub fn plan(e: &Experiment) -> Plan {
         activation_bytes: per_sample_acts
             .saturating_mul(e.data.batch)
             .saturating_mul(act),
+        activation_bytes_without_recompute: without,
         eval_activation_bytes: eval::whole(e, &all)
             .saturating_mul(e.data.eval_batch)
             .saturating_mul(act),
@@ -389,7 +399,9 @@ pub fn plan(e: &Experiment) -> Plan {
                     Some(before) => values(&before.output),
                     None => input_numel,
                 };
-                let a = sum(stage.iter().map(|l| values(&l.output))).saturating_add(received);
+                let a = kept
+                    .stored(&all, first..first + stage.len())
+                    .saturating_add(received);
                 let bytes = a
                     .saturating_mul(samples)
                     .saturating_mul(in_flight)
@@ -408,10 +420,14 @@ pub fn plan(e: &Experiment) -> Plan {
         }
         Parallel::None | Parallel::Model => {
             let mut out: Vec<DeviceNeed> = Vec::new();
+            let peak = kept.peak(&all, 0..all.len());
             for (i, l) in all.iter().enumerate() {
-                let mut a = values(&l.output);
+                let mut a = if kept.kept(i) { values(&l.output) } else { 0 };
                 if i == 0 {
                     a = a.saturating_add(input_numel);
+                }
+                if let Some((_, v)) = peak.filter(|(first, _)| *first == i) {
+                    a = a.saturating_add(v);
                 }
                 add_need(
                     &mut out,

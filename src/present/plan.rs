@@ -85,9 +85,14 @@ pub fn to_text(p: &Plan) -> String {
     let _ = writeln!(out, "optimizer state   {}", fmt_bytes(t.optimizer_bytes));
     let _ = writeln!(
         out,
-        "activations       {} per batch of {}",
+        "activations       {} per batch of {}{}",
         fmt_bytes(t.activation_bytes),
-        p.batch
+        p.batch,
+        t.activation_bytes_without_recompute
+            .map_or_else(String::new, |w| format!(
+                " (recompute; {} without)",
+                fmt_bytes(w)
+            ))
     );
     let _ = writeln!(
         out,

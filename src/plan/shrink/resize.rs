@@ -37,19 +37,33 @@ fn resize(nodes: &[Node], mut x: Shape, outputs: &HashMap<&str, i64>) -> (Vec<No
                 x = l.output.clone();
                 Node::Layer(l)
             }
-            Node::Block { name, nodes, span } => {
+            Node::Block {
+                name,
+                nodes,
+                span,
+                recompute,
+            } => {
                 let (nodes, y) = resize(nodes, x, outputs);
                 x = y;
                 Node::Block {
                     name: name.clone(),
                     nodes,
                     span: *span,
+                    recompute: *recompute,
                 }
             }
-            Node::Residual { nodes, span } => {
+            Node::Residual {
+                nodes,
+                span,
+                recompute,
+            } => {
                 let (nodes, y) = resize(nodes, x, outputs);
                 x = y;
-                Node::Residual { nodes, span: *span }
+                Node::Residual {
+                    nodes,
+                    span: *span,
+                    recompute: *recompute,
+                }
             }
         };
         out.push(node);

@@ -18,6 +18,7 @@ mod mask;
 mod norm;
 mod pool;
 mod positional;
+mod recompute;
 mod shape;
 
 use tch::{Device, Kind, Tensor};
@@ -77,6 +78,18 @@ pub trait LinearSwap: Send {
 enum Lowered {
     Layer(Box<LayerRun>),
     Residual(Vec<Lowered>, Span),
+    /// Nodes run as one group whose activations are recomputed in backward (`recompute`).
+    Recompute(Vec<Lowered>, Span),
+}
+
+impl Lowered {
+    /// The nodes inside a residual or a recomputed group.
+    fn inner(&self) -> &[Lowered] {
+        match self {
+            Lowered::Layer(_) => &[],
+            Lowered::Residual(inner, _) | Lowered::Recompute(inner, _) => inner,
+        }
+    }
 }
 
 /// One lowered layer: its kind and where its tensors are.
@@ -141,11 +154,31 @@ fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowe
                     span: l.span,
                 };
                 init(&mut Init { net, run: &mut run })?;
-                out.push(Lowered::Layer(Box::new(run)));
+                let layer = Lowered::Layer(Box::new(run));
+                out.push(match l.recompute {
+                    Some(at) => Lowered::Recompute(vec![layer], at),
+                    None => layer,
+                });
             }
-            Node::Block { nodes, .. } => out.extend(lower(net, nodes, over)?),
-            Node::Residual { nodes, span } => {
-                out.push(Lowered::Residual(lower(net, nodes, over)?, *span))
+            Node::Block {
+                nodes, recompute, ..
+            } => {
+                let inner = lower(net, nodes, over)?;
+                match recompute {
+                    Some(at) => out.push(Lowered::Recompute(inner, *at)),
+                    None => out.extend(inner),
+                }
+            }
+            Node::Residual {
+                nodes,
+                span,
+                recompute,
+            } => {
+                let residual = Lowered::Residual(lower(net, nodes, over)?, *span);
+                out.push(match recompute {
+                    Some(at) => Lowered::Recompute(vec![residual], *at),
+                    None => residual,
+                });
             }
         }
     }
@@ -382,7 +415,7 @@ impl Net {
                         out.push((l.name.clone(), l.device))
                     }
                     Lowered::Layer(_) => {}
-                    Lowered::Residual(inner, _) => walk(inner, out),
+                    other => walk(other.inner(), out),
                 }
             }
         }
@@ -401,7 +434,7 @@ impl Net {
                             out.push(l.device);
                         }
                     }
-                    Lowered::Residual(inner, _) => walk(inner, out),
+                    other => walk(other.inner(), out),
                 }
             }
         }
@@ -457,6 +490,19 @@ impl Net {
             }
             Lowered::Residual(inner, span) => {
                 Lowered::Residual(inner.iter().map(|n| self.share(n, into)).collect(), *span)
+            }
+            Lowered::Recompute(inner, span) => {
+                Lowered::Recompute(inner.iter().map(|n| self.share(n, into)).collect(), *span)
+            }
+        }
+    }
+
+    /// The indices into `params` of the parameters of `nodes`' layers, in order.
+    fn group_params(&self, nodes: &[Lowered], out: &mut Vec<usize>) {
+        for n in nodes {
+            match n {
+                Lowered::Layer(l) => out.extend(l.params.iter().map(|(_, i)| *i)),
+                other => self.group_params(other.inner(), out),
             }
         }
     }
@@ -526,6 +572,9 @@ impl Net {
                         y.f_to_kind(x.kind()).at(*span)?
                     };
                     x.f_add(&y).at(*span)?
+                }
+                Lowered::Recompute(inner, span) => {
+                    recompute::run(self, inner, &x, train, keep, *span)?
                 }
             };
         }

@@ -1,0 +1,245 @@
+//! Activation checkpointing (`recompute` on a block, a residual or a layer), end to end with real
+//! runs: a run that recomputes equals the run that keeps every activation, step by step and in
+//! its final weights (dropout included: the recomputation draws the same masks), with no
+//! strategy, under DDP at world size 2 and in a pipeline; `kiln plan` counts the activations it
+//! saves; the checker refuses the layers whose forward must not run twice.
+//!
+//! Runs in two processes are compared within a relative 1e-6, never bit for bit.
+
+mod support;
+
+use std::path::Path;
+
+use support::*;
+
+/// A two-block transformer with dropout; `mark` follows the `block` (or a layer: see the
+/// callers) and `parallel` is a `parallel` statement or nothing.
+fn transformer(block: &str, layer: &str, parallel: &str) -> String {
+    format!(
+        r#"
+experiment "recompute" {{
+  seed 7
+  data {{
+    source synthetic(inputs: randint(16, shape: [32]), targets: argmax(), count: 2048)
+    split(train: 0.9, val: 0.1)
+    batch 64
+  }}
+  model {{
+    input [32]
+    embed: embedding(16, 32)
+    pos: sinusoidal
+    block encoder {block} {{
+      layer1: transformer_block(heads: 4, hidden: 64, dropout: 0.1)
+      layer2: transformer_block(heads: 4, hidden: 64, dropout: 0.1) {layer}
+    }}
+    residual {layer} {{
+      linear(64)
+      gelu
+      dropout(0.2)
+      linear(32)
+    }}
+    norm: layernorm
+    mean(dim: 0)
+    head: linear(32)
+  }}
+  device cpu
+  {parallel}
+  optimizer adamw(lr: 1e-3)
+  train {{
+    steps 25
+    loss cross_entropy
+    clip_norm 1.0
+  }}
+}}
+"#
+    )
+}
+
+/// The losses of `steps.jsonl`.
+fn losses(dir: &Path) -> Vec<f64> {
+    std::fs::read_to_string(dir.join("steps.jsonl"))
+        .expect("steps.jsonl")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            v["loss"].as_f64().expect("loss")
+        })
+        .collect()
+}
+
+/// Runs `text` into `dir` and returns its losses and final weights.
+fn train(
+    dir: &Path,
+    name: &str,
+    file: &str,
+) -> (Vec<f64>, std::collections::BTreeMap<String, Vec<f32>>) {
+    let exp = write(dir, &format!("{name}.exp"), file);
+    let run_dir = dir.join(name);
+    let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&run_dir)]);
+    assert!(o.status.success(), "{name}: {}", text(&o));
+    let (weights, _) = safetensors_f32(&run_dir.join("weights.safetensors"));
+    (losses(&run_dir), weights)
+}
+
+/// Asserts that two runs computed the same steps and weights, within a relative 1e-6.
+fn same_run(
+    a: &(Vec<f64>, std::collections::BTreeMap<String, Vec<f32>>),
+    b: &(Vec<f64>, std::collections::BTreeMap<String, Vec<f32>>),
+    what: &str,
+) {
+    assert_eq!(a.0.len(), 25, "{what}");
+    assert_eq!(a.0.len(), b.0.len(), "{what}");
+    for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
+        assert!(
+            (x - y).abs() <= 1e-6 * x.abs().max(1e-12),
+            "{what}: step {}: loss {x} against {y}",
+            i + 1
+        );
+    }
+    assert_eq!(
+        a.1.keys().collect::<Vec<_>>(),
+        b.1.keys().collect::<Vec<_>>(),
+        "{what}"
+    );
+    for (name, x) in &a.1 {
+        let y = &b.1[name];
+        let scale = x.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+        let worst = x.iter().zip(y).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            worst <= 1e-6 * scale,
+            "{what}: {name} off by {worst} of {scale}"
+        );
+    }
+}
+
+#[test]
+fn recomputed_layers_train_as_the_layers_that_keep_their_activations() {
+    let dir = scratch("recompute-equal");
+    let kept = train(&dir, "kept", &transformer("", "", ""));
+    let block = train(&dir, "block", &transformer("recompute", "", ""));
+    same_run(&kept, &block, "a recomputed block");
+    let layers = train(&dir, "layers", &transformer("", "recompute", ""));
+    same_run(&kept, &layers, "a recomputed layer and residual");
+
+    // Under DDP (2 ranks, Gloo), the Reducer's hooks fire on the recomputed gradients.
+    let ddp = "parallel ddp(backend: gloo, world_size: 2)";
+    let kept = train(&dir, "ddp-kept", &transformer("", "", ddp));
+    let block = train(&dir, "ddp-block", &transformer("recompute", "", ddp));
+    same_run(&kept, &block, "a recomputed block under DDP");
+
+    // In a pipeline (GPipe: every micro-batch's forward before any backward), each group's
+    // recomputation finds its own input. Without dropout: the stages' threads draw from one
+    // generator in an order that varies from run to run.
+    let pipeline = "parallel pipeline(stages: 2, micro_batches: 4)";
+    let without_dropout = |text: String| {
+        text.replace("dropout: 0.1", "dropout: 0")
+            .replace("      dropout(0.2)\n", "")
+    };
+    let kept = train(
+        &dir,
+        "pipeline-kept",
+        &without_dropout(transformer("", "", pipeline)),
+    );
+    let layers = train(
+        &dir,
+        "pipeline-layers",
+        &without_dropout(transformer("", "recompute", pipeline)),
+    );
+    same_run(&kept, &layers, "recomputed layers in a pipeline");
+}
+
+#[test]
+fn the_plan_counts_what_recomputation_keeps_and_the_checker_refuses_what_must_not_run_twice() {
+    let dir = scratch("recompute-plan");
+    let model = |mark: &str, extra: &str| {
+        format!(
+            r#"
+experiment "plan" {{
+  data {{
+    source synthetic(inputs: normal([8]), targets: randint(4), count: 100)
+    batch 10
+  }}
+  model {{
+    input [8]
+    block body {mark} {{
+      linear(100)
+      relu
+      linear(50)
+      {extra}
+    }}
+    linear(4)
+  }}
+  device cpu
+  optimizer sgd(lr: 0.1)
+  train {{ steps 2; loss cross_entropy }}
+}}
+"#
+        )
+    };
+    // Per sample, kept: the input 8 and the outputs 100, 100, 50, 4 (262 values); recomputed,
+    // the block keeps its output (50) and its inner outputs (200) are made again in backward,
+    // once: 8 + 50 + 4 + 200 = 262 as well. Two blocks tell the difference: see below.
+    let plan = |file: &str| {
+        let exp = write(&dir, "plan.exp", file);
+        let o = run(&["plan", s(&exp)]);
+        assert!(o.status.success(), "{}", text(&o));
+        let line = text(&o)
+            .lines()
+            .find(|l| l.starts_with("activations"))
+            .expect("an activations line")
+            .to_string();
+        line.split_whitespace().collect::<Vec<_>>().join(" ")
+    };
+    assert_eq!(
+        plan(&model("", "")),
+        "activations 10.23 KiB per batch of 10"
+    );
+    let two = |mark: &str| {
+        model(mark, "").replace(
+            "    linear(4)\n",
+            &format!("    block tail {mark} {{\n      linear(100)\n      relu\n      linear(4)\n    }}\n"),
+        )
+    };
+    // Kept: 8 + (100 + 100 + 50) + (100 + 100 + 4) = 462 values a sample, 18.05 KiB for 10
+    // fp32 samples. Recomputed: 8 + 50 + 4, plus the larger group's inner outputs (200): 262.
+    assert_eq!(plan(&two("")), "activations 18.05 KiB per batch of 10");
+    assert_eq!(
+        plan(&two("recompute")),
+        "activations 10.23 KiB per batch of 10 (recompute; 18.05 KiB without)"
+    );
+
+    // A batch norm inside a recomputed group would update its statistics twice a step.
+    let exp = write(&dir, "norm.exp", &model("recompute", "bn: batchnorm1d"));
+    let o = run(&["check", s(&exp)]);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("K0210"), "{t}");
+    assert!(
+        t.contains("the batch norm `body.bn` is in a group whose forward runs twice a step"),
+        "{t}"
+    );
+    // So would quantization-aware training's observers.
+    let qat = model("recompute", "").replace(
+        "  train {",
+        "  compress {\n    quantize [body.0] qat(granularity: per_channel)\n  }\n  train {",
+    );
+    let exp = write(&dir, "qat.exp", &qat);
+    let o = run(&["check", s(&exp)]);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("quantization-aware training cannot run with recomputed layers"),
+        "{t}"
+    );
+    // `recompute` once, with `on DEVICE` in either order; anything else after a layer is refused.
+    for (trailing, ok) in [
+        ("recompute on cpu", true),
+        ("on cpu recompute", true),
+        ("recompute recompute", false),
+        ("recompute later", false),
+    ] {
+        let exp = write(&dir, "words.exp", &model(trailing, ""));
+        let o = run(&["check", s(&exp)]);
+        assert_eq!(o.status.success(), ok, "{trailing}: {}", text(&o));
+    }
+}
