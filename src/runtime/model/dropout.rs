@@ -8,8 +8,59 @@
 //! generator, SplitMix64's finaliser of `key + (i / 2 + 1) · γ`, whose 64 bits give two elements
 //! 24 bits each (`u = bits / 2^24`, kept when `u >= p`). Elsewhere (CUDA, other dtypes) it is
 //! libtorch's own `dropout`. `tests/layers/reference.py` draws the same masks in NumPy.
+//!
+//! Threads that share the one CPU generator concurrently (a pipeline's stages) would draw their
+//! keys in an order that varies from run to run: such a thread draws its keys from a stream of
+//! its own instead ([`with_keys`]), SplitMix64 from a seed its caller derives deterministically.
+
+use std::cell::Cell;
 
 use tch::{Device, Kind, TchError, Tensor};
+
+thread_local! {
+    /// This thread's key stream, when it has one: the state of its SplitMix64 sequence.
+    static KEYS: Cell<Option<u64>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with this thread's dropout keys drawn from the stream seeded by `seed` rather than
+/// from libtorch's generator.
+pub fn with_keys<R>(seed: u64, f: impl FnOnce() -> R) -> R {
+    let before = KEYS.replace(Some(seed));
+    let out = f();
+    KEYS.set(before);
+    out
+}
+
+/// This thread's key stream as it stands (`None`: keys come from libtorch's generator).
+pub(super) fn keys() -> Option<u64> {
+    KEYS.get()
+}
+
+/// Puts this thread's key stream back to `state` (what [`keys`] returned).
+pub(super) fn set_keys(state: Option<u64>) {
+    KEYS.set(state);
+}
+
+/// The next key: from this thread's stream, or from libtorch's CPU generator.
+fn next_key() -> Result<u64, TchError> {
+    match KEYS.get() {
+        Some(state) => {
+            let next = state.wrapping_add(GAMMA);
+            KEYS.set(Some(next));
+            Ok(mix(next))
+        }
+        None => Ok(
+            Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])?
+                as u64,
+        ),
+    }
+}
+
+/// A seed of its own for `part` of the work that libtorch's generator, in the state it is in,
+/// would otherwise draw for: one draw from that generator, mixed with `part`.
+pub fn seed_for(draw: u64, part: u64) -> u64 {
+    mix(draw ^ mix(part.wrapping_add(1).wrapping_mul(GAMMA)))
+}
 
 /// SplitMix64's increment (the golden ratio in 64 bits).
 const GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -39,15 +90,16 @@ pub(super) fn dropout(x: &Tensor, p: f64, train: bool) -> Result<Tensor, TchErro
 }
 
 /// A mask of `shape`: `1 / (1 - p)` where an element is kept, 0 where it is dropped, fp32 on
-/// the CPU, from a key drawn from libtorch's CPU generator, written straight into the tensor.
+/// the CPU, from a key drawn from libtorch's CPU generator (or this thread's stream), written
+/// straight into the tensor.
 fn mask(shape: &[i64], p: f64) -> Result<Tensor, TchError> {
-    let key = Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])?;
+    let key = next_key()?;
     let n = shape.iter().product::<i64>().max(0) as usize;
     let scale = 1.0f32 / (1.0 - p) as f32;
     let mask = Tensor::f_empty(shape, (Kind::Float, Device::Cpu))?;
     // SAFETY: a new contiguous fp32 CPU tensor of `n` elements, which nothing else sees yet.
     let values = unsafe { std::slice::from_raw_parts_mut(mask.data_ptr().cast::<f32>(), n) };
-    fill(values, key as u64, p, scale);
+    fill(values, key, p, scale);
     Ok(mask)
 }
 

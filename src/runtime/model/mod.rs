@@ -23,6 +23,8 @@ mod shape;
 
 use tch::{Device, Kind, Tensor};
 
+pub use dropout::{seed_for as dropout_seed, with_keys as with_dropout_keys};
+
 use super::failure::At;
 use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};

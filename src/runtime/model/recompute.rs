@@ -46,6 +46,9 @@ struct Group {
     train: bool,
     /// The padding mask flowing into the group; each run starts from it.
     keep: Option<Tensor>,
+    /// This thread's dropout key stream as the forward found it (a pipeline stage's): backward's
+    /// run draws from it again, as libtorch's generators are put back by the shim.
+    keys: Option<u64>,
     /// The mask flowing out of the first run, for the layers after the group.
     after: Arc<Mutex<Option<Option<Tensor>>>>,
 }
@@ -66,6 +69,7 @@ pub(super) fn run(
         nodes,
         train,
         keep: keep.as_ref().map(Tensor::shallow_clone),
+        keys: super::dropout::keys(),
         after: Arc::clone(&after),
     });
     let mut indices = Vec::new();
@@ -97,7 +101,12 @@ pub(super) fn run(
     }
     // SAFETY: the shim allocated `y` for the caller, who owns it from here.
     let y = unsafe { Tensor::from_ptr(y) };
-    if let Some(k) = after.lock().map_or(None, |mut a| a.take()) {
+    // The mask stays in the group: a second run (backward's) is told apart by it.
+    let first = after
+        .lock()
+        .ok()
+        .and_then(|a| a.as_ref().map(|k| k.as_ref().map(Tensor::shallow_clone)));
+    if let Some(k) = first {
         *keep = k;
     }
     Ok(y)
@@ -118,11 +127,16 @@ unsafe extern "C" fn run_group(
         let (net, nodes) = unsafe { (&*group.net, &*group.nodes) };
         let x = unsafe { Tensor::clone_from_ptr(x) };
         let mut keep = group.keep.as_ref().map(Tensor::shallow_clone);
+        let again = group.after.lock().map_or(true, |a| a.is_some());
+        let now = super::dropout::keys();
+        if again {
+            super::dropout::set_keys(group.keys);
+        }
         let out = net.run(nodes, &x, group.train, &mut keep);
-        if let Ok(mut first) = group.after.lock() {
-            if first.is_none() {
-                *first = Some(keep);
-            }
+        if again {
+            super::dropout::set_keys(now);
+        } else if let Ok(mut first) = group.after.lock() {
+            *first = Some(keep);
         }
         out.map_err(|d: Diagnostic| d.message)
     }));

@@ -21,7 +21,7 @@ use tch::{Device, Tensor};
 
 use super::strategy::Strategy;
 use crate::runtime::failure::{torch_failure, At};
-use crate::runtime::model::{tch_device, Net};
+use crate::runtime::model::{dropout_seed, tch_device, with_dropout_keys, Net};
 use crate::runtime::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan, Parallelism, PipelineSchedule};
@@ -145,6 +145,14 @@ impl Pipeline {
         };
         let mut end = Some(end);
         let schedule = self.schedule;
+        // The stages draw dropout keys concurrently: each (stage, micro-batch) from a stream of
+        // its own, seeded from one draw of libtorch's generator here, in order.
+        let draw = Tensor::f_randint(i64::MAX, [1], (tch::Kind::Int64, Device::Cpu))
+            .and_then(|t| t.f_int64_value(&[0]))
+            .at(span)? as u64;
+        for (k, io) in links.iter_mut().enumerate() {
+            io.keys = dropout_seed(draw, k as u64);
+        }
         std::thread::scope(|s| {
             let mut handles = Vec::new();
             for (k, (stage, io)) in self.stages.iter_mut().zip(links).enumerate() {
@@ -206,9 +214,11 @@ impl Backprop for Pipeline {
 /// sequence (`[batch, sequence]`, true for tokens) while one flows (see `Net::forward_masked`).
 type Acts = (Tensor, Option<Tensor>);
 
-/// A stage's ends of the channels, and stage 0's micro-batches.
+/// A stage's ends of the channels, stage 0's micro-batches, and the seed of the stage's dropout
+/// keys (micro-batch `j` draws from the stream `dropout_seed(keys, j)`).
 struct Io {
     xs: Vec<Tensor>,
+    keys: u64,
     acts_in: Option<Receiver<Acts>>,
     acts_out: Option<(Sender<Acts>, Device)>,
     grads_in: Option<Receiver<Option<Tensor>>>,
@@ -228,6 +238,7 @@ fn links(p: usize, devices: &[Device]) -> Vec<Io> {
     let mut io: Vec<Io> = (0..p)
         .map(|_| Io {
             xs: Vec::new(),
+            keys: 0,
             acts_in: None,
             acts_out: None,
             grads_in: None,
@@ -280,7 +291,9 @@ fn run_stage(
                         Err(_) => return Ok(pass),
                     },
                 };
-                let (out, keep) = stage.forward_masked(&input, true, keep)?;
+                let (out, keep) = with_dropout_keys(dropout_seed(io.keys, j as u64), || {
+                    stage.forward_masked(&input, true, keep)
+                })?;
                 let kept = match (&end, &io.acts_out) {
                     (Some(end), _) => {
                         let Some(loss) = loss(end, j, &out, &mut pass, span)? else {
