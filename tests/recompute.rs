@@ -200,6 +200,17 @@ experiment "plan" {{
         "activations 10.23 KiB per batch of 10 (recompute; 18.05 KiB without)"
     );
 
+    // A device that the plan overflows: the warning says what recomputing the blocks leaves.
+    let exp = write(&dir, "tight.exp", &two(""));
+    let o = run(&["check", s(&exp), "--device-memory", "cpu=100KiB"]);
+    let t = flat(&text(&o));
+    assert!(t.contains("K0402(memory-exceeded)"), "{t}");
+    assert!(
+        t.contains("`recompute` after block `body`, `tail` would need"),
+        "{t}"
+    );
+    assert!(t.contains(", which fits"), "{t}");
+
     // A batch norm inside a recomputed group would update its statistics twice a step.
     let exp = write(&dir, "norm.exp", &model("recompute", "bn: batchnorm1d"));
     let o = run(&["check", s(&exp)]);

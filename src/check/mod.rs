@@ -249,6 +249,10 @@ fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
             continue;
         };
         if need.total_bytes > capacity {
+            let recompute = recomputed_need(e).and_then(|(blocks, p)| {
+                let then = p.devices.iter().find(|d| d.device == need.device)?;
+                (then.total_bytes < need.total_bytes).then_some((blocks, then.total_bytes))
+            });
             cx.report(Problem::Warnings(Warnings::MemoryExceeded {
                 span: span.unwrap_or(e.data.batch_span),
                 device: need.device,
@@ -261,9 +265,45 @@ fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
                 total: need.total_bytes,
                 capacity,
                 batch: span.map(|_| (e.data.batch, e.data.batch_span)),
+                recompute,
             }));
         }
     }
+}
+
+/// The plan of `e` with `recompute` after every top-level block that may take it (not already
+/// recomputed, holding no batch norm), with those blocks' names; `None` when there is none or
+/// the experiment trains with quantization-aware training.
+fn recomputed_need(e: &Experiment) -> Option<(Vec<String>, plan::Plan)> {
+    let qat = e.compression.iter().any(|c| {
+        matches!(
+            c,
+            crate::ir::Compression::Quantize {
+                scheme: crate::ir::QuantScheme::Qat { .. },
+                ..
+            }
+        )
+    });
+    if qat {
+        return None;
+    }
+    let mut e = e.clone();
+    let mut blocks = Vec::new();
+    for node in &mut e.model.nodes {
+        if let crate::ir::Node::Block {
+            name,
+            nodes,
+            span,
+            recompute: recompute @ None,
+        } = node
+        {
+            if !recompute::holds_batch_norm(nodes) {
+                *recompute = Some(*span);
+                blocks.push(name.clone());
+            }
+        }
+    }
+    (!blocks.is_empty()).then(|| (blocks, plan::plan(&e)))
 }
 
 fn apply_memory_overrides(e: &mut Experiment, options: &Options) {

@@ -68,6 +68,13 @@ fn recomputed<'n>(nodes: &'n [Node], out: &mut Vec<(Span, &'n [Node])>) {
     }
 }
 
+/// Whether a batch norm is among `nodes`.
+pub fn holds_batch_norm(nodes: &[Node]) -> bool {
+    let mut found = Vec::new();
+    batch_norms(nodes, &mut found);
+    !found.is_empty()
+}
+
 /// The batch norms among `nodes`, with their statements.
 fn batch_norms(nodes: &[Node], out: &mut Vec<(String, Span)>) {
     for node in nodes {

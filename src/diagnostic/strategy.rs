@@ -188,7 +188,17 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             total,
             capacity,
             batch,
+            recompute,
         }) => {
+            let recompute = recompute.map_or_else(String::new, |(blocks, then)| {
+                let names: Vec<String> = blocks.iter().map(|b| format!("`{b}`")).collect();
+                format!(
+                    "; `recompute` after block {} would need {}{}",
+                    names.join(", "),
+                    fmt_bytes(then),
+                    if then <= capacity { ", which fits" } else { "" }
+                )
+            });
             let d = new(
                 span,
                 format!(
@@ -199,7 +209,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             )
             .label(format!("{} available", fmt_bytes(capacity)))
             .help(format!(
-                "weights {} + gradients {} + optimizer state {} + activations {}: lower the batch, use bf16, or spread the model over more devices",
+                "weights {} + gradients {} + optimizer state {} + activations {}: lower the batch, use bf16, or spread the model over more devices{recompute}",
                 fmt_bytes(weights),
                 fmt_bytes(gradients),
                 fmt_bytes(optimizer),

@@ -504,6 +504,7 @@ mod tests {
                 total: 10,
                 capacity: 5,
                 batch: None,
+                recompute: Some((vec!["encoder".into()], 4)),
             }),
             Problem::Running(Running::DeviceUnavailable {
                 span: at(0, 1),

@@ -30,6 +30,8 @@ pub enum Warnings {
         capacity: u64,
         /// The batch and its span, when the capacity comes from the file.
         batch: Option<(u64, Span)>,
+        /// The top-level blocks whose `recompute` would lower the need, with the total then.
+        recompute: Option<(Vec<String>, u64)>,
     },
     /// K0403: model parallel on one device.
     ModelParallelOneDevice {
