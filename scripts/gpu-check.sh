@@ -18,7 +18,9 @@
 #   device and on the CPU (`kiln eval RUN --device`) and the losses must agree within the path's
 #   tolerance: int8 weight-only, int4, dynamic int8, FP8 (CUDA only: against the unquantized
 #   model), pipeline stage threads, windowed attention with a class per token, DDP over NCCL at
-#   world size 1 (Gloo on the CPU) ending cleanly. Exit status 1 when a path fails.
+#   world size 1 (Gloo on the CPU) ending cleanly; and activation checkpointing
+#   (bench/gpu/recompute.exp), whose every step's loss must equal the same run's without
+#   `recompute` within 1e-4. Exit status 1 when a path fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=gpu
@@ -231,6 +233,32 @@ fi
 path "pipeline stage threads" experiments/mnist_mlp_pipeline.exp 1e-4 "${steps[@]}"
 path "windowed attention, per-token loss" bench/gpu/windowed.exp 1e-4 "${steps[@]}"
 path "DDP world size 1 (NCCL; Gloo on the CPU)" experiments/article_ddp_nccl.exp 1e-4 "${steps[@]}"
+
+# `recompute_check`: activation checkpointing on the device, its steps' losses against the same
+# run keeping its activations (relative 1e-4: CUDA's attention backward may add in another order).
+recompute_check() {
+  local exp=bench/gpu/recompute.exp kept="$OUT/recompute-kept.exp" a="$OUT/runs/recompute-on" b="$OUT/runs/recompute-off"
+  sed 's/ recompute {/ {/' "$exp" >"$kept"
+  for pair in "$exp:$a" "$kept:$b"; do
+    echo "\$ kiln run ${pair%%:*} --device $DEV --run-dir ${pair#*:}" >>"$LOG"
+    if ! timeout 300 "$KILN" run "${pair%%:*}" --device "$DEV" --quiet --run-dir "${pair#*:}" "${steps[@]}" >>"$LOG" 2>&1; then
+      row path "recompute (activation checkpointing)" FAILED "training on $DEV failed (see $LOG)"
+      FAILED=1
+      return
+    fi
+  done
+  local verdict
+  verdict=$("$PYTHON" - "$a/steps.jsonl" "$b/steps.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["loss"] for l in open(p)] for p in sys.argv[1:])
+worst = max((abs(x - y) / max(abs(y), 1e-12) for x, y in zip(a, b)), default=1.0)
+print(("ok" if len(a) == len(b) and len(a) > 0 and worst <= 1e-4 else "FAILED") + f"\t{len(a)} steps, largest relative difference {worst:.2e}")
+PY
+)
+  [ "${verdict%%$'\t'*}" = ok ] || FAILED=1
+  row path "recompute (activation checkpointing)" "${verdict%%$'\t'*}" "${verdict#*$'\t'}"
+}
+recompute_check
 
 # The c10d binding's own tests on CUDA: NCCL all-reduce of CUDA tensors, the Reducer.
 if [ "$MODE" = gpu ] && [ -x target/release/c10d-tests ]; then
