@@ -1,8 +1,9 @@
 //! Activation checkpointing (`recompute` on a block, a residual or a layer), end to end with real
 //! runs: a run that recomputes equals the run that keeps every activation, step by step and in
 //! its final weights (dropout included: the recomputation draws the same masks), with no
-//! strategy, under DDP at world size 2 and in a pipeline; `kiln plan` counts the activations it
-//! saves; the checker refuses the layers whose forward must not run twice.
+//! strategy, under DDP at world size 2, on two CPU replicas and in a pipeline; `kiln plan`
+//! counts the activations it saves; the checker refuses the layers whose forward must not run
+//! twice.
 //!
 //! Runs in two processes are compared within a relative 1e-6, never bit for bit.
 
@@ -126,6 +127,19 @@ fn recomputed_layers_train_as_the_layers_that_keep_their_activations() {
     let kept = train(&dir, "ddp-kept", &transformer("", "", ddp));
     let block = train(&dir, "ddp-block", &transformer("recompute", "", ddp));
     same_run(&kept, &block, "a recomputed block under DDP");
+
+    // Two CPU replicas run at once, each drawing its dropout keys from a stream of its own: the
+    // run is the same every time, and recomputation in one replica leaves the other's masks.
+    let replicas = "parallel data(devices: [cpu, cpu])";
+    let kept = train(&dir, "replicas-kept", &transformer("", "", replicas));
+    let again = train(&dir, "replicas-again", &transformer("", "", replicas));
+    same_run(&kept, &again, "two CPU replicas, run twice");
+    let block = train(
+        &dir,
+        "replicas-block",
+        &transformer("recompute", "", replicas),
+    );
+    same_run(&kept, &block, "a recomputed block on two CPU replicas");
 
     // In a pipeline (GPipe: every micro-batch's forward before any backward), each group's
     // recomputation finds its own input and its stage's dropout keys, while the other stage

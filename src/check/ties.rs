@@ -186,7 +186,10 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
         ok &= batch_ok;
     }
     if let (Some(p), Some(n), Some(device), Some(pl)) = (&parallel, &nodes, device, &placements) {
-        ok &= check_strategy(cx, p, n, device, pl);
+        let precision = train_in
+            .as_ref()
+            .map_or(crate::ir::Precision::Fp32, |t| t.train.precision);
+        ok &= check_strategy(cx, p, n, device, pl, precision);
     }
     if let (Some(n), Some(c)) = (&nodes, &compression) {
         ok &= super::shrink::check_structured(cx, n, c);

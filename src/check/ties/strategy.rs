@@ -7,7 +7,7 @@ use crate::check::parallel::ParallelIn;
 use crate::check::placement::Placement;
 use crate::diagnostic::problem::{Inconsistent, Strategies, Warnings};
 use crate::diagnostic::Problem;
-use crate::ir::{layers, Device, Node, Parallel};
+use crate::ir::{layers, Device, Node, Parallel, Precision};
 
 pub(super) fn check_strategy(
     cx: &mut Cx,
@@ -15,6 +15,7 @@ pub(super) fn check_strategy(
     nodes: &[Node],
     default: Device,
     placements: &[Placement],
+    precision: Precision,
 ) -> bool {
     let all = layers(nodes);
     let mut ok = true;
@@ -58,7 +59,7 @@ pub(super) fn check_strategy(
                 span: p.span,
             }));
         }
-        shared_generator(cx, p, dp, &all);
+        shared_generator(cx, p, dp, &all, precision);
     }
     if let Parallel::Distributed {
         backend: crate::ir::Backend::Nccl,
@@ -98,13 +99,22 @@ pub(super) fn pipeline_batch_norm(cx: &mut Cx, p: &ParallelIn, nodes: &[Node], m
     }
 }
 
-/// K0408: dropout on data-parallel replicas that share a device, whose masks then come from
-/// one generator in thread order.
-fn shared_generator(cx: &mut Cx, p: &ParallelIn, replicas: &[Device], all: &[&crate::ir::Layer]) {
+/// K0408: dropout on data-parallel replicas that share a device whose generator draws their
+/// masks, which then come from it in thread order: a CUDA device, or the CPU when the
+/// activations are bf16/fp16. Kiln draws fp32 CPU masks itself, each replica from a key stream
+/// of its own, so CPU replicas in fp32 are reproducible.
+fn shared_generator(
+    cx: &mut Cx,
+    p: &ParallelIn,
+    replicas: &[Device],
+    all: &[&crate::ir::Layer],
+    precision: Precision,
+) {
     use crate::ir::LayerKind;
     let shared = replicas.iter().find_map(|d| {
         let n = replicas.iter().filter(|e| *e == d).count() as u64;
-        (n > 1).then_some((*d, n))
+        let drawn_by_libtorch = *d != Device::Cpu || precision != Precision::Fp32;
+        (n > 1 && drawn_by_libtorch).then_some((*d, n))
     });
     let dropout = all.iter().find(|l| match l.kind {
         LayerKind::Dropout { p } => p > 0.0,

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use tch::{Device, Tensor};
 
 use super::super::failure::{torch_failure, At};
-use super::super::model::{self, tch_device, Net};
+use super::super::model::{self, dropout_seed, tch_device, with_dropout_keys, Net};
 use super::super::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use super::strategy::Strategy;
 use kiln::diagnostic::Diagnostic;
@@ -46,13 +46,16 @@ pub struct DataParallel {
 
 /// What a replica's thread is asked to do: forward and backward of the slice `(x, y)`, its part
 /// of the `whole` batch's mean loss multiplied by `scale`; on a step's first micro-batch, after
-/// copying replica 0's weights (in the model's order) and zeroing the gradients.
+/// copying replica 0's weights (in the model's order) and zeroing the gradients. Its dropout
+/// keys come from the stream `keys` (the replicas run at once: libtorch's one CPU generator
+/// would hand them keys in thread order).
 struct Job {
     weights: Option<Vec<Tensor>>,
     x: Tensor,
     y: Tensor,
     whole: Whole,
     scale: f64,
+    keys: u64,
 }
 
 /// A replica on its own thread.
@@ -237,14 +240,22 @@ impl Backprop for DataParallel {
                 return Ok(());
             };
             let sync = std::mem::take(&mut first);
-            let jobs = slices.map(|(x, y)| Job {
+            let draw = Tensor::f_randint(i64::MAX, [1], (tch::Kind::Int64, tch::Device::Cpu))
+                .and_then(|t| t.f_int64_value(&[0]))
+                .at(span)? as u64;
+            let jobs = slices.enumerate().map(|(r, (x, y))| Job {
                 weights: sync.then(|| handles(model.params())),
                 x,
                 y,
                 whole: whole.clone(),
                 scale,
+                keys: dropout_seed(draw, r as u64 + 1),
             });
-            let here = || slice(model, objective, (&x0, &y0), (whole, scale), span);
+            let here = || {
+                with_dropout_keys(dropout_seed(draw, 0), || {
+                    slice(model, objective, (&x0, &y0), (whole, scale), span)
+                })
+            };
             for r in self.all(jobs, span, here)? {
                 pass.add(r).at(span)?;
             }
@@ -274,7 +285,11 @@ fn serve(
         };
         let answer = synced
             .and_then(|()| job.x.f_to_device(net.input_device()).at(span))
-            .and_then(|x| slice(net, objective, (&x, &job.y), (&job.whole, job.scale), span));
+            .and_then(|x| {
+                with_dropout_keys(job.keys, || {
+                    slice(net, objective, (&x, &job.y), (&job.whole, job.scale), span)
+                })
+            });
         if outbox.send(answer).is_err() {
             return;
         }
