@@ -248,6 +248,27 @@ experiment "plan" {{
         t.contains("quantization-aware training cannot run with recomputed layers"),
         "{t}"
     );
+    // Replicas that share libtorch's generator for their masks (CPU replicas in bf16) would not
+    // find it as the forward left it when backward draws the masks again.
+    let shared = transformer("recompute", "", "parallel data(devices: [cpu, cpu])").replace(
+        "    clip_norm 1.0\n",
+        "    clip_norm 1.0\n    precision bf16\n",
+    );
+    let exp = write(&dir, "shared.exp", &shared);
+    let o = run(&["check", s(&exp)]);
+    let t = flat(&text(&o));
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("a recomputed group with dropout cannot run under this `parallel data`"),
+        "{t}"
+    );
+    let fp32 = write(
+        &dir,
+        "fp32.exp",
+        &transformer("recompute", "", "parallel data(devices: [cpu, cpu])"),
+    );
+    assert!(run(&["check", s(&fp32)]).status.success());
+
     // `recompute` once, with `on DEVICE` in either order; anything else after a layer is refused.
     for (trailing, ok) in [
         ("recompute on cpu", true),

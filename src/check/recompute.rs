@@ -6,12 +6,26 @@
 use super::cx::Cx;
 use crate::diagnostic::problem::{Inconsistent, Strategies};
 use crate::diagnostic::Problem;
-use crate::ir::{Compression, LayerKind, Node, QuantScheme};
+use crate::ir::{Compression, Device, Layer, LayerKind, Node, Parallel, Precision, QuantScheme};
 use crate::span::Span;
 
-/// Checks every recomputed group of `nodes` against its layers and against `compression`;
-/// returns whether there was no error.
-pub fn check(cx: &mut Cx, nodes: &[Node], compression: &[Compression]) -> bool {
+/// How the run spreads its work, as far as recomputation cares: the strategy, its statement,
+/// the precision and the experiment's device.
+pub struct Spread<'a> {
+    pub parallel: &'a Parallel,
+    pub span: Span,
+    pub precision: Precision,
+    pub device: Device,
+}
+
+/// Checks every recomputed group of `nodes` against its layers, against `compression` and
+/// against the threads the strategy runs at once; returns whether there was no error.
+pub fn check(
+    cx: &mut Cx,
+    nodes: &[Node],
+    compression: &[Compression],
+    spread: Option<Spread>,
+) -> bool {
     let mut groups = Vec::new();
     recomputed(nodes, &mut groups);
     let mut ok = true;
@@ -34,6 +48,21 @@ pub fn check(cx: &mut Cx, nodes: &[Node], compression: &[Compression]) -> bool {
         } => Some(*span),
         _ => None,
     });
+    let dropout = groups
+        .iter()
+        .find(|(_, inner)| crate::ir::layers(inner).iter().any(|l| drops(l)));
+    if let (Some((at, _)), Some(s)) = (dropout, spread) {
+        if let Some(strategy) = shared_generator(&s) {
+            cx.report(Problem::Strategies(Strategies::Inconsistent {
+                span: *at,
+                situation: Inconsistent::RecomputeSharedGenerator {
+                    strategy,
+                    parallel: s.span,
+                },
+            }));
+            ok = false;
+        }
+    }
     if let (Some(span), Some((recompute, _))) = (qat, groups.first()) {
         cx.report(Problem::Strategies(Strategies::Inconsistent {
             span,
@@ -44,6 +73,35 @@ pub fn check(cx: &mut Cx, nodes: &[Node], compression: &[Compression]) -> bool {
         ok = false;
     }
     ok
+}
+
+/// Whether a layer applies dropout in training.
+fn drops(l: &Layer) -> bool {
+    match l.kind {
+        LayerKind::Dropout { p } => p > 0.0,
+        LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
+            dropout > 0.0
+        }
+        _ => false,
+    }
+}
+
+/// The strategy, when it runs threads at once that draw dropout masks from one of libtorch's
+/// generators (Kiln draws fp32 CPU masks itself, from a stream per thread): data-parallel
+/// replicas sharing a CUDA device, or sharing the CPU in bf16/fp16; pipeline stages on the CPU
+/// in bf16/fp16.
+fn shared_generator(s: &Spread) -> Option<&'static str> {
+    let libtorch_draws = |d: Device| d != Device::Cpu || s.precision != Precision::Fp32;
+    match s.parallel {
+        Parallel::Data { devices, .. } => devices
+            .iter()
+            .any(|d| libtorch_draws(*d) && devices.iter().filter(|e| *e == d).count() > 1)
+            .then_some("data"),
+        Parallel::Pipeline { .. } => {
+            (s.device == Device::Cpu && libtorch_draws(Device::Cpu)).then_some("pipeline")
+        }
+        Parallel::None | Parallel::Model | Parallel::Distributed { .. } => None,
+    }
 }
 
 /// The outermost recomputed groups: the `recompute` span and the group's nodes.

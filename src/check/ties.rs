@@ -155,7 +155,16 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
         ok &= check_combined(cx, c, &p.parallel, p.span);
     }
     if let Some(m) = &model {
-        ok &= super::recompute::check(cx, &m.nodes, compression.as_deref().unwrap_or(&[]));
+        let spread = match (&parallel, &train_in, device) {
+            (Some(p), Some(t), Some(device)) => Some(super::recompute::Spread {
+                parallel: &p.parallel,
+                span: p.span,
+                precision: t.train.precision,
+                device,
+            }),
+            _ => None,
+        };
+        ok &= super::recompute::check(cx, &m.nodes, compression.as_deref().unwrap_or(&[]), spread);
     }
     if let (Some(d), Some(t), Some(t_in)) = (&data, &train, &train_in) {
         ok &= check_evaluation(cx, &d.data, t, &t_in.given);

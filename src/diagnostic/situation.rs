@@ -508,6 +508,15 @@ pub enum Inconsistent {
         /// The layer's statement.
         at: Span,
     },
+    /// Dropout in a recomputed group on threads that share libtorch's generator (replicas or
+    /// stages on one CUDA device, or on the CPU in bf16/fp16): backward's run would not find the
+    /// generator as its forward left it.
+    RecomputeSharedGenerator {
+        /// The strategy, as the language names it.
+        strategy: &'static str,
+        /// The `parallel` statement.
+        parallel: Span,
+    },
     /// Recomputed layers with quantization-aware training, whose observers update in forward.
     RecomputeQat {
         /// The `recompute`.

@@ -364,6 +364,12 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
         .label("its activations are recomputed in backward")
         .with(at, "this layer would update its running statistics twice")
         .help("recompute the layers before or after the batch norm instead, or use `layernorm`, which keeps no statistics"),
+        Inconsistent::RecomputeSharedGenerator { strategy, parallel } => with_message(format!(
+            "a recomputed group with dropout cannot run under this `parallel {strategy}`"
+        ))
+        .label("its dropout masks are drawn again in backward")
+        .with(parallel, "threads here share libtorch's generator for those masks")
+        .help("train in fp32 on the CPU (Kiln then draws each thread's masks from a stream of its own), give each replica its own device, or leave out `recompute` where there is dropout"),
         Inconsistent::RecomputeQat { recompute } => with_message(
             "quantization-aware training cannot run with recomputed layers".into(),
         )
