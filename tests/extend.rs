@@ -83,6 +83,39 @@ fn close(a: f64, b: f64, rel: f64) -> bool {
     (a - b).abs() <= rel * a.abs().max(b.abs()).max(f64::MIN_POSITIVE)
 }
 
+/// Asserts that the extended run `d` took the steps of the run in one go `whole`, `n` of them:
+/// the same step numbers and learning rates, losses within a relative 1e-6.
+fn same_steps(whole: &Path, d: &Path, n: usize) {
+    let (a, b) = (steps(whole), steps(d));
+    assert_eq!((a.len(), b.len()), (n, n), "every step once");
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!((x.0, x.2), (y.0, y.2), "step and learning rate");
+        assert!(
+            close(x.1, y.1, 1e-6),
+            "step {}: loss {} against {}",
+            x.0,
+            x.1,
+            y.1
+        );
+    }
+}
+
+/// Asserts that the reports of `whole` and `d` agree on `keys`.
+fn same_report(whole: &Path, d: &Path, keys: &[&str]) {
+    let (x, y) = (report(whole), report(d));
+    for key in keys {
+        assert!(
+            same(
+                &serde_json::to_value(&x[key]).expect("json"),
+                &serde_json::to_value(&y[key]).expect("json")
+            ),
+            "{key}: {:?} against {:?}",
+            x[key],
+            y[key]
+        );
+    }
+}
+
 /// Whether two JSON values are equal, numbers within a relative 1e-6.
 fn same(a: &Value, b: &Value) -> bool {
     match (a, b) {
@@ -175,38 +208,13 @@ fn an_extended_run_goes_on_as_the_longer_run_in_one_go_with_its_optimizer_state(
 
     let o = extend(&long, &d, &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let (a, b) = (steps(&whole), steps(&d));
-    assert_eq!(a.len(), 128);
-    assert_eq!(
-        b.len(),
-        128,
-        "every step once, the run's and the extension's"
-    );
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!((x.0, x.2), (y.0, y.2), "step and learning rate");
-        assert!(
-            close(x.1, y.1, 1e-6),
-            "step {}: loss {} against {}",
-            x.0,
-            x.1,
-            y.1
-        );
-    }
+    same_steps(&whole, &d, 128);
     let (ma, mb) = (metrics(&whole), metrics(&d));
     assert_eq!(ma.len(), mb.len(), "{mb:?}");
     for (x, y) in ma.iter().zip(&mb) {
         assert!(same(x, y), "{x} against {y}");
     }
-    for key in ["steps", "epochs", "train_loss", "val"] {
-        let (x, y) = (report(&whole), report(&d));
-        assert!(
-            same(
-                &serde_json::to_value(&x[key]).expect("json"),
-                &serde_json::to_value(&y[key]).expect("json")
-            ),
-            "{key}"
-        );
-    }
+    same_report(&whole, &d, &["steps", "epochs", "train_loss", "val"]);
     // The end: weights and Adam's moments as the run in one go has them.
     let (end_a, end_b) = (checkpoint(&whole, 128), checkpoint(&d, 128));
     assert!(end_a.contains_key("optim/fc1.weight/exp_avg_sq"));
@@ -227,7 +235,7 @@ fn an_extended_run_goes_on_as_the_longer_run_in_one_go_with_its_optimizer_state(
     drop_optimizer_state(&fresh, 64);
     let o = extend(&long, &fresh, &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let c = steps(&fresh);
+    let (a, c) = (steps(&whole), steps(&fresh));
     assert!(close(a[64].1, c[64].1, 1e-6), "step 65");
     let worst = a[65..]
         .iter()
@@ -633,30 +641,9 @@ fn a_run_stopped_by_max_steps_goes_on_to_its_length_as_the_run_in_one_go() {
     // Resumed with the same file, it goes on from step 40 to the end, as the run in one go.
     let o = extend(&exp, &d, &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let (a, b) = (steps(&whole), steps(&d));
-    assert_eq!(a.len(), 128);
-    assert_eq!(b.len(), 128, "every step once");
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!((x.0, x.2), (y.0, y.2), "step and learning rate");
-        assert!(
-            close(x.1, y.1, 1e-6),
-            "step {}: loss {} against {}",
-            x.0,
-            x.1,
-            y.1
-        );
-    }
-    let (x, y) = (report(&whole), report(&d));
-    assert!(
-        same(
-            &serde_json::to_value(&x["val"]).expect("json"),
-            &serde_json::to_value(&y["val"]).expect("json")
-        ),
-        "{:?} against {:?}",
-        x["val"],
-        y["val"]
-    );
-    assert_eq!(y["max_steps_reached"].as_bool(), None);
+    same_steps(&whole, &d, 128);
+    same_report(&whole, &d, &["val"]);
+    assert_eq!(report(&d)["max_steps_reached"].as_bool(), None);
     let first: serde_yaml::Value =
         serde_yaml::from_str(&read_path(&d.join("report-1.yaml"))).expect("YAML");
     assert_eq!(first["steps"].as_u64(), Some(40));
@@ -692,18 +679,7 @@ fn a_run_that_ended_within_an_epoch_is_extended_within_it_as_the_longer_run_in_o
     );
     let o = extend(&long, &d, &[]);
     assert!(o.status.success(), "{}", text(&o));
-    let (a, b) = (steps(&whole), steps(&d));
-    assert_eq!((a.len(), b.len()), (100, 100));
-    for (x, y) in a.iter().zip(&b) {
-        assert_eq!(x.0, y.0);
-        assert!(
-            close(x.1, y.1, 1e-6),
-            "step {}: loss {} against {}",
-            x.0,
-            x.1,
-            y.1
-        );
-    }
+    same_steps(&whole, &d, 100);
     // The third epoch's line, written again where it ends, covers all of its steps.
     let third = |dir: &Path| -> Vec<Value> {
         metrics(dir)
@@ -722,14 +698,5 @@ fn a_run_that_ended_within_an_epoch_is_extended_within_it_as_the_longer_run_in_o
         &in_one_go[0]["train_loss"],
         &extended[1]["train_loss"]
     ));
-    let (x, y) = (report(&whole), report(&d));
-    for key in ["steps", "epochs", "train_loss", "val"] {
-        assert!(
-            same(
-                &serde_json::to_value(&x[key]).expect("json"),
-                &serde_json::to_value(&y[key]).expect("json")
-            ),
-            "{key}"
-        );
-    }
+    same_report(&whole, &d, &["steps", "epochs", "train_loss", "val"]);
 }

@@ -225,28 +225,29 @@ experiment "plan" {{
     );
     assert!(t.contains(", which fits"), "{t}");
 
+    // `kiln check` of `file` fails with K0210, saying `says`.
+    let refused = |name: &str, file: &str, says: &str| {
+        let exp = write(&dir, name, file);
+        let o = run(&["check", s(&exp)]);
+        let t = flat(&text(&o));
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(t.contains("K0210") && t.contains(says), "{says}: {t}");
+    };
     // A batch norm inside a recomputed group would update its statistics twice a step.
-    let exp = write(&dir, "norm.exp", &model("recompute", "bn: batchnorm1d"));
-    let o = run(&["check", s(&exp)]);
-    let t = flat(&text(&o));
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    assert!(t.contains("K0210"), "{t}");
-    assert!(
-        t.contains("the batch norm `body.bn` is in a group whose forward runs twice a step"),
-        "{t}"
+    refused(
+        "norm.exp",
+        &model("recompute", "bn: batchnorm1d"),
+        "the batch norm `body.bn` is in a group whose forward runs twice a step",
     );
     // So would quantization-aware training's observers.
     let qat = model("recompute", "").replace(
         "  train {",
         "  compress {\n    quantize [body.0] qat(granularity: per_channel)\n  }\n  train {",
     );
-    let exp = write(&dir, "qat.exp", &qat);
-    let o = run(&["check", s(&exp)]);
-    let t = flat(&text(&o));
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    assert!(
-        t.contains("quantization-aware training cannot run with recomputed layers"),
-        "{t}"
+    refused(
+        "qat.exp",
+        &qat,
+        "quantization-aware training cannot run with recomputed layers",
     );
     // Replicas that share libtorch's generator for their masks (CPU replicas in bf16) would not
     // find it as the forward left it when backward draws the masks again.
@@ -254,13 +255,10 @@ experiment "plan" {{
         "    clip_norm 1.0\n",
         "    clip_norm 1.0\n    precision bf16\n",
     );
-    let exp = write(&dir, "shared.exp", &shared);
-    let o = run(&["check", s(&exp)]);
-    let t = flat(&text(&o));
-    assert_eq!(o.status.code(), Some(1), "{t}");
-    assert!(
-        t.contains("a recomputed group with dropout cannot run under this `parallel data`"),
-        "{t}"
+    refused(
+        "shared.exp",
+        &shared,
+        "a recomputed group with dropout cannot run under this `parallel data`",
     );
     let fp32 = write(
         &dir,
