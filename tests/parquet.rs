@@ -7,19 +7,11 @@ mod support;
 
 use std::path::Path;
 
-use support::{python_command, root, run, s, scratch, text, write};
+use support::toolkit::python_json;
+use support::{run, s, scratch, text, write};
 
 fn files(dir: &Path) {
-    let out = python_command("parquet")
-        .arg(root().join("tests/parquet/write.py"))
-        .arg(dir)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python_json("parquet", "tests/parquet/write.py", &[s(dir)]);
 }
 
 fn experiment(source: &str, input: &str) -> String {

@@ -275,16 +275,7 @@ fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
 /// recomputed, holding no batch norm), with those blocks' names; `None` when there is none or
 /// the experiment trains with quantization-aware training.
 fn recomputed_need(e: &Experiment) -> Option<(Vec<String>, plan::Plan)> {
-    let qat = e.compression.iter().any(|c| {
-        matches!(
-            c,
-            crate::ir::Compression::Quantize {
-                scheme: crate::ir::QuantScheme::Qat { .. },
-                ..
-            }
-        )
-    });
-    if qat {
+    if recompute::qat(&e.compression).is_some() {
         return None;
     }
     let mut e = e.clone();

@@ -1,7 +1,9 @@
 //! Groups marked `recompute` (activation checkpointing): their forward runs twice a step, once
 //! without keeping activations and again in backward, so a layer whose forward updates state
 //! would update it twice: batch norm's running statistics, and quantization-aware training's
-//! observers. Both are refused (K0210).
+//! observers; and dropout drawn twice must find its generator as the forward left it, which
+//! threads sharing libtorch's generator prevent. All three are refused (K0210). The facts they
+//! rest on (which layers drop, where libtorch draws the masks, QAT) serve K0408 and K0402 too.
 
 use super::cx::Cx;
 use crate::diagnostic::problem::{Inconsistent, Strategies};
@@ -40,14 +42,7 @@ pub fn check(
             ok = false;
         }
     }
-    let qat = compression.iter().find_map(|c| match c {
-        Compression::Quantize {
-            scheme: QuantScheme::Qat { .. },
-            span,
-            ..
-        } => Some(*span),
-        _ => None,
-    });
+    let qat = qat(compression);
     let dropout = groups
         .iter()
         .find(|(_, inner)| crate::ir::layers(inner).iter().any(|l| drops(l)));
@@ -75,8 +70,20 @@ pub fn check(
     ok
 }
 
+/// The quantization-aware training statement among `compression`, when there is one.
+pub fn qat(compression: &[Compression]) -> Option<Span> {
+    compression.iter().find_map(|c| match c {
+        Compression::Quantize {
+            scheme: QuantScheme::Qat { .. },
+            span,
+            ..
+        } => Some(*span),
+        _ => None,
+    })
+}
+
 /// Whether a layer applies dropout in training.
-fn drops(l: &Layer) -> bool {
+pub fn drops(l: &Layer) -> bool {
     match l.kind {
         LayerKind::Dropout { p } => p > 0.0,
         LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
@@ -91,7 +98,7 @@ fn drops(l: &Layer) -> bool {
 /// replicas sharing a CUDA device, or sharing the CPU in bf16/fp16; pipeline stages on the CPU
 /// in bf16/fp16.
 fn shared_generator(s: &Spread) -> Option<&'static str> {
-    let libtorch_draws = |d: Device| d != Device::Cpu || s.precision != Precision::Fp32;
+    let libtorch_draws = |d: Device| libtorch_draws(d, s.precision);
     match s.parallel {
         Parallel::Data { devices, .. } => devices
             .iter()
@@ -102,6 +109,12 @@ fn shared_generator(s: &Spread) -> Option<&'static str> {
         }
         Parallel::None | Parallel::Model | Parallel::Distributed { .. } => None,
     }
+}
+
+/// Whether libtorch's generator, rather than Kiln (fp32 on the CPU), draws the dropout masks of
+/// activations on `device` under `precision`.
+pub fn libtorch_draws(device: Device, precision: Precision) -> bool {
+    device != Device::Cpu || precision != Precision::Fp32
 }
 
 /// The outermost recomputed groups: the `recompute` span and the group's nodes.

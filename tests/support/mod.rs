@@ -6,7 +6,7 @@
 pub mod files;
 pub mod formatting;
 pub mod parity;
-mod toolkit;
+pub mod toolkit;
 
 pub use toolkit::{python_command, root, scratch};
 

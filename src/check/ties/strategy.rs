@@ -5,6 +5,7 @@
 use crate::check::cx::Cx;
 use crate::check::parallel::ParallelIn;
 use crate::check::placement::Placement;
+use crate::check::recompute::{drops, libtorch_draws};
 use crate::diagnostic::problem::{Inconsistent, Strategies, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Device, Node, Parallel, Precision};
@@ -110,19 +111,11 @@ fn shared_generator(
     all: &[&crate::ir::Layer],
     precision: Precision,
 ) {
-    use crate::ir::LayerKind;
     let shared = replicas.iter().find_map(|d| {
         let n = replicas.iter().filter(|e| *e == d).count() as u64;
-        let drawn_by_libtorch = *d != Device::Cpu || precision != Precision::Fp32;
-        (n > 1 && drawn_by_libtorch).then_some((*d, n))
+        (n > 1 && libtorch_draws(*d, precision)).then_some((*d, n))
     });
-    let dropout = all.iter().find(|l| match l.kind {
-        LayerKind::Dropout { p } => p > 0.0,
-        LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
-            dropout > 0.0
-        }
-        _ => false,
-    });
+    let dropout = all.iter().find(|l| drops(l));
     if let (Some((device, n)), Some(layer)) = (shared, dropout) {
         cx.report(Problem::Warnings(Warnings::DropoutSharedGenerator {
             span: layer.span,

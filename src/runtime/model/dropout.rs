@@ -49,11 +49,13 @@ fn next_key() -> Result<u64, TchError> {
             KEYS.set(Some(next));
             Ok(mix(next))
         }
-        None => Ok(
-            Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])?
-                as u64,
-        ),
+        None => draw(),
     }
+}
+
+/// One 64-bit draw from libtorch's CPU generator.
+pub fn draw() -> Result<u64, TchError> {
+    Ok(Tensor::f_randint(i64::MAX, [1], (Kind::Int64, Device::Cpu))?.f_int64_value(&[0])? as u64)
 }
 
 /// A seed of its own for `part` of the work that libtorch's generator, in the state it is in,

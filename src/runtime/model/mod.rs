@@ -23,7 +23,7 @@ mod shape;
 
 use tch::{Device, Kind, Tensor};
 
-pub use dropout::{seed_for as dropout_seed, with_keys as with_dropout_keys};
+pub use dropout::{draw as dropout_draw, seed_for as dropout_seed, with_keys as with_dropout_keys};
 
 use super::failure::At;
 use kiln::diagnostic::problem::{Running, Torch};

@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use tch::{Device, Tensor};
 
 use super::super::failure::{torch_failure, At};
-use super::super::model::{self, dropout_seed, tch_device, with_dropout_keys, Net};
+use super::super::model::{self, dropout_draw, dropout_seed, tch_device, with_dropout_keys, Net};
 use super::super::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use super::strategy::Strategy;
 use kiln::diagnostic::Diagnostic;
@@ -240,9 +240,7 @@ impl Backprop for DataParallel {
                 return Ok(());
             };
             let sync = std::mem::take(&mut first);
-            let draw = Tensor::f_randint(i64::MAX, [1], (tch::Kind::Int64, tch::Device::Cpu))
-                .and_then(|t| t.f_int64_value(&[0]))
-                .at(span)? as u64;
+            let draw = dropout_draw().at(span)?;
             let jobs = slices.enumerate().map(|(r, (x, y))| Job {
                 weights: sync.then(|| handles(model.params())),
                 x,

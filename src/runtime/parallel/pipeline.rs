@@ -21,7 +21,7 @@ use tch::{Device, Tensor};
 
 use super::strategy::Strategy;
 use crate::runtime::failure::{torch_failure, At};
-use crate::runtime::model::{dropout_seed, tch_device, with_dropout_keys, Net};
+use crate::runtime::model::{dropout_draw, dropout_seed, tch_device, with_dropout_keys, Net};
 use crate::runtime::step::{micro_batches, Backprop, Batch, Model, Objective, Pass, Whole};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan, Parallelism, PipelineSchedule};
@@ -147,9 +147,7 @@ impl Pipeline {
         let schedule = self.schedule;
         // The stages draw dropout keys concurrently: each (stage, micro-batch) from a stream of
         // its own, seeded from one draw of libtorch's generator here, in order.
-        let draw = Tensor::f_randint(i64::MAX, [1], (tch::Kind::Int64, Device::Cpu))
-            .and_then(|t| t.f_int64_value(&[0]))
-            .at(span)? as u64;
+        let draw = dropout_draw().at(span)?;
         for (k, io) in links.iter_mut().enumerate() {
             io.keys = dropout_seed(draw, k as u64);
         }
