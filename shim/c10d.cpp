@@ -1,6 +1,7 @@
 // The only code in Kiln that touches PyTorch's distributed engine (c10d): a C interface over
-// TCPStore, ProcessGroup (Gloo, and NCCL when built with it) and the Reducer, called from
-// `src/runtime/dist/c10d.rs`.
+// TCPStore, ProcessGroup (Gloo, and NCCL when built with it), the Reducer, and the units of
+// fully sharded data parallel (gathered with `_allgather_base`, their gradients reduced with
+// `_reduce_scatter_base`), called from `src/runtime/dist/c10d.rs`.
 //
 // Every function catches every exception (Gloo's are not c10::Error) and returns 0 on success
 // or -1 with the message in `kiln_c10d_last_error()`; constructors return null on failure.
@@ -23,8 +24,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -55,6 +60,126 @@ struct Reducer {
 };
 
 at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
+
+// A unit of fully sharded data parallel: parameters gathered and freed together. Each parameter
+// of `numel` values is cut into `world` shards of `ceil(numel / world)` values (the last padded
+// with zeros); this rank keeps shard `rank` of each, flat, in `shards`. One all-gather of the
+// shards laid end to end fills every parameter; one reduce-scatter of the gradients laid out the
+// same way gives this rank its part of their sum, added to `grads`, of which each shard's `.grad`
+// is a view. Once backward has accumulated the gradient of every parameter of the unit, a hook
+// on each parameter's gradient accumulator reduces them and frees the parameters.
+struct Unit {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> shards;
+  // Each shard's length; `total` is their sum.
+  std::vector<int64_t> lengths;
+  int64_t total = 0;
+  int64_t world = 1;
+  int64_t rank = 0;
+  at::Tensor grads;
+  // Whether the parameters hold their values now (else their storage is empty).
+  bool gathered = true;
+  // Parameters whose gradient this backward pass has accumulated so far.
+  size_t accumulated = 0;
+};
+
+// Sets the size of `t`'s storage: 0 frees its memory (every view of it, and every tensor autograd
+// saved that shares it, then has none); `nbytes` allocates it again, uninitialised.
+void resize_storage(const at::Tensor& t, size_t nbytes) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  if (impl->nbytes() == nbytes) return;
+  at::Allocator* allocator = impl->allocator();
+  if (allocator == nullptr) allocator = c10::GetAllocator(t.device().type());
+  if (nbytes == 0) {
+    impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  } else {
+    impl->set_data_ptr_noswap(allocator->allocate(nbytes));
+  }
+  impl->set_nbytes(nbytes);
+}
+
+// `t` flat, padded with zeros to `world * length` values.
+at::Tensor padded(const at::Tensor& t, int64_t world, int64_t length) {
+  auto flat = t.reshape({-1});
+  return at::constant_pad_nd(flat, {0, world * length - flat.numel()});
+}
+
+void gather(Unit& u) {
+  if (u.gathered) return;
+  at::NoGradGuard no_grad;
+  for (auto& p : u.params) resize_storage(p, p.numel() * p.element_size());
+  auto input = at::cat(u.shards);
+  at::Tensor output;
+  if (u.world == 1) {
+    output = input;
+  } else {
+    output = at::empty({u.world * u.total}, input.options());
+    u.pg->_allgather_base(output, input)->wait();
+  }
+  auto rows = output.view({u.world, u.total});
+  int64_t at = 0;
+  for (size_t i = 0; i < u.params.size(); i++) {
+    auto& p = u.params[i];
+    auto values = rows.narrow(1, at, u.lengths[i]).reshape({-1}).narrow(0, 0, p.numel());
+    // Written through an alias of the parameter's storage, which has a version counter of its
+    // own: what autograd saved of the parameter is refilled, not modified in place.
+    auto alias = at::empty({0}, p.options());
+    alias.set_(p.storage(), p.storage_offset(), p.sizes(), p.strides());
+    alias.view({-1}).copy_(values);
+    at += u.lengths[i];
+  }
+  u.gathered = true;
+}
+
+void release(Unit& u) {
+  for (auto& p : u.params) resize_storage(p, 0);
+  u.gathered = false;
+  u.accumulated = 0;
+}
+
+// Reduce-scatters the sum of every rank's gradients of the unit's parameters (a parameter
+// without one counts as zeros) and adds this rank's part to its shards' `.grad`, then unsets
+// the parameters' gradients.
+void reduce(Unit& u) {
+  at::NoGradGuard no_grad;
+  auto flat = at::zeros({u.world, u.total}, u.grads.options());
+  int64_t at = 0;
+  for (size_t i = 0; i < u.params.size(); i++) {
+    const auto& g = u.params[i].grad();
+    if (g.defined()) {
+      auto rows = padded(g, u.world, u.lengths[i]).view({u.world, u.lengths[i]});
+      flat.narrow(1, at, u.lengths[i]).copy_(rows);
+    }
+    at += u.lengths[i];
+  }
+  auto input = flat.view({-1});
+  if (u.world == 1) {
+    u.grads.add_(input);
+  } else {
+    auto part = at::empty({u.total}, u.grads.options());
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    u.pg->_reduce_scatter_base(part, input, opts)->wait();
+    u.grads.add_(part);
+  }
+  for (auto& p : u.params) p.mutable_grad() = at::Tensor();
+}
+
+// Counts the unit's parameters whose gradient backward has accumulated; at the last, reduces
+// the gradients and frees the parameters (nothing in backward reads them after that: every
+// node that uses a parameter's values gives it a gradient, so it ran before the accumulation).
+struct Accumulated : torch::autograd::PostAccumulateGradHook {
+  std::weak_ptr<Unit> unit;
+  explicit Accumulated(std::weak_ptr<Unit> u) : unit(std::move(u)) {}
+  void operator()(const torch::autograd::Variable&) override {
+    auto u = unit.lock();
+    if (!u) return;
+    if (++u->accumulated < u->params.size()) return;
+    reduce(*u);
+    release(*u);
+  }
+};
 
 }  // namespace
 
@@ -171,6 +296,13 @@ int kiln_group_allreduce(void* g, void* t) {
   });
 }
 
+// Every rank's `in` laid end to end, in rank order, into `out` (`world` times as long).
+int kiln_group_allgather(void* g, void* out, void* in) {
+  return guarded([&] {
+    static_cast<Group*>(g)->pg->_allgather_base(tensor(out), tensor(in))->wait();
+  });
+}
+
 int kiln_group_broadcast(void* g, void* t, int root) {
   return guarded([&] {
     std::vector<at::Tensor> ts{tensor(t)};
@@ -251,5 +383,87 @@ int kiln_reducer_prepare_backward(void* r) {
 }
 
 void kiln_reducer_free(void* r) { guarded([&] { delete static_cast<Reducer*>(r); }); }
+
+// A unit of the `n` parameters `params` (every rank's hold the same values) on the group `g`:
+// this rank's shard of each is written to `shards[i]` (a new tensor handle for the caller), a
+// flat fp32 tensor that requires grad, whose `.grad` is a view of the unit's gradient buffer.
+// The parameters stay as they are (gathered).
+void* kiln_unit_new(void* g, void* const* params, size_t n, void** shards) {
+  std::shared_ptr<Unit>* out = nullptr;
+  guarded([&] {
+    auto pg = static_cast<Group*>(g)->pg;
+    auto u = std::make_shared<Unit>();
+    u->pg = pg;
+    u->world = pg->getSize();
+    u->rank = pg->getRank();
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < n; i++) {
+      auto p = tensor(params[i]);
+      int64_t length = (p.numel() + u->world - 1) / u->world;
+      auto shard = padded(p.detach(), u->world, length).narrow(0, u->rank * length, length).clone();
+      u->params.push_back(p);
+      u->shards.push_back(shard);
+      u->lengths.push_back(length);
+      u->total += length;
+    }
+    auto options = n > 0 ? u->shards[0].options() : at::TensorOptions(at::kFloat);
+    u->grads = at::zeros({u->total}, options);
+    int64_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+      auto& shard = u->shards[i];
+      shard.set_requires_grad(true);
+      shard.mutable_grad() = u->grads.narrow(0, at, u->lengths[i]);
+      at += u->lengths[i];
+      shards[i] = new at::Tensor(shard);
+    }
+    for (auto& p : u->params) {
+      torch::autograd::impl::set_post_acc_grad_hooks(
+          p, std::make_unique<Accumulated>(std::weak_ptr<Unit>(u)));
+    }
+    out = new std::shared_ptr<Unit>(u);
+  });
+  return out;
+}
+
+// Gathers the unit's parameters from every rank's shards (nothing when they are gathered).
+int kiln_unit_gather(void* u) {
+  return guarded([&] { gather(**static_cast<std::shared_ptr<Unit>*>(u)); });
+}
+
+// Frees the memory of the unit's parameters (and of what autograd saved of them).
+int kiln_unit_release(void* u) {
+  return guarded([&] { release(**static_cast<std::shared_ptr<Unit>*>(u)); });
+}
+
+// Gathers the unit's parameters again when the gradient of `out` (an output of the unit's
+// forward pass, which requires grad) arrives in backward, before the unit's own backward runs.
+// A failure there fails the backward pass with its message.
+int kiln_unit_gather_on_grad(void* u, void* out) {
+  return guarded([&] {
+    std::shared_ptr<Unit> unit = *static_cast<std::shared_ptr<Unit>*>(u);
+    tensor(out).register_hook([unit](const at::Tensor&) { gather(*unit); });
+  });
+}
+
+// Reduces the gradients the unit's parameters still hold (those of a backward pass that did not
+// reach every parameter of the unit), as the hook does; nothing when none holds one.
+int kiln_unit_reduce(void* u) {
+  return guarded([&] {
+    auto& unit = **static_cast<std::shared_ptr<Unit>*>(u);
+    bool any = false;
+    for (auto& p : unit.params) any = any || p.grad().defined();
+    if (any) reduce(unit);
+    unit.accumulated = 0;
+  });
+}
+
+// Unsets the hooks on the parameters' gradient accumulators, then frees the unit.
+void kiln_unit_free(void* u) {
+  guarded([&] {
+    auto* unit = static_cast<std::shared_ptr<Unit>*>(u);
+    for (auto& p : (*unit)->params) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    delete unit;
+  });
+}
 
 }  // extern "C"

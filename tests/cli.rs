@@ -247,18 +247,22 @@ fn exit_codes() {
 }
 
 #[test]
-fn device_memory_flag_warns_when_exceeded() {
+fn device_memory_flag_is_an_error_when_exceeded() {
     let out = kiln(&[
         "check",
         "--device-memory",
         "cuda:0=1MiB",
         "experiments/article_model_parallel.exp",
     ]);
-    assert_eq!(out.status.code(), Some(0), "a warning is not an error");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a configuration that does not fit the given capacity fails"
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("K0402"), "{text}");
+    assert!(text.contains("K0228(does-not-fit)"), "{text}");
     assert!(
-        text.contains("cuda:0 needs 2.93 MiB but has 1.00 MiB"),
+        text.contains("cuda:0 needs 2.93 MiB, more than the 1.00 MiB `--device-memory` gives it"),
         "{text}"
     );
 }

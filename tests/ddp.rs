@@ -10,9 +10,10 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use support::ranks::{finish, none_left, processes_with, run_to_end, runtime};
 use support::{
     checkpoint_tensors, newest_checkpoint, root, s, scratch, text, within_one_sample, write,
 };
@@ -49,30 +50,6 @@ experiment "ddp" {{
 }}
 "#
     )
-}
-
-/// `kiln-runtime` with `args`, in the repository's root, without colour.
-fn runtime(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_kiln-runtime"));
-    c.args(args)
-        .current_dir(root())
-        .env("NO_COLOR", "1")
-        .env("OMP_NUM_THREADS", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for v in [
-        "RANK",
-        "WORLD_SIZE",
-        "LOCAL_RANK",
-        "MASTER_ADDR",
-        "MASTER_PORT",
-        "TORCHELASTIC_USE_AGENT_STORE",
-        "SLURM_PROCID",
-        "SLURM_NTASKS",
-    ] {
-        c.env_remove(v);
-    }
-    c
 }
 
 /// One rank started by hand, as torchrun starts it.
@@ -122,61 +99,6 @@ fn max_difference(a: &Path, b: &Path) -> f32 {
     pa.iter()
         .flat_map(|(k, va)| va.iter().zip(&pb[k]).map(|(x, y)| (x - y).abs()))
         .fold(0.0, f32::max)
-}
-
-/// Waits for `child`, failing after `limit`; returns its output and how long it took.
-fn finish(child: Child, limit: Duration) -> (Output, Duration) {
-    let started = Instant::now();
-    let id = child.id();
-    let waiter = std::thread::spawn(move || child.wait_with_output().expect("wait"));
-    while !waiter.is_finished() {
-        if started.elapsed() > limit {
-            // SAFETY: the pid is our own child, not yet reaped (the waiter has not returned).
-            unsafe { libc::kill(id as i32, libc::SIGKILL) };
-            panic!("the process did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    (waiter.join().expect("waiter"), started.elapsed())
-}
-
-/// The processes whose command line mentions `needle` (a unique scratch path).
-fn processes_with(needle: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
-        })
-        .collect()
-}
-
-/// Asserts that no process of the test at `dir` is left.
-fn none_left(dir: &Path) {
-    // A process that just exited may not be reaped yet; give it a moment.
-    let started = Instant::now();
-    loop {
-        let left = processes_with(s(dir));
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "processes left behind: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Runs `kiln-runtime run exp` to the end in `run` (the launcher when the experiment is
-/// distributed), asserting that it succeeds.
-fn run_to_end(exp: &Path, run: &Path) {
-    let child = runtime(&["run", s(exp), "--quiet", "--run-dir", s(run)])
-        .spawn()
-        .expect("start");
-    let (out, _) = finish(child, Duration::from_secs(120));
-    assert!(out.status.success(), "the run failed:\n{}", text(&out));
 }
 
 #[test]

@@ -13,6 +13,9 @@
 //! code it exists for, and its diagnostics must include that code, so a golden cannot silently
 //! stop testing it.
 //!
+//! A golden whose header comments hold `# --device-memory DEVICE=BYTES` is checked with that
+//! capacity, as `kiln check --device-memory` gives it.
+//!
 //! To (re)write the `.json` and `.out` files after an intended change, run
 //! `KILN_BLESS=1 cargo test --release --test golden`, then read every changed file.
 
@@ -23,6 +26,7 @@ use std::sync::Once;
 use kiln::check::{check_path, Checked, FsLoader, Options};
 use kiln::diagnostic::render::{to_json, to_text, Style};
 use kiln::diagnostic::Code;
+use kiln::ir::Device;
 
 /// The folder of golden files, relative to the crate root.
 const DIR: &str = "tests/diagnostics";
@@ -181,10 +185,30 @@ fn blessing() -> bool {
     std::env::var_os("KILN_BLESS").is_some_and(|v| v == "1")
 }
 
-/// Checks `path` (relative to the crate root) from disk.
+/// Checks `path` (relative to the crate root) from disk, with the capacities its header
+/// comments give as `kiln check --device-memory` would (`# --device-memory cpu=41943040`: a
+/// device and a number of bytes).
 fn check(path: &Path) -> Checked {
     at_crate_root();
-    check_path(path, &FsLoader, &Options::default())
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let device_memory = text
+        .lines()
+        .take_while(|l| l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("# --device-memory "))
+        .map(|v| {
+            let (device, bytes) = v.trim().split_once('=').expect("DEVICE=BYTES");
+            let device = match device.strip_prefix("cuda:") {
+                Some(i) => Device::Cuda(i.parse().expect("a CUDA index")),
+                None => Device::Cpu,
+            };
+            (device, bytes.parse().expect("a number of bytes"))
+        })
+        .collect();
+    let options = Options {
+        device_memory,
+        ..Options::default()
+    };
+    check_path(path, &FsLoader, &options)
 }
 
 /// Every diagnostic drawn as text, one blank line between them.

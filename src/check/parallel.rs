@@ -1,12 +1,12 @@
 //! The `parallel` setting: the strategy (data parallel, model parallel by placement, pipeline,
-//! distributed data parallel) and its arguments.
+//! distributed data parallel, fully sharded data parallel) and its arguments.
 
 use super::cx::Cx;
 use super::read::{callee, Called};
 use super::words::{Strategy, STRATEGIES};
 use crate::diagnostic::problem::{Expected, Inconsistent, Names, OutOfRange, Strategies};
 use crate::diagnostic::{Code, Problem};
-use crate::ir::{Backend, Device, Parallel, PipelineSchedule};
+use crate::ir::{Backend, Device, Parallel, PipelineSchedule, Sharding};
 use crate::span::Span;
 use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
@@ -179,7 +179,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 boundaries: vec![],
             }
         }
-        Strategy::Ddp => {
+        Strategy::Ddp | Strategy::Fsdp => {
             let backend = b
                 .get("backend")
                 .map_or(Some("gloo"), |v| cx.choice(v, "backend", &["gloo", "nccl"]));
@@ -195,6 +195,14 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
             let timeout_s = b
                 .get("timeout")
                 .map_or(Some(DDP_TIMEOUT_S), |v| seconds(cx, v));
+            let sharding = match strategy {
+                Strategy::Fsdp => Some(Sharding {
+                    reshard_after_forward: b
+                        .get("reshard_after_forward")
+                        .map_or(Some(true), |v| cx.boolean(v))?,
+                }),
+                _ => None,
+            };
             Parallel::Distributed {
                 backend: if backend? == "nccl" {
                     Backend::Nccl
@@ -204,6 +212,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 world_size: world_size?,
                 timeout_s: timeout_s?,
                 span: stmt.span,
+                sharding,
             }
         }
     };

@@ -8,7 +8,7 @@
 use super::cx::Cx;
 use crate::diagnostic::problem::{Inconsistent, Strategies};
 use crate::diagnostic::Problem;
-use crate::ir::{Compression, Device, Layer, LayerKind, Node, Parallel, Precision, QuantScheme};
+use crate::ir::{Compression, Device, Node, Parallel, Precision, QuantScheme};
 use crate::span::Span;
 
 /// How the run spreads its work, as far as recomputation cares: the strategy, its statement,
@@ -45,7 +45,7 @@ pub fn check(
     let qat = qat(compression);
     let dropout = groups
         .iter()
-        .find(|(_, inner)| crate::ir::layers(inner).iter().any(|l| drops(l)));
+        .find(|(_, inner)| crate::ir::layers(inner).iter().any(|l| l.drops()));
     if let (Some((at, _)), Some(s)) = (dropout, spread) {
         if let Some(strategy) = shared_generator(&s) {
             cx.report(Problem::Strategies(Strategies::Inconsistent {
@@ -80,17 +80,6 @@ pub fn qat(compression: &[Compression]) -> Option<Span> {
         } => Some(*span),
         _ => None,
     })
-}
-
-/// Whether a layer applies dropout in training.
-pub fn drops(l: &Layer) -> bool {
-    match l.kind {
-        LayerKind::Dropout { p } => p > 0.0,
-        LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
-            dropout > 0.0
-        }
-        _ => false,
-    }
 }
 
 /// The strategy, when it runs threads at once that draw dropout masks from one of libtorch's
@@ -151,10 +140,7 @@ fn batch_norms(nodes: &[Node], out: &mut Vec<(String, Span)>) {
     for node in nodes {
         match node {
             Node::Layer(l) => {
-                if matches!(
-                    l.kind,
-                    LayerKind::BatchNorm1d { .. } | LayerKind::BatchNorm2d { .. }
-                ) {
+                if l.batch_statistics() {
                     out.push((l.name.clone(), l.span));
                 }
             }

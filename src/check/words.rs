@@ -269,6 +269,7 @@ pub(super) enum Strategy {
     Model,
     Pipeline,
     Ddp,
+    Fsdp,
 }
 
 /// Parallel strategies and their parameters.
@@ -282,6 +283,11 @@ pub(super) const STRATEGIES: &[Choice<Strategy>] = &[
         &["stages", "micro_batches", "schedule"],
     ),
     ("ddp", Strategy::Ddp, &["backend", "world_size", "timeout"]),
+    (
+        "fsdp",
+        Strategy::Fsdp,
+        &["backend", "world_size", "reshard_after_forward", "timeout"],
+    ),
 ];
 
 /// Optimizer names with their parameters in positional order (completion, hover).

@@ -146,6 +146,8 @@ codes! {
     GroupOverlap = "K0226", "group-overlap", Error, "A parameter is selected by two parameter groups of the optimizer; each parameter belongs to one group.";
     /// Batch norm over one value per channel, whose variance is undefined.
     BatchNormOneValue = "K0227", "batch-norm-one-value", Error, "A batch norm layer would normalise one value per channel with batch statistics: a batch, micro-batch or replica's slice of one sample.";
+    /// The plan does not fit a device's memory as `--device-memory` gives it.
+    DoesNotFit = "K0228", "does-not-fit", Error, "The plan needs more memory on a device than `--device-memory` gives it.";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
@@ -198,6 +200,8 @@ codes! {
     EmptyGroup = "K0419", "empty-group", Warning, "A parameter group of the optimizer selects no parameter of the model.";
     /// A training batch whose class targets all weigh nothing.
     WeightlessBatch = "K0420", "weightless-batch", Error, "Every class target of a training batch is ignored (`ignore_index`) or of a class weighted 0, so its mean loss is undefined.";
+    /// Fully sharded data parallel over a model with one unit of sharding.
+    FsdpOneUnit = "K0421", "fsdp-one-unit", Warning, "Under `parallel fsdp` the model is one unit of sharding (it has no top-level block), gathered whole at every step.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";
@@ -327,6 +331,7 @@ impl Problem {
             Problem::Warnings(Warnings::IgnoredSetting { .. }) => Code::IgnoredSetting,
             Problem::Warnings(Warnings::PlacementIgnored { .. }) => Code::PlacementIgnored,
             Problem::Warnings(Warnings::PipelineBatchNorm { .. }) => Code::PipelineBatchNorm,
+            Problem::Warnings(Warnings::FsdpOneUnit { .. }) => Code::FsdpOneUnit,
             Problem::Warnings(Warnings::DropoutSharedGenerator { .. }) => {
                 Code::DropoutSharedGenerator
             }
@@ -341,6 +346,7 @@ impl Problem {
             Problem::Warnings(Warnings::DataFileMissing { .. }) => Code::DataFileMissing,
             Problem::Strategies(Strategies::GroupOverlap { .. }) => Code::GroupOverlap,
             Problem::Strategies(Strategies::BatchNormOneValue { .. }) => Code::BatchNormOneValue,
+            Problem::Strategies(Strategies::DoesNotFit { .. }) => Code::DoesNotFit,
             Problem::Warnings(Warnings::EmptyGroup { .. }) => Code::EmptyGroup,
             Problem::Warnings(Warnings::WeightlessBatch { .. }) => Code::WeightlessBatch,
             Problem::Running(Running::DataMissing { .. }) => Code::DataMissing,

@@ -490,6 +490,11 @@ pub enum Inconsistent {
         /// The `parallel` statement.
         parallel: Span,
     },
+    /// Pruning under `parallel fsdp`, whose ranks hold shards of the tensors pruning masks.
+    PruneSharded {
+        /// The `parallel` statement.
+        parallel: Span,
+    },
     /// Two pruning statements whose schedules lengthen training.
     TwoLengthenings {
         /// The first of them.

@@ -275,6 +275,58 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         .label("ignored")
         .with(parallel, "every replica holds the whole model")
         .help("remove the placement, or use `parallel model` or `pipeline`"),
+        Problem::Strategies(Strategies::DoesNotFit {
+            span,
+            device,
+            need: [weights, gradients, optimizer, activations],
+            total,
+            capacity,
+            changes,
+        }) => {
+            let mut terms = [
+                ("optimizer state", optimizer),
+                ("weights", weights),
+                ("gradients", gradients),
+                ("activations", activations),
+            ];
+            terms.sort_by_key(|t| std::cmp::Reverse(t.1));
+            let largest = format!(
+                "largest: {} {}, {} {}",
+                terms[0].0,
+                fmt_bytes(terms[0].1),
+                terms[1].0,
+                fmt_bytes(terms[1].1)
+            );
+            let fitting: Vec<String> = changes
+                .iter()
+                .filter(|(_, then)| *then <= capacity)
+                .map(|(change, then)| format!("{change} ({})", fmt_bytes(*then)))
+                .collect();
+            let advice = match (fitting.is_empty(), changes.first()) {
+                (false, _) => format!("it fits with {}", fitting.join("; or ")),
+                (true, Some((change, then))) => format!(
+                    "{change} would lower it to {}, still too much: lower the batch, use bf16, or add devices",
+                    fmt_bytes(*then)
+                ),
+                (true, None) => "lower the batch, use bf16, or spread the model over more devices".into(),
+            };
+            new(
+                span,
+                format!(
+                    "{device} needs {}, more than the {} `--device-memory` gives it",
+                    fmt_bytes(total),
+                    fmt_bytes(capacity)
+                ),
+            )
+            .label(format!("does not fit in {}", fmt_bytes(capacity)))
+            .help(format!("{largest}; {advice}"))
+        }
+        Problem::Warnings(Warnings::FsdpOneUnit { span }) => new(
+            span,
+            "the model has no top-level block, so fsdp shards it as one unit".into(),
+        )
+        .label("the whole model is gathered at every step")
+        .help("group the layers into top-level blocks (`block b0 { ... }`): each is gathered only while it runs"),
         Problem::Warnings(Warnings::PipelineBatchNorm {
             span,
             layer,
@@ -345,6 +397,12 @@ fn inconsistent(code: Code, span: Span, situation: Inconsistent) -> Diagnostic {
         .label("its observers follow one model's weights and inputs")
         .with(parallel, "this strategy trains copies or parts of the model")
         .help("train `qat` without a parallel strategy (or with model parallel), or quantize after training with `int8`"),
+        Inconsistent::PruneSharded { parallel } => {
+            with_message("pruning cannot run under `parallel fsdp`".into())
+                .label("its masks cover whole tensors")
+                .with(parallel, "each rank holds a shard of every tensor")
+                .help("prune under `parallel ddp` or without a strategy")
+        }
         Inconsistent::TwoLengthenings { first } => {
             with_message("two pruning schedules lengthen training".into())
                 .label("this one adds training after the written length")

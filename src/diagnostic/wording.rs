@@ -246,7 +246,9 @@ impl Problem {
             | Problem::Warnings(Warnings::IgnoredSetting { .. })
             | Problem::Warnings(Warnings::PlacementIgnored { .. })
             | Problem::Warnings(Warnings::DropoutSharedGenerator { .. })
-            | Problem::Warnings(Warnings::PipelineBatchNorm { .. })) => super::strategy::words(p),
+            | Problem::Warnings(Warnings::PipelineBatchNorm { .. })
+            | Problem::Strategies(Strategies::DoesNotFit { .. })
+            | Problem::Warnings(Warnings::FsdpOneUnit { .. })) => super::strategy::words(p),
             p @ (Problem::Strategies(Strategies::Int4GroupSize { .. })
             | Problem::Strategies(Strategies::QatFp16 { .. })
             | Problem::Strategies(Strategies::CompressTargetKind { .. })

@@ -265,6 +265,37 @@ pub struct Layer {
     pub recompute: Option<Span>,
 }
 
+impl Layer {
+    /// Whether it applies dropout in training.
+    pub fn drops(&self) -> bool {
+        match self.kind {
+            LayerKind::Dropout { p } => p > 0.0,
+            LayerKind::Attention { dropout, .. } | LayerKind::TransformerBlock { dropout, .. } => {
+                dropout > 0.0
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether it normalises by the statistics of the rows it is given (batch norm in
+    /// training).
+    pub fn batch_statistics(&self) -> bool {
+        matches!(
+            self.kind,
+            LayerKind::BatchNorm1d { .. } | LayerKind::BatchNorm2d { .. }
+        )
+    }
+}
+
+/// Whether training the model depends on how a batch's rows are split between processes, beyond
+/// rounding: dropout (each process draws the masks of its rows) or batch norm (each normalises
+/// by its rows' statistics).
+pub fn split_matters(nodes: &[Node]) -> bool {
+    layers(nodes)
+        .iter()
+        .any(|l| l.drops() || l.batch_statistics())
+}
+
 /// How the work is spread.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -307,7 +338,21 @@ pub enum Parallel {
         /// The `parallel` statement, where the runtime's distributed failures point.
         #[serde(skip)]
         span: Span,
+        /// `fsdp`: how the ranks shard the model; `None` for `ddp`, where each holds all of it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        sharding: Option<Sharding>,
     },
+}
+
+/// How the ranks of `parallel fsdp` shard the model: each rank holds 1/N of every parameter, of
+/// its gradient and of its optimizer state, and gathers a unit's parameters (a top-level block,
+/// or the model's other layers together) while it runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Sharding {
+    /// Whether a block's gathered parameters are freed after its forward pass and gathered
+    /// again for its backward pass (`true`, ZeRO-3), or kept until the step's backward pass
+    /// ends (`false`, ZeRO-2).
+    pub reshard_after_forward: bool,
 }
 
 impl Parallel {

@@ -3,7 +3,7 @@
 //! computed once, from the checked `parallel` statement and the launcher's rank variables, and
 //! the runtime reads every parallel fact from it.
 
-use super::{Backend, Device, Parallel, PipelineSchedule};
+use super::{Backend, Device, Parallel, PipelineSchedule, Sharding};
 use crate::span::Span;
 
 /// Where this process stands among the ranks of a distributed run, as its launcher says.
@@ -49,7 +49,8 @@ pub enum Parallelism {
         /// `gpipe` or `1f1b`.
         schedule: PipelineSchedule,
     },
-    /// Distributed data parallel: one replica per process, gradients averaged by c10d.
+    /// Distributed data parallel: one replica per process, gradients averaged by c10d; or, with
+    /// `sharding` (`parallel fsdp`), each process holding a shard of the model.
     Ddp {
         /// The processes the experiment asks for.
         world_size: u64,
@@ -59,6 +60,8 @@ pub enum Parallelism {
         timeout_s: u64,
         /// The `parallel` statement, where distributed failures point.
         span: Span,
+        /// How the ranks shard the model (`fsdp`); `None` under `ddp`.
+        sharding: Option<Sharding>,
     },
 }
 
@@ -96,11 +99,13 @@ impl ParallelPlan {
                 world_size,
                 timeout_s,
                 span,
+                sharding,
             } => Parallelism::Ddp {
                 world_size: *world_size,
                 backend: *backend,
                 timeout_s: *timeout_s,
                 span: *span,
+                sharding: *sharding,
             },
         };
         ParallelPlan {

@@ -14,6 +14,7 @@ mod eval;
 pub mod groups;
 mod recompute;
 pub mod schedule;
+pub mod sharding;
 pub mod shrink;
 pub mod splits;
 pub mod stored;
@@ -168,6 +169,9 @@ pub struct Plan {
     /// pipeline).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stages: Vec<StageNeed>,
+    /// `parallel fsdp`: its units and what a rank holds (left out of YAML otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<sharding::Sharding>,
     /// What crosses between devices each step.
     pub communication: Communication,
     /// Weights before and after compression (left out of YAML when nothing is compressed).
@@ -366,9 +370,22 @@ pub fn plan(e: &Experiment) -> Plan {
             }
             out
         }
-        Parallel::Distributed { world_size, .. } => {
-            vec![need(e.device, *world_size, params, full_acts)]
-        }
+        Parallel::Distributed { world_size, .. } => match sharding::Sharding::of(e) {
+            // A rank holds its shards and what it gathers, whole gradients until they are
+            // reduced, and the optimizer's state of its shards.
+            Some(s) => {
+                let (w, g, o) = (
+                    4u64.saturating_mul(s.shard_params.saturating_add(s.gathered_params)),
+                    4u64.saturating_mul(s.shard_params.saturating_add(s.unreduced_gradients)),
+                    state.saturating_mul(s.shard_params),
+                );
+                let mut n = need(e.device, *world_size, s.shard_params, full_acts);
+                (n.weight_bytes, n.gradient_bytes, n.optimizer_bytes) = (w, g, o);
+                n.total_bytes = sum([w, g, o, full_acts]);
+                vec![n]
+            }
+            None => vec![need(e.device, *world_size, params, full_acts)],
+        },
         Parallel::Pipeline {
             stages,
             micro_batches,
@@ -489,6 +506,7 @@ pub fn plan(e: &Experiment) -> Plan {
         totals,
         devices,
         stages: stage_needs,
+        sharding: sharding::Sharding::of(e),
         communication,
         compression: compress::compression(&e.compression, &all, &e.model.nodes),
     }
@@ -509,7 +527,11 @@ fn communication(
         Parallel::Data { devices: d, .. } if d.len() > 1 => {
             out.allreduce = Some(all_reduce(d.len() as u64, gradient_bytes));
         }
-        Parallel::Distributed { world_size, .. } if *world_size > 1 => {
+        Parallel::Distributed {
+            world_size,
+            sharding: None,
+            ..
+        } if *world_size > 1 => {
             out.allreduce = Some(all_reduce(*world_size, gradient_bytes));
         }
         Parallel::Data { .. } | Parallel::Distributed { .. } => {}
@@ -612,16 +634,27 @@ fn describe_parallel(p: &Parallel) -> String {
         Parallel::Distributed {
             backend,
             world_size,
+            sharding,
             ..
         } => {
-            format!(
-                "distributed data parallel, {world_size} processes, {}",
-                if *backend == Backend::Nccl {
-                    "nccl"
-                } else {
-                    "gloo"
+            let backend = if *backend == Backend::Nccl {
+                "nccl"
+            } else {
+                "gloo"
+            };
+            match sharding {
+                None => {
+                    format!("distributed data parallel, {world_size} processes, {backend}")
                 }
-            )
+                Some(s) => format!(
+                    "fully sharded data parallel, {world_size} processes, {backend}, {}",
+                    if s.reshard_after_forward {
+                        "blocks resharded after forward"
+                    } else {
+                        "units kept gathered until backward ends"
+                    }
+                ),
+            }
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::ir::{DataPlacement, Device, OptimizerKind};
 use crate::plan::compress::percent;
 use crate::plan::groups::GroupRow;
 use crate::plan::schedule::ScheduleRow;
+use crate::plan::sharding::Sharding;
 use crate::plan::splits::SplitRow;
 use crate::plan::{CompressionPlan, DataRow, DeviceNeed, Plan};
 use crate::table::{
@@ -27,6 +28,36 @@ fn activations(d: &DeviceNeed) -> String {
     } else {
         format!("activations {}", fmt_bytes(d.activation_bytes))
     }
+}
+
+/// The units of `parallel fsdp` and what a rank holds of them.
+fn sharding(out: &mut String, s: &Sharding) {
+    let _ = writeln!(out, "\nsharding over {} ranks", s.world_size);
+    let header = ["unit", "params", "shard per rank"].map(String::from);
+    let rows: Vec<Vec<String>> = s
+        .units
+        .iter()
+        .map(|u| {
+            vec![
+                u.name.clone(),
+                fmt_count(u.params),
+                fmt_count(u.shard_params),
+            ]
+        })
+        .collect();
+    *out += &table::render(&header, &rows, &[Left, Right, Right], "  ");
+    let gathered = if s.reshard_after_forward {
+        "the root and the two largest blocks"
+    } else {
+        "every unit, until backward ends"
+    };
+    let _ = writeln!(
+        out,
+        "  a rank holds shards of {} parameters; gathered at once: {} ({gathered}); gradients held whole before their reduction: {}",
+        fmt_count(s.shard_params),
+        fmt_count(s.gathered_params),
+        fmt_count(s.unreduced_gradients)
+    );
 }
 
 /// Renders a plan as a table for people.
@@ -160,12 +191,20 @@ pub fn to_text(p: &Plan) -> String {
             if s.in_flight == 1 { "" } else { "es" }
         );
     }
+    if let Some(sh) = &p.sharding {
+        sharding(&mut out, sh);
+    }
     groups(&mut out, &p.groups);
     if let Some(c) = &p.compression {
         compression(&mut out, c);
     }
     let c = &p.communication;
-    if c.transfers.is_empty() && c.allreduce.is_none() && c.pipeline_bubble.is_none() {
+    let sharded = p.sharding.as_ref().filter(|s| s.world_size > 1);
+    if c.transfers.is_empty()
+        && c.allreduce.is_none()
+        && c.pipeline_bubble.is_none()
+        && sharded.is_none()
+    {
         return out;
     }
     let _ = writeln!(out, "\ncommunication per step");
@@ -187,6 +226,16 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(a.bytes),
             a.replicas,
             fmt_bytes(a.ring_bytes_per_replica)
+        );
+    }
+    if let Some(sh) = sharded {
+        let _ = writeln!(
+            out,
+            "  all-gather of {} of weights and reduce-scatter of {} of gradients over {} ranks: each sends and receives {} (ring)",
+            fmt_bytes(sh.all_gather_bytes),
+            fmt_bytes(sh.reduce_scatter_bytes),
+            sh.world_size,
+            fmt_bytes(sh.ring_bytes_per_rank)
         );
     }
     if let Some(b) = c.pipeline_bubble {

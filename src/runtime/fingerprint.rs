@@ -6,7 +6,7 @@ use tch::{TchError, Tensor};
 use super::checkpoint::Fingerprint;
 use super::data::Splits;
 use kiln::diagnostic::problem::Change;
-use kiln::ir::{Compression, Experiment};
+use kiln::ir::{Compression, Experiment, Parallel};
 
 /// What the run in `e` computes and how it is set up, compared on resume; `data` is the loaded
 /// data's digest ([`data_digest`]). Values read like the language (`adamw(eps: 1e-8, ...)`,
@@ -35,6 +35,12 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
             } => format!("quantize {} to {}", names(targets), words(scheme)),
         })
         .collect();
+    // A sharded run that computes as one process does is fingerprinted as one process: its
+    // micro-batches are one process's, the ranks' rows together.
+    let micro = match sharding(e) {
+        Some(_) => t.micro_batch * e.parallel.data_parallel_size(),
+        None => t.micro_batch,
+    };
     let computes = [
         (
             "input",
@@ -70,7 +76,7 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
             "batch",
             format!(
                 "{} (micro-batches of {}, accumulate {})",
-                e.data.batch, t.micro_batch, t.accumulate
+                e.data.batch, micro, t.accumulate
             ),
         ),
         (
@@ -84,7 +90,7 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
             ),
         ),
         ("precision", t.precision.to_string()),
-        ("strategy", words(&e.parallel)),
+        ("strategy", strategy(e)),
         ("compression", compression.join("; ")),
         (
             "clip",
@@ -95,7 +101,7 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
             ),
         ),
     ];
-    let settings = [
+    let mut settings = vec![
         ("learning rate", e.optimizer.lr.to_string()),
         ("schedule", words(&e.schedule)),
         ("length", words(&t.length)),
@@ -104,6 +110,9 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
         ("checkpoint", words(&t.checkpoint)),
         ("early_stop", words(&t.early_stop)),
     ];
+    if let Some(sharded) = sharding(e) {
+        settings.push(("sharding", sharded));
+    }
     let own = |v: &[(&str, String)]| {
         v.iter()
             .map(|(k, v)| ((*k).to_string(), v.clone()))
@@ -124,6 +133,56 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
             .collect(),
         computes: own(&computes),
         settings: own(&settings),
+    }
+}
+
+/// The strategy as what the run computes. A sharded run (`fsdp`) computes every step's gradient
+/// as one process on the whole batch does, unless how the batch is split between the ranks
+/// matters (dropout, batch norm): then it is a run without a strategy, and its sharding a
+/// setting ([`sharding`]) that a resume may change (another world size, or none). Other
+/// strategies are what they say.
+fn strategy(e: &Experiment) -> String {
+    match (&e.parallel, kiln::ir::split_matters(&e.model.nodes)) {
+        (
+            Parallel::Distributed {
+                sharding: Some(_), ..
+            },
+            false,
+        ) => words(&Parallel::None),
+        (
+            Parallel::Distributed {
+                sharding: Some(_), ..
+            },
+            true,
+        ) => fsdp_words(e),
+        (other, _) => words(other),
+    }
+}
+
+/// The sharding of a run whose strategy is a setting ([`strategy`]).
+fn sharding(e: &Experiment) -> Option<String> {
+    match &e.parallel {
+        Parallel::Distributed {
+            sharding: Some(_), ..
+        } if !kiln::ir::split_matters(&e.model.nodes) => Some(fsdp_words(e)),
+        _ => None,
+    }
+}
+
+/// `fsdp(backend: gloo, world_size: 2, reshard_after_forward: true)`.
+fn fsdp_words(e: &Experiment) -> String {
+    match &e.parallel {
+        Parallel::Distributed {
+            backend,
+            world_size,
+            sharding: Some(s),
+            ..
+        } => format!(
+            "fsdp(backend: {}, world_size: {world_size}, reshard_after_forward: {})",
+            words(backend),
+            s.reshard_after_forward
+        ),
+        other => words(other),
     }
 }
 

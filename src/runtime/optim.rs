@@ -381,12 +381,19 @@ impl Optim {
     }
 }
 
-/// Clips gradients: by total L2 norm (`torch.nn.utils.clip_grad_norm_`), then by value.
+/// What sums a value over the processes that hold parts of the gradients (the ranks of a
+/// sharded run; nothing to do elsewhere).
+pub type AllSum<'a> = &'a dyn Fn(&Tensor) -> Result<(), Diagnostic>;
+
+/// Clips gradients: by total L2 norm (`torch.nn.utils.clip_grad_norm_`), then by value. The
+/// squared norm of `params`' gradients is summed by `sum` over the processes that hold the
+/// other parts of them, so that every one clips by the norm of the whole gradient.
 pub fn clip(
     params: &[Tensor],
     norm: Option<f64>,
     value: Option<f64>,
     span: Span,
+    sum: AllSum,
 ) -> Result<(), Diagnostic> {
     tch::no_grad(|| -> Result<(), Diagnostic> {
         let grads: Vec<Tensor> = params
@@ -407,6 +414,7 @@ pub fn clip(
                 let n = g.f_norm().at(span)?.f_to_device(total.device()).at(span)?;
                 total = total.f_add(&n.f_mul(&n).at(span)?).at(span)?;
             }
+            sum(&total)?;
             let total = total.f_sqrt().at(span)?;
             let coef = total
                 .f_add_scalar(1e-6)
@@ -460,8 +468,15 @@ impl LossScaler {
         self.scale
     }
 
-    /// Divides the gradients by the scale; returns whether the step should be taken.
-    pub fn unscale(&mut self, params: &[Tensor], span: Span) -> Result<bool, Diagnostic> {
+    /// Divides the gradients by the scale; returns whether the step should be taken: whether
+    /// every gradient is finite, over the processes `sum` adds up (those holding the other parts
+    /// of the gradients).
+    pub fn unscale(
+        &mut self,
+        params: &[Tensor],
+        span: Span,
+        sum: AllSum,
+    ) -> Result<bool, Diagnostic> {
         if !self.enabled {
             return Ok(true);
         }
@@ -482,7 +497,12 @@ impl LossScaler {
                     .at(span)?
                     != 0;
             }
-            Ok(finite)
+            let overflowed = Tensor::f_from_slice(&[f32::from(u8::from(!finite))])
+                .at(span)?
+                .f_to_device(params.first().map_or(Device::Cpu, Tensor::device))
+                .at(span)?;
+            sum(&overflowed)?;
+            Ok(overflowed.f_double_value(&[]).at(span)? == 0.0)
         })?;
         Ok(self.update(finite))
     }
@@ -526,14 +546,14 @@ mod tests {
         let mut s = LossScaler::new(true);
         s.scale = 2.0;
         assert!(s
-            .unscale(std::slice::from_ref(&p), Span::default())
+            .unscale(std::slice::from_ref(&p), Span::default(), &|_| Ok(()))
             .unwrap());
         assert_eq!(Vec::<f32>::try_from(p.grad()).unwrap(), vec![2.0, 2.0]);
         let q = Tensor::from_slice(&[f32::MAX]).set_requires_grad(true);
         // d(q^2)/dq = 2q overflows f32.
         (&q * &q).sum(tch::Kind::Float).backward();
         assert!(!s
-            .unscale(std::slice::from_ref(&q), Span::default())
+            .unscale(std::slice::from_ref(&q), Span::default(), &|_| Ok(()))
             .unwrap());
         assert_eq!(s.scale(), 1.0);
     }
@@ -542,6 +562,6 @@ mod tests {
     fn a_disabled_scaler_changes_nothing() {
         let mut s = LossScaler::new(false);
         assert_eq!(s.scale(), 1.0);
-        assert!(s.unscale(&[], Span::default()).unwrap());
+        assert!(s.unscale(&[], Span::default(), &|_| Ok(())).unwrap());
     }
 }

@@ -181,6 +181,21 @@ pub trait Backprop {
     fn reduce(&self, _values: &mut [f64]) -> Result<(), Diagnostic> {
         Ok(())
     }
+
+    /// Sums `t` in place over the processes whose gradients are parts of one (the ranks of a
+    /// sharded run, each holding a shard of every gradient): where the step needs a value of
+    /// the whole gradient, its norm for clipping or whether it is finite. Nothing to do where
+    /// every process holds whole gradients.
+    fn all_sum(&self, _t: &Tensor) -> Result<(), Diagnostic> {
+        Ok(())
+    }
+
+    /// Runs `model` on a batch in eval mode, outside a step (an evaluation): as it is, where
+    /// this process holds the model whole; a sharded run gathers each unit as it runs (on every
+    /// rank at the same point).
+    fn infer(&self, model: &dyn Model, x: &Tensor) -> Result<Tensor, Diagnostic> {
+        model.forward(x, false)
+    }
 }
 
 /// Calls `f(x, y, pass)` on each micro-batch of `batch` in order.
@@ -595,8 +610,8 @@ pub struct Stepper {
 impl Stepper {
     /// A stepper updating `named`, the parameters this process owns (the strategy's
     /// `params_owned`), with the optimizer and step settings of `exp`.
-    pub fn new(exp: &Experiment, named: Vec<(&str, &Tensor)>) -> Stepper {
-        let names: Vec<&str> = named.iter().map(|(n, _)| *n).collect();
+    pub fn new(exp: &Experiment, named: Vec<(String, Tensor)>) -> Stepper {
+        let names: Vec<&str> = named.iter().map(|(n, _)| n.as_str()).collect();
         let params: Vec<Tensor> = named.iter().map(|(_, t)| t.shallow_clone()).collect();
         let t = &exp.train;
         Stepper {
@@ -665,8 +680,9 @@ impl Stepper {
             h.gradients_ready(&self.params, span)?;
         }
         // fp16: unscale, and skip the step when the scaled gradients overflowed.
-        if self.scaler.unscale(&self.params, span)? {
-            clip(&self.params, self.clip_norm, self.clip_value, span)?;
+        let sum = |t: &Tensor| backprop.all_sum(t);
+        if self.scaler.unscale(&self.params, span, &sum)? {
+            clip(&self.params, self.clip_norm, self.clip_value, span, &sum)?;
             self.optim.step(&self.params, lr)?;
             for h in &mut self.hooks {
                 h.after_update(&self.params, span)?;

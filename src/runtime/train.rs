@@ -124,7 +124,7 @@ pub fn evaluate(
             .at(exp.data.batch_span);
         for batch in loader {
             let (x, y) = batch?;
-            let out = model.forward(&x, false)?;
+            let out = backprop.infer(model, &x)?;
             let y = y.f_to_device(out.device()).at(span)?;
             let sums = objective.sums(&out, &y)?;
             let zero = || Tensor::f_zeros([1], (tch::Kind::Double, out.device())).at(span);

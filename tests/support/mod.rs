@@ -6,6 +6,7 @@
 pub mod files;
 pub mod formatting;
 pub mod parity;
+pub mod ranks;
 pub mod toolkit;
 
 pub use toolkit::{python_command, root, scratch};

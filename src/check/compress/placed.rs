@@ -82,7 +82,7 @@ pub fn check_placed(cx: &mut Cx, compression: &[Compression], nodes: &[Node], ba
 
 /// Checks the compression steps against the rest of the experiment: quantization-aware
 /// training keeps its observers in one model, so strategies that copy or split the model are
-/// refused; and at most one pruning schedule may lengthen training (fine-tuning or rounds).
+/// refused; pruning keeps masks of whole tensors, so a strategy that shards them is refused; and at most one pruning schedule may lengthen training (fine-tuning or rounds).
 /// Returns whether there was no error.
 pub fn check_combined(
     cx: &mut Cx,
@@ -94,7 +94,10 @@ pub fn check_combined(
     let strategy = match parallel {
         Parallel::Data { .. } => Some("data"),
         Parallel::Pipeline { .. } => Some("pipeline"),
-        Parallel::Distributed { .. } => Some("ddp"),
+        Parallel::Distributed { sharding: None, .. } => Some("ddp"),
+        Parallel::Distributed {
+            sharding: Some(_), ..
+        } => Some("fsdp"),
         Parallel::None | Parallel::Model => None,
     };
     let mut first: Option<Span> = None;
@@ -117,6 +120,15 @@ pub fn check_combined(
                 }
             }
             Compression::Prune { schedule, span, .. } => {
+                if strategy == Some("fsdp") {
+                    cx.report(Problem::Strategies(Strategies::Inconsistent {
+                        span: *span,
+                        situation: Inconsistent::PruneSharded {
+                            parallel: parallel_span,
+                        },
+                    }));
+                    ok = false;
+                }
                 let lengthens = matches!(
                     schedule,
                     PruneSchedule::Iterative { .. }

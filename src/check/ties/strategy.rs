@@ -1,11 +1,11 @@
 //! The checks that tie the parallel strategy to the model: placements it ignores, stages it
-//! cannot make, replicas that share a generator, batch norm per micro-batch, and the pipeline's
-//! stage boundaries.
+//! cannot make, replicas that share a generator, batch norm per micro-batch, fsdp's units, and
+//! the pipeline's stage boundaries.
 
 use crate::check::cx::Cx;
 use crate::check::parallel::ParallelIn;
 use crate::check::placement::Placement;
-use crate::check::recompute::{drops, libtorch_draws};
+use crate::check::recompute::libtorch_draws;
 use crate::diagnostic::problem::{Inconsistent, Strategies, Warnings};
 use crate::diagnostic::Problem;
 use crate::ir::{layers, Device, Node, Parallel, Precision};
@@ -62,6 +62,15 @@ pub(super) fn check_strategy(
         }
         shared_generator(cx, p, dp, &all, precision);
     }
+    // fsdp shards by top-level blocks: without one the model is a single unit, gathered whole.
+    if let Parallel::Distributed {
+        sharding: Some(_), ..
+    } = &p.parallel
+    {
+        if !nodes.iter().any(|n| matches!(n, Node::Block { .. })) {
+            cx.report(Problem::Warnings(Warnings::FsdpOneUnit { span: p.span }));
+        }
+    }
     if let Parallel::Distributed {
         backend: crate::ir::Backend::Nccl,
         ..
@@ -115,7 +124,7 @@ fn shared_generator(
         let n = replicas.iter().filter(|e| *e == d).count() as u64;
         (n > 1 && libtorch_draws(*d, precision)).then_some((*d, n))
     });
-    let dropout = all.iter().find(|l| drops(l));
+    let dropout = all.iter().find(|l| l.drops());
     if let (Some((device, n)), Some(layer)) = (shared, dropout) {
         cx.report(Problem::Warnings(Warnings::DropoutSharedGenerator {
             span: layer.span,

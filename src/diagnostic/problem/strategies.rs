@@ -223,6 +223,21 @@ pub enum Strategies {
         /// That selector, as written.
         first_selector: String,
     },
+    /// K0228: the plan needs more memory on a device than `--device-memory` gives it.
+    DoesNotFit {
+        /// The `parallel` statement of a distributed run, else the batch.
+        span: Span,
+        /// The device.
+        device: Device,
+        /// Bytes needed: weights, gradients, optimizer state, activations.
+        need: [u64; 4],
+        /// All bytes needed.
+        total: u64,
+        /// Bytes available.
+        capacity: u64,
+        /// Changes that lower the need, each with the bytes needed then, fewest first.
+        changes: Vec<(String, u64)>,
+    },
     /// K0227: batch norm normalising one value per channel with batch statistics.
     BatchNormOneValue {
         /// The batch norm layer (a secondary label when the cause is known).

@@ -68,6 +68,11 @@ pub enum Warnings {
         /// The `parallel` statement.
         parallel: Span,
     },
+    /// K0421: `parallel fsdp` over a model without top-level blocks.
+    FsdpOneUnit {
+        /// The `parallel` statement.
+        span: Span,
+    },
     /// K0410: batch norm in a pipelined model.
     PipelineBatchNorm {
         /// The first batch-norm layer.

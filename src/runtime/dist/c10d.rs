@@ -1,6 +1,6 @@
 //! A safe binding to c10d through the shim in `shim/c10d.cpp`: the TCPStore that ranks meet at,
-//! a process group (Gloo, or NCCL on CUDA) and PyTorch's Reducer, which all-reduces gradients
-//! in buckets while backward still runs. Every C++ failure comes back as a [`CommError`]
+//! a process group (Gloo, or NCCL on CUDA), PyTorch's Reducer, which all-reduces gradients
+//! in buckets while backward still runs, and the sharded units of fully sharded data parallel. Every C++ failure comes back as a [`CommError`]
 //! carrying c10d's message; nothing here panics or aborts.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
@@ -48,6 +48,7 @@ mod ffi {
         ) -> *mut c_void;
         pub fn kiln_group_allreduce(g: *mut c_void, t: *mut c_void) -> c_int;
         pub fn kiln_group_broadcast(g: *mut c_void, t: *mut c_void, root: c_int) -> c_int;
+        pub fn kiln_group_allgather(g: *mut c_void, out: *mut c_void, input: *mut c_void) -> c_int;
         pub fn kiln_group_free(g: *mut c_void);
         pub fn kiln_reducer_new(
             g: *mut c_void,
@@ -60,6 +61,17 @@ mod ffi {
         pub fn kiln_reducer_prepare_forward(r: *mut c_void) -> c_int;
         pub fn kiln_reducer_prepare_backward(r: *mut c_void) -> c_int;
         pub fn kiln_reducer_free(r: *mut c_void);
+        pub fn kiln_unit_new(
+            g: *mut c_void,
+            params: *const *mut c_void,
+            n: usize,
+            shards: *mut *mut c_void,
+        ) -> *mut c_void;
+        pub fn kiln_unit_gather(u: *mut c_void) -> c_int;
+        pub fn kiln_unit_release(u: *mut c_void) -> c_int;
+        pub fn kiln_unit_gather_on_grad(u: *mut c_void, out: *mut c_void) -> c_int;
+        pub fn kiln_unit_reduce(u: *mut c_void) -> c_int;
+        pub fn kiln_unit_free(u: *mut c_void);
     }
 }
 
@@ -264,6 +276,19 @@ impl Group {
         status(unsafe { ffi::kiln_group_allreduce(self.0, t.as_ptr() as *mut c_void) })
     }
 
+    /// Every rank's `input` laid end to end, in rank order, into `out`, which holds `world`
+    /// times as many values, contiguous.
+    pub fn all_gather(&self, out: &Tensor, input: &Tensor) -> Result<(), CommError> {
+        // SAFETY: as for `all_reduce`.
+        status(unsafe {
+            ffi::kiln_group_allgather(
+                self.0,
+                out.as_ptr() as *mut c_void,
+                input.as_ptr() as *mut c_void,
+            )
+        })
+    }
+
     /// Copies `root`'s `t` into every rank's `t`.
     pub fn broadcast(&self, t: &Tensor, root: usize) -> Result<(), CommError> {
         // SAFETY: as for `all_reduce`.
@@ -362,6 +387,75 @@ impl Drop for Reducer {
     fn drop(&mut self) {
         // SAFETY: the handle is live and dropped once.
         unsafe { ffi::kiln_reducer_free(self.0) }
+    }
+}
+
+/// Parameters sharded over the ranks of a group and gathered together (a unit of fully sharded
+/// data parallel). Each parameter of `n` values is cut into `world` shards of `ceil(n / world)`
+/// values, the last padded with zeros; this rank keeps its shard of each as a flat tensor that
+/// requires grad, whose `.grad` receives this rank's part of the ranks' summed gradients. Once a
+/// backward pass has accumulated the gradient of every parameter of the unit, a hook reduces
+/// them (a reduce-scatter, added to the shards' `.grad`) and frees the parameters.
+pub struct Unit(*mut c_void);
+
+// SAFETY: as for `Group`; the autograd hooks that share the unit run on the thread of the
+// backward pass that meets them.
+unsafe impl Send for Unit {}
+
+impl Unit {
+    /// The unit of `params`, which every rank holds with the same values, and this rank's shard
+    /// of each (new tensors, in the order of `params`). The parameters stay gathered.
+    pub fn new(group: &Group, params: &[Tensor]) -> Result<(Unit, Vec<Tensor>), CommError> {
+        let ptrs: Vec<*mut c_void> = params.iter().map(|p| p.as_ptr() as *mut c_void).collect();
+        let mut shards: Vec<*mut c_void> = vec![std::ptr::null_mut(); params.len()];
+        // SAFETY: the group and tensors are live during the call; the shim writes one new
+        // `at::Tensor*` per parameter, owned by the caller, and keeps its own references.
+        let p =
+            unsafe { ffi::kiln_unit_new(group.0, ptrs.as_ptr(), ptrs.len(), shards.as_mut_ptr()) };
+        if p.is_null() {
+            return Err(last_error());
+        }
+        let shards = shards
+            .into_iter()
+            // SAFETY: each is a fresh heap `at::Tensor*` whose ownership passes to tch.
+            .map(|s| unsafe { Tensor::from_ptr(s as *mut torch_sys::C_tensor) })
+            .collect();
+        Ok((Unit(p), shards))
+    }
+
+    /// Fills the parameters from every rank's shards (an all-gather; nothing when they are
+    /// gathered already).
+    pub fn gather(&self) -> Result<(), CommError> {
+        // SAFETY: the unit is live.
+        status(unsafe { ffi::kiln_unit_gather(self.0) })
+    }
+
+    /// Frees the parameters' memory, and that of every tensor autograd saved of them.
+    pub fn release(&self) -> Result<(), CommError> {
+        // SAFETY: the unit is live.
+        status(unsafe { ffi::kiln_unit_release(self.0) })
+    }
+
+    /// Gathers the parameters again when the gradient of `out`, which requires grad, arrives
+    /// in backward (before the backward of what computed `out` runs).
+    pub fn gather_on_grad(&self, out: &Tensor) -> Result<(), CommError> {
+        // SAFETY: the unit and the tensor are live; the hook keeps its own reference to the
+        // unit.
+        status(unsafe { ffi::kiln_unit_gather_on_grad(self.0, out.as_ptr() as *mut c_void) })
+    }
+
+    /// Reduces the gradients the parameters still hold, as the hook does (after a backward pass
+    /// that did not reach every parameter of the unit); nothing when none holds one.
+    pub fn reduce(&self) -> Result<(), CommError> {
+        // SAFETY: the unit is live.
+        status(unsafe { ffi::kiln_unit_reduce(self.0) })
+    }
+}
+
+impl Drop for Unit {
+    fn drop(&mut self) {
+        // SAFETY: the handle is live and dropped once.
+        unsafe { ffi::kiln_unit_free(self.0) }
     }
 }
 
@@ -512,6 +606,62 @@ mod tests {
         for g in grads {
             let diff = (&g - &expected).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "gradient differs by {diff}");
+        }
+    }
+
+    /// A unit sharded over 3 ranks: each rank's shards are its slices of the parameters (the
+    /// last padded); a backward pass that meets parameters released after its forward and
+    /// gathered again by the hook gives the gradient it gives without, and once it has
+    /// accumulated every parameter's gradient the unit reduces them: each rank's shards' `.grad`
+    /// hold its slice of the ranks' summed gradients, and the parameters hold none; released
+    /// parameters are gathered back to their values.
+    #[test]
+    fn units_shard_gather_and_reduce_scatter() {
+        let out = ranks(3, |rank, g| {
+            let a = Tensor::arange(5, (Kind::Float, Device::Cpu)).set_requires_grad(true);
+            let b = (Tensor::arange(6, (Kind::Float, Device::Cpu)) * 10.0)
+                .reshape([2, 3])
+                .set_requires_grad(true);
+            let (unit, shards) = Unit::new(g, &[a.shallow_clone(), b.shallow_clone()]).unwrap();
+            let shard: Vec<Vec<f32>> = shards
+                .iter()
+                .map(|s| Vec::<f32>::try_from(&s.detach()).unwrap())
+                .collect();
+            // Forward saves `a` and `b`; they are released, then gathered when the gradient of
+            // `h` arrives.
+            let x = Tensor::full([2], rank as f64 + 1.0, (Kind::Float, Device::Cpu));
+            let h = (&a * &a).sum(Kind::Float) * x.matmul(&b).sum(Kind::Float);
+            unit.release().unwrap();
+            unit.gather_on_grad(&h).unwrap();
+            h.backward();
+            assert!(!a.grad().defined() && !b.grad().defined());
+            unit.reduce().unwrap();
+            let reduced: Vec<Vec<f32>> = shards
+                .iter()
+                .map(|s| Vec::<f32>::try_from(&s.grad()).unwrap())
+                .collect();
+            unit.gather().unwrap();
+            let back = Vec::<f32>::try_from(&b.detach().flatten(0, -1)).unwrap();
+            (shard, reduced, back)
+        });
+        let slice = |v: &[f32], r: usize, len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| v.get(r * len + i).copied().unwrap_or(0.0))
+                .collect()
+        };
+        let a: Vec<f32> = (0..5).map(|i| i as f32).collect();
+        let b: Vec<f32> = (0..6).map(|i| 10.0 * i as f32).collect();
+        // On rank r, x = r + 1: d/da of (a·a)(x b 1) = 2a (x b 1), d/db = (a·a) x 1ᵀ. Summed
+        // over the ranks, x is 1 + 2 + 3 = 6.
+        let (bsum, asq) = (b.iter().sum::<f32>(), a.iter().map(|v| v * v).sum::<f32>());
+        let sum_a: Vec<f32> = a.iter().map(|v| 2.0 * v * 6.0 * bsum).collect();
+        let sum_b: Vec<f32> = vec![asq * 6.0; 6];
+        for (rank, (shard, reduced, back)) in out.iter().enumerate() {
+            assert_eq!(shard[0], slice(&a, rank, 2));
+            assert_eq!(shard[1], slice(&b, rank, 2));
+            assert_eq!(reduced[0], slice(&sum_a, rank, 2));
+            assert_eq!(reduced[1], slice(&sum_b, rank, 2));
+            assert_eq!(back, &b);
         }
     }
 

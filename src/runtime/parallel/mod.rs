@@ -1,13 +1,15 @@
 //! Parallel strategies at run time, one file each behind one interface ([`Strategy`]): the model
 //! on its own devices ([`local`]: one device, or model parallel by placement), data parallel in
-//! one process ([`data`]), pipeline parallel ([`pipeline`]) and distributed data parallel
-//! ([`ddp`]). [`apply`] starts the one the [`ParallelPlan`] names; the step, the training loop and
+//! one process ([`data`]), pipeline parallel ([`pipeline`]), distributed data parallel
+//! ([`ddp`]) and fully sharded data parallel ([`fsdp`]), the last two on [`ranks`]. [`apply`] starts the one the [`ParallelPlan`] names; the step, the training loop and
 //! the checkpoint code are the same for every strategy and never ask which one runs.
 
 mod data;
 pub mod ddp;
+mod fsdp;
 mod local;
 pub mod pipeline;
+mod ranks;
 pub mod strategy;
 
 use super::cancel::Cancel;
@@ -59,6 +61,23 @@ pub fn apply(
     cancel: &Cancel,
 ) -> Result<(Box<dyn Strategy>, Cancel), Diagnostic> {
     let strategy: Box<dyn Strategy> = match &plan.strategy {
+        Parallelism::Ddp {
+            sharding: Some(sharding),
+            ..
+        } => match member {
+            Some(m) => {
+                let (strategy, stop) = fsdp::Fsdp::start(
+                    exp,
+                    plan,
+                    net,
+                    m,
+                    cancel.clone(),
+                    sharding.reshard_after_forward,
+                )?;
+                return Ok((Box::new(strategy), stop));
+            }
+            None => Box::new(Local),
+        },
         Parallelism::Ddp { .. } => match member {
             Some(m) => {
                 let (strategy, stop) = ddp::Ddp::start(exp, plan, net, m, cancel.clone())?;

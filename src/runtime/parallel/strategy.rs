@@ -27,10 +27,14 @@ use kiln::span::Span;
 /// A parallel strategy: the gradients of a batch, and the layout of the training state over
 /// the processes. The defaults are the whole-model layout every process holds in full.
 pub trait Strategy: Backprop {
-    /// The parameters this process's optimizer updates and keeps state for, with their
-    /// `state_dict` names, in a fixed order: all of the model's.
-    fn params_owned<'m>(&self, model: &'m dyn Model) -> Vec<(&'m str, &'m Tensor)> {
-        model.params()
+    /// The parameters this process's optimizer updates and keeps state for (shallow clones),
+    /// with their `state_dict` names, in the model's order: all of the model's.
+    fn params_owned(&self, model: &dyn Model) -> Vec<(String, Tensor)> {
+        model
+            .params()
+            .into_iter()
+            .map(|(n, t)| (n.to_string(), t.shallow_clone()))
+            .collect()
     }
 
     /// The named tensors of a checkpoint taken now: the model's and the optimizer's, whole.
@@ -39,7 +43,7 @@ pub trait Strategy: Backprop {
         model: &dyn Model,
         optim: &Optim,
     ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        Ok(whole_state(model, optim))
+        Ok(whole_state(model, &optim.state))
     }
 
     /// Loads a checkpoint's tensors into the model and the optimizer.
@@ -56,21 +60,29 @@ pub trait Strategy: Backprop {
     /// The model's `state_dict`: its parameters and buffers by their PyTorch names, as a run's
     /// final weights hold them.
     fn state_dict(&self, model: &dyn Model) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        let params = model.params().into_iter().map(|(n, t)| (n, t.detach()));
-        let buffers = model
-            .buffers()
-            .into_iter()
-            .map(|(n, t)| (n, t.shallow_clone()));
-        Ok(params
-            .chain(buffers)
-            .map(|(n, t)| (n.to_string(), t))
-            .collect())
+        Ok(model_state_dict(model))
     }
 }
 
+/// The `state_dict` of a model whose parameters this process holds whole.
+pub fn model_state_dict(model: &dyn Model) -> Vec<(String, Tensor)> {
+    let params = model.params().into_iter().map(|(n, t)| (n, t.detach()));
+    let buffers = model
+        .buffers()
+        .into_iter()
+        .map(|(n, t)| (n, t.shallow_clone()));
+    params
+        .chain(buffers)
+        .map(|(n, t)| (n.to_string(), t))
+        .collect()
+}
+
 /// The named tensors of a whole-model checkpoint: `param/…`, `buffer/…` and
-/// `optim/<param>/<state>`.
-fn whole_state(model: &dyn Model, optim: &Optim) -> Vec<(String, Tensor)> {
+/// `optim/<param>/<state>` (of `optim_state`, whole, in the model's order).
+pub fn whole_state(
+    model: &dyn Model,
+    optim_state: &[Vec<(&'static str, Tensor)>],
+) -> Vec<(String, Tensor)> {
     let params = model.params();
     let mut out: Vec<(String, Tensor)> = params
         .iter()
@@ -82,7 +94,7 @@ fn whole_state(model: &dyn Model, optim: &Optim) -> Vec<(String, Tensor)> {
             .iter()
             .map(|(name, t)| (format!("buffer/{name}"), t.shallow_clone())),
     );
-    for ((name, _), state) in params.iter().zip(&optim.state) {
+    for ((name, _), state) in params.iter().zip(optim_state) {
         for (key, t) in state {
             out.push((format!("optim/{name}/{key}"), t.shallow_clone()));
         }
@@ -91,7 +103,7 @@ fn whole_state(model: &dyn Model, optim: &Optim) -> Vec<(String, Tensor)> {
 }
 
 /// Loads a whole-model checkpoint's tensors into the model and the optimizer.
-fn restore_whole(
+pub fn restore_whole(
     model: &dyn Model,
     optim: &mut Optim,
     tensors: &[(String, Tensor)],

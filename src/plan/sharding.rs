@@ -1,0 +1,133 @@
+//! `parallel fsdp` in the plan: the units the ranks shard, what one rank holds at its peak, and
+//! what the all-gathers and reduce-scatters move each step. The arithmetic follows the runtime
+//! (`src/runtime/parallel/fsdp.rs`):
+//!
+//! - Units: each top-level block with parameters, and the other top-level layers together (the
+//!   root). A tensor of `n` values is cut into W shards of `ceil(n/W)`; a rank keeps one of each.
+//! - Weights: the shards, plus the units gathered at once. With `reshard_after_forward: true`
+//!   that is the root and at most two blocks (the one running, the one being gathered for its
+//!   backward pass); with `false` every unit is gathered by the end of the forward pass.
+//! - Gradients: the shards' gradients, plus the whole gradients a backward pass holds before
+//!   they are reduced: the root's (its layers come first and last) and the largest block's, and
+//!   the flat buffer the largest unit is reduce-scattered from.
+//! - Optimizer state: the optimizer's bytes per parameter, on the shards.
+//! - Per step, for every micro-batch: each unit is all-gathered before its forward pass (and a
+//!   block again before its backward pass when it reshards), and each unit's gradients are
+//!   reduce-scattered once its backward pass is done. A ring moves (W-1)/W of each collective's
+//!   whole in and out of every rank.
+
+use serde::Serialize;
+
+use crate::ir::{layers, tensors, Experiment, Node, Parallel};
+
+/// One unit of sharding.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct UnitRow {
+    /// The block's name, or `root` for the other top-level layers together.
+    pub name: String,
+    /// Its parameters.
+    pub params: u64,
+    /// The parameters of one rank's shards of them (`ceil(n/W)` per tensor).
+    pub shard_params: u64,
+}
+
+/// How the ranks of `parallel fsdp` shard the model, and what a rank holds.
+#[derive(Serialize, Debug, PartialEq)]
+pub struct Sharding {
+    /// The ranks.
+    pub world_size: u64,
+    /// Whether blocks are freed after their forward pass.
+    pub reshard_after_forward: bool,
+    /// The units, blocks in order, the root last.
+    pub units: Vec<UnitRow>,
+    /// Parameters of one rank's shards of every unit.
+    pub shard_params: u64,
+    /// Parameters gathered whole at once, at the peak.
+    pub gathered_params: u64,
+    /// Gradient values held whole at once before their reduction, at the peak (the flat buffer
+    /// of the largest unit included).
+    pub unreduced_gradients: u64,
+    /// Bytes all-gathered per step (every rank's shards, fp32).
+    pub all_gather_bytes: u64,
+    /// Bytes reduce-scattered per step (fp32 gradients).
+    pub reduce_scatter_bytes: u64,
+    /// Bytes each rank sends, and receives, per step (ring): (W-1)/W of both.
+    pub ring_bytes_per_rank: u64,
+}
+
+impl Sharding {
+    /// The sharding of `e`, when it trains under `parallel fsdp`.
+    pub fn of(e: &Experiment) -> Option<Sharding> {
+        let Parallel::Distributed {
+            world_size,
+            sharding: Some(s),
+            ..
+        } = &e.parallel
+        else {
+            return None;
+        };
+        let w = (*world_size).max(1);
+        let unit = |name: &str, nodes: &[Node]| {
+            let all: Vec<u64> = layers(nodes)
+                .iter()
+                .flat_map(|l| tensors(l))
+                .map(|t| t.count)
+                .collect();
+            UnitRow {
+                name: name.to_string(),
+                params: all.iter().sum(),
+                shard_params: all.iter().map(|n| n.div_ceil(w)).sum(),
+            }
+        };
+        let mut units = Vec::new();
+        let mut rest = Vec::new();
+        for node in &e.model.nodes {
+            match node {
+                Node::Block { name, nodes, .. } => units.push(unit(name, nodes)),
+                other => rest.push(other.clone()),
+            }
+        }
+        units.push(unit("root", &rest));
+        units.retain(|u| u.params > 0);
+        let root = units
+            .iter()
+            .find(|u| u.name == "root" && u.params > 0)
+            .map_or(0, |u| u.params);
+        let mut blocks: Vec<u64> = units
+            .iter()
+            .filter(|u| u.name != "root")
+            .map(|u| u.params)
+            .collect();
+        blocks.sort_unstable_by(|a, b| b.cmp(a));
+        let all: u64 = units.iter().map(|u| u.params).sum();
+        let gathered = if s.reshard_after_forward {
+            root + blocks.iter().take(2).sum::<u64>()
+        } else {
+            all
+        };
+        let padded = |u: &UnitRow| u.shard_params * w;
+        let largest_flat = units.iter().map(padded).max().unwrap_or(0);
+        let unreduced = root + blocks.first().copied().unwrap_or(0) + largest_flat;
+        let micro_batches = e.train.accumulate.max(1);
+        let whole: u64 = units.iter().map(padded).sum();
+        let again: u64 = if s.reshard_after_forward {
+            units.iter().filter(|u| u.name != "root").map(padded).sum()
+        } else {
+            0
+        };
+        let all_gather = 4 * micro_batches * (whole + again);
+        let reduce_scatter = 4 * micro_batches * whole;
+        let ring = ((all_gather + reduce_scatter) as f64 * (w - 1) as f64 / w as f64).round();
+        Some(Sharding {
+            world_size: w,
+            reshard_after_forward: s.reshard_after_forward,
+            shard_params: units.iter().map(|u| u.shard_params).sum(),
+            units,
+            gathered_params: gathered,
+            unreduced_gradients: unreduced,
+            all_gather_bytes: all_gather,
+            reduce_scatter_bytes: reduce_scatter,
+            ring_bytes_per_rank: ring as u64,
+        })
+    }
+}

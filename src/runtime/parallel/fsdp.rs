@@ -1,0 +1,342 @@
+//! Fully sharded data parallel over processes on PyTorch's c10d (`parallel fsdp`), as FSDP2's
+//! `fully_shard` does it: every rank holds 1/W of every parameter, of its gradient and of its
+//! optimizer state, and gathers a unit's parameters only while it needs them.
+//!
+//! Units: each top-level block of the model is one unit; the remaining top-level layers are one
+//! unit together (the root). A parameter of `n` values is cut into W shards of `ceil(n/W)`
+//! values (the last padded with zeros); this rank keeps its shard of each, flat, and its
+//! optimizer updates those shards (its state is as sharded). Between steps the model's
+//! parameters hold no memory.
+//!
+//! A step: the model runs one top-level node at a time; before a node runs, its unit is
+//! all-gathered (one `_allgather_base` of the unit's shards laid end to end). With
+//! `reshard_after_forward: true` a block's parameters are freed again after its forward pass,
+//! and a hook on its output gathers them once more when backward reaches it; with `false` they
+//! stay until the step's backward pass ends. The root unit stays gathered through the step.
+//! After the last micro-batch's backward pass, each unit's gradients are reduce-scattered
+//! (`_reduce_scatter_base`, summed) into the shards' gradients, and every unit is freed.
+//!
+//! The arithmetic is ddp's (every rank reads the same global batch and takes its rows), but the
+//! sum replaces the average: a rank's loss on a micro-batch of `m` rows is scaled by `m / n`, so
+//! the summed gradient is the gradient of the global batch's mean loss, as one process on the
+//! whole batch computes it. Clipping by norm and the fp16 overflow check sum their values over
+//! the ranks ([`Backprop::all_sum`]), so they see the whole gradient.
+//!
+//! Checkpoints hold the whole model and optimizer state, in the layout every strategy writes:
+//! each rank gathers them, and rank 0 writes them. A restore takes this rank's slices of them,
+//! so a run resumes at another world size, or without a strategy.
+
+use tch::Tensor;
+
+use super::super::cancel::Cancel;
+use super::super::dist::c10d::Unit;
+use super::super::failure::At;
+use super::super::model::Net;
+use super::super::optim::Optim;
+use super::super::step::{Backprop, Batch, Model, Objective, Pass};
+use super::ranks::{Member, Ranks};
+use super::strategy::{model_state_dict, restore_whole, whole_state, Strategy};
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::{Experiment, Node, ParallelPlan};
+use kiln::span::Span;
+
+/// This rank of a fully sharded data-parallel run.
+pub struct Fsdp {
+    /// Field order is drop order: the units before the group they gather over.
+    units: Vec<Sharded>,
+    ranks: Ranks,
+    /// The model's top-level nodes, each a view of the model, with the unit of its parameters
+    /// (`None` for a node without any).
+    nodes: Vec<(Net, Option<usize>)>,
+    /// This rank's shard of each of the model's parameters, by its name, in the model's order.
+    shards: Vec<(String, Tensor)>,
+    buffers: Vec<Tensor>,
+}
+
+/// A unit and whether its parameters are freed after its forward pass.
+struct Sharded {
+    unit: Unit,
+    reshard: bool,
+}
+
+impl Fsdp {
+    /// Meets the other ranks (as `ddp` does), makes every rank's parameters rank 0's, and
+    /// shards them into units. Returns the strategy and the token the loop must watch for
+    /// stopping.
+    pub fn start(
+        exp: &Experiment,
+        plan: &ParallelPlan,
+        net: &Net,
+        member: Member,
+        signals: Cancel,
+        reshard_after_forward: bool,
+    ) -> Result<(Fsdp, Cancel), Diagnostic> {
+        let (ranks, stop) = Ranks::start(exp, plan, net, member, signals)?;
+        let params: Vec<Tensor> = net
+            .params
+            .iter()
+            .map(|p| p.tensor.shallow_clone())
+            .collect();
+        let buffers: Vec<Tensor> = net
+            .buffers
+            .iter()
+            .map(|b| b.tensor.shallow_clone())
+            .collect();
+        ranks.broadcast(&params)?;
+        ranks.broadcast(&buffers)?;
+        let index = |name: &str| net.params.iter().position(|p| p.name == name);
+        // The parameters of each unit, as indices into the model's: a block's own, then the
+        // root's (every other top-level node's).
+        let mut members: Vec<(Vec<usize>, bool)> = Vec::new();
+        let mut root: Vec<usize> = Vec::new();
+        let mut of_node = Vec::new();
+        for (i, node) in exp.model.nodes.iter().enumerate() {
+            let view = net.stage(i..i + 1);
+            let own: Vec<usize> = view.params.iter().filter_map(|p| index(&p.name)).collect();
+            let unit = match node {
+                _ if own.is_empty() => None,
+                Node::Block { .. } => {
+                    members.push((own, reshard_after_forward));
+                    Some(members.len() - 1)
+                }
+                Node::Layer(_) | Node::Residual { .. } => {
+                    root.extend(own);
+                    Some(usize::MAX)
+                }
+            };
+            of_node.push((view, unit));
+        }
+        if !root.is_empty() {
+            members.push((root, false));
+        }
+        let root_at = members.len().saturating_sub(1);
+        let nodes = of_node
+            .into_iter()
+            .map(|(view, u)| (view, u.map(|u| if u == usize::MAX { root_at } else { u })))
+            .collect();
+        let mut shards: Vec<Option<Tensor>> = params.iter().map(|_| None).collect();
+        let mut units = Vec::new();
+        for (own, reshard) in members {
+            let tensors: Vec<Tensor> = own.iter().map(|&i| params[i].shallow_clone()).collect();
+            let (unit, mine) = Unit::new(&ranks.group, &tensors).map_err(|e| ranks.lost(&e.0))?;
+            for (&i, shard) in own.iter().zip(mine) {
+                shards[i] = Some(shard);
+            }
+            unit.release().map_err(|e| ranks.lost(&e.0))?;
+            units.push(Sharded { unit, reshard });
+        }
+        let shards = net
+            .params
+            .iter()
+            .zip(shards)
+            .map(|(p, s)| {
+                (
+                    p.name.clone(),
+                    s.unwrap_or_else(|| p.tensor.shallow_clone()),
+                )
+            })
+            .collect();
+        Ok((
+            Fsdp {
+                units,
+                ranks,
+                nodes,
+                shards,
+                buffers,
+            },
+            stop,
+        ))
+    }
+
+    /// Runs the model on `x` one top-level node at a time (in training mode when `train`),
+    /// gathering each unit before it runs and freeing those that reshard after it; in training,
+    /// a hook on a freed block's output gathers it again for its backward pass.
+    fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
+        let lost = |e: super::super::dist::c10d::CommError| self.ranks.lost(&e.0);
+        let mut x = x.shallow_clone();
+        let mut keep = None;
+        for (view, unit) in &self.nodes {
+            let unit = unit.map(|u| &self.units[u]);
+            if let Some(u) = unit {
+                u.unit.gather().map_err(lost)?;
+            }
+            let (y, k) = view.forward_masked(&x, train, keep)?;
+            if let Some(u) = unit.filter(|u| u.reshard) {
+                u.unit.release().map_err(lost)?;
+                if y.requires_grad() {
+                    u.unit.gather_on_grad(&y).map_err(lost)?;
+                }
+            }
+            (x, keep) = (y, k);
+        }
+        Ok(x)
+    }
+
+    /// Gathers every unit (those gathered already are current: the shards change only in the
+    /// optimizer step, after a backward pass that frees every unit).
+    fn unshard(&self) -> Result<(), Diagnostic> {
+        for u in &self.units {
+            u.unit.gather().map_err(|e| self.ranks.lost(&e.0))?;
+        }
+        Ok(())
+    }
+
+    /// Frees every unit's gathered parameters.
+    fn release(&self) -> Result<(), Diagnostic> {
+        for u in &self.units {
+            u.unit.release().map_err(|e| self.ranks.lost(&e.0))?;
+        }
+        Ok(())
+    }
+
+    /// This rank's slice of a whole tensor shaped like a parameter: flat, padded with zeros to
+    /// W equal shards, shard `rank`.
+    fn slice(&self, whole: &Tensor, span: Span) -> Result<Tensor, Diagnostic> {
+        let (r, w) = (self.ranks.me.rank as i64, self.ranks.world() as i64);
+        let n = whole.numel() as i64;
+        let len = (n + w - 1) / w;
+        whole
+            .f_reshape([-1])
+            .and_then(|t| t.f_constant_pad_nd([0, w * len - n]))
+            .and_then(|t| t.f_narrow(0, r * len, len))
+            .and_then(|t| t.f_contiguous())
+            .at(span)
+    }
+
+    /// The whole tensor shaped like `like` from every rank's shard of it.
+    fn whole(&self, shard: &Tensor, like: &Tensor) -> Result<Tensor, Diagnostic> {
+        let span = self.ranks.span;
+        let w = self.ranks.world() as i64;
+        let out =
+            Tensor::f_empty([w * shard.numel() as i64], (shard.kind(), shard.device())).at(span)?;
+        if w == 1 {
+            out.shallow_clone().f_copy_(shard).at(span)?;
+        } else {
+            self.ranks
+                .group
+                .all_gather(&out, &shard.f_contiguous().at(span)?)
+                .map_err(|e| self.ranks.lost(&e.0))?;
+        }
+        out.f_narrow(0, 0, like.numel() as i64)
+            .and_then(|t| t.f_reshape(like.size()))
+            .at(span)
+    }
+}
+
+impl Backprop for Fsdp {
+    fn backprop(
+        &mut self,
+        _model: &dyn Model,
+        objective: &Objective,
+        batch: &Batch,
+    ) -> Result<Pass, Diagnostic> {
+        let span = batch.span;
+        let rows = self.ranks.rows(batch)?;
+        let mut pass = Pass::default();
+        for (xm, ym) in rows.xs.iter().zip(&rows.ys) {
+            let out = self.forward(xm, true)?;
+            let ym = ym.f_to_device(out.device()).at(span)?;
+            let part = objective.part(&out, &ym, &batch.whole, &mut pass, rows.weight)?;
+            let scaled = part.f_mul_scalar(batch.scale * rows.weight).at(span)?;
+            scaled
+                .f_backward()
+                .map_err(|e| self.ranks.lost(&e.to_string()))?;
+        }
+        // No rank reduces a non-finite loss: every rank fails with K0504 as the loop reads it.
+        let (pass, finite) = self.ranks.agree(pass, span)?;
+        if finite {
+            for u in &self.units {
+                u.unit.reduce().map_err(|e| self.ranks.lost(&e.0))?;
+            }
+        }
+        self.release()?;
+        if !self.buffers.is_empty() {
+            self.ranks.broadcast(&self.buffers)?;
+        }
+        Ok(pass)
+    }
+
+    /// Each rank evaluates its run of a split's samples.
+    fn share(&self) -> (usize, usize) {
+        (self.ranks.me.rank, self.ranks.world())
+    }
+
+    /// The ranks' evaluation sums add up.
+    fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
+        let sums = self.ranks.sum(values)?;
+        values.copy_from_slice(&sums);
+        Ok(())
+    }
+
+    fn all_sum(&self, t: &Tensor) -> Result<(), Diagnostic> {
+        self.ranks.all_sum(t)
+    }
+
+    /// Evaluation gathers and frees the units as training's forward pass does.
+    fn infer(&self, _model: &dyn Model, x: &Tensor) -> Result<Tensor, Diagnostic> {
+        self.forward(x, false)
+    }
+}
+
+impl Strategy for Fsdp {
+    /// This rank's shards, under their parameters' names.
+    fn params_owned(&self, _model: &dyn Model) -> Vec<(String, Tensor)> {
+        self.shards
+            .iter()
+            .map(|(n, t)| (n.clone(), t.shallow_clone()))
+            .collect()
+    }
+
+    /// The whole model and optimizer state, gathered on every rank (rank 0 writes them).
+    fn state_for_save(
+        &self,
+        model: &dyn Model,
+        optim: &Optim,
+    ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+        self.unshard()?;
+        let params = model.params();
+        let mut whole = Vec::new();
+        for ((_, p), state) in params.iter().zip(&optim.state) {
+            let mut own = Vec::new();
+            for (key, shard) in state {
+                own.push((*key, self.whole(shard, p)?));
+            }
+            whole.push(own);
+        }
+        Ok(whole_state(model, &whole))
+    }
+
+    /// Loads a whole checkpoint (written at any world size, or without a strategy) into the
+    /// model, then takes this rank's slices of its parameters and optimizer state.
+    fn restore(
+        &self,
+        model: &dyn Model,
+        optim: &mut Optim,
+        tensors: &[(String, Tensor)],
+        span: Span,
+    ) -> Result<(), Diagnostic> {
+        self.unshard()?;
+        restore_whole(model, optim, tensors, span)?;
+        let params = model.params();
+        tch::no_grad(|| -> Result<(), Diagnostic> {
+            for (((_, p), (_, shard)), state) in
+                params.iter().zip(&self.shards).zip(optim.state.iter_mut())
+            {
+                shard
+                    .shallow_clone()
+                    .f_copy_(&self.slice(p, span)?)
+                    .at(span)?;
+                for (_, t) in state.iter_mut() {
+                    *t = self.slice(t, span)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// The gathered model's parameters and buffers.
+    fn state_dict(&self, model: &dyn Model) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+        self.unshard()?;
+        Ok(model_state_dict(model))
+    }
+}

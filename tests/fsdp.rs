@@ -1,0 +1,360 @@
+//! Fully sharded data parallel over processes (Gloo on loopback), against one process on the
+//! same global batch: with 2 and 3 ranks, with and without resharding after forward, with Adam,
+//! gradient accumulation and clipping, every step's loss and the final parameters agree within
+//! 1e-5 relative after 20 steps; in bf16 the ranks compute what `ddp` computes; recomputing a
+//! block changes nothing; a run stopped at 2 ranks resumes at 3, at 1 and without a strategy as
+//! the uninterrupted run; a killed rank stops every rank and leaves no process behind; `kiln plan`
+//! counts the shards, the gathered units and the collectives as the arithmetic by hand does.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use support::ranks::{finish, none_left, processes_with, run_to_end, runtime};
+use support::{newest_checkpoint, s, safetensors_f32, scratch, text, write};
+
+/// A small experiment with the strategy `parallel`: 400 training samples in batches of 24, each
+/// in two micro-batches; two blocks (two units) between layers of the root unit, one of them
+/// `recompute` when `recompute` says so; Adam with a layer-norm and clipping by norm.
+fn experiment(parallel: &str, recompute: &str, precision: &str, steps: u64) -> String {
+    format!(
+        r#"
+experiment "fsdp" {{
+  seed 5
+  data {{
+    source synthetic(inputs: normal([8]), targets: randint(3), count: 500)
+    split(train: 0.8, val: 0.2)
+    batch 24
+  }}
+  model {{
+    input [8]
+    fc0: linear(16)
+    block body {recompute} {{
+      fc1: linear(17)
+      tanh
+      norm: layernorm
+      fc2: linear(16)
+    }}
+    tanh
+    block head {{
+      fc3: linear(13)
+      relu
+      fc4: linear(3)
+    }}
+  }}
+  device cpu
+  {parallel}
+  optimizer adam(lr: 0.01)
+  train {{
+    steps {steps}
+    accumulate 2
+    clip_norm 0.5
+    {precision}
+    loss cross_entropy
+    metrics [accuracy]
+    eval_every 10 steps
+    checkpoint(every: 10 steps, keep: 1)
+  }}
+}}
+"#
+    )
+}
+
+/// The final parameters of `run` (its newest final weights), by name.
+fn weights(run: &Path) -> BTreeMap<String, Vec<f32>> {
+    let newest = ["weights-3", "weights-2", "weights"]
+        .iter()
+        .map(|stem| run.join(format!("{stem}.safetensors")))
+        .find(|p| p.exists())
+        .expect("final weights");
+    let (tensors, others) = safetensors_f32(&newest);
+    assert!(others.is_empty(), "{others:?} are not fp32");
+    tensors
+}
+
+/// Every step's training loss in `run`.
+fn losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("steps.jsonl"))
+        .expect("steps.jsonl")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a step");
+            v["loss"].as_f64().expect("loss")
+        })
+        .collect()
+}
+
+/// The largest difference between two runs' final parameters, relative to the largest
+/// magnitude of each tensor, and between their losses at each step, relative to the loss.
+fn differences(a: &Path, b: &Path) -> (f64, f64) {
+    let (wa, wb) = (weights(a), weights(b));
+    assert_eq!(wa.keys().collect::<Vec<_>>(), wb.keys().collect::<Vec<_>>());
+    let params = wa
+        .iter()
+        .map(|(k, va)| {
+            let scale = va.iter().fold(0.0f32, |m, x| m.max(x.abs())).max(1e-6);
+            va.iter()
+                .zip(&wb[k])
+                .map(|(x, y)| f64::from((x - y).abs() / scale))
+                .fold(0.0, f64::max)
+        })
+        .fold(0.0, f64::max);
+    let (la, lb) = (losses(a), losses(b));
+    assert_eq!(la.len(), lb.len(), "steps of {a:?} and {b:?}");
+    let loss = la
+        .iter()
+        .zip(&lb)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(1e-6))
+        .fold(0.0, f64::max);
+    (params, loss)
+}
+
+/// Asserts that `run` computed what `reference` did, within `tolerance` relative.
+fn agrees(reference: &Path, run: &Path, tolerance: f64) {
+    let (params, loss) = differences(reference, run);
+    assert!(
+        params < tolerance && loss < tolerance,
+        "{run:?} against {reference:?}: parameters differ by {params:e}, losses by {loss:e}"
+    );
+}
+
+/// Writes the experiment `name.exp` in `dir` and runs it to the end in `dir/name`.
+fn trained(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let exp = write(dir, &format!("{name}.exp"), text);
+    let run = dir.join(name);
+    run_to_end(&exp, &run);
+    run
+}
+
+const FSDP2: &str = "parallel fsdp(backend: gloo, world_size: 2)";
+const FSDP3_KEEP: &str =
+    "parallel fsdp(backend: gloo, world_size: 3, reshard_after_forward: false)";
+
+#[test]
+fn fsdp_matches_one_process_on_the_full_batch() {
+    let dir = scratch("fsdp-equivalence");
+    let single = trained(&dir, "single", &experiment("", "", "", 20));
+    for (name, parallel) in [
+        ("two", FSDP2),
+        ("three-kept", FSDP3_KEEP),
+        (
+            "two-kept",
+            "parallel fsdp(backend: gloo, world_size: 2, reshard_after_forward: false)",
+        ),
+        ("three", "parallel fsdp(backend: gloo, world_size: 3)"),
+    ] {
+        let run = trained(&dir, name, &experiment(parallel, "", "", 20));
+        assert_eq!(newest_checkpoint(&run), Some(20), "{name}");
+        agrees(&single, &run, 1e-5);
+    }
+    // Each rank evaluates its share of the validation split; the sums add up to one process's.
+    let val = |run: &Path| {
+        support::report(run)["val"]["loss"]
+            .as_f64()
+            .expect("val loss")
+    };
+    let (one, three) = (val(&single), val(&dir.join("three")));
+    assert!((one - three).abs() < 1e-5, "{one} against {three}");
+    none_left(&dir);
+}
+
+/// In bf16 a rank's weight gradients are rounded to bf16 as partial sums over its rows, so no
+/// split of the batch computes exactly what one process computes; fsdp computes what ddp does,
+/// and stays within bf16's rounding of one process.
+#[test]
+fn fsdp_in_bf16_computes_what_ddp_does() {
+    let dir = scratch("fsdp-bf16");
+    let bf16 = "precision bf16";
+    let single = trained(&dir, "single", &experiment("", "", bf16, 20));
+    let ddp = trained(
+        &dir,
+        "ddp",
+        &experiment("parallel ddp(backend: gloo, world_size: 2)", "", bf16, 20),
+    );
+    let fsdp = trained(&dir, "fsdp", &experiment(FSDP2, "", bf16, 20));
+    agrees(&ddp, &fsdp, 1e-5);
+    let (_, loss) = differences(&single, &fsdp);
+    assert!(
+        loss < 1e-2,
+        "bf16 losses differ from one process's by {loss:e}"
+    );
+    none_left(&dir);
+}
+
+#[test]
+fn recomputing_a_block_under_fsdp_changes_nothing() {
+    let dir = scratch("fsdp-recompute");
+    for parallel in [FSDP2, FSDP3_KEEP] {
+        let kept = trained(&dir, "kept", &experiment(parallel, "", "", 20));
+        let again = trained(&dir, "again", &experiment(parallel, "recompute", "", 20));
+        agrees(&kept, &again, 1e-6);
+        std::fs::remove_dir_all(&kept).expect("remove");
+        std::fs::remove_dir_all(&again).expect("remove");
+    }
+    none_left(&dir);
+}
+
+/// A run stopped at step 10 of 20 (`--max-steps`), at 2 ranks.
+fn stopped(dir: &Path, name: &str) -> PathBuf {
+    let exp = write(dir, "two.exp", &experiment(FSDP2, "", "", 20));
+    let run = dir.join(name);
+    let child = runtime(&[
+        "run",
+        s(&exp),
+        "--quiet",
+        "--max-steps",
+        "10",
+        "--run-dir",
+        s(&run),
+    ])
+    .spawn()
+    .expect("start");
+    let (out, _) = finish(child, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(newest_checkpoint(&run), Some(10));
+    run
+}
+
+#[test]
+fn a_run_stopped_at_2_ranks_resumes_at_3_at_1_and_without_a_strategy() {
+    let dir = scratch("fsdp-resume");
+    let whole = trained(&dir, "whole", &experiment("", "", "", 20));
+    for (name, parallel) in [
+        ("three", "parallel fsdp(backend: gloo, world_size: 3)"),
+        ("one", "parallel fsdp(backend: gloo, world_size: 1)"),
+        ("none", ""),
+    ] {
+        let run = stopped(&dir, name);
+        let exp = write(
+            &dir,
+            &format!("{name}.exp"),
+            &experiment(parallel, "", "", 20),
+        );
+        let child = runtime(&["run", s(&exp), "--quiet", "--resume", s(&run)])
+            .spawn()
+            .expect("start");
+        let (out, _) = finish(child, Duration::from_secs(120));
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        let (params, loss) = differences(&whole, &run);
+        assert!(
+            params < 1e-5 && loss < 1e-6,
+            "{name}: parameters differ by {params:e}, losses by {loss:e}"
+        );
+        // The report records the change of sharding.
+        let report = std::fs::read_to_string(run.join("report.yaml")).expect("report");
+        assert!(
+            report.contains(
+                "sharding: fsdp(backend: gloo, world_size: 2, reshard_after_forward: true) → "
+            ),
+            "{name}: {report}"
+        );
+    }
+    none_left(&dir);
+}
+
+#[test]
+fn a_killed_rank_stops_every_rank() {
+    let dir = scratch("fsdp-killed");
+    let exp = write(
+        &dir,
+        "long.exp",
+        &experiment(
+            "parallel fsdp(backend: gloo, world_size: 3, timeout: 10s)",
+            "",
+            "",
+            1_000_000,
+        ),
+    );
+    let run = dir.join("run");
+    let launcher = runtime(&["run", s(&exp), "--run-dir", s(&run)])
+        .spawn()
+        .expect("start");
+    let launcher_pid = launcher.id();
+    // Training is under way once rank 0 wrote a checkpoint.
+    let started = Instant::now();
+    while newest_checkpoint(&run).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let victim = processes_with(s(&exp))
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == b"RANK=1"))
+                && *pid != launcher_pid
+        })
+        .expect("rank 1's process");
+    // SAFETY: a process this test started (through the launcher), still running.
+    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
+    let (out, took) = finish(launcher, Duration::from_secs(30));
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(took < Duration::from_secs(15), "took {took:?}");
+    assert!(
+        all.contains("K0514") && all.contains("rank 1 stopped (killed by SIGKILL"),
+        "{all}"
+    );
+    none_left(&dir);
+}
+
+/// `kiln plan` of the experiment at 2 ranks, against the arithmetic by hand. The tensors: the
+/// root's `fc0` (128 + 16); the block `body`'s `fc1` (272 + 17), `norm` (17 + 17) and `fc2`
+/// (272 + 16): 611; the block `head`'s `fc3` (208 + 13) and `fc4` (39 + 3): 263. A rank's
+/// shard of each tensor is half of it, rounded up: root 72, body 307, head 133, 512 in all.
+#[test]
+fn the_plan_counts_shards_gathered_units_and_collectives() {
+    let dir = scratch("fsdp-plan");
+    let exp = write(&dir, "two.exp", &experiment(FSDP2, "", "", 20));
+    let out = support::kiln(&["plan", s(&exp), "--format", "yaml"])
+        .output()
+        .expect("kiln plan");
+    assert!(out.status.success(), "{}", text(&out));
+    let plan: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("yaml");
+    let sharding = &plan["sharding"];
+    let number = |v: &serde_yaml::Value| v.as_u64().expect("a number");
+    let units: Vec<(String, u64, u64)> = sharding["units"]
+        .as_sequence()
+        .expect("units")
+        .iter()
+        .map(|u| {
+            (
+                u["name"].as_str().expect("name").to_string(),
+                number(&u["params"]),
+                number(&u["shard_params"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        units,
+        [
+            ("body".to_string(), 611, 307),
+            ("head".to_string(), 263, 133),
+            ("root".to_string(), 144, 72)
+        ]
+    );
+    assert_eq!(number(&sharding["shard_params"]), 512);
+    // Resharding: the root and the two largest blocks (here every unit) at once.
+    assert_eq!(number(&sharding["gathered_params"]), 144 + 611 + 263);
+    // The root's and the largest block's whole gradients, and the largest unit's flat buffer.
+    assert_eq!(
+        number(&sharding["unreduced_gradients"]),
+        144 + 611 + 2 * 307
+    );
+    // Each of 2 micro-batches gathers every unit (2 x 512 values) and each block again
+    // (2 x 440), and reduce-scatters every unit; a ring moves half of it in and out of a rank.
+    assert_eq!(number(&sharding["all_gather_bytes"]), 2 * 4 * (1024 + 880));
+    assert_eq!(number(&sharding["reduce_scatter_bytes"]), 2 * 4 * 1024);
+    assert_eq!(
+        number(&sharding["ring_bytes_per_rank"]),
+        (2 * 4 * (1024 + 880) + 2 * 4 * 1024) / 2
+    );
+    let rank = &plan["devices"][0];
+    assert_eq!(number(&rank["replicas"]), 2);
+    assert_eq!(number(&rank["weight_bytes"]), 4 * (512 + 1018));
+    assert_eq!(number(&rank["gradient_bytes"]), 4 * (512 + 1369));
+    // Adam keeps two values a parameter, on the shards.
+    assert_eq!(number(&rank["optimizer_bytes"]), 8 * 512);
+    assert!(plan["communication"]["allreduce"].is_null());
+}
