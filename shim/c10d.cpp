@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <cstdlib>
 #include <cstring>
@@ -68,10 +69,12 @@ at::Tensor& tensor(void* p) { return *static_cast<at::Tensor*>(p); }
 // same way gives this rank its part of their sum, added to `grads`, of which each shard's `.grad`
 // is a view. Once backward has accumulated the gradient of every parameter of the unit, a hook
 // on each parameter's gradient accumulator reduces them and frees the parameters.
-struct Unit {
+struct Unit : std::enable_shared_from_this<Unit> {
   c10::intrusive_ptr<c10d::ProcessGroup> pg;
   std::vector<at::Tensor> params;
+  // This rank's shards, each a piece of `flat` (laid end to end, as the all-gather sends them).
   std::vector<at::Tensor> shards;
+  at::Tensor flat;
   // Each shard's length; `total` is their sum.
   std::vector<int64_t> lengths;
   int64_t total = 0;
@@ -80,9 +83,24 @@ struct Unit {
   at::Tensor grads;
   // Whether the parameters hold their values now (else their storage is empty).
   bool gathered = true;
+  // An all-gather under way (started by `prefetch`) and the buffer it fills.
+  c10::intrusive_ptr<c10d::Work> gathering;
+  at::Tensor gathered_rows;
+  // A reduce-scatter under way (started by the hook), with its input and output, which `finish`
+  // adds to `grads`.
+  c10::intrusive_ptr<c10d::Work> reducing;
+  at::Tensor reduced_input;
+  at::Tensor reduced_part;
   // Parameters whose gradient this backward pass has accumulated so far.
   size_t accumulated = 0;
+  // Whether the hook reduces the gradients and frees the parameters (false: a micro-batch of
+  // gradient accumulation that keeps both whole until a later backward pass).
+  bool sync = true;
 };
+
+// The units whose reduce-scatter was started last, oldest first (on the thread of the backward
+// pass that started them).
+thread_local std::deque<std::weak_ptr<Unit>> in_flight;
 
 // Sets the size of `t`'s storage: 0 frees its memory (every view of it, and every tensor autograd
 // saved that shares it, then has none); `nbytes` allocates it again, uninitialised.
@@ -105,31 +123,59 @@ at::Tensor padded(const at::Tensor& t, int64_t world, int64_t length) {
   return at::constant_pad_nd(flat, {0, world * length - flat.numel()});
 }
 
+// Starts the all-gather of the unit's shards, unless the parameters are gathered or a gather is
+// under way; `gather` waits for it.
+void prefetch(Unit& u) {
+  if (u.gathered || u.gathering || u.world == 1) return;
+  at::NoGradGuard no_grad;
+  u.gathered_rows = at::empty({u.world * u.total}, u.flat.options());
+  u.gathering = u.pg->_allgather_base(u.gathered_rows, u.flat);
+}
+
 void gather(Unit& u) {
   if (u.gathered) return;
   at::NoGradGuard no_grad;
-  for (auto& p : u.params) resize_storage(p, p.numel() * p.element_size());
-  auto input = at::cat(u.shards);
-  at::Tensor output;
-  if (u.world == 1) {
-    output = input;
-  } else {
-    output = at::empty({u.world * u.total}, input.options());
-    u.pg->_allgather_base(output, input)->wait();
+  prefetch(u);
+  at::Tensor output = u.flat;
+  if (u.gathering) {
+    u.gathering->wait();
+    output = u.gathered_rows;
+    u.gathering.reset();
+    u.gathered_rows = at::Tensor();
   }
+  for (auto& p : u.params) resize_storage(p, p.numel() * p.element_size());
   auto rows = output.view({u.world, u.total});
   int64_t at = 0;
   for (size_t i = 0; i < u.params.size(); i++) {
     auto& p = u.params[i];
-    auto values = rows.narrow(1, at, u.lengths[i]).reshape({-1}).narrow(0, 0, p.numel());
+    const int64_t length = u.lengths[i];
+    auto column = rows.narrow(1, at, length);
+    at += length;
     // Written through an alias of the parameter's storage, which has a version counter of its
     // own: what autograd saved of the parameter is refilled, not modified in place.
     auto alias = at::empty({0}, p.options());
-    alias.set_(p.storage(), p.storage_offset(), p.sizes(), p.strides());
-    alias.view({-1}).copy_(values);
-    at += u.lengths[i];
+    alias.set_(p.storage(), p.storage_offset(), {p.numel()}, {1});
+    // The full rows of the column at once, then the part of a row the parameter ends in.
+    const int64_t n = p.numel();
+    const int64_t full = n / length;
+    const int64_t rest = n - full * length;
+    if (full > 0) {
+      alias.narrow(0, 0, full * length).view({full, length}).copy_(column.narrow(0, 0, full));
+    }
+    if (rest > 0) alias.narrow(0, full * length, rest).copy_(column[full].narrow(0, 0, rest));
   }
   u.gathered = true;
+}
+
+// Waits for the unit's reduce-scatter under way, if any, and adds this rank's part to `grads`.
+void finish(Unit& u) {
+  if (!u.reducing) return;
+  u.reducing->wait();
+  u.reducing.reset();
+  at::NoGradGuard no_grad;
+  u.grads.add_(u.reduced_part);
+  u.reduced_input = at::Tensor();
+  u.reduced_part = at::Tensor();
 }
 
 void release(Unit& u) {
@@ -138,32 +184,56 @@ void release(Unit& u) {
   u.accumulated = 0;
 }
 
-// Reduce-scatters the sum of every rank's gradients of the unit's parameters (a parameter
-// without one counts as zeros) and adds this rank's part to its shards' `.grad`, then unsets
-// the parameters' gradients.
+// Starts the reduce-scatter of the sum of every rank's gradients of the unit's parameters (a
+// parameter without one counts as zeros), whose part for this rank `finish` adds to its shards'
+// `.grad`, and unsets the parameters' gradients.
 void reduce(Unit& u) {
   at::NoGradGuard no_grad;
-  auto flat = at::zeros({u.world, u.total}, u.grads.options());
+  auto flat = at::empty({u.world, u.total}, u.grads.options());
   int64_t at = 0;
   for (size_t i = 0; i < u.params.size(); i++) {
+    const int64_t length = u.lengths[i];
+    auto column = flat.narrow(1, at, length);
+    at += length;
     const auto& g = u.params[i].grad();
-    if (g.defined()) {
-      auto rows = padded(g, u.world, u.lengths[i]).view({u.world, u.lengths[i]});
-      flat.narrow(1, at, u.lengths[i]).copy_(rows);
+    if (!g.defined()) {
+      column.zero_();
+      continue;
     }
-    at += u.lengths[i];
+    // Row r of the column is rank r's shard of the gradient: the full rows copied at once, then
+    // the part of a row the gradient ends in, then zeros.
+    auto values = g.reshape({-1});
+    const int64_t n = values.numel();
+    const int64_t full = n / length;
+    const int64_t rest = n - full * length;
+    if (full > 0) {
+      column.narrow(0, 0, full).copy_(values.narrow(0, 0, full * length).view({full, length}));
+    }
+    if (full < u.world) {
+      auto row = column.select(0, full);
+      if (rest > 0) row.narrow(0, 0, rest).copy_(values.narrow(0, full * length, rest));
+      row.narrow(0, rest, length - rest).zero_();
+      if (full + 1 < u.world) column.narrow(0, full + 1, u.world - full - 1).zero_();
+    }
   }
   auto input = flat.view({-1});
+  for (auto& p : u.params) p.mutable_grad() = at::Tensor();
   if (u.world == 1) {
     u.grads.add_(input);
-  } else {
-    auto part = at::empty({u.total}, u.grads.options());
-    c10d::ReduceScatterOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
-    u.pg->_reduce_scatter_base(part, input, opts)->wait();
-    u.grads.add_(part);
+    return;
   }
-  for (auto& p : u.params) p.mutable_grad() = at::Tensor();
+  finish(u);
+  // At most two reductions in flight: each holds a flat copy of its unit's gradients.
+  while (in_flight.size() >= 2) {
+    if (auto other = in_flight.front().lock()) finish(*other);
+    in_flight.pop_front();
+  }
+  u.reduced_input = input;
+  u.reduced_part = at::empty({u.total}, u.grads.options());
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = c10d::ReduceOp::SUM;
+  u.reducing = u.pg->_reduce_scatter_base(u.reduced_part, u.reduced_input, opts);
+  in_flight.push_back(u.weak_from_this());
 }
 
 // Counts the unit's parameters whose gradient backward has accumulated; at the last, reduces
@@ -176,6 +246,8 @@ struct Accumulated : torch::autograd::PostAccumulateGradHook {
     auto u = unit.lock();
     if (!u) return;
     if (++u->accumulated < u->params.size()) return;
+    u->accumulated = 0;
+    if (!u->sync) return;
     reduce(*u);
     release(*u);
   }
@@ -400,21 +472,26 @@ void* kiln_unit_new(void* g, void* const* params, size_t n, void** shards) {
     for (size_t i = 0; i < n; i++) {
       auto p = tensor(params[i]);
       int64_t length = (p.numel() + u->world - 1) / u->world;
-      auto shard = padded(p.detach(), u->world, length).narrow(0, u->rank * length, length).clone();
       u->params.push_back(p);
-      u->shards.push_back(shard);
       u->lengths.push_back(length);
       u->total += length;
     }
-    auto options = n > 0 ? u->shards[0].options() : at::TensorOptions(at::kFloat);
+    auto options = n > 0 ? u->params[0].options() : at::TensorOptions(at::kFloat);
+    options = options.dtype(at::kFloat);
+    u->flat = at::empty({u->total}, options);
     u->grads = at::zeros({u->total}, options);
     int64_t at = 0;
     for (size_t i = 0; i < n; i++) {
-      auto& shard = u->shards[i];
+      const int64_t length = u->lengths[i];
+      auto mine = padded(u->params[i].detach(), u->world, length).narrow(0, u->rank * length, length);
+      // A shard is a piece of `flat` that autograd sees as a leaf of its own.
+      auto shard = u->flat.narrow(0, at, length).detach();
+      shard.copy_(mine);
       shard.set_requires_grad(true);
-      shard.mutable_grad() = u->grads.narrow(0, at, u->lengths[i]);
-      at += u->lengths[i];
+      shard.mutable_grad() = u->grads.narrow(0, at, length);
+      u->shards.push_back(shard);
       shards[i] = new at::Tensor(shard);
+      at += length;
     }
     for (auto& p : u->params) {
       torch::autograd::impl::set_post_acc_grad_hooks(
@@ -428,6 +505,11 @@ void* kiln_unit_new(void* g, void* const* params, size_t n, void** shards) {
 // Gathers the unit's parameters from every rank's shards (nothing when they are gathered).
 int kiln_unit_gather(void* u) {
   return guarded([&] { gather(**static_cast<std::shared_ptr<Unit>*>(u)); });
+}
+
+// Starts gathering the unit's parameters, for a `kiln_unit_gather` to come.
+int kiln_unit_prefetch(void* u) {
+  return guarded([&] { prefetch(**static_cast<std::shared_ptr<Unit>*>(u)); });
 }
 
 // Frees the memory of the unit's parameters (and of what autograd saved of them).
@@ -446,15 +528,24 @@ int kiln_unit_gather_on_grad(void* u, void* out) {
 }
 
 // Reduces the gradients the unit's parameters still hold (those of a backward pass that did not
-// reach every parameter of the unit), as the hook does; nothing when none holds one.
+// reach every parameter of the unit), as the hook does, and waits for the unit's reductions under
+// way: after it, the shards' `.grad` hold every reduced gradient.
 int kiln_unit_reduce(void* u) {
   return guarded([&] {
     auto& unit = **static_cast<std::shared_ptr<Unit>*>(u);
     bool any = false;
     for (auto& p : unit.params) any = any || p.grad().defined();
     if (any) reduce(unit);
+    finish(unit);
     unit.accumulated = 0;
   });
+}
+
+// Whether the next backward passes reduce the unit's gradients and free its parameters once
+// they are accumulated (`sync` 1), or leave both whole (0), as DDP's `no_sync` for gradient
+// accumulation.
+int kiln_unit_sync(void* u, int sync) {
+  return guarded([&] { (*static_cast<std::shared_ptr<Unit>*>(u))->sync = sync != 0; });
 }
 
 // Unsets the hooks on the parameters' gradient accumulators, then frees the unit.

@@ -9,12 +9,14 @@
 //!   backward pass); with `false` every unit is gathered by the end of the forward pass.
 //! - Gradients: the shards' gradients, plus the whole gradients a backward pass holds before
 //!   they are reduced: the root's (its layers come first and last) and the largest block's, and
-//!   the flat buffer the largest unit is reduce-scattered from.
+//!   the flat buffers of the two reduce-scatters in flight (the two largest units).
 //! - Optimizer state: the optimizer's bytes per parameter, on the shards.
-//! - Per step, for every micro-batch: each unit is all-gathered before its forward pass (and a
-//!   block again before its backward pass when it reshards), and each unit's gradients are
-//!   reduce-scattered once its backward pass is done. A ring moves (W-1)/W of each collective's
-//!   whole in and out of every rank.
+//! - Per step, with resharding, for every micro-batch: each unit is all-gathered before its
+//!   forward pass and each block again before its backward pass, and each unit's gradients are
+//!   reduce-scattered once its backward pass is done. Without resharding the micro-batches
+//!   before the last keep the units gathered and their gradients whole (as DDP's `no_sync`), so
+//!   each unit is gathered and reduced once a step, and its gradients held whole until then. A
+//!   ring moves (W-1)/W of each collective's whole in and out of every rank.
 
 use serde::Serialize;
 
@@ -44,8 +46,8 @@ pub struct Sharding {
     pub shard_params: u64,
     /// Parameters gathered whole at once, at the peak.
     pub gathered_params: u64,
-    /// Gradient values held whole at once before their reduction, at the peak (the flat buffer
-    /// of the largest unit included).
+    /// Gradient values held whole at once before their reduction, at the peak (the flat buffers
+    /// of the two reductions in flight included).
     pub unreduced_gradients: u64,
     /// Bytes all-gathered per step (every rank's shards, fp32).
     pub all_gather_bytes: u64,
@@ -106,17 +108,28 @@ impl Sharding {
             all
         };
         let padded = |u: &UnitRow| u.shard_params * w;
-        let largest_flat = units.iter().map(padded).max().unwrap_or(0);
-        let unreduced = root + blocks.first().copied().unwrap_or(0) + largest_flat;
+        let mut flats: Vec<u64> = units.iter().map(padded).collect();
+        flats.sort_unstable_by(|a, b| b.cmp(a));
+        let in_flight: u64 = flats.iter().take(2).sum();
         let micro_batches = e.train.accumulate.max(1);
-        let whole: u64 = units.iter().map(padded).sum();
-        let again: u64 = if s.reshard_after_forward {
-            units.iter().filter(|u| u.name != "root").map(padded).sum()
+        // Without resharding, the micro-batches before the last keep every gradient whole.
+        let unreduced = if s.reshard_after_forward || micro_batches == 1 {
+            root + blocks.first().copied().unwrap_or(0) + in_flight
         } else {
-            0
+            all + in_flight
         };
-        let all_gather = 4 * micro_batches * (whole + again);
-        let reduce_scatter = 4 * micro_batches * whole;
+        let whole: u64 = units.iter().map(padded).sum();
+        // With resharding every micro-batch gathers each unit (and each block once more for its
+        // backward pass) and reduces it; without, a step gathers and reduces each unit once.
+        let (all_gather, reduce_scatter) = if s.reshard_after_forward {
+            let again: u64 = units.iter().filter(|u| u.name != "root").map(padded).sum();
+            (
+                4 * micro_batches * (whole + again),
+                4 * micro_batches * whole,
+            )
+        } else {
+            (4 * whole, 4 * whole)
+        };
         let ring = ((all_gather + reduce_scatter) as f64 * (w - 1) as f64 / w as f64).round();
         Some(Sharding {
             world_size: w,

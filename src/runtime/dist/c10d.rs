@@ -68,9 +68,11 @@ mod ffi {
             shards: *mut *mut c_void,
         ) -> *mut c_void;
         pub fn kiln_unit_gather(u: *mut c_void) -> c_int;
+        pub fn kiln_unit_prefetch(u: *mut c_void) -> c_int;
         pub fn kiln_unit_release(u: *mut c_void) -> c_int;
         pub fn kiln_unit_gather_on_grad(u: *mut c_void, out: *mut c_void) -> c_int;
         pub fn kiln_unit_reduce(u: *mut c_void) -> c_int;
+        pub fn kiln_unit_sync(u: *mut c_void, sync: c_int) -> c_int;
         pub fn kiln_unit_free(u: *mut c_void);
     }
 }
@@ -394,8 +396,9 @@ impl Drop for Reducer {
 /// data parallel). Each parameter of `n` values is cut into `world` shards of `ceil(n / world)`
 /// values, the last padded with zeros; this rank keeps its shard of each as a flat tensor that
 /// requires grad, whose `.grad` receives this rank's part of the ranks' summed gradients. Once a
-/// backward pass has accumulated the gradient of every parameter of the unit, a hook reduces
-/// them (a reduce-scatter, added to the shards' `.grad`) and frees the parameters.
+/// backward pass has accumulated the gradient of every parameter of the unit, a hook starts
+/// their reduction (a reduce-scatter, added to the shards' `.grad` by [`Unit::reduce`]) and
+/// frees the parameters.
 pub struct Unit(*mut c_void);
 
 // SAFETY: as for `Group`; the autograd hooks that share the unit run on the thread of the
@@ -423,8 +426,15 @@ impl Unit {
         Ok((Unit(p), shards))
     }
 
-    /// Fills the parameters from every rank's shards (an all-gather; nothing when they are
-    /// gathered already).
+    /// Starts the all-gather of the parameters, for a [`Unit::gather`] to come, so that it runs
+    /// while this rank computes (nothing when they are gathered or a gather is under way).
+    pub fn prefetch(&self) -> Result<(), CommError> {
+        // SAFETY: the unit is live.
+        status(unsafe { ffi::kiln_unit_prefetch(self.0) })
+    }
+
+    /// Fills the parameters from every rank's shards (an all-gather, or the end of the one
+    /// [`Unit::prefetch`] started; nothing when they are gathered already).
     pub fn gather(&self) -> Result<(), CommError> {
         // SAFETY: the unit is live.
         status(unsafe { ffi::kiln_unit_gather(self.0) })
@@ -445,10 +455,22 @@ impl Unit {
     }
 
     /// Reduces the gradients the parameters still hold, as the hook does (after a backward pass
-    /// that did not reach every parameter of the unit); nothing when none holds one.
+    /// that did not reach every parameter of the unit), and waits for the reductions under way
+    /// (the hook's reduce-scatter runs while backward goes on): after it, the shards' `.grad`
+    /// hold every reduced gradient.
     pub fn reduce(&self) -> Result<(), CommError> {
         // SAFETY: the unit is live.
         status(unsafe { ffi::kiln_unit_reduce(self.0) })
+    }
+}
+
+impl Unit {
+    /// Whether the next backward passes reduce the gradients and free the parameters once they
+    /// are accumulated (`true`, as a new unit does), or leave both whole (a micro-batch of
+    /// gradient accumulation, as DDP's `no_sync`).
+    pub fn set_sync(&self, sync: bool) -> Result<(), CommError> {
+        // SAFETY: the unit is live.
+        status(unsafe { ffi::kiln_unit_sync(self.0, c_int::from(sync)) })
     }
 }
 

@@ -9,12 +9,13 @@
 //! parameters hold no memory.
 //!
 //! A step: the model runs one top-level node at a time; before a node runs, its unit is
-//! all-gathered (one `_allgather_base` of the unit's shards laid end to end). With
-//! `reshard_after_forward: true` a block's parameters are freed again after its forward pass,
-//! and a hook on its output gathers them once more when backward reaches it; with `false` they
-//! stay until the step's backward pass ends. The root unit stays gathered through the step.
-//! After the last micro-batch's backward pass, each unit's gradients are reduce-scattered
-//! (`_reduce_scatter_base`, summed) into the shards' gradients, and every unit is freed.
+//! all-gathered (one `_allgather_base` of the unit's shards laid end to end). Once a backward
+//! pass has accumulated every gradient of a unit, a hook reduce-scatters them
+//! (`_reduce_scatter_base`, summed) into the shards' gradients and frees the unit. With
+//! `reshard_after_forward: true` a block's parameters are also freed after its forward pass,
+//! and a hook on its output gathers them again when backward reaches it; every micro-batch
+//! gathers and reduces. With `false` the micro-batches before the last keep every unit gathered
+//! and its gradients whole (DDP's `no_sync`), so a step gathers and reduces each unit once.
 //!
 //! The arithmetic is ddp's (every rank reads the same global batch and takes its rows), but the
 //! sum replaces the average: a rank's loss on a micro-batch of `m` rows is scaled by `m / n`, so
@@ -23,8 +24,9 @@
 //! the ranks ([`Backprop::all_sum`]), so they see the whole gradient.
 //!
 //! Checkpoints hold the whole model and optimizer state, in the layout every strategy writes:
-//! each rank gathers them, and rank 0 writes them. A restore takes this rank's slices of them,
-//! so a run resumes at another world size, or without a strategy.
+//! the ranks gather them a unit and a tensor at a time, and rank 0 keeps and writes them. A
+//! restore takes this rank's slices of them, so a run resumes at another world size, or without
+//! a strategy.
 
 use tch::Tensor;
 
@@ -51,11 +53,18 @@ pub struct Fsdp {
     /// This rank's shard of each of the model's parameters, by its name, in the model's order.
     shards: Vec<(String, Tensor)>,
     buffers: Vec<Tensor>,
+    /// `reshard_after_forward`: also whether every micro-batch reduces its gradients.
+    resharding: bool,
+    /// Whether the model stays whole once its final weights are taken (compression after
+    /// training works on it).
+    whole_at_end: bool,
 }
 
-/// A unit and whether its parameters are freed after its forward pass.
+/// A unit, the indices of its parameters in the model's, and whether they are freed after its
+/// forward pass.
 struct Sharded {
     unit: Unit,
+    params: Vec<usize>,
     reshard: bool,
 }
 
@@ -123,7 +132,11 @@ impl Fsdp {
                 shards[i] = Some(shard);
             }
             unit.release().map_err(|e| ranks.lost(&e.0))?;
-            units.push(Sharded { unit, reshard });
+            units.push(Sharded {
+                unit,
+                params: own,
+                reshard,
+            });
         }
         let shards = net
             .params
@@ -143,6 +156,8 @@ impl Fsdp {
                 nodes,
                 shards,
                 buffers,
+                resharding: reshard_after_forward,
+                whole_at_end: !exp.compression.is_empty(),
             },
             stop,
         ))
@@ -155,7 +170,11 @@ impl Fsdp {
         let lost = |e: super::super::dist::c10d::CommError| self.ranks.lost(&e.0);
         let mut x = x.shallow_clone();
         let mut keep = None;
-        for (view, unit) in &self.nodes {
+        for (i, (view, unit)) in self.nodes.iter().enumerate() {
+            // The next unit's gather runs while this node computes.
+            if let Some(next) = self.nodes[i + 1..].iter().find_map(|(_, u)| *u) {
+                self.units[next].unit.prefetch().map_err(lost)?;
+            }
             let unit = unit.map(|u| &self.units[u]);
             if let Some(u) = unit {
                 u.unit.gather().map_err(lost)?;
@@ -187,6 +206,24 @@ impl Fsdp {
             u.unit.release().map_err(|e| self.ranks.lost(&e.0))?;
         }
         Ok(())
+    }
+
+    /// Copies of the model's parameters, gathered one unit at a time (each freed again after),
+    /// by the model's order: on rank 0; the other ranks take part in the gathers and keep none.
+    fn params_whole(&self, model: &dyn Model) -> Result<Vec<Option<Tensor>>, Diagnostic> {
+        let span = self.ranks.span;
+        let named = model.params();
+        let mut out: Vec<Option<Tensor>> = named.iter().map(|_| None).collect();
+        for u in &self.units {
+            u.unit.gather().map_err(|e| self.ranks.lost(&e.0))?;
+            if self.ranks.me.rank == 0 {
+                for &i in &u.params {
+                    out[i] = Some(named[i].1.f_detach_copy().at(span)?);
+                }
+            }
+            u.unit.release().map_err(|e| self.ranks.lost(&e.0))?;
+        }
+        Ok(out)
     }
 
     /// This rank's slice of a whole tensor shaped like a parameter: flat, padded with zeros to
@@ -233,7 +270,16 @@ impl Backprop for Fsdp {
         let span = batch.span;
         let rows = self.ranks.rows(batch)?;
         let mut pass = Pass::default();
-        for (xm, ym) in rows.xs.iter().zip(&rows.ys) {
+        let last = rows.xs.len() - 1;
+        for (i, (xm, ym)) in rows.xs.iter().zip(&rows.ys).enumerate() {
+            // Without resharding, the micro-batches before the last keep every unit gathered
+            // and its gradients whole (DDP's `no_sync`): one all-gather and one reduce-scatter
+            // of each unit a step.
+            for u in &self.units {
+                u.unit
+                    .set_sync(self.resharding || i == last)
+                    .map_err(|e| self.ranks.lost(&e.0))?;
+            }
             let out = self.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
             let part = objective.part(&out, &ym, &batch.whole, &mut pass, rows.weight)?;
@@ -242,12 +288,10 @@ impl Backprop for Fsdp {
                 .f_backward()
                 .map_err(|e| self.ranks.lost(&e.to_string()))?;
         }
-        // No rank reduces a non-finite loss: every rank fails with K0504 as the loop reads it.
-        let (pass, finite) = self.ranks.agree(pass, span)?;
-        if finite {
-            for u in &self.units {
-                u.unit.reduce().map_err(|e| self.ranks.lost(&e.0))?;
-            }
+        // A non-finite loss fails every rank with K0504 as the loop reads it.
+        let (pass, _) = self.ranks.agree(pass, span)?;
+        for u in &self.units {
+            u.unit.reduce().map_err(|e| self.ranks.lost(&e.0))?;
         }
         self.release()?;
         if !self.buffers.is_empty() {
@@ -287,27 +331,43 @@ impl Strategy for Fsdp {
             .collect()
     }
 
-    /// The whole model and optimizer state, gathered on every rank (rank 0 writes them).
+    /// The whole model and optimizer state, gathered a unit and a tensor at a time: rank 0 keeps
+    /// them (it writes the checkpoint), the other ranks only take part.
     fn state_for_save(
         &self,
         model: &dyn Model,
         optim: &Optim,
     ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        self.unshard()?;
-        let params = model.params();
+        let mut params = self.params_whole(model)?;
+        let named = model.params();
         let mut whole = Vec::new();
-        for ((_, p), state) in params.iter().zip(&optim.state) {
+        for ((_, p), state) in named.iter().zip(&optim.state) {
             let mut own = Vec::new();
             for (key, shard) in state {
                 own.push((*key, self.whole(shard, p)?));
             }
             whole.push(own);
         }
-        Ok(whole_state(model, &whole))
+        if self.ranks.me.rank != 0 {
+            return Ok(Vec::new());
+        }
+        let mut out: Vec<(String, Tensor)> = named
+            .iter()
+            .zip(params.iter_mut())
+            .filter_map(|((name, _), t)| Some((format!("param/{name}"), t.take()?)))
+            .collect();
+        // The buffers, and the optimizer's state in the whole-model layout.
+        out.extend(
+            whole_state(model, &whole)
+                .into_iter()
+                .filter(|(name, _)| !name.starts_with("param/")),
+        );
+        Ok(out)
     }
 
     /// Loads a whole checkpoint (written at any world size, or without a strategy) into the
-    /// model, then takes this rank's slices of its parameters and optimizer state.
+    /// model, then takes this rank's slices of its parameters and optimizer state, and frees
+    /// the model again.
     fn restore(
         &self,
         model: &dyn Model,
@@ -331,12 +391,33 @@ impl Strategy for Fsdp {
                 }
             }
             Ok(())
-        })
+        })?;
+        self.release()
     }
 
-    /// The gathered model's parameters and buffers.
+    /// The model's parameters and buffers, gathered a unit at a time, on rank 0 (which writes
+    /// them); with compression after training, the model stays whole on every rank.
     fn state_dict(&self, model: &dyn Model) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        self.unshard()?;
-        Ok(model_state_dict(model))
+        if self.whole_at_end {
+            self.unshard()?;
+            return Ok(model_state_dict(model));
+        }
+        let mut params = self.params_whole(model)?;
+        if self.ranks.me.rank != 0 {
+            return Ok(Vec::new());
+        }
+        let named = model.params();
+        let mut out: Vec<(String, Tensor)> = named
+            .iter()
+            .zip(params.iter_mut())
+            .filter_map(|((name, _), t)| Some((name.to_string(), t.take()?)))
+            .collect();
+        out.extend(
+            model
+                .buffers()
+                .into_iter()
+                .map(|(n, t)| (n.to_string(), t.shallow_clone())),
+        );
+        Ok(out)
     }
 }

@@ -9,6 +9,7 @@ use crate::runtime::cancel::Cancel;
 use crate::runtime::compress::compare::compare;
 use crate::runtime::compress::measure::cpu_notes;
 use crate::runtime::dist::rank::Rank;
+use crate::runtime::host_memory::HostMemory;
 use crate::runtime::output::{Output, RunOutput, Silent};
 use crate::runtime::parallel::{self, ddp::Member};
 use crate::runtime::report::{Progress, RunWriter};
@@ -55,12 +56,13 @@ pub fn run_trial(
     // version may not apply.
     let notes: Vec<String> = Vec::new();
     tch::manual_seed(exp.seed as i64);
+    let mut memory = HostMemory::start();
     let mut net = session.build()?;
     if let Some(path) = &opts.init {
         net.load(path, exp.optimizer.span)?;
     }
     let device = net.input_device();
-    let splits = session.data()?;
+    let splits = HostMemory::outside_plan(&mut memory, || session.data())?;
     let (budget, timeline) = session.length(&splits, opts.max_steps)?;
     let pruner = session.compress(&mut net, timeline)?;
     let print = session.fingerprint(&splits)?;
@@ -118,6 +120,9 @@ pub fn run_trial(
         resume_step: resume.as_ref().map(|(side, _)| side.position.step),
     });
     let (strategy, stop) = parallel::apply(exp, &session.plan, &net, session.over, member, cancel)?;
+    if let Some(m) = &mut memory {
+        m.restart();
+    }
     let mut run_out;
     let mut silent;
     let out: &mut dyn Output = match writer.as_mut() {
@@ -159,9 +164,17 @@ pub fn run_trial(
         timeline,
         uncompressed: None,
     };
+    if let Some(m) = &memory {
+        trainer.hooks.push(m.watch());
+    }
     let mut outcome = trainer
         .run(resume)
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
+    if let Some(m) = &memory {
+        let plan = kiln::plan::plan(exp);
+        let total = plan.devices.first().map_or(0, |d| d.total_bytes);
+        m.report(session.plan.ranks.rank, total);
+    }
     let compressed = if exp.compression.is_empty() {
         None
     } else {

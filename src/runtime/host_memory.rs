@@ -1,0 +1,104 @@
+//! A process's peak host memory over a baseline, for `bench/fsdp_memory.sh`, when
+//! `KILN_MEMORY_PROFILE` is set: the resident set before the model is built (plus what loading
+//! the data adds: the plan does not count host data) is the baseline; once the strategy has
+//! taken the model over (fsdp frees the whole model each rank built, keeping its shards), the
+//! allocator's free memory is returned to the system and the kernel's high-water mark restarted;
+//! the mark is read after every step (so what the run does once training ends, its final weights
+//! and checkpoint, is left out), and when the run ends each rank prints its peak over the
+//! baseline beside the plan's total.
+//! Linux only (`/proc/self`); elsewhere nothing is measured.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use super::hooks::{Cx, Flow, Hook, StepReport};
+use kiln::diagnostic::Diagnostic;
+
+/// The resident set's current size and high-water mark, in bytes.
+fn resident() -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kb| kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// The measure of one process, when asked for.
+pub struct HostMemory {
+    /// Bytes resident that the plan does not count.
+    baseline: u64,
+    /// When the peak was restarted.
+    since: Option<Instant>,
+    /// The high-water mark after the last step.
+    peak: Rc<Cell<u64>>,
+}
+
+/// Reads the high-water mark after every step.
+struct Watch(Rc<Cell<u64>>);
+
+impl Hook for Watch {
+    fn after_step(&mut self, _cx: &mut Cx, _s: &StepReport) -> Result<Flow, Diagnostic> {
+        if let Some((_, peak)) = resident() {
+            self.0.set(peak);
+        }
+        Ok(Flow::Continue)
+    }
+}
+
+impl HostMemory {
+    /// Starts the measure before the model is built, when `KILN_MEMORY_PROFILE` is set.
+    pub fn start() -> Option<HostMemory> {
+        std::env::var_os("KILN_MEMORY_PROFILE")?;
+        Some(HostMemory {
+            baseline: resident()?.0,
+            since: None,
+            peak: Rc::default(),
+        })
+    }
+
+    /// Runs `f` (loading the data), counting what it adds to the resident set in the baseline.
+    pub fn outside_plan<T>(this: &mut Option<HostMemory>, f: impl FnOnce() -> T) -> T {
+        let before = resident().map_or(0, |r| r.0);
+        let out = f();
+        if let Some(m) = this {
+            m.baseline += resident().map_or(0, |r| r.0).saturating_sub(before);
+        }
+        out
+    }
+
+    /// Training starts: the allocator returns its free memory to the system and the kernel's
+    /// high-water mark restarts from what is resident now.
+    pub fn restart(&mut self) {
+        // SAFETY: `malloc_trim` only returns free memory of the allocator to the system.
+        unsafe { libc::malloc_trim(0) };
+        // Writing 5 to `clear_refs` resets the peak resident set size (Linux 4.0+).
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+        self.since = Some(Instant::now());
+    }
+
+    /// The hook that reads the high-water mark after every step.
+    pub fn watch(&self) -> Box<dyn Hook> {
+        Box::new(Watch(Rc::clone(&self.peak)))
+    }
+
+    /// Prints rank `rank`'s peak over the baseline from the restart to the last step, and `plan`
+    /// (the plan's total for the rank's device).
+    pub fn report(&self, rank: usize, plan: u64) {
+        let peak = self.peak.get();
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let over = peak.saturating_sub(self.baseline);
+        eprintln!(
+            "memory profile: rank {rank}: peak {:.1} MiB over a baseline of {:.1} MiB, plan {:.1} MiB ({:+.1}%), over {:.1} s",
+            mib(over),
+            mib(self.baseline),
+            mib(plan),
+            100.0 * (over as f64 / plan.max(1) as f64 - 1.0),
+            self.since.map_or(0.0, |t| t.elapsed().as_secs_f64())
+        );
+    }
+}
