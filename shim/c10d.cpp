@@ -1,7 +1,8 @@
 // The only code in Kiln that touches PyTorch's distributed engine (c10d): a C interface over
 // TCPStore, ProcessGroup (Gloo, and NCCL when built with it), the Reducer, and the units of
 // fully sharded data parallel (gathered with `_allgather_base`, their gradients reduced with
-// `_reduce_scatter_base`), called from `src/runtime/dist/c10d.rs`.
+// `_reduce_scatter_base`, or on the CPU with `alltoall_base` and a sum), called from
+// `src/runtime/dist/c10d.rs`.
 //
 // Every function catches every exception (Gloo's are not c10::Error) and returns 0 on success
 // or -1 with the message in `kiln_c10d_last_error()`; constructors return null on failure.
@@ -173,7 +174,13 @@ void finish(Unit& u) {
   u.reducing->wait();
   u.reducing.reset();
   at::NoGradGuard no_grad;
-  u.grads.add_(u.reduced_part);
+  if (u.reduced_part.numel() == u.total) {
+    u.grads.add_(u.reduced_part);
+  } else {
+    // Every rank's chunk for this rank, one row each, in rank order: their sum.
+    auto rows = u.reduced_part.view({u.world, u.total});
+    for (int64_t r = 0; r < u.world; r++) u.grads.add_(rows[r]);
+  }
   u.reduced_input = at::Tensor();
   u.reduced_part = at::Tensor();
 }
@@ -229,10 +236,18 @@ void reduce(Unit& u) {
     in_flight.pop_front();
   }
   u.reduced_input = input;
-  u.reduced_part = at::empty({u.total}, u.grads.options());
-  c10d::ReduceScatterOptions opts;
-  opts.reduceOp = c10d::ReduceOp::SUM;
-  u.reducing = u.pg->_reduce_scatter_base(u.reduced_part, u.reduced_input, opts);
+  if (input.is_cpu()) {
+    // Gloo's reduce-scatter all-reduces the whole buffer (a copy of it) and keeps a chunk; an
+    // all-to-all sends each rank only its chunk, which `finish` sums: half the traffic.
+    u.reduced_part = at::empty({u.world * u.total}, u.grads.options());
+    std::vector<int64_t> equal;
+    u.reducing = u.pg->alltoall_base(u.reduced_part, u.reduced_input, equal, equal);
+  } else {
+    u.reduced_part = at::empty({u.total}, u.grads.options());
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    u.reducing = u.pg->_reduce_scatter_base(u.reduced_part, u.reduced_input, opts);
+  }
   in_flight.push_back(u.weak_from_this());
 }
 
@@ -518,12 +533,18 @@ int kiln_unit_release(void* u) {
 }
 
 // Gathers the unit's parameters again when the gradient of `out` (an output of the unit's
-// forward pass, which requires grad) arrives in backward, before the unit's own backward runs.
-// A failure there fails the backward pass with its message.
-int kiln_unit_gather_on_grad(void* u, void* out) {
+// forward pass, which requires grad) arrives in backward, before the unit's own backward runs,
+// and starts gathering `before` (the unit that ran before it, or null), which backward reaches
+// next. A failure there fails the backward pass with its message.
+int kiln_unit_gather_on_grad(void* u, void* out, void* before) {
   return guarded([&] {
     std::shared_ptr<Unit> unit = *static_cast<std::shared_ptr<Unit>*>(u);
-    tensor(out).register_hook([unit](const at::Tensor&) { gather(*unit); });
+    std::weak_ptr<Unit> next;
+    if (before != nullptr) next = *static_cast<std::shared_ptr<Unit>*>(before);
+    tensor(out).register_hook([unit, next](const at::Tensor&) {
+      gather(*unit);
+      if (auto n = next.lock()) prefetch(*n);
+    });
   });
 }
 

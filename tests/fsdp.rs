@@ -338,10 +338,11 @@ fn the_plan_counts_shards_gathered_units_and_collectives() {
     // Resharding: the root and the two largest blocks (here every unit) at once.
     assert_eq!(number(&sharding["gathered_params"]), 144 + 611 + 263);
     // The root's and the largest block's whole gradients, and the flat buffers of the two
-    // reductions in flight (the two largest units, padded).
+    // reductions in flight (the two largest units, padded), each an all-to-all's input and
+    // output on the CPU.
     assert_eq!(
         number(&sharding["unreduced_gradients"]),
-        144 + 611 + 2 * 307 + 2 * 133
+        144 + 611 + 2 * (2 * 307 + 2 * 133)
     );
     // Each of 2 micro-batches gathers every unit (2 x 512 values) and each block again
     // (2 x 440), and reduce-scatters every unit; a ring moves half of it in and out of a rank.
@@ -354,7 +355,7 @@ fn the_plan_counts_shards_gathered_units_and_collectives() {
     let rank = &plan["devices"][0];
     assert_eq!(number(&rank["replicas"]), 2);
     assert_eq!(number(&rank["weight_bytes"]), 4 * (512 + 1018));
-    assert_eq!(number(&rank["gradient_bytes"]), 4 * (512 + 1635));
+    assert_eq!(number(&rank["gradient_bytes"]), 4 * (512 + 2515));
     // Adam keeps two values a parameter, on the shards.
     assert_eq!(number(&rank["optimizer_bytes"]), 8 * 512);
     assert!(plan["communication"]["allreduce"].is_null());

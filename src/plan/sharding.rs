@@ -9,7 +9,8 @@
 //!   backward pass); with `false` every unit is gathered by the end of the forward pass.
 //! - Gradients: the shards' gradients, plus the whole gradients a backward pass holds before
 //!   they are reduced: the root's (its layers come first and last) and the largest block's, and
-//!   the flat buffers of the two reduce-scatters in flight (the two largest units).
+//!   the flat buffers of the two reductions in flight (the two largest units; on the CPU, where
+//!   a reduction is an all-to-all and a sum, its output buffer as well).
 //! - Optimizer state: the optimizer's bytes per parameter, on the shards.
 //! - Per step, with resharding, for every micro-batch: each unit is all-gathered before its
 //!   forward pass and each block again before its backward pass, and each unit's gradients are
@@ -20,7 +21,7 @@
 
 use serde::Serialize;
 
-use crate::ir::{layers, tensors, Experiment, Node, Parallel};
+use crate::ir::{layers, tensors, Device, Experiment, Node, Parallel};
 
 /// One unit of sharding.
 #[derive(Serialize, Debug, PartialEq)]
@@ -110,7 +111,9 @@ impl Sharding {
         let padded = |u: &UnitRow| u.shard_params * w;
         let mut flats: Vec<u64> = units.iter().map(padded).collect();
         flats.sort_unstable_by(|a, b| b.cmp(a));
-        let in_flight: u64 = flats.iter().take(2).sum();
+        // On the CPU a reduction is an all-to-all whose output is as large as its input.
+        let buffers = if e.device == Device::Cpu { 2 } else { 1 };
+        let in_flight: u64 = buffers * flats.iter().take(2).sum::<u64>();
         let micro_batches = e.train.accumulate.max(1);
         // Without resharding, the micro-batches before the last keep every gradient whole.
         let unreduced = if s.reshard_after_forward || micro_batches == 1 {

@@ -70,7 +70,11 @@ mod ffi {
         pub fn kiln_unit_gather(u: *mut c_void) -> c_int;
         pub fn kiln_unit_prefetch(u: *mut c_void) -> c_int;
         pub fn kiln_unit_release(u: *mut c_void) -> c_int;
-        pub fn kiln_unit_gather_on_grad(u: *mut c_void, out: *mut c_void) -> c_int;
+        pub fn kiln_unit_gather_on_grad(
+            u: *mut c_void,
+            out: *mut c_void,
+            before: *mut c_void,
+        ) -> c_int;
         pub fn kiln_unit_reduce(u: *mut c_void) -> c_int;
         pub fn kiln_unit_sync(u: *mut c_void, sync: c_int) -> c_int;
         pub fn kiln_unit_free(u: *mut c_void);
@@ -447,11 +451,15 @@ impl Unit {
     }
 
     /// Gathers the parameters again when the gradient of `out`, which requires grad, arrives
-    /// in backward (before the backward of what computed `out` runs).
-    pub fn gather_on_grad(&self, out: &Tensor) -> Result<(), CommError> {
-        // SAFETY: the unit and the tensor are live; the hook keeps its own reference to the
-        // unit.
-        status(unsafe { ffi::kiln_unit_gather_on_grad(self.0, out.as_ptr() as *mut c_void) })
+    /// in backward (before the backward of what computed `out` runs), and starts gathering
+    /// `before` (the unit that ran before this one), which backward reaches next.
+    pub fn gather_on_grad(&self, out: &Tensor, before: Option<&Unit>) -> Result<(), CommError> {
+        let before = before.map_or(std::ptr::null_mut(), |b| b.0);
+        // SAFETY: the units and the tensor are live; the hook keeps its own reference to this
+        // unit and a weak one to `before`.
+        status(unsafe {
+            ffi::kiln_unit_gather_on_grad(self.0, out.as_ptr() as *mut c_void, before)
+        })
     }
 
     /// Reduces the gradients the parameters still hold, as the hook does (after a backward pass
@@ -654,7 +662,7 @@ mod tests {
             let x = Tensor::full([2], rank as f64 + 1.0, (Kind::Float, Device::Cpu));
             let h = (&a * &a).sum(Kind::Float) * x.matmul(&b).sum(Kind::Float);
             unit.release().unwrap();
-            unit.gather_on_grad(&h).unwrap();
+            unit.gather_on_grad(&h, None).unwrap();
             h.backward();
             assert!(!a.grad().defined() && !b.grad().defined());
             unit.reduce().unwrap();

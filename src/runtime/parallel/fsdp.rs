@@ -165,11 +165,14 @@ impl Fsdp {
 
     /// Runs the model on `x` one top-level node at a time (in training mode when `train`),
     /// gathering each unit before it runs and freeing those that reshard after it; in training,
-    /// a hook on a freed block's output gathers it again for its backward pass.
+    /// a hook on a freed block's output gathers it again for its backward pass and starts
+    /// gathering the block before it.
     fn forward(&self, x: &Tensor, train: bool) -> Result<Tensor, Diagnostic> {
         let lost = |e: super::super::dist::c10d::CommError| self.ranks.lost(&e.0);
         let mut x = x.shallow_clone();
         let mut keep = None;
+        // The last block freed after its forward pass: backward needs it after the next one.
+        let mut before: Option<&Sharded> = None;
         for (i, (view, unit)) in self.nodes.iter().enumerate() {
             // The next unit's gather runs while this node computes.
             if let Some(next) = self.nodes[i + 1..].iter().find_map(|(_, u)| *u) {
@@ -183,8 +186,10 @@ impl Fsdp {
             if let Some(u) = unit.filter(|u| u.reshard) {
                 u.unit.release().map_err(lost)?;
                 if y.requires_grad() {
-                    u.unit.gather_on_grad(&y).map_err(lost)?;
+                    let before = before.map(|b: &Sharded| &b.unit);
+                    u.unit.gather_on_grad(&y, before).map_err(lost)?;
                 }
+                before = Some(u);
             }
             (x, keep) = (y, k);
         }
