@@ -19,8 +19,9 @@
 #   tolerance: int8 weight-only, int4, dynamic int8, FP8 (CUDA only: against the unquantized
 #   model), pipeline stage threads, windowed attention with a class per token, DDP over NCCL at
 #   world size 1 (Gloo on the CPU) ending cleanly; and activation checkpointing
-#   (bench/gpu/recompute.exp), whose every step's loss must equal the same run's without
-#   `recompute` within 1e-4. Exit status 1 when a path fails.
+#   (bench/gpu/recompute.exp) and fsdp at world size 1 (bench/gpu/fsdp.exp), whose every step's
+#   loss must equal the same run's without `recompute` (without the strategy) within 1e-4. Exit
+#   status 1 when a path fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MODE=gpu
@@ -234,15 +235,17 @@ path "pipeline stage threads" experiments/mnist_mlp_pipeline.exp 1e-4 "${steps[@
 path "windowed attention, per-token loss" bench/gpu/windowed.exp 1e-4 "${steps[@]}"
 path "DDP world size 1 (NCCL; Gloo on the CPU)" experiments/article_ddp_nccl.exp 1e-4 "${steps[@]}"
 
-# `recompute_check`: activation checkpointing on the device, its steps' losses against the same
-# run keeping its activations (relative 1e-4: CUDA's attention backward may add in another order).
-recompute_check() {
-  local exp=bench/gpu/recompute.exp kept="$OUT/recompute-kept.exp" a="$OUT/runs/recompute-on" b="$OUT/runs/recompute-off"
-  sed 's/ recompute {/ {/' "$exp" >"$kept"
-  for pair in "$exp:$a" "$kept:$b"; do
+# `same_steps NAME EXP OTHER`: EXP and OTHER (the same experiment, one line changed) trained on
+# the device; every step's loss must agree within 1e-4 relative (CUDA's attention backward may add
+# in another order).
+same_steps() {
+  local name=$1 slug a b
+  slug=$(printf '%s' "$name" | tr -c 'A-Za-z0-9' '-')
+  a="$OUT/runs/$slug-a" b="$OUT/runs/$slug-b"
+  for pair in "$2:$a" "$3:$b"; do
     echo "\$ kiln run ${pair%%:*} --device $DEV --run-dir ${pair#*:}" >>"$LOG"
     if ! timeout 300 "$KILN" run "${pair%%:*}" --device "$DEV" --quiet --run-dir "${pair#*:}" "${steps[@]}" >>"$LOG" 2>&1; then
-      row path "recompute (activation checkpointing)" FAILED "training on $DEV failed (see $LOG)"
+      row path "$name" FAILED "training on $DEV failed (see $LOG)"
       FAILED=1
       return
     fi
@@ -256,9 +259,14 @@ print(("ok" if len(a) == len(b) and len(a) > 0 and worst <= 1e-4 else "FAILED") 
 PY
 )
   [ "${verdict%%$'\t'*}" = ok ] || FAILED=1
-  row path "recompute (activation checkpointing)" "${verdict%%$'\t'*}" "${verdict#*$'\t'}"
+  row path "$name" "${verdict%%$'\t'*}" "${verdict#*$'\t'}"
 }
-recompute_check
+# Activation checkpointing, against the same run keeping its activations.
+sed 's/ recompute {/ {/' bench/gpu/recompute.exp >"$OUT/recompute-kept.exp"
+same_steps "recompute (activation checkpointing)" bench/gpu/recompute.exp "$OUT/recompute-kept.exp"
+# Fully sharded data parallel at world size 1, against the same run without a strategy.
+grep -v '^  parallel ' bench/gpu/fsdp.exp >"$OUT/fsdp-none.exp"
+same_steps "fsdp world size 1 (NCCL; Gloo on the CPU)" bench/gpu/fsdp.exp "$OUT/fsdp-none.exp"
 
 # The c10d binding's own tests on CUDA: NCCL all-reduce of CUDA tensors, the Reducer.
 if [ "$MODE" = gpu ] && [ -x target/release/c10d-tests ]; then
