@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use support::ranks::{finish, none_left, processes_with, run_to_end, runtime};
+use support::ranks::{finish, kill_a_rank, none_left, processes_with, run_to_end, runtime};
 use support::{
     checkpoint_tensors, newest_checkpoint, root, s, scratch, text, within_one_sample, write,
 };
@@ -284,28 +284,7 @@ fn a_killed_rank_stops_every_rank() {
             1_000_000,
         ),
     );
-    let run = dir.join("run");
-    let launcher = runtime(&["run", s(&exp), "--run-dir", s(&run)])
-        .spawn()
-        .expect("start");
-    let launcher_pid = launcher.id();
-    // Training is under way once rank 0 wrote a checkpoint.
-    let started = Instant::now();
-    while newest_checkpoint(&run).is_none() {
-        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let victim = processes_with(s(&exp))
-        .into_iter()
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == b"RANK=2"))
-                && *pid != launcher_pid
-        })
-        .expect("rank 2's process");
-    // SAFETY: a process this test started (through the launcher), still running.
-    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
-    let (out, took) = finish(launcher, Duration::from_secs(30));
+    let (out, took) = kill_a_rank(&exp, &dir.join("run"), 2);
     let all = text(&out);
     assert!(!out.status.success(), "{all}");
     assert!(took < Duration::from_secs(15), "took {took:?}");

@@ -10,9 +10,9 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::ranks::{finish, none_left, processes_with, run_to_end, runtime};
+use support::ranks::{finish, kill_a_rank, none_left, run_to_end, runtime};
 use support::{newest_checkpoint, s, safetensors_f32, scratch, text, write};
 
 /// A small experiment with the strategy `parallel`: 400 training samples in batches of 24, each
@@ -267,28 +267,7 @@ fn a_killed_rank_stops_every_rank() {
             1_000_000,
         ),
     );
-    let run = dir.join("run");
-    let launcher = runtime(&["run", s(&exp), "--run-dir", s(&run)])
-        .spawn()
-        .expect("start");
-    let launcher_pid = launcher.id();
-    // Training is under way once rank 0 wrote a checkpoint.
-    let started = Instant::now();
-    while newest_checkpoint(&run).is_none() {
-        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let victim = processes_with(s(&exp))
-        .into_iter()
-        .find(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == b"RANK=1"))
-                && *pid != launcher_pid
-        })
-        .expect("rank 1's process");
-    // SAFETY: a process this test started (through the launcher), still running.
-    unsafe { libc::kill(victim as i32, libc::SIGKILL) };
-    let (out, took) = finish(launcher, Duration::from_secs(30));
+    let (out, took) = kill_a_rank(&exp, &dir.join("run"), 1);
     let all = text(&out);
     assert!(!out.status.success(), "{all}");
     assert!(took < Duration::from_secs(15), "took {took:?}");

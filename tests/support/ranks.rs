@@ -85,3 +85,30 @@ pub fn run_to_end(exp: &Path, run: &Path) {
     let (out, _) = finish(child, Duration::from_secs(120));
     assert!(out.status.success(), "the run failed:\n{}", text(&out));
 }
+
+/// Starts the distributed run of `exp` by `kiln run` in `run`, kills rank `victim`'s process with
+/// SIGKILL once rank 0 has written a checkpoint (training is under way), and waits for the
+/// launcher (30 s at most): its output and how long it took to end after the kill.
+pub fn kill_a_rank(exp: &Path, run: &Path, victim: usize) -> (Output, Duration) {
+    let launcher = runtime(&["run", s(exp), "--run-dir", s(run)])
+        .spawn()
+        .expect("start");
+    let launcher_pid = launcher.id();
+    let started = Instant::now();
+    while super::newest_checkpoint(run).is_none() {
+        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let variable = format!("RANK={victim}");
+    let pid = processes_with(s(exp))
+        .into_iter()
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|e| e.split(|b| *b == 0).any(|v| v == variable.as_bytes()))
+                && *pid != launcher_pid
+        })
+        .expect("the rank's process");
+    // SAFETY: a process this test started (through the launcher), still running.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    finish(launcher, Duration::from_secs(30))
+}

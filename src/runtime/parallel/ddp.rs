@@ -198,15 +198,12 @@ impl Backprop for Ddp {
 
     /// Each rank evaluates its run of a split's samples.
     fn share(&self) -> (usize, usize) {
-        (self.ranks.me.rank, self.ranks.world())
+        self.ranks.share()
     }
 
-    /// The ranks' evaluation sums add up (every rank then sees the same metrics and makes the
-    /// same early-stopping decision).
+    /// The ranks' evaluation sums add up.
     fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
-        let sums = self.ranks.sum(values)?;
-        values.copy_from_slice(&sums);
-        Ok(())
+        self.ranks.reduce(values)
     }
 }
 

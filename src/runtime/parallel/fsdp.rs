@@ -37,7 +37,7 @@ use super::super::model::Net;
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::ranks::{Member, Ranks};
-use super::strategy::{model_state_dict, restore_whole, whole_state, Strategy};
+use super::strategy::{buffers_of, model_state_dict, restore_whole, whole_state, Strategy};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan};
 use kiln::span::Span;
@@ -307,14 +307,12 @@ impl Backprop for Fsdp {
 
     /// Each rank evaluates its run of a split's samples.
     fn share(&self) -> (usize, usize) {
-        (self.ranks.me.rank, self.ranks.world())
+        self.ranks.share()
     }
 
     /// The ranks' evaluation sums add up.
     fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
-        let sums = self.ranks.sum(values)?;
-        values.copy_from_slice(&sums);
-        Ok(())
+        self.ranks.reduce(values)
     }
 
     fn all_sum(&self, t: &Tensor) -> Result<(), Diagnostic> {
@@ -417,12 +415,7 @@ impl Strategy for Fsdp {
             .zip(params.iter_mut())
             .filter_map(|((name, _), t)| Some((name.to_string(), t.take()?)))
             .collect();
-        out.extend(
-            model
-                .buffers()
-                .into_iter()
-                .map(|(n, t)| (n.to_string(), t.shallow_clone())),
-        );
+        out.extend(buffers_of(model));
         Ok(out)
     }
 }

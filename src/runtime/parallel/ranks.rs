@@ -201,6 +201,19 @@ impl Ranks {
         self.group.all_reduce_sum(t).map_err(|e| self.lost(&e.0))
     }
 
+    /// This rank's share of an evaluation: the `rank`-th of `world` runs of a split's samples.
+    pub fn share(&self) -> (usize, usize) {
+        (self.me.rank, self.me.world)
+    }
+
+    /// Sums an evaluation's `values` in place over the ranks (every rank then sees the same
+    /// metrics and makes the same early-stopping decision).
+    pub fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
+        let sums = self.sum(values)?;
+        values.copy_from_slice(&sums);
+        Ok(())
+    }
+
     /// The ranks' sums of `values` (one small all-reduce, on the parameters' device). At world
     /// size 1 they are `values`: no all-reduce, which would cost a round trip through Gloo's
     /// worker thread and a device read every step.

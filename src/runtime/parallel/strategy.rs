@@ -66,14 +66,21 @@ pub trait Strategy: Backprop {
 
 /// The `state_dict` of a model whose parameters this process holds whole.
 pub fn model_state_dict(model: &dyn Model) -> Vec<(String, Tensor)> {
-    let params = model.params().into_iter().map(|(n, t)| (n, t.detach()));
-    let buffers = model
+    let mut out: Vec<(String, Tensor)> = model
+        .params()
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t.detach()))
+        .collect();
+    out.extend(buffers_of(model));
+    out
+}
+
+/// The model's buffers by their `state_dict` names (shallow clones).
+pub fn buffers_of(model: &dyn Model) -> Vec<(String, Tensor)> {
+    model
         .buffers()
         .into_iter()
-        .map(|(n, t)| (n, t.shallow_clone()));
-    params
-        .chain(buffers)
-        .map(|(n, t)| (n.to_string(), t))
+        .map(|(n, t)| (n.to_string(), t.shallow_clone()))
         .collect()
 }
 
