@@ -15,6 +15,7 @@ mod fs;
 mod homes;
 pub mod layers;
 mod loss;
+mod memory;
 mod model;
 mod optimizer;
 mod parallel;
@@ -34,10 +35,9 @@ pub mod words;
 use std::path::{Path, PathBuf};
 
 use crate::datafile::{Format, Probe};
-use crate::diagnostic::problem::{Names, Reading, Strategies, Sweep, Unreadable, Warnings};
+use crate::diagnostic::problem::{Names, Reading, Strategies, Sweep, Unreadable};
 use crate::diagnostic::{self, Code, Diagnostic, Problem};
 use crate::ir::{Device, Experiment};
-use crate::plan;
 use crate::span::{FileId, Sources, Span};
 use crate::syntax::ast::{Block, Statement, ValueKind};
 
@@ -184,8 +184,8 @@ pub fn check_path(path: &Path, loader: &dyn Loader, options: &Options) -> Checke
                     let no_errors = |cx: &cx::Cx| !cx.diags.iter().any(Diagnostic::is_error);
                     // A trial with any error never runs, even when its typed form could be built.
                     if let Some(mut e) = checked.filter(|_| no_errors(&cx)) {
-                        memory_warnings(&mut cx, &e, options);
-                        apply_memory_overrides(&mut e, options);
+                        memory::check(&mut cx, &e, &options.device_memory);
+                        memory::apply_overrides(&mut e, &options.device_memory);
                         if options.effective_settings {
                             e.settings = effective::settings(stmt, &sources);
                         }
@@ -228,181 +228,6 @@ fn merge_trials(diags: &mut Vec<Diagnostic>, per_trial: Vec<Vec<Diagnostic>>, n:
             }
             diags.push(d);
         }
-    }
-}
-
-/// Compares the plan's memory per device with the capacities declared: a `memory` line of the
-/// file that the plan exceeds is a warning (K0402); a capacity `--device-memory` gives is a
-/// promise the configuration must keep, so exceeding it is an error (K0228) that says what
-/// would fit.
-fn memory_warnings(cx: &mut cx::Cx, e: &Experiment, options: &Options) {
-    let plan = plan::plan(e);
-    for need in &plan.devices {
-        let declared = options
-            .device_memory
-            .iter()
-            .find(|(d, _)| *d == need.device)
-            .map(|(_, b)| (*b, None))
-            .or_else(|| {
-                e.memory
-                    .iter()
-                    .find(|(d, _, _)| *d == need.device)
-                    .map(|(_, b, s)| (*b, Some(*s)))
-            });
-        let Some((capacity, span)) = declared else {
-            continue;
-        };
-        if need.total_bytes <= capacity {
-            continue;
-        }
-        let bytes = [
-            need.weight_bytes,
-            need.gradient_bytes,
-            need.optimizer_bytes,
-            need.activation_bytes,
-        ];
-        let on = |p: &plan::Plan| {
-            p.devices
-                .iter()
-                .find(|d| d.device == need.device)
-                .map(|d| d.total_bytes)
-        };
-        let recompute = recomputed_need(e).and_then(|(blocks, p)| {
-            let then = on(&p)?;
-            (then < need.total_bytes).then_some((blocks, then))
-        });
-        if span.is_some() {
-            cx.report(Problem::Warnings(Warnings::MemoryExceeded {
-                span: span.unwrap_or(e.data.batch_span),
-                device: need.device,
-                need: bytes,
-                total: need.total_bytes,
-                capacity,
-                batch: span.map(|_| (e.data.batch, e.data.batch_span)),
-                recompute,
-            }));
-            continue;
-        }
-        let mut changes: Vec<(String, u64)> = sharding_changes(e, capacity)
-            .into_iter()
-            .filter_map(|(change, p)| Some((change, on(&p)?)))
-            .filter(|(_, then)| *then < need.total_bytes)
-            .collect();
-        if let Some((blocks, then)) = recompute {
-            let names: Vec<String> = blocks.iter().map(|b| format!("`{b}`")).collect();
-            changes.push((
-                format!("`recompute` after block {}", names.join(", ")),
-                then,
-            ));
-        }
-        changes.sort_by_key(|(_, then)| *then);
-        let span = match e.parallel {
-            crate::ir::Parallel::Distributed { span, .. } => span,
-            _ => e.data.batch_span,
-        };
-        cx.report(Problem::Strategies(Strategies::DoesNotFit {
-            span,
-            device: need.device,
-            need: bytes,
-            total: need.total_bytes,
-            capacity,
-            changes,
-        }));
-    }
-}
-
-/// The changes of a distributed strategy that lower each rank's memory, with their plans:
-/// sharding a `ddp` run (`fsdp` at its world size), resharding after forward, and the fewest
-/// ranks (up to 1,024, dividing the batch) at which the plan fits `capacity`.
-fn sharding_changes(e: &Experiment, capacity: u64) -> Vec<(String, plan::Plan)> {
-    let crate::ir::Parallel::Distributed {
-        world_size,
-        sharding,
-        ..
-    } = &e.parallel
-    else {
-        return Vec::new();
-    };
-    let with = |world: u64, s: crate::ir::Sharding| {
-        let mut e = e.clone();
-        let per_rank = world.saturating_mul(e.train.accumulate.max(1));
-        if per_rank == 0 || !e.data.batch.is_multiple_of(per_rank) {
-            return None;
-        }
-        e.train.micro_batch = e.data.batch / per_rank;
-        if let crate::ir::Parallel::Distributed {
-            world_size,
-            sharding,
-            ..
-        } = &mut e.parallel
-        {
-            (*world_size, *sharding) = (world, Some(s));
-        }
-        Some(plan::plan(&e))
-    };
-    let fits = |p: &plan::Plan| p.devices.iter().all(|d| d.total_bytes <= capacity);
-    let mut out = Vec::new();
-    let resharded = crate::ir::Sharding {
-        reshard_after_forward: true,
-    };
-    match sharding {
-        None => {
-            if let Some(p) = with(*world_size, resharded) {
-                out.push((format!("`parallel fsdp` over {world_size} ranks"), p));
-            }
-        }
-        Some(s) if !s.reshard_after_forward => {
-            if let Some(p) = with(*world_size, resharded) {
-                out.push(("`reshard_after_forward: true`".to_string(), p));
-            }
-        }
-        Some(_) => {}
-    }
-    let s = sharding.unwrap_or(resharded);
-    if let Some((w, p)) = (*world_size + 1..=1024)
-        .filter_map(|w| Some((w, with(w, s)?)))
-        .find(|(_, p)| fits(p))
-    {
-        let what = if sharding.is_some() {
-            format!("`world_size: {w}`")
-        } else {
-            format!("`parallel fsdp` over {w} ranks")
-        };
-        out.push((what, p));
-    }
-    out
-}
-
-/// The plan of `e` with `recompute` after every top-level block that may take it (not already
-/// recomputed, holding no batch norm), with those blocks' names; `None` when there is none or
-/// the experiment trains with quantization-aware training.
-fn recomputed_need(e: &Experiment) -> Option<(Vec<String>, plan::Plan)> {
-    if recompute::qat(&e.compression).is_some() {
-        return None;
-    }
-    let mut e = e.clone();
-    let mut blocks = Vec::new();
-    for node in &mut e.model.nodes {
-        if let crate::ir::Node::Block {
-            name,
-            nodes,
-            span,
-            recompute: recompute @ None,
-        } = node
-        {
-            if !recompute::holds_batch_norm(nodes) {
-                *recompute = Some(*span);
-                blocks.push(name.clone());
-            }
-        }
-    }
-    (!blocks.is_empty()).then(|| (blocks, plan::plan(&e)))
-}
-
-fn apply_memory_overrides(e: &mut Experiment, options: &Options) {
-    for (device, bytes) in &options.device_memory {
-        e.memory.retain(|(d, _, _)| d != device);
-        e.memory.push((*device, *bytes, Span::default()));
     }
 }
 

@@ -63,11 +63,10 @@ impl HostMemory {
 
     /// Runs `f` (loading the data), counting what it adds to the resident set in the baseline.
     pub fn outside_plan<T>(this: &mut Option<HostMemory>, f: impl FnOnce() -> T) -> T {
+        let Some(m) = this else { return f() };
         let before = resident().map_or(0, |r| r.0);
         let out = f();
-        if let Some(m) = this {
-            m.baseline += resident().map_or(0, |r| r.0).saturating_sub(before);
-        }
+        m.baseline += resident().map_or(0, |r| r.0).saturating_sub(before);
         out
     }
 

@@ -481,26 +481,25 @@ impl LossScaler {
             return Ok(true);
         }
         let finite = tch::no_grad(|| -> Result<bool, Diagnostic> {
-            let mut finite = true;
+            // The count of gradients with a value that is not finite, kept on the device and
+            // read once.
+            let device = params.first().map_or(Device::Cpu, Tensor::device);
+            let mut overflowed = Tensor::f_zeros([], (Kind::Float, device)).at(span)?;
             for p in params {
                 let mut g = p.grad();
                 if !g.defined() {
                     continue;
                 }
                 g.f_div_scalar_(self.scale).done_at(span)?;
-                finite &= g
+                let bad = g
                     .f_isfinite()
-                    .at(span)?
-                    .f_all()
-                    .at(span)?
-                    .f_int64_value(&[])
-                    .at(span)?
-                    != 0;
+                    .and_then(|t| t.f_all())
+                    .and_then(|t| t.f_logical_not())
+                    .and_then(|t| t.f_to_kind(Kind::Float))
+                    .and_then(|t| t.f_to_device(device))
+                    .at(span)?;
+                overflowed = overflowed.f_add(&bad).at(span)?;
             }
-            let overflowed = Tensor::f_from_slice(&[f32::from(u8::from(!finite))])
-                .at(span)?
-                .f_to_device(params.first().map_or(Device::Cpu, Tensor::device))
-                .at(span)?;
             sum(&overflowed)?;
             Ok(overflowed.f_double_value(&[]).at(span)? == 0.0)
         })?;

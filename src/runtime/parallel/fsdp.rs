@@ -94,43 +94,43 @@ impl Fsdp {
         ranks.broadcast(&params)?;
         ranks.broadcast(&buffers)?;
         let index = |name: &str| net.params.iter().position(|p| p.name == name);
-        // The parameters of each unit, as indices into the model's: a block's own, then the
-        // root's (every other top-level node's).
+        // Each top-level block with parameters is a unit; every other parameter is the root's,
+        // so that every parameter is in exactly one unit.
         let mut members: Vec<(Vec<usize>, bool)> = Vec::new();
-        let mut root: Vec<usize> = Vec::new();
-        let mut of_node = Vec::new();
+        let mut views = Vec::new();
         for (i, node) in exp.model.nodes.iter().enumerate() {
             let view = net.stage(i..i + 1);
             let own: Vec<usize> = view.params.iter().filter_map(|p| index(&p.name)).collect();
-            let unit = match node {
-                _ if own.is_empty() => None,
-                Node::Block { .. } => {
-                    members.push((own, reshard_after_forward));
+            let block = match node {
+                Node::Block { .. } if !own.is_empty() => {
+                    members.push((own.clone(), reshard_after_forward));
                     Some(members.len() - 1)
                 }
-                Node::Layer(_) | Node::Residual { .. } => {
-                    root.extend(own);
-                    Some(usize::MAX)
-                }
+                Node::Block { .. } | Node::Layer(_) | Node::Residual { .. } => None,
             };
-            of_node.push((view, unit));
+            views.push((view, block, !own.is_empty()));
         }
+        let in_blocks: std::collections::HashSet<usize> = members
+            .iter()
+            .flat_map(|(own, _)| own.iter().copied())
+            .collect();
+        let root: Vec<usize> = (0..params.len())
+            .filter(|i| !in_blocks.contains(i))
+            .collect();
+        let root_at = members.len();
         if !root.is_empty() {
             members.push((root, false));
         }
-        let root_at = members.len().saturating_sub(1);
-        let nodes = of_node
+        let nodes = views
             .into_iter()
-            .map(|(view, u)| (view, u.map(|u| if u == usize::MAX { root_at } else { u })))
+            .map(|(view, block, owns)| (view, block.or(owns.then_some(root_at))))
             .collect();
-        let mut shards: Vec<Option<Tensor>> = params.iter().map(|_| None).collect();
+        let mut shards: Vec<(usize, Tensor)> = Vec::new();
         let mut units = Vec::new();
         for (own, reshard) in members {
             let tensors: Vec<Tensor> = own.iter().map(|&i| params[i].shallow_clone()).collect();
             let (unit, mine) = Unit::new(&ranks.group, &tensors).map_err(|e| ranks.lost(&e.0))?;
-            for (&i, shard) in own.iter().zip(mine) {
-                shards[i] = Some(shard);
-            }
+            shards.extend(own.iter().copied().zip(mine));
             unit.release().map_err(|e| ranks.lost(&e.0))?;
             units.push(Sharded {
                 unit,
@@ -138,16 +138,11 @@ impl Fsdp {
                 reshard,
             });
         }
-        let shards = net
-            .params
-            .iter()
-            .zip(shards)
-            .map(|(p, s)| {
-                (
-                    p.name.clone(),
-                    s.unwrap_or_else(|| p.tensor.shallow_clone()),
-                )
-            })
+        // Every parameter has exactly one shard: in the model's order.
+        shards.sort_by_key(|(i, _)| *i);
+        let shards = shards
+            .into_iter()
+            .map(|(i, t)| (net.params[i].name.clone(), t))
             .collect();
         Ok((
             Fsdp {
