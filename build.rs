@@ -38,8 +38,9 @@ fn main() {
     }
 }
 
-/// Compiles the c10d shim against libtorch's headers and Gloo's (from Debian's `libgloo-dev`,
-/// unpacked into `.gloo/` by `scripts/setup.sh`; the wheel ships none). The shim only calls
+/// Compiles the c10d shim (and the fsdp units over it, `shim/unit.cpp`) against libtorch's
+/// headers and Gloo's (from Debian's `libgloo-dev`, unpacked into `.gloo/` by
+/// `scripts/setup.sh`; the wheel ships none). The shim only calls
 /// functions libtorch exports and instantiates no Gloo type, so the packaged headers need not
 /// match libtorch's Gloo revision exactly; `tests/c10d.rs` guards that. With a CUDA libtorch and
 /// NCCL's headers (from the wheel's `nvidia-nccl` and two header packages setup installs into
@@ -47,6 +48,8 @@ fn main() {
 fn shim(lib: &std::path::Path) {
     use std::path::PathBuf;
     println!("cargo:rerun-if-changed=shim/c10d.cpp");
+    println!("cargo:rerun-if-changed=shim/c10d.h");
+    println!("cargo:rerun-if-changed=shim/unit.cpp");
     println!("cargo:rerun-if-env-changed=KILN_GLOO_INCLUDE");
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let gloo = std::env::var_os("KILN_GLOO_INCLUDE")
@@ -70,7 +73,8 @@ fn shim(lib: &std::path::Path) {
         .include(&gloo)
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-interference-size")
-        .file("shim/c10d.cpp");
+        .file("shim/c10d.cpp")
+        .file("shim/unit.cpp");
     let site = torch.join("..");
     let headers = root.join(".cuda-headers/nvidia/cu13/include");
     let nccl = [
@@ -103,6 +107,7 @@ fn optim_shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=shim/optim.cpp");
     println!("cargo:rerun-if-changed=shim/cuda.cpp");
     println!("cargo:rerun-if-changed=shim/recompute.cpp");
+    println!("cargo:rerun-if-changed=shim/host.cpp");
     println!("cargo:rerun-if-changed=shim/guarded.h");
     let torch = lib.join("..");
     let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
@@ -130,5 +135,6 @@ fn optim_shim(lib: &std::path::Path) {
         .file("shim/optim.cpp")
         .file("shim/cuda.cpp")
         .file("shim/recompute.cpp")
+        .file("shim/host.cpp")
         .compile("kiln_optim");
 }

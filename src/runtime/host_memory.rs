@@ -6,6 +6,13 @@
 //! the mark is read after every step (so what the run does once training ends, its final weights
 //! and checkpoint, is left out), and when the run ends each rank prints its peak over the
 //! baseline beside the plan's total.
+//!
+//! Beside the resident set, the bytes of the CPU tensors alive at once (Kiln's host allocator,
+//! `shim/host.cpp`, counts them from the baseline on): their peak is what the plan's arithmetic
+//! estimates, the resident set's is that plus what the C allocator keeps around them. The same
+//! allocator maps large blocks from the system for fully sharded data parallel on the CPU
+//! ([`super::host_alloc::map_blocks_from`]).
+//!
 //! Linux only (`/proc/self`); elsewhere nothing is measured.
 
 use std::cell::Cell;
@@ -13,6 +20,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::hooks::{Cx, Flow, Hook, StepReport};
+use super::host_alloc::{count, counted, reset_peak};
 use kiln::diagnostic::Diagnostic;
 
 /// The resident set's current size and high-water mark, in bytes.
@@ -34,17 +42,19 @@ pub struct HostMemory {
     baseline: u64,
     /// When the peak was restarted.
     since: Option<Instant>,
-    /// The high-water mark after the last step.
-    peak: Rc<Cell<u64>>,
+    /// Bytes of tensors that the plan does not count (the data's).
+    data_tensors: u64,
+    /// The high-water marks after the last step: the resident set's and the tensors'.
+    peak: Rc<Cell<(u64, u64)>>,
 }
 
-/// Reads the high-water mark after every step.
-struct Watch(Rc<Cell<u64>>);
+/// Reads the high-water marks after every step.
+struct Watch(Rc<Cell<(u64, u64)>>);
 
 impl Hook for Watch {
     fn after_step(&mut self, _cx: &mut Cx, _s: &StepReport) -> Result<Flow, Diagnostic> {
         if let Some((_, peak)) = resident() {
-            self.0.set(peak);
+            self.0.set((peak, counted().1));
         }
         Ok(Flow::Continue)
     }
@@ -54,9 +64,12 @@ impl HostMemory {
     /// Starts the measure before the model is built, when `KILN_MEMORY_PROFILE` is set.
     pub fn start() -> Option<HostMemory> {
         std::env::var_os("KILN_MEMORY_PROFILE")?;
+        let baseline = resident()?.0;
+        count();
         Some(HostMemory {
-            baseline: resident()?.0,
+            baseline,
             since: None,
+            data_tensors: 0,
             peak: Rc::default(),
         })
     }
@@ -64,9 +77,10 @@ impl HostMemory {
     /// Runs `f` (loading the data), counting what it adds to the resident set in the baseline.
     pub fn outside_plan<T>(this: &mut Option<HostMemory>, f: impl FnOnce() -> T) -> T {
         let Some(m) = this else { return f() };
-        let before = resident().map_or(0, |r| r.0);
+        let before = (resident().map_or(0, |r| r.0), counted().0);
         let out = f();
-        m.baseline += resident().map_or(0, |r| r.0).saturating_sub(before);
+        m.baseline += resident().map_or(0, |r| r.0).saturating_sub(before.0);
+        m.data_tensors += counted().0.saturating_sub(before.1);
         out
     }
 
@@ -77,6 +91,7 @@ impl HostMemory {
         unsafe { libc::malloc_trim(0) };
         // Writing 5 to `clear_refs` resets the peak resident set size (Linux 4.0+).
         let _ = std::fs::write("/proc/self/clear_refs", "5");
+        reset_peak();
         self.since = Some(Instant::now());
     }
 
@@ -86,18 +101,23 @@ impl HostMemory {
     }
 
     /// Prints rank `rank`'s peak over the baseline from the restart to the last step, and `plan`
-    /// (the plan's total for the rank's device).
+    /// (the plan's total for the rank's device), then the peak of the tensors alive at once
+    /// (the data's left out).
     pub fn report(&self, rank: usize, plan: u64) {
-        let peak = self.peak.get();
+        let (peak, tensors) = self.peak.get();
+        let tensors = tensors.saturating_sub(self.data_tensors);
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let against = |b: u64| 100.0 * (b as f64 / plan.max(1) as f64 - 1.0);
         let over = peak.saturating_sub(self.baseline);
         eprintln!(
-            "memory profile: rank {rank}: peak {:.1} MiB over a baseline of {:.1} MiB, plan {:.1} MiB ({:+.1}%), over {:.1} s",
+            "memory profile: rank {rank}: peak {:.1} MiB over a baseline of {:.1} MiB, plan {:.1} MiB ({:+.1}%), over {:.1} s; tensors alive at once: {:.1} MiB ({:+.1}%)",
             mib(over),
             mib(self.baseline),
             mib(plan),
-            100.0 * (over as f64 / plan.max(1) as f64 - 1.0),
-            self.since.map_or(0.0, |t| t.elapsed().as_secs_f64())
+            against(over),
+            self.since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+            mib(tensors),
+            against(tensors),
         );
     }
 }

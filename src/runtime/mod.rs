@@ -25,6 +25,7 @@ pub mod fingerprint;
 pub mod generate;
 pub mod gpu_busy;
 pub mod hooks;
+pub mod host_alloc;
 pub mod host_memory;
 pub mod launch;
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! A safe binding to c10d through the shim in `shim/c10d.cpp`: the TCPStore that ranks meet at,
 //! a process group (Gloo, or NCCL on CUDA), PyTorch's Reducer, which all-reduces gradients
-//! in buckets while backward still runs, and the sharded units of fully sharded data parallel. Every C++ failure comes back as a [`CommError`]
-//! carrying c10d's message; nothing here panics or aborts.
+//! in buckets while backward still runs (the units of fully sharded data parallel over a group
+//! are in [`super::unit`]). Every C++ failure comes back as a [`CommError`] carrying c10d's
+//! message; nothing here panics or aborts.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::time::Duration;
@@ -61,23 +62,6 @@ mod ffi {
         pub fn kiln_reducer_prepare_forward(r: *mut c_void) -> c_int;
         pub fn kiln_reducer_prepare_backward(r: *mut c_void) -> c_int;
         pub fn kiln_reducer_free(r: *mut c_void);
-        pub fn kiln_unit_new(
-            g: *mut c_void,
-            params: *const *mut c_void,
-            n: usize,
-            shards: *mut *mut c_void,
-        ) -> *mut c_void;
-        pub fn kiln_unit_gather(u: *mut c_void) -> c_int;
-        pub fn kiln_unit_prefetch(u: *mut c_void) -> c_int;
-        pub fn kiln_unit_release(u: *mut c_void) -> c_int;
-        pub fn kiln_unit_gather_on_grad(
-            u: *mut c_void,
-            out: *mut c_void,
-            before: *mut c_void,
-        ) -> c_int;
-        pub fn kiln_unit_reduce(u: *mut c_void) -> c_int;
-        pub fn kiln_unit_sync(u: *mut c_void, sync: c_int) -> c_int;
-        pub fn kiln_unit_free(u: *mut c_void);
     }
 }
 
@@ -225,7 +209,7 @@ impl Drop for Store {
 }
 
 /// A process group of every rank, with its collectives.
-pub struct Group(*mut c_void);
+pub struct Group(pub(super) *mut c_void);
 
 // SAFETY: owned by one thread at a time; c10d's process groups may be moved between threads.
 unsafe impl Send for Group {}
@@ -396,101 +380,8 @@ impl Drop for Reducer {
     }
 }
 
-/// Parameters sharded over the ranks of a group and gathered together (a unit of fully sharded
-/// data parallel). Each parameter of `n` values is cut into `world` shards of `ceil(n / world)`
-/// values, the last padded with zeros; this rank keeps its shard of each as a flat tensor that
-/// requires grad, whose `.grad` receives this rank's part of the ranks' summed gradients. Once a
-/// backward pass has accumulated the gradient of every parameter of the unit, a hook starts
-/// their reduction (a reduce-scatter, added to the shards' `.grad` by [`Unit::reduce`]) and
-/// frees the parameters.
-pub struct Unit(*mut c_void);
-
-// SAFETY: as for `Group`; the autograd hooks that share the unit run on the thread of the
-// backward pass that meets them.
-unsafe impl Send for Unit {}
-
-impl Unit {
-    /// The unit of `params`, which every rank holds with the same values, and this rank's shard
-    /// of each (new tensors, in the order of `params`). The parameters stay gathered.
-    pub fn new(group: &Group, params: &[Tensor]) -> Result<(Unit, Vec<Tensor>), CommError> {
-        let ptrs: Vec<*mut c_void> = params.iter().map(|p| p.as_ptr() as *mut c_void).collect();
-        let mut shards: Vec<*mut c_void> = vec![std::ptr::null_mut(); params.len()];
-        // SAFETY: the group and tensors are live during the call; the shim writes one new
-        // `at::Tensor*` per parameter, owned by the caller, and keeps its own references.
-        let p =
-            unsafe { ffi::kiln_unit_new(group.0, ptrs.as_ptr(), ptrs.len(), shards.as_mut_ptr()) };
-        if p.is_null() {
-            return Err(last_error());
-        }
-        let shards = shards
-            .into_iter()
-            // SAFETY: each is a fresh heap `at::Tensor*` whose ownership passes to tch.
-            .map(|s| unsafe { Tensor::from_ptr(s as *mut torch_sys::C_tensor) })
-            .collect();
-        Ok((Unit(p), shards))
-    }
-
-    /// Starts the all-gather of the parameters, for a [`Unit::gather`] to come, so that it runs
-    /// while this rank computes (nothing when they are gathered or a gather is under way).
-    pub fn prefetch(&self) -> Result<(), CommError> {
-        // SAFETY: the unit is live.
-        status(unsafe { ffi::kiln_unit_prefetch(self.0) })
-    }
-
-    /// Fills the parameters from every rank's shards (an all-gather, or the end of the one
-    /// [`Unit::prefetch`] started; nothing when they are gathered already).
-    pub fn gather(&self) -> Result<(), CommError> {
-        // SAFETY: the unit is live.
-        status(unsafe { ffi::kiln_unit_gather(self.0) })
-    }
-
-    /// Frees the parameters' memory, and that of every tensor autograd saved of them.
-    pub fn release(&self) -> Result<(), CommError> {
-        // SAFETY: the unit is live.
-        status(unsafe { ffi::kiln_unit_release(self.0) })
-    }
-
-    /// Gathers the parameters again when the gradient of `out`, which requires grad, arrives
-    /// in backward (before the backward of what computed `out` runs), and starts gathering
-    /// `before` (the unit that ran before this one), which backward reaches next.
-    pub fn gather_on_grad(&self, out: &Tensor, before: Option<&Unit>) -> Result<(), CommError> {
-        let before = before.map_or(std::ptr::null_mut(), |b| b.0);
-        // SAFETY: the units and the tensor are live; the hook keeps its own reference to this
-        // unit and a weak one to `before`.
-        status(unsafe {
-            ffi::kiln_unit_gather_on_grad(self.0, out.as_ptr() as *mut c_void, before)
-        })
-    }
-
-    /// Reduces the gradients the parameters still hold, as the hook does (after a backward pass
-    /// that did not reach every parameter of the unit), and waits for the reductions under way
-    /// (the hook's reduce-scatter runs while backward goes on): after it, the shards' `.grad`
-    /// hold every reduced gradient.
-    pub fn reduce(&self) -> Result<(), CommError> {
-        // SAFETY: the unit is live.
-        status(unsafe { ffi::kiln_unit_reduce(self.0) })
-    }
-}
-
-impl Unit {
-    /// Whether the next backward passes reduce the gradients and free the parameters once they
-    /// are accumulated (`true`, as a new unit does), or leave both whole (a micro-batch of
-    /// gradient accumulation, as DDP's `no_sync`).
-    pub fn set_sync(&self, sync: bool) -> Result<(), CommError> {
-        // SAFETY: the unit is live.
-        status(unsafe { ffi::kiln_unit_sync(self.0, c_int::from(sync)) })
-    }
-}
-
-impl Drop for Unit {
-    fn drop(&mut self) {
-        // SAFETY: the handle is live and dropped once.
-        unsafe { ffi::kiln_unit_free(self.0) }
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use tch::{Device, Kind};
 
@@ -504,7 +395,10 @@ mod tests {
 
     /// Runs `f(rank, group)` on `world` ranks, each a thread of this process with its own store
     /// connection and Gloo group on loopback.
-    fn ranks<R: Send>(world: usize, f: impl Fn(usize, &Group) -> R + Sync) -> Vec<R> {
+    pub(in crate::runtime::dist) fn ranks<R: Send>(
+        world: usize,
+        f: impl Fn(usize, &Group) -> R + Sync,
+    ) -> Vec<R> {
         let port = free_port();
         let bind = Bind {
             interface: None,
@@ -636,62 +530,6 @@ mod tests {
         for g in grads {
             let diff = (&g - &expected).abs().max().double_value(&[]);
             assert!(diff < 1e-6, "gradient differs by {diff}");
-        }
-    }
-
-    /// A unit sharded over 3 ranks: each rank's shards are its slices of the parameters (the
-    /// last padded); a backward pass that meets parameters released after its forward and
-    /// gathered again by the hook gives the gradient it gives without, and once it has
-    /// accumulated every parameter's gradient the unit reduces them: each rank's shards' `.grad`
-    /// hold its slice of the ranks' summed gradients, and the parameters hold none; released
-    /// parameters are gathered back to their values.
-    #[test]
-    fn units_shard_gather_and_reduce_scatter() {
-        let out = ranks(3, |rank, g| {
-            let a = Tensor::arange(5, (Kind::Float, Device::Cpu)).set_requires_grad(true);
-            let b = (Tensor::arange(6, (Kind::Float, Device::Cpu)) * 10.0)
-                .reshape([2, 3])
-                .set_requires_grad(true);
-            let (unit, shards) = Unit::new(g, &[a.shallow_clone(), b.shallow_clone()]).unwrap();
-            let shard: Vec<Vec<f32>> = shards
-                .iter()
-                .map(|s| Vec::<f32>::try_from(&s.detach()).unwrap())
-                .collect();
-            // Forward saves `a` and `b`; they are released, then gathered when the gradient of
-            // `h` arrives.
-            let x = Tensor::full([2], rank as f64 + 1.0, (Kind::Float, Device::Cpu));
-            let h = (&a * &a).sum(Kind::Float) * x.matmul(&b).sum(Kind::Float);
-            unit.release().unwrap();
-            unit.gather_on_grad(&h, None).unwrap();
-            h.backward();
-            assert!(!a.grad().defined() && !b.grad().defined());
-            unit.reduce().unwrap();
-            let reduced: Vec<Vec<f32>> = shards
-                .iter()
-                .map(|s| Vec::<f32>::try_from(&s.grad()).unwrap())
-                .collect();
-            unit.gather().unwrap();
-            let back = Vec::<f32>::try_from(&b.detach().flatten(0, -1)).unwrap();
-            (shard, reduced, back)
-        });
-        let slice = |v: &[f32], r: usize, len: usize| -> Vec<f32> {
-            (0..len)
-                .map(|i| v.get(r * len + i).copied().unwrap_or(0.0))
-                .collect()
-        };
-        let a: Vec<f32> = (0..5).map(|i| i as f32).collect();
-        let b: Vec<f32> = (0..6).map(|i| 10.0 * i as f32).collect();
-        // On rank r, x = r + 1: d/da of (a·a)(x b 1) = 2a (x b 1), d/db = (a·a) x 1ᵀ. Summed
-        // over the ranks, x is 1 + 2 + 3 = 6.
-        let (bsum, asq) = (b.iter().sum::<f32>(), a.iter().map(|v| v * v).sum::<f32>());
-        let sum_a: Vec<f32> = a.iter().map(|v| 2.0 * v * 6.0 * bsum).collect();
-        let sum_b: Vec<f32> = vec![asq * 6.0; 6];
-        for (rank, (shard, reduced, back)) in out.iter().enumerate() {
-            assert_eq!(shard[0], slice(&a, rank, 2));
-            assert_eq!(shard[1], slice(&b, rank, 2));
-            assert_eq!(reduced[0], slice(&sum_a, rank, 2));
-            assert_eq!(reduced[1], slice(&sum_b, rank, 2));
-            assert_eq!(back, &b);
         }
     }
 

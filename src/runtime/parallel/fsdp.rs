@@ -31,8 +31,9 @@
 use tch::Tensor;
 
 use super::super::cancel::Cancel;
-use super::super::dist::c10d::Unit;
+use super::super::dist::unit::{Pool, Unit};
 use super::super::failure::At;
+use super::super::host_alloc;
 use super::super::model::Net;
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
@@ -41,6 +42,13 @@ use super::strategy::{buffers_of, model_state_dict, restore_whole, whole_state, 
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan};
 use kiln::span::Span;
+
+/// On the CPU, host tensors of this many bytes or more are mapped from the system and unmapped
+/// when freed: each step allocates and frees a gradient as large as each parameter (and each
+/// unit's gathered and reduced buffers the first time), which glibc's heap would keep resident
+/// around what lives longer. Smaller blocks (most activations) stay on the heap, where a step
+/// reuses them without page faults.
+const MAPPED_FROM: usize = 4 << 20;
 
 /// This rank of a fully sharded data-parallel run.
 pub struct Fsdp {
@@ -93,6 +101,12 @@ impl Fsdp {
             .collect();
         ranks.broadcast(&params)?;
         ranks.broadcast(&buffers)?;
+        if params
+            .first()
+            .is_some_and(|p| p.device() == tch::Device::Cpu)
+        {
+            host_alloc::map_blocks_from(MAPPED_FROM);
+        }
         let index = |name: &str| net.params.iter().position(|p| p.name == name);
         // Each top-level block with parameters is a unit; every other parameter is the root's,
         // so that every parameter is in exactly one unit.
@@ -125,11 +139,14 @@ impl Fsdp {
             .into_iter()
             .map(|(view, block, owns)| (view, block.or(owns.then_some(root_at))))
             .collect();
+        // The units' buffers for gathers and reductions (each unit holds the pool).
+        let pool = Pool::new().map_err(|e| ranks.lost(&e.0))?;
         let mut shards: Vec<(usize, Tensor)> = Vec::new();
         let mut units = Vec::new();
         for (own, reshard) in members {
             let tensors: Vec<Tensor> = own.iter().map(|&i| params[i].shallow_clone()).collect();
-            let (unit, mine) = Unit::new(&ranks.group, &tensors).map_err(|e| ranks.lost(&e.0))?;
+            let (unit, mine) =
+                Unit::new(&ranks.group, &pool, &tensors).map_err(|e| ranks.lost(&e.0))?;
             shards.extend(own.iter().copied().zip(mine));
             unit.release().map_err(|e| ranks.lost(&e.0))?;
             units.push(Sharded {

@@ -1,0 +1,136 @@
+// Kiln's allocator for host tensors (`src/runtime/host_memory.rs`), in front of libtorch's CPU
+// allocator, installed the first time one of its two jobs is asked for:
+//
+// - counting (`KILN_MEMORY_PROFILE`): the bytes of the tensors alive and their peak, so that the
+//   plan's arithmetic (live tensors) can be told apart from what the C allocator keeps resident
+//   around them;
+// - mapping large blocks (fully sharded data parallel on the CPU): a block of `map_from` bytes or
+//   more is mapped from the system and unmapped when freed. Such a run allocates and frees a
+//   gradient as large as each parameter every step, between buffers that live longer; from
+//   glibc's heap (`kiln-runtime` keeps blocks up to 256 MiB there) they leave holes that keep
+//   the heap well above what lives in it. Mapped, they cost their page faults and nothing more.
+//
+// Blocks allocated before it was installed keep their own deleters.
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+
+#include <sys/mman.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<size_t> map_from{0};
+std::atomic<uint64_t> live{0};
+std::atomic<uint64_t> peak{0};
+
+// The blocks this allocator handed out itself (counted or mapped), by address. Their context is
+// their address, as libtorch's `raw_allocate` requires.
+struct Block {
+  size_t bytes;
+  bool mapped;
+  bool counted;
+};
+std::mutex blocks_lock;
+std::unordered_map<void*, Block> blocks;
+at::DeleterFnPtr behind_deleter = nullptr;
+
+void release(void* p) {
+  Block b{0, false, false};
+  {
+    std::lock_guard<std::mutex> guard(blocks_lock);
+    auto it = blocks.find(p);
+    if (it != blocks.end()) {
+      b = it->second;
+      blocks.erase(it);
+    }
+  }
+  if (b.counted) live.fetch_sub(b.bytes);
+  if (b.mapped) {
+    munmap(p, b.bytes);
+  } else {
+    behind_deleter(p);
+  }
+}
+
+struct Host final : at::Allocator {
+  at::Allocator* behind;
+  explicit Host(at::Allocator* b) : behind(b) {}
+
+  at::DataPtr allocate(size_t n) override {
+    const size_t from = map_from.load();
+    const bool count = counting.load();
+    const bool map = from > 0 && n >= from;
+    if (n == 0 || (!count && !map)) return behind->allocate(n);
+    void* data = nullptr;
+    if (map) {
+      data = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      TORCH_CHECK_WITH(OutOfMemoryError, data != MAP_FAILED,
+                       "DefaultCPUAllocator: not enough memory: you tried to allocate ", n,
+                       " bytes.");
+    } else {
+      auto block = behind->allocate(n);
+      data = block.get();
+      block.release_context();
+    }
+    {
+      std::lock_guard<std::mutex> guard(blocks_lock);
+      blocks[data] = Block{n, map, count};
+    }
+    if (count) {
+      const uint64_t now = live.fetch_add(n) + n;
+      uint64_t seen = peak.load();
+      while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+      }
+    }
+    return {data, data, &release, at::Device(at::kCPU)};
+  }
+
+  at::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+};
+
+// Puts the allocator in front of libtorch's CPU allocator, once.
+void install() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static Host host(c10::GetCPUAllocator());
+    behind_deleter = host.behind->raw_deleter();
+    c10::SetCPUAllocator(&host, /*priority=*/100);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+// From now on, counts the CPU tensors allocated (those allocated before are not counted).
+void kiln_host_count() {
+  install();
+  counting.store(true);
+}
+
+// Starts the peak afresh from the bytes alive now.
+void kiln_host_reset_peak() { peak.store(live.load()); }
+
+// The bytes of counted CPU tensors alive now, and their peak since the last reset.
+void kiln_host_counted(uint64_t* now, uint64_t* most) {
+  *now = live.load();
+  *most = peak.load();
+}
+
+// From now on, maps CPU tensors of `bytes` or more from the system (unmapped when freed).
+void kiln_host_map_from(size_t bytes) {
+  install();
+  map_from.store(bytes);
+}
+
+}  // extern "C"
