@@ -314,15 +314,13 @@ fn the_plan_counts_shards_gathered_units_and_collectives() {
         ]
     );
     assert_eq!(number(&sharding["shard_params"]), 512);
-    // Resharding: the root and the two largest blocks (here every unit) at once.
-    assert_eq!(number(&sharding["gathered_params"]), 144 + 611 + 263);
-    // The root's and the largest block's whole gradients, and the flat buffers of the two
-    // reductions in flight (the two largest units, padded), each an all-to-all's input and
-    // output on the CPU.
-    assert_eq!(
-        number(&sharding["unreduced_gradients"]),
-        144 + 611 + 2 * (2 * 307 + 2 * 133)
-    );
+    // Resharding: the root and the largest block at once; the whole gradients of both.
+    assert_eq!(number(&sharding["gathered_params"]), 144 + 611);
+    assert_eq!(number(&sharding["unreduced_gradients"]), 144 + 611);
+    // On the CPU, a gather's input and output and two reductions' (each an all-to-all's input
+    // and output), in the largest block's padded size (2 x 307), and the root's gather (2 x 144).
+    assert_eq!(number(&sharding["gather_buffers"]), 2 * (2 * 307) + 2 * 144);
+    assert_eq!(number(&sharding["reduce_buffers"]), 4 * (2 * 307));
     // Each of 2 micro-batches gathers every unit (2 x 512 values) and each block again
     // (2 x 440), and reduce-scatters every unit; a ring moves half of it in and out of a rank.
     assert_eq!(number(&sharding["all_gather_bytes"]), 2 * 4 * (1024 + 880));
@@ -333,8 +331,8 @@ fn the_plan_counts_shards_gathered_units_and_collectives() {
     );
     let rank = &plan["devices"][0];
     assert_eq!(number(&rank["replicas"]), 2);
-    assert_eq!(number(&rank["weight_bytes"]), 4 * (512 + 1018));
-    assert_eq!(number(&rank["gradient_bytes"]), 4 * (512 + 2515));
+    assert_eq!(number(&rank["weight_bytes"]), 4 * (512 + 755 + 1516));
+    assert_eq!(number(&rank["gradient_bytes"]), 4 * (512 + 755 + 2456));
     // Adam keeps two values a parameter, on the shards.
     assert_eq!(number(&rank["optimizer_bytes"]), 8 * 512);
     assert!(plan["communication"]["allreduce"].is_null());

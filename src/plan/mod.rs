@@ -371,12 +371,17 @@ pub fn plan(e: &Experiment) -> Plan {
             out
         }
         Parallel::Distributed { world_size, .. } => match sharding::Sharding::of(e) {
-            // A rank holds its shards and what it gathers, whole gradients until they are
-            // reduced, and the optimizer's state of its shards.
+            // A rank holds its shards, what it gathers and the gathers' buffers, whole gradients
+            // until they are reduced and the reductions' buffers, and the optimizer's state of
+            // its shards.
             Some(s) => {
                 let (w, g, o) = (
-                    4u64.saturating_mul(s.shard_params.saturating_add(s.gathered_params)),
-                    4u64.saturating_mul(s.shard_params.saturating_add(s.unreduced_gradients)),
+                    4u64.saturating_mul(sum([s.shard_params, s.gathered_params, s.gather_buffers])),
+                    4u64.saturating_mul(sum([
+                        s.shard_params,
+                        s.unreduced_gradients,
+                        s.reduce_buffers,
+                    ])),
                     state.saturating_mul(s.shard_params),
                 );
                 let mut n = need(e.device, *world_size, s.shard_params, full_acts);
@@ -384,7 +389,15 @@ pub fn plan(e: &Experiment) -> Plan {
                 n.total_bytes = sum([w, g, o, full_acts]);
                 vec![n]
             }
-            None => vec![need(e.device, *world_size, params, full_acts)],
+            // A rank holds the whole model, its gradients and the Reducer's buckets (a copy of
+            // every gradient, which the all-reduce runs on), and the optimizer's state.
+            None => {
+                let mut n = need(e.device, *world_size, params, full_acts);
+                let buckets = n.gradient_bytes;
+                n.gradient_bytes = n.gradient_bytes.saturating_add(buckets);
+                n.total_bytes = n.total_bytes.saturating_add(buckets);
+                vec![n]
+            }
         },
         Parallel::Pipeline {
             stages,

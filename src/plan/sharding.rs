@@ -4,13 +4,21 @@
 //!
 //! - Units: each top-level block with parameters, and the other top-level layers together (the
 //!   root). A tensor of `n` values is cut into W shards of `ceil(n/W)`; a rank keeps one of each.
-//! - Weights: the shards, plus the units gathered at once. With `reshard_after_forward: true`
-//!   that is the root and at most two blocks (the one running, the one being gathered for its
-//!   backward pass); with `false` every unit is gathered by the end of the forward pass.
+//! - Weights: the shards, plus the parameters gathered whole at once: with
+//!   `reshard_after_forward: true` the root and the largest block (a block is freed after its
+//!   forward pass, and in backward as soon as its gradients are accumulated, before the block
+//!   before it is gathered); with `false` every unit, from the forward pass to its reduction.
 //! - Gradients: the shards' gradients, plus the whole gradients a backward pass holds before
-//!   they are reduced: the root's (its layers come first and last) and the largest block's, and
-//!   the flat buffers of the two reductions in flight (the two largest units; on the CPU, where
-//!   a reduction is an all-to-all and a sum, its output buffer as well).
+//!   their reduction: the largest block's and the root's (the root's layers come first and
+//!   last); without resharding, every unit's while the micro-batches before the last accumulate.
+//! - Buffers of the collectives, which the runtime keeps for reuse, so a rank holds the most a
+//!   step needs at once, each the size of the largest block (`W` shards end to end; the root's
+//!   apart): with resharding, the gather of the block before the one in backward and the two
+//!   reductions in flight; without, the reductions (and, in the forward pass, the gather of the
+//!   next unit while the current one is copied out). On the CPU a gather is an all-to-all of the
+//!   shard repeated for every rank, and a reduction an all-to-all and a sum, each with an input
+//!   and an output buffer; on CUDA a gather fills one buffer and a reduction's output is a shard.
+//!   The gathers' buffers count with the weights, the reductions' with the gradients.
 //! - Optimizer state: the optimizer's bytes per parameter, on the shards.
 //! - Per step, with resharding, for every micro-batch: each unit is all-gathered before its
 //!   forward pass and each block again before its backward pass, and each unit's gradients are
@@ -47,9 +55,12 @@ pub struct Sharding {
     pub shard_params: u64,
     /// Parameters gathered whole at once, at the peak.
     pub gathered_params: u64,
-    /// Gradient values held whole at once before their reduction, at the peak (the flat buffers
-    /// of the two reductions in flight included).
+    /// Values in the buffers of the gathers a step holds at once.
+    pub gather_buffers: u64,
+    /// Gradient values held whole at once before their reduction, at the peak.
     pub unreduced_gradients: u64,
+    /// Values in the buffers of the reductions a step holds at once.
+    pub reduce_buffers: u64,
     /// Bytes all-gathered per step (every rank's shards, fp32).
     pub all_gather_bytes: u64,
     /// Bytes reduce-scattered per step (fp32 gradients).
@@ -92,35 +103,43 @@ impl Sharding {
         }
         units.push(unit("root", &rest));
         units.retain(|u| u.params > 0);
-        let root = units
-            .iter()
-            .find(|u| u.name == "root" && u.params > 0)
-            .map_or(0, |u| u.params);
-        let mut blocks: Vec<u64> = units
+        let root = units.iter().find(|u| u.name == "root");
+        let largest = units
             .iter()
             .filter(|u| u.name != "root")
-            .map(|u| u.params)
-            .collect();
-        blocks.sort_unstable_by(|a, b| b.cmp(a));
+            .max_by_key(|u| u.shard_params);
+        let params = |u: Option<&UnitRow>| u.map_or(0, |u| u.params);
+        let padded = |u: &UnitRow| u.shard_params * w;
+        let flat = |u: Option<&UnitRow>| u.map_or(0, padded);
         let all: u64 = units.iter().map(|u| u.params).sum();
+        let micro_batches = e.train.accumulate.max(1);
         let gathered = if s.reshard_after_forward {
-            root + blocks.iter().take(2).sum::<u64>()
+            params(root) + params(largest)
         } else {
             all
         };
-        let padded = |u: &UnitRow| u.shard_params * w;
-        let mut flats: Vec<u64> = units.iter().map(padded).collect();
-        flats.sort_unstable_by(|a, b| b.cmp(a));
-        // On the CPU a reduction is an all-to-all whose output is as large as its input.
-        let buffers = if e.device == Device::Cpu { 2 } else { 1 };
-        let in_flight: u64 = buffers * flats.iter().take(2).sum::<u64>();
-        let micro_batches = e.train.accumulate.max(1);
         // Without resharding, the micro-batches before the last keep every gradient whole.
         let unreduced = if s.reshard_after_forward || micro_batches == 1 {
-            root + blocks.first().copied().unwrap_or(0) + in_flight
+            params(root) + params(largest)
         } else {
-            all + in_flight
+            all
         };
+        // The buffers at the peak, in buffers of the largest block's size: (gathers,
+        // reductions). The root's are its gather's (its reduction's are as many and come
+        // later, in the same buffers).
+        let cpu = e.device == Device::Cpu;
+        let (gathers, reductions, root_buffers) = match (w, cpu) {
+            (1, _) => (0.0, 1.0, 1.0),
+            // A gather's input and output; two reductions in flight, an input and an output
+            // each.
+            (_, true) if s.reshard_after_forward => (2.0, 4.0, 2.0),
+            (_, true) => (0.0, 4.0, 2.0),
+            // A gather's output; two reductions' inputs and outputs (a shard each).
+            (_, false) => (1.0, 2.0 + 2.0 / w as f64, 1.0),
+        };
+        let times = |n: f64, values: u64| (n * values as f64).round() as u64;
+        let gather_buffers = times(gathers, flat(largest)) + times(root_buffers, flat(root));
+        let reduce_buffers = times(reductions, flat(largest));
         let whole: u64 = units.iter().map(padded).sum();
         // With resharding every micro-batch gathers each unit (and each block once more for its
         // backward pass) and reduces it; without, a step gathers and reduces each unit once.
@@ -140,7 +159,9 @@ impl Sharding {
             shard_params: units.iter().map(|u| u.shard_params).sum(),
             units,
             gathered_params: gathered,
+            gather_buffers,
             unreduced_gradients: unreduced,
+            reduce_buffers,
             all_gather_bytes: all_gather,
             reduce_scatter_bytes: reduce_scatter,
             ring_bytes_per_rank: ring as u64,

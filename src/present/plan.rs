@@ -47,16 +47,18 @@ fn sharding(out: &mut String, s: &Sharding) {
         .collect();
     *out += &table::render(&header, &rows, &[Left, Right, Right], "  ");
     let gathered = if s.reshard_after_forward {
-        "the root and the two largest blocks"
+        "the root and the largest block"
     } else {
         "every unit, until backward ends"
     };
     let _ = writeln!(
         out,
-        "  a rank holds shards of {} parameters; gathered at once: {} ({gathered}); gradients held whole before their reduction: {}",
+        "  a rank holds shards of {} parameters; gathered at once: {} ({gathered}); gradients held whole before their reduction: {}; buffers of the collectives, kept for reuse: {} values for gathers and {} for reductions",
         fmt_count(s.shard_params),
         fmt_count(s.gathered_params),
-        fmt_count(s.unreduced_gradients)
+        fmt_count(s.unreduced_gradients),
+        fmt_count(s.gather_buffers),
+        fmt_count(s.reduce_buffers)
     );
 }
 
