@@ -3,7 +3,8 @@
 //! gradient accumulation and clipping, every step's loss and the final parameters agree within
 //! 1e-5 relative after 20 steps; in bf16 the ranks compute what `ddp` computes; recomputing a
 //! block changes nothing; a run stopped at 2 ranks resumes at 3, at 1 and without a strategy as
-//! the uninterrupted run; a killed rank stops every rank and leaves no process behind; `kiln plan`
+//! the uninterrupted run; quantization after training evaluates the quantized model as one
+//! process does; a killed rank stops every rank and leaves no process behind; `kiln plan`
 //! counts the shards, the gathered units and the collectives as the arithmetic by hand does.
 
 mod support;
@@ -250,6 +251,44 @@ fn a_run_stopped_at_2_ranks_resumes_at_3_at_1_and_without_a_strategy() {
             ),
             "{name}: {report}"
         );
+    }
+    none_left(&dir);
+}
+
+/// Quantization after training: the run ends with its model whole on every rank (its
+/// evaluations gather nothing more), and what it evaluates after is the quantized model, as one
+/// process does.
+#[test]
+fn quantizing_after_training_under_fsdp_evaluates_the_quantized_model() {
+    let dir = scratch("fsdp-quantize");
+    let quantized = |parallel: &str| {
+        let text = experiment(parallel, "", "", 20);
+        let end = text.rfind('}').expect("the experiment's end");
+        format!(
+            "{}  compress {{\n    quantize body int8(granularity: per_channel, activations: dynamic)\n  }}\n}}\n",
+            &text[..end]
+        )
+    };
+    let val = |run: &Path, when: &str| {
+        support::report(run)["compression"]["val"][when]["loss"]
+            .as_f64()
+            .expect("val loss")
+    };
+    let single = trained(&dir, "single", &quantized(""));
+    for (name, parallel) in [("two", FSDP2), ("three-kept", FSDP3_KEEP)] {
+        let run = trained(&dir, name, &quantized(parallel));
+        let (before, after) = (val(&run, "before"), val(&run, "after"));
+        assert!(
+            before != after,
+            "{name}: quantization changed nothing ({before})"
+        );
+        for when in ["before", "after"] {
+            let (one, many) = (val(&single, when), val(&run, when));
+            assert!(
+                (one - many).abs() < 1e-4 * one.abs(),
+                "{name}, {when}: {many} against one process's {one}"
+            );
+        }
     }
     none_left(&dir);
 }

@@ -64,8 +64,9 @@ pub struct Fsdp {
     /// `reshard_after_forward`: also whether every micro-batch reduces its gradients.
     resharding: bool,
     /// Whether the model stays whole once its final weights are taken (compression after
-    /// training works on it).
+    /// training works on it, and evaluates it through the strategy), and whether it has.
     whole_at_end: bool,
+    whole: std::cell::Cell<bool>,
 }
 
 /// A unit, the indices of its parameters in the model's, and whether they are freed after its
@@ -170,6 +171,7 @@ impl Fsdp {
                 buffers,
                 resharding: reshard_after_forward,
                 whole_at_end: !exp.compression.is_empty(),
+                whole: std::cell::Cell::new(false),
             },
             stop,
         ))
@@ -195,7 +197,7 @@ impl Fsdp {
                 u.unit.gather().map_err(lost)?;
             }
             let (y, k) = view.forward_masked(&x, train, keep)?;
-            if let Some(u) = unit.filter(|u| u.reshard) {
+            if let Some(u) = unit.filter(|u| u.reshard && !self.whole.get()) {
                 u.unit.release().map_err(lost)?;
                 if y.requires_grad() {
                     let before = before.map(|b: &Sharded| &b.unit);
@@ -217,12 +219,20 @@ impl Fsdp {
         Ok(())
     }
 
-    /// Frees every unit's gathered parameters.
+    /// Frees every unit's gathered parameters (none once the model stays whole).
     fn release(&self) -> Result<(), Diagnostic> {
         for u in &self.units {
-            u.unit.release().map_err(|e| self.ranks.lost(&e.0))?;
+            self.free(u)?;
         }
         Ok(())
+    }
+
+    /// Frees the unit's gathered parameters, unless the model stays whole.
+    fn free(&self, u: &Sharded) -> Result<(), Diagnostic> {
+        if self.whole.get() {
+            return Ok(());
+        }
+        u.unit.release().map_err(|e| self.ranks.lost(&e.0))
     }
 
     /// Copies of the model's parameters, gathered one unit at a time (each freed again after),
@@ -238,7 +248,7 @@ impl Fsdp {
                     out[i] = Some(named[i].1.f_detach_copy().at(span)?);
                 }
             }
-            u.unit.release().map_err(|e| self.ranks.lost(&e.0))?;
+            self.free(u)?;
         }
         Ok(out)
     }
@@ -331,8 +341,13 @@ impl Backprop for Fsdp {
         self.ranks.all_sum(t)
     }
 
-    /// Evaluation gathers and frees the units as training's forward pass does.
-    fn infer(&self, _model: &dyn Model, x: &Tensor) -> Result<Tensor, Diagnostic> {
+    /// Evaluation gathers and frees the units as training's forward pass does; once the model
+    /// stays whole (compression after training), it runs the model it is given, which may be
+    /// the compressed one.
+    fn infer(&self, model: &dyn Model, x: &Tensor) -> Result<Tensor, Diagnostic> {
+        if self.whole.get() {
+            return model.forward(x, false);
+        }
         self.forward(x, false)
     }
 }
@@ -415,6 +430,7 @@ impl Strategy for Fsdp {
     fn state_dict(&self, model: &dyn Model) -> Result<Vec<(String, Tensor)>, Diagnostic> {
         if self.whole_at_end {
             self.unshard()?;
+            self.whole.set(true);
             return Ok(model_state_dict(model));
         }
         let mut params = self.params_whole(model)?;
