@@ -30,8 +30,8 @@ pub fn counted() -> (u64, u64) {
     (now, most)
 }
 
-/// From now on, CPU tensors of `bytes` or more are mapped from the system and unmapped when
-/// freed, instead of taken from the C allocator's heap.
+/// From now on, CPU tensors of `bytes` or more are mapped from the system instead of taken from
+/// the C allocator's heap, and kept when freed for the next tensor of the same size.
 pub fn map_blocks_from(bytes: usize) {
     // SAFETY: installs Kiln's host allocator (once) and sets its threshold.
     unsafe { kiln_host_map_from(bytes) }

@@ -43,11 +43,10 @@ use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan};
 use kiln::span::Span;
 
-/// On the CPU, host tensors of this many bytes or more are mapped from the system and unmapped
-/// when freed: each step allocates and frees a gradient as large as each parameter (and each
+/// On the CPU, host tensors of this many bytes or more are mapped from the system and kept for
+/// reuse by size: each step allocates and frees a gradient as large as each parameter (and each
 /// unit's gathered and reduced buffers the first time), which glibc's heap would keep resident
-/// around what lives longer. Smaller blocks (most activations) stay on the heap, where a step
-/// reuses them without page faults.
+/// around what lives longer. Smaller blocks (most activations) stay on the heap.
 const MAPPED_FROM: usize = 4 << 20;
 
 /// This rank of a fully sharded data-parallel run.
