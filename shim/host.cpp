@@ -32,30 +32,41 @@ std::atomic<size_t> map_from{0};
 std::atomic<uint64_t> live{0};
 std::atomic<uint64_t> peak{0};
 
-// The blocks this allocator handed out itself (counted or mapped), by address. Their context is
-// their address, as libtorch's `raw_allocate` requires.
+// A block this allocator handed out itself (counted or mapped). Its context is its address, as
+// libtorch's `raw_allocate` requires.
 struct Block {
   size_t bytes;
   bool mapped;
   bool counted;
 };
-std::mutex blocks_lock;
-std::unordered_map<void*, Block> blocks;
 at::DeleterFnPtr behind_deleter = nullptr;
 
-// Freed mapped blocks, by size, kept for reuse, and their bytes.
+// The most bytes of freed mapped blocks kept for reuse.
 constexpr size_t cache_limit = size_t{1} << 30;
-std::unordered_multimap<size_t, void*> cache;
-size_t cached = 0;
+
+// The allocator's books, under one lock: its blocks by address, the freed mapped blocks kept by
+// size, and their bytes. Never destroyed: a tensor may be freed while the process exits, after
+// static objects are gone.
+struct Books {
+  std::mutex lock;
+  std::unordered_map<void*, Block> blocks;
+  std::unordered_multimap<size_t, void*> cache;
+  size_t cached = 0;
+};
+Books& books() {
+  static auto* b = new Books();
+  return *b;
+}
 
 void release(void* p) {
+  Books& k = books();
   Block b{0, false, false};
   {
-    std::lock_guard<std::mutex> guard(blocks_lock);
-    auto it = blocks.find(p);
-    if (it != blocks.end()) {
+    std::lock_guard<std::mutex> guard(k.lock);
+    auto it = k.blocks.find(p);
+    if (it != k.blocks.end()) {
       b = it->second;
-      blocks.erase(it);
+      k.blocks.erase(it);
     }
   }
   if (b.counted) live.fetch_sub(b.bytes);
@@ -64,10 +75,10 @@ void release(void* p) {
     return;
   }
   {
-    std::lock_guard<std::mutex> guard(blocks_lock);
-    if (cached + b.bytes <= cache_limit) {
-      cache.emplace(b.bytes, p);
-      cached += b.bytes;
+    std::lock_guard<std::mutex> guard(k.lock);
+    if (k.cached + b.bytes <= cache_limit) {
+      k.cache.emplace(b.bytes, p);
+      k.cached += b.bytes;
       return;
     }
   }
@@ -76,12 +87,13 @@ void release(void* p) {
 
 // A mapped block of `n` bytes that was freed, or null.
 void* reuse(size_t n) {
-  std::lock_guard<std::mutex> guard(blocks_lock);
-  auto it = cache.find(n);
-  if (it == cache.end()) return nullptr;
+  Books& k = books();
+  std::lock_guard<std::mutex> guard(k.lock);
+  auto it = k.cache.find(n);
+  if (it == k.cache.end()) return nullptr;
   void* p = it->second;
-  cache.erase(it);
-  cached -= n;
+  k.cache.erase(it);
+  k.cached -= n;
   return p;
 }
 
@@ -109,8 +121,9 @@ struct Host final : at::Allocator {
       block.release_context();
     }
     {
-      std::lock_guard<std::mutex> guard(blocks_lock);
-      blocks[data] = Block{n, map, count};
+      Books& k = books();
+      std::lock_guard<std::mutex> guard(k.lock);
+      k.blocks[data] = Block{n, map, count};
     }
     if (count) {
       const uint64_t now = live.fetch_add(n) + n;
