@@ -88,11 +88,21 @@ fn same_run(
     b: &(Vec<f64>, std::collections::BTreeMap<String, Vec<f32>>),
     what: &str,
 ) {
+    same_within(a, b, what, 1e-6);
+}
+
+/// Asserts that two runs computed the same steps and weights, within `tolerance` relative.
+fn same_within(
+    a: &(Vec<f64>, std::collections::BTreeMap<String, Vec<f32>>),
+    b: &(Vec<f64>, std::collections::BTreeMap<String, Vec<f32>>),
+    what: &str,
+    tolerance: f64,
+) {
     assert_eq!(a.0.len(), 25, "{what}");
     assert_eq!(a.0.len(), b.0.len(), "{what}");
     for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
         assert!(
-            (x - y).abs() <= 1e-6 * x.abs().max(1e-12),
+            (x - y).abs() <= tolerance * x.abs().max(1e-12),
             "{what}: step {}: loss {x} against {y}",
             i + 1
         );
@@ -107,7 +117,7 @@ fn same_run(
         let scale = x.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
         let worst = x.iter().zip(y).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
         assert!(
-            worst <= 1e-6 * scale,
+            f64::from(worst) <= tolerance * f64::from(scale),
             "{what}: {name} off by {worst} of {scale}"
         );
     }
@@ -129,17 +139,25 @@ fn recomputed_layers_train_as_the_layers_that_keep_their_activations() {
     same_run(&kept, &block, "a recomputed block under DDP");
 
     // Two CPU replicas run at once, each drawing its dropout keys from a stream of its own: the
-    // run is the same every time, and recomputation in one replica leaves the other's masks.
+    // run is the same every time, and recomputation in one replica leaves the other's masks
+    // (another mask would move the loss by far more than 1e-5). Two replicas computing at once
+    // share the cores, and libtorch's kernels may split a sum between threads differently from
+    // one run to the next: the last bits can differ (measured: 1.1e-6 relative in a bias).
     let replicas = "parallel data(devices: [cpu, cpu])";
     let kept = train(&dir, "replicas-kept", &transformer("", "", replicas));
     let again = train(&dir, "replicas-again", &transformer("", "", replicas));
-    same_run(&kept, &again, "two CPU replicas, run twice");
+    same_within(&kept, &again, "two CPU replicas, run twice", 1e-5);
     let block = train(
         &dir,
         "replicas-block",
         &transformer("recompute", "", replicas),
     );
-    same_run(&kept, &block, "a recomputed block on two CPU replicas");
+    same_within(
+        &kept,
+        &block,
+        "a recomputed block on two CPU replicas",
+        1e-5,
+    );
 
     // In a pipeline (GPipe: every micro-batch's forward before any backward), each group's
     // recomputation finds its own input and its stage's dropout keys, while the other stage
