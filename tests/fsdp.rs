@@ -1,11 +1,12 @@
 //! Fully sharded data parallel over processes (Gloo on loopback), against one process on the
 //! same global batch: with 2 and 3 ranks, with and without resharding after forward, with Adam,
 //! gradient accumulation and clipping, every step's loss and the final parameters agree within
-//! 1e-5 relative after 20 steps; in bf16 the ranks compute what `ddp` computes; recomputing a
-//! block changes nothing; a run stopped at 2 ranks resumes at 3, at 1 and without a strategy as
-//! the uninterrupted run; quantization after training evaluates the quantized model as one
-//! process does; a killed rank stops every rank and leaves no process behind; `kiln plan`
-//! counts the shards, the gathered units and the collectives as the arithmetic by hand does.
+//! 1e-5 relative after 20 steps, in bf16 too with 2 ranks against one process whose
+//! micro-batches are the ranks' rows (and against `ddp`); recomputing a block changes nothing; a
+//! run stopped at 2 ranks resumes at 3, at 1 and without a strategy as the uninterrupted run;
+//! quantization after training evaluates the quantized model as one process does; a killed rank
+//! stops every rank and leaves no process behind; `kiln plan` counts the shards, the gathered
+//! units and the collectives as the arithmetic by hand does.
 
 mod support;
 
@@ -161,26 +162,44 @@ fn fsdp_matches_one_process_on_the_full_batch() {
     none_left(&dir);
 }
 
-/// In bf16 a rank's weight gradients are rounded to bf16 as partial sums over its rows, so no
-/// split of the batch computes exactly what one process computes; fsdp computes what ddp does,
-/// and stays within bf16's rounding of one process.
+/// In bf16 a weight's gradient is a bf16 product summed over a micro-batch's rows and rounded
+/// once, so what a process computes depends on which rows share a micro-batch. A rank's
+/// micro-batches are the rows one process takes when it accumulates over W times as many
+/// micro-batches of the same global batch: fsdp with 2 ranks and `accumulate 2` computes what
+/// one process with `accumulate 4` computes, both resharding settings, within 1e-5 after 20
+/// steps (measured: identical losses), and what ddp computes. With 3 ranks against one process
+/// with `accumulate 6` the losses differ by 1.3e-4 (ddp with 3 ranks: 6.9e-3), within bf16's
+/// resolution: 1e-3 is asserted.
 #[test]
-fn fsdp_in_bf16_computes_what_ddp_does() {
+fn fsdp_in_bf16_computes_what_one_process_does_on_the_ranks_rows() {
     let dir = scratch("fsdp-bf16");
     let bf16 = "precision bf16";
-    let single = trained(&dir, "single", &experiment("", "", bf16, 20));
+    let accumulating = |parallel: &str, n: u32| {
+        experiment(parallel, "", bf16, 20).replace("accumulate 2", &format!("accumulate {n}"))
+    };
+    let four = trained(&dir, "single-4", &accumulating("", 4));
+    let fsdp = trained(&dir, "fsdp", &experiment(FSDP2, "", bf16, 20));
+    agrees(&four, &fsdp, 1e-5);
+    let kept = trained(
+        &dir,
+        "two-kept",
+        &experiment(
+            "parallel fsdp(backend: gloo, world_size: 2, reshard_after_forward: false)",
+            "",
+            bf16,
+            20,
+        ),
+    );
+    agrees(&four, &kept, 1e-5);
     let ddp = trained(
         &dir,
         "ddp",
         &experiment("parallel ddp(backend: gloo, world_size: 2)", "", bf16, 20),
     );
-    let fsdp = trained(&dir, "fsdp", &experiment(FSDP2, "", bf16, 20));
     agrees(&ddp, &fsdp, 1e-5);
-    let (_, loss) = differences(&single, &fsdp);
-    assert!(
-        loss < 1e-2,
-        "bf16 losses differ from one process's by {loss:e}"
-    );
+    let six = trained(&dir, "single-6", &accumulating("", 6));
+    let three = trained(&dir, "three-kept", &experiment(FSDP3_KEEP, "", bf16, 20));
+    agrees(&six, &three, 1e-3);
     none_left(&dir);
 }
 
