@@ -138,7 +138,9 @@ fn a_large_evaluation_batch_dominates_the_memory() {
         "{text}"
     );
     assert!(
-        text.contains("+ evaluation activations 11.00 KiB (training 1.47 KiB)"),
+        text.contains(
+            "+ evaluation activations 11.00 KiB (training 1.47 KiB; with the gradients 1.57 KiB at most at once)"
+        ),
         "{text}"
     );
     let y = yaml(&p);
@@ -152,11 +154,35 @@ fn a_large_evaluation_batch_dominates_the_memory() {
         Some(2 * 259 * 4 + 44 * 64 * 4)
     );
 
-    // With the default `eval_batch` (the batch), training's activations are the larger.
+    // With the default `eval_batch` (the batch), training stores more activations (47 values a
+    // sample against 44) but never with every gradient: backward holds at most 1,612 bytes of
+    // both (reaching fc2: the 44 values kept before it, x 8 x 4, and fc2's 51 gradients x 4),
+    // while an evaluation runs beside the last step's 259 gradients: the larger.
     let p = plan_with("    batch 8", "", "sgd(lr: 0.1)");
     assert_eq!(p.eval_batch, 8);
-    assert_eq!(p.devices[0].total_bytes, 2 * 259 * 4 + 47 * 8 * 4);
-    assert!(to_text(&p).contains("+ activations 1.47 KiB\n"));
+    let d = &p.devices[0];
+    assert_eq!(d.backward_peak_bytes, Some(44 * 8 * 4 + 51 * 4));
+    assert_eq!(d.total_bytes, 2 * 259 * 4 + 44 * 8 * 4);
+    assert!(to_text(&p).contains(
+        "+ evaluation activations 1.38 KiB (training 1.47 KiB; with the gradients 1.57 KiB at most at once)"
+    ));
+    // With a wide hidden layer and evaluation one sample at a time, training's peak is the
+    // larger.
+    let wide = kiln::check::check_text(
+        "wide.exp",
+        "experiment \"wide\" {\n  data {\n    source synthetic(inputs: normal([12]), targets: randint(3), count: 96)\n    batch 8\n    eval_batch 1\n  }\n  model {\n    input [12]\n    fc1: linear(4096)\n    tanh\n    fc2: linear(3)\n  }\n  device cpu\n  optimizer sgd(lr: 0.1)\n  train {\n    steps 1\n    loss cross_entropy\n  }\n}\n",
+    );
+    assert!(!wide.has_errors(), "{:#?}", wide.diagnostics);
+    let p = plan(&wide.trials[0]);
+    let d = &p.devices[0];
+    // Kept: 12 + 4096 + 4096 + 3 values a sample; reaching fc2 backward holds the first three
+    // and fc2's 4096 x 3 + 3 gradients (311,692 bytes); evaluation, the input and tanh's input
+    // and output of one sample, beside every gradient: 294,972.
+    let peak = (12 + 4096 + 4096) * 8 * 4 + (4096 * 3 + 3) * 4;
+    assert_eq!(d.backward_peak_bytes, Some(peak));
+    assert!(peak > d.gradient_bytes + d.eval_activation_bytes);
+    assert_eq!(d.total_bytes, d.weight_bytes + peak);
+    assert!(to_text(&p).contains("gradients and activations"));
 }
 
 #[test]

@@ -174,18 +174,33 @@ fn plan_is_consistent(plan: &kiln::plan::Plan) {
         "plan: the step FLOPs are fewer than the forward FLOPs of the batch"
     );
     for d in &plan.devices {
-        // Training and evaluation do not hold their activations at once: the larger counts.
+        // Training and evaluation do not hold their activations at once: the larger counts,
+        // evaluation's with the gradients; training's gradients and activations together, or
+        // their backward peak, which is neither more than both nor less than the gradients.
         // Data kept on the device (`placement`) adds its bytes.
+        let (g, a) = (u128::from(d.gradient_bytes), u128::from(d.activation_bytes));
+        let training = match d.backward_peak_bytes {
+            Some(p) => {
+                let p = u128::from(p);
+                assert!(
+                    p <= g + a && p >= g,
+                    "plan: the backward peak of {} is outside its gradients and activations",
+                    d.device
+                );
+                p
+            }
+            None => g + a,
+        };
+        let held = training.max(g + u128::from(d.eval_activation_bytes));
         let parts = [
-            d.weight_bytes,
-            d.gradient_bytes,
-            d.optimizer_bytes,
-            d.activation_bytes.max(d.eval_activation_bytes),
-            d.data_bytes,
+            u128::from(d.weight_bytes),
+            u128::from(d.optimizer_bytes),
+            held,
+            u128::from(d.data_bytes),
         ];
         assert_eq!(
             u128::from(d.total_bytes),
-            parts.iter().map(|&b| u128::from(b)).sum::<u128>(),
+            parts.iter().sum::<u128>(),
             "plan: the memory of {} is not the sum of its parts",
             d.device
         );

@@ -66,14 +66,18 @@ fn peak<'l>(
         .unwrap_or(0)
 }
 
-/// Records a device's evaluation activations and counts the larger of its training and its
-/// evaluation activations in its total.
+/// Records a device's evaluation activations and counts in its total the larger of what a
+/// training step holds besides its weights and optimizer state (gradients and activations, at
+/// their backward peak where the plan has one) and what an evaluation does (its activations, with
+/// the gradients the last step left).
 pub(super) fn add(need: &mut DeviceNeed, eval_bytes: u64) {
     need.eval_activation_bytes = eval_bytes;
+    let training = need
+        .backward_peak_bytes
+        .unwrap_or(need.gradient_bytes.saturating_add(need.activation_bytes));
     need.total_bytes = sum([
         need.weight_bytes,
-        need.gradient_bytes,
         need.optimizer_bytes,
-        need.activation_bytes.max(eval_bytes),
+        training.max(need.gradient_bytes.saturating_add(eval_bytes)),
     ]);
 }

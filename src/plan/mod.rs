@@ -89,8 +89,15 @@ pub struct DeviceNeed {
     pub activation_bytes: u64,
     /// Bytes an evaluation batch keeps at once on this device (no gradients).
     pub eval_activation_bytes: u64,
-    /// Weights, gradients and optimizer state, plus the larger of the training and the
-    /// evaluation activations.
+    /// Bytes of gradients and stored activations at once at their peak, where the gradients are
+    /// unset between steps (one device, no strategy, no accumulation): backward makes the
+    /// gradients as it frees the activations, so both are never whole at once. Left out of YAML
+    /// elsewhere (gradients and activations then add up).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backward_peak_bytes: Option<u64>,
+    /// Weights and optimizer state, plus the larger of the training step's gradients and
+    /// activations (their backward peak, or their sum) and the evaluation's activations with the
+    /// gradients.
     pub total_bytes: u64,
     /// Declared capacity, when known.
     pub capacity_bytes: Option<u64>,
@@ -341,6 +348,7 @@ pub fn plan(e: &Experiment) -> Plan {
             optimizer_bytes: o,
             activation_bytes: acts,
             eval_activation_bytes: 0,
+            backward_peak_bytes: None,
             total_bytes: sum([w, g, o, acts]),
             data_bytes: 0,
             capacity_bytes: e
@@ -450,6 +458,9 @@ pub fn plan(e: &Experiment) -> Plan {
         }
         Parallel::None | Parallel::Model => {
             let mut out: Vec<DeviceNeed> = Vec::new();
+            let one_device = all.windows(2).all(|w| w[0].device == w[1].device);
+            let peak_bytes = (one_device && micro == e.data.batch)
+                .then(|| kept.backward_peak(&all, input_numel, micro.saturating_mul(act)));
             let peak = kept.peak(&all, 0..all.len());
             for (i, l) in all.iter().enumerate() {
                 let mut a = if kept.kept(i) { values(&l.output) } else { 0 };
@@ -468,6 +479,10 @@ pub fn plan(e: &Experiment) -> Plan {
                         a.saturating_mul(micro).saturating_mul(act),
                     ),
                 );
+            }
+            if let (Some(p), [d]) = (peak_bytes, out.as_mut_slice()) {
+                d.backward_peak_bytes =
+                    Some(p.min(d.gradient_bytes.saturating_add(d.activation_bytes)));
             }
             out
         }

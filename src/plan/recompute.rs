@@ -92,4 +92,35 @@ impl Kept {
     pub fn kept(&self, i: usize) -> bool {
         self.kept.get(i).copied().unwrap_or(true)
     }
+
+    /// Bytes of gradients (fp32) and stored activations (`value_bytes` a per-sample value) at
+    /// once at their peak in a step whose gradients are unset on entry: before backward, every
+    /// kept output and no gradient; as backward reaches layer `i` (from the last), the outputs
+    /// kept before it (a recomputed group's inner outputs too, made again when backward enters
+    /// the group) and the gradients of layer `i` and every layer after it.
+    pub fn backward_peak(&self, all: &[&Layer], input: u64, value_bytes: u64) -> u64 {
+        let out = |i: usize| all.get(i).map_or(0, |l| values(&l.output));
+        let bytes = |v: u64| v.saturating_mul(value_bytes);
+        // The outputs kept before each layer, and what each layer's group makes again.
+        let mut kept_before = vec![input];
+        for i in 0..all.len() {
+            let kept = if self.kept(i) { out(i) } else { 0 };
+            kept_before.push(kept_before[i].saturating_add(kept));
+        }
+        let mut again = vec![0u64; all.len()];
+        for g in &self.groups {
+            let inner = super::sum((g.start..g.end.saturating_sub(1)).map(out));
+            for a in again.iter_mut().take(g.end).skip(g.start) {
+                *a = inner;
+            }
+        }
+        let mut peak = bytes(kept_before[all.len()]);
+        let mut gradients = 0u64;
+        for i in (0..all.len()).rev() {
+            gradients = gradients.saturating_add(4u64.saturating_mul(all[i].params));
+            let held = kept_before[i].saturating_add(again[i]);
+            peak = peak.max(bytes(held).saturating_add(gradients));
+        }
+        peak
+    }
 }

@@ -30,6 +30,36 @@ fn activations(d: &DeviceNeed) -> String {
     }
 }
 
+/// What a device's total adds up: weights, gradients, optimizer state and activations; where
+/// backward frees the activations as it makes the gradients, their peak together.
+fn terms(d: &DeviceNeed) -> String {
+    let (w, g, o) = (
+        fmt_bytes(d.weight_bytes),
+        fmt_bytes(d.gradient_bytes),
+        fmt_bytes(d.optimizer_bytes),
+    );
+    let Some(peak) = d.backward_peak_bytes else {
+        return format!(
+            "weights {w} + gradients {g} + optimizer {o} + {}",
+            activations(d)
+        );
+    };
+    if d.gradient_bytes.saturating_add(d.eval_activation_bytes) > peak {
+        format!(
+            "weights {w} + gradients {g} + optimizer {o} + evaluation activations {} (training {}; with the gradients {} at most at once)",
+            fmt_bytes(d.eval_activation_bytes),
+            fmt_bytes(d.activation_bytes),
+            fmt_bytes(peak)
+        )
+    } else {
+        format!(
+            "weights {w} + optimizer {o} + gradients and activations {} at most at once (gradients {g}, activations {}: backward frees activations as it makes gradients)",
+            fmt_bytes(peak),
+            fmt_bytes(d.activation_bytes)
+        )
+    }
+}
+
 /// The units of `parallel fsdp` and what a rank holds of them.
 fn sharding(out: &mut String, s: &Sharding) {
     let _ = writeln!(out, "\nsharding over {} ranks", s.world_size);
@@ -156,15 +186,12 @@ pub fn to_text(p: &Plan) -> String {
             .map_or(String::new(), |c| format!(" of {}", fmt_bytes(c)));
         let _ = writeln!(
             out,
-            "  {:<8} {}{}{}  = weights {} + gradients {} + optimizer {} + {}{}",
+            "  {:<8} {}{}{}  = {}{}",
             d.device.to_string(),
             fmt_bytes(d.total_bytes),
             cap,
             each,
-            fmt_bytes(d.weight_bytes),
-            fmt_bytes(d.gradient_bytes),
-            fmt_bytes(d.optimizer_bytes),
-            activations(d),
+            terms(d),
             if d.data_bytes > 0 {
                 format!(" + data {}", fmt_bytes(d.data_bytes))
             } else {
