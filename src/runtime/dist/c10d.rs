@@ -78,16 +78,30 @@ impl std::fmt::Display for CommError {
 
 /// The shim's message for the call that just failed on this thread.
 fn last_error() -> CommError {
-    // SAFETY: the shim returns a pointer to a thread-local NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(ffi::kiln_c10d_last_error()) };
-    CommError(text.to_string_lossy().trim().to_string())
+    failure(ffi::kiln_c10d_last_error)
 }
 
 fn status(code: c_int) -> Result<(), CommError> {
+    checked(code, ffi::kiln_c10d_last_error)
+}
+
+/// A shim's message for the call that just failed on this thread, which `message` returns (each
+/// shim keeps its own).
+pub(super) fn failure(message: unsafe extern "C" fn() -> *const c_char) -> CommError {
+    // SAFETY: the shims return a pointer to a thread-local NUL-terminated string.
+    let text = unsafe { CStr::from_ptr(message()) };
+    CommError(text.to_string_lossy().trim().to_string())
+}
+
+/// A shim's status as a result, with its message on failure.
+pub(super) fn checked(
+    code: c_int,
+    message: unsafe extern "C" fn() -> *const c_char,
+) -> Result<(), CommError> {
     if code == 0 {
         Ok(())
     } else {
-        Err(last_error())
+        Err(failure(message))
     }
 }
 

@@ -3,11 +3,11 @@
 //! reduce-scattered once backward has accumulated them, and the pool of buffers the units of a
 //! run share. Every C++ failure comes back as a [`CommError`].
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 
 use tch::Tensor;
 
-use super::c10d::{CommError, Group};
+use super::c10d::{checked, failure, CommError, Group};
 
 extern "C" {
     fn kiln_unit_last_error() -> *const std::ffi::c_char;
@@ -31,17 +31,11 @@ extern "C" {
 
 /// The shim's message for the call that just failed on this thread.
 fn last_error() -> CommError {
-    // SAFETY: the shim returns a pointer to a thread-local NUL-terminated string.
-    let text = unsafe { CStr::from_ptr(kiln_unit_last_error()) };
-    CommError(text.to_string_lossy().trim().to_string())
+    failure(kiln_unit_last_error)
 }
 
 fn status(code: c_int) -> Result<(), CommError> {
-    if code == 0 {
-        Ok(())
-    } else {
-        Err(last_error())
-    }
+    checked(code, kiln_unit_last_error)
 }
 
 /// Host buffers that the units of one run take for a gather or a reduction and give back after
