@@ -1,0 +1,129 @@
+//! The plan's memory per device against what a run's tensors hold at once
+//! (`KILN_MEMORY_PROFILE`, whose count of live tensors is Kiln's host allocator's): within 10%
+//! under fsdp (both resharding settings), ddp and no strategy, and activation checkpointing
+//! saves what the plan says it saves, within 10%. Tensors, not the resident set: what the C
+//! allocator keeps around them differs from machine to machine (BENCHMARKS.md measures both).
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use support::ranks::{finish, runtime};
+use support::{s, scratch, text, write};
+
+/// Each rank's plan total and peak of live tensors, in MiB, from a run of `exp` (3 steps).
+fn measured(exp: &Path, run: &Path) -> Vec<(f64, f64)> {
+    let child = runtime(&[
+        "run",
+        s(exp),
+        "--quiet",
+        "--max-steps",
+        "3",
+        "--run-dir",
+        s(run),
+    ])
+    .env("KILN_MEMORY_PROFILE", "1")
+    .spawn()
+    .expect("start");
+    let (out, _) = finish(child, Duration::from_secs(120));
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let mib = |line: &str, after: &str| -> f64 {
+        let at = line
+            .find(after)
+            .unwrap_or_else(|| panic!("`{after}` in {line}"));
+        line[at + after.len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a number after `{after}` in {line}"))
+    };
+    all.lines()
+        .filter(|l| l.contains("memory profile: rank"))
+        .map(|l| (mib(l, "plan "), mib(l, "tensors alive at once: ")))
+        .collect()
+}
+
+/// Asserts that `exp`'s ranks (`ranks` of them) hold at once what the plan says, within 10%.
+fn as_planned(dir: &Path, name: &str, exp: &str, ranks: usize) -> f64 {
+    let exp = write(dir, &format!("{name}.exp"), exp);
+    let rows = measured(&exp, &dir.join(name));
+    assert_eq!(rows.len(), ranks, "{name}: {rows:?}");
+    for (plan, live) in &rows {
+        assert!(
+            (live - plan).abs() <= 0.1 * plan,
+            "{name}: tensors alive at once {live} MiB against the plan's {plan} MiB"
+        );
+    }
+    rows[0].1
+}
+
+#[test]
+fn the_plan_is_what_a_steps_tensors_hold_at_once() {
+    let dir = scratch("memory-strategies");
+    let example = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/fsdp_blocks.exp"),
+    )
+    .expect("the example");
+    let with = |parallel: &str| {
+        example
+            .lines()
+            .map(|l| {
+                if l.starts_with("  parallel ") {
+                    parallel.to_string()
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    for (name, parallel, ranks) in [
+        ("fsdp", "  parallel fsdp(backend: gloo, world_size: 2)", 2),
+        (
+            "fsdp-kept",
+            "  parallel fsdp(backend: gloo, world_size: 2, reshard_after_forward: false)",
+            2,
+        ),
+        ("ddp", "  parallel ddp(backend: gloo, world_size: 2)", 2),
+        ("none", "", 1),
+    ] {
+        as_planned(&dir, name, &with(parallel), ranks);
+    }
+}
+
+/// Eight residual MLP blocks, recomputed or not, on a batch whose activations outweigh the
+/// gradients (what `bench/recompute_memory.sh` measures).
+fn blocks(mark: &str) -> String {
+    let mut model = String::from("    input [512]\n    embed: linear(512)\n");
+    for i in 0..8 {
+        model += &format!(
+            "    block b{i} {mark} {{\n      residual {{\n        norm: layernorm\n        up: linear(2048)\n        gelu\n        down: linear(512)\n      }}\n    }}\n"
+        );
+    }
+    format!(
+        "experiment \"activations\" {{\n  seed 3\n  data {{\n    source synthetic(inputs: normal([512]), targets: randint(10), count: 2048)\n    batch 1024\n  }}\n  model {{\n{model}    head: linear(10)\n  }}\n  device cpu\n  optimizer adamw(lr: 1e-4)\n  train {{\n    steps 3\n    loss cross_entropy\n  }}\n}}\n"
+    )
+}
+
+#[test]
+fn recomputing_saves_what_the_plan_says() {
+    let dir = scratch("memory-recompute");
+    let plan_of = |name: &str, exp: &str| {
+        let exp = write(&dir, &format!("{name}-plan.exp"), exp);
+        let out = support::kiln(&["plan", s(&exp), "--format", "yaml"])
+            .output()
+            .expect("kiln plan");
+        assert!(out.status.success(), "{}", text(&out));
+        let plan: serde_yaml::Value = serde_yaml::from_slice(&out.stdout).expect("yaml");
+        plan["devices"][0]["total_bytes"].as_u64().expect("total") as f64 / (1u64 << 20) as f64
+    };
+    let (kept, recomputed) = (blocks(""), blocks("recompute"));
+    let planned = plan_of("kept", &kept) - plan_of("recomputed", &recomputed);
+    let saved = as_planned(&dir, "kept", &kept, 1) - as_planned(&dir, "recomputed", &recomputed, 1);
+    assert!(
+        planned > 50.0 && (saved - planned).abs() <= 0.1 * planned,
+        "recomputing saved {saved} MiB of live tensors, the plan {planned} MiB"
+    );
+}
