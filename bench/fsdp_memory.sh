@@ -19,27 +19,10 @@ bin=${KILN_RUNTIME:-${CARGO_TARGET_DIR:-target}/release/kiln-runtime}
 work=$(mktemp -d /tmp/kiln-bench-fsdp-memory.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# The experiment with the strategy PARALLEL, as NAME.exp.
-write() {
-  {
-    printf 'experiment "memory" {\n  seed 3\n  data {\n'
-    printf '    source synthetic(inputs: normal([1024]), targets: randint(10), count: 256)\n'
-    printf '    batch 16\n  }\n  model {\n    input [1024]\n    embed: linear(1024)\n'
-    for i in $(seq 0 11); do
-      printf '    block b%s {\n      residual {\n        norm: layernorm\n' "$i"
-      printf '        up: linear(4096)\n        gelu\n        down: linear(1024)\n      }\n    }\n'
-    done
-    printf '    head: linear(10)\n  }\n  device cpu\n  parallel %s\n' "$2"
-    printf '  optimizer adamw(lr: 1e-4)\n  train {\n    steps 3\n    loss cross_entropy\n  }\n}\n'
-  } >"$work/$1.exp"
-}
-write fsdp "fsdp(backend: gloo, world_size: 4)"
-write ddp "ddp(backend: gloo, world_size: 4)"
-
+. "$root/bench/memory_lib.sh"
 for name in fsdp ddp; do
-  KILN_MEMORY_PROFILE=1 "$bin" run "$work/$name.exp" --quiet --run-dir "$work/run-$name" \
-    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-  grep -o 'memory profile: .*' "$work/$name.log" | sed "s/^/$name /" | sort
+  blocks "$work/$name.exp" memory 1024 4096 12 256 16 "" "$name(backend: gloo, world_size: 4)"
+  profiled "$work/$name.exp" "$work/run-$name" "$work/$name.log" "$name"
 done
 peak() { grep -o 'peak [0-9.]* MiB' "$work/$1.log" | awk '{print $2}' | sort -n | tail -1; }
 awk -v f="$(peak fsdp)" -v d="$(peak ddp)" \

@@ -17,27 +17,12 @@ kiln=${KILN:-${CARGO_TARGET_DIR:-target}/release/kiln}
 work=$(mktemp -d /tmp/kiln-bench-recompute-memory.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
-# The experiment with MARK after each block name, as NAME.exp.
-write() {
-  {
-    printf 'experiment "activations" {\n  seed 3\n  data {\n'
-    printf '    source synthetic(inputs: normal([512]), targets: randint(10), count: 2048)\n'
-    printf '    batch 1024\n  }\n  model {\n    input [512]\n    embed: linear(512)\n'
-    for i in $(seq 0 7); do
-      printf '    block b%s%s {\n      residual {\n        norm: layernorm\n' "$i" "$2"
-      printf '        up: linear(2048)\n        gelu\n        down: linear(512)\n      }\n    }\n'
-    done
-    printf '    head: linear(10)\n  }\n  device cpu\n'
-    printf '  optimizer adamw(lr: 1e-4)\n  train {\n    steps 3\n    loss cross_entropy\n  }\n}\n'
-  } >"$work/$1.exp"
-}
-write kept ""
-write recomputed " recompute"
-
+. "$root/bench/memory_lib.sh"
 for name in kept recomputed; do
-  KILN_MEMORY_PROFILE=1 "$bin" run "$work/$name.exp" --quiet --run-dir "$work/run-$name" \
-    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; exit 1; }
-  grep -o 'memory profile: .*' "$work/$name.log" | sed "s/^/$name /"
+  mark=""
+  [ "$name" = kept ] || mark=" recompute"
+  blocks "$work/$name.exp" activations 512 2048 8 2048 1024 "$mark" ""
+  profiled "$work/$name.exp" "$work/run-$name" "$work/$name.log" "$name"
   "$kiln" plan "$work/$name.exp" --format yaml >"$work/$name.yaml"
 done
 # MiB of the plan's activations and total, and of the measured resident and live peaks, for
