@@ -133,8 +133,8 @@ fn chunk(n: u64, parts: u64) -> Vec<u64> {
 }
 
 /// The samples of each forward pass that a training batch of `b` samples runs as: micro-batches
-/// of `accumulate`, then data-parallel replicas' slices (`Tensor.tensor_split`), ranks' rows
-/// (a rank without rows runs one stand-in row), or pipeline micro-batches.
+/// of `accumulate`, then data-parallel replicas' slices (`Tensor.tensor_split`), ranks'
+/// micro-batches (a micro-batch without rows runs one stand-in row), or pipeline micro-batches.
 fn passes(b: u64, accumulate: u64, parallel: &Parallel) -> Vec<u64> {
     let micro = |n: u64| chunk(n, accumulate.min(n).max(1));
     match parallel {
@@ -147,13 +147,13 @@ fn passes(b: u64, accumulate: u64, parallel: &Parallel) -> Vec<u64> {
                 .collect()
         }
         Parallel::Distributed { world_size, .. } => {
-            let w = (*world_size).max(1);
-            (0..w)
-                .flat_map(|r| {
-                    chunk(
-                        ((r + 1) * b / w - r * b / w).max(1),
-                        accumulate.min(b).max(1),
-                    )
+            // One process's cut into W·A micro-batches, a stand-in row for each it leaves out.
+            let parts = (*world_size).max(1) * accumulate.min(b).max(1);
+            let size = b.max(1).div_ceil(parts);
+            (0..parts)
+                .map(|j| match j * size {
+                    lo if lo < b => size.min(b - lo),
+                    _ => 1,
                 })
                 .collect()
         }

@@ -3,7 +3,9 @@
 //! averages them over the ranks in buckets while backward still runs.
 //!
 //! The arithmetic: every rank reads the same global batch of `n` samples (the same seeded order)
-//! and takes rows `[r·n/W, (r+1)·n/W)`. Its loss on a micro-batch of `m` rows is scaled by
+//! and takes its `A` micro-batches of the batch cut into `W·A` (`Ranks::rows`: what one process
+//! accumulating over `W·A` micro-batches runs; every rank runs `A` of them, a stand-in row of
+//! weight 0 for one the cut leaves out). Its loss on a micro-batch of `m` rows is scaled by
 //! `m / n · W`, so the rank's gradient is `W/n · Σ` over its rows; the Reducer divides the sum
 //! over ranks by `W`, which leaves `1/n · Σ` over the whole batch: the gradient of the global
 //! batch's mean loss, as one process on the full batch computes it. With class weights or
@@ -153,7 +155,7 @@ impl Backprop for Ddp {
         let rows = self.ranks.rows(batch)?;
         let mut pass = Pass::default();
         let mut last = None;
-        for (i, (xm, ym)) in rows.xs.iter().zip(&rows.ys).enumerate() {
+        for (i, ((xm, ym), weight)) in rows.xs.iter().zip(&rows.ys).zip(&rows.weights).enumerate() {
             if let Some(reducer) = &mut self.reducer {
                 reducer
                     .prepare_forward()
@@ -161,8 +163,8 @@ impl Backprop for Ddp {
             }
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
-            let part = objective.part(&out, &ym, &batch.whole, &mut pass, rows.weight)?;
-            let scaled = part.f_mul_scalar(w * batch.scale * rows.weight).at(span)?;
+            let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
+            let scaled = part.f_mul_scalar(w * batch.scale * weight).at(span)?;
             if i + 1 < rows.xs.len() {
                 let t = Instant::now();
                 scaled.f_backward().at(span)?;

@@ -67,16 +67,16 @@ pub fn settings(exp: &Experiment, plan: &ParallelPlan) -> (Duration, Span) {
     }
 }
 
-/// A rank's rows of a global batch: the micro-batches of its inputs and targets, and the weight
-/// of its loss (0 for a rank the batch left without rows, which runs one row so as to take part
-/// in the collectives).
+/// A rank's rows of a global batch: its micro-batches' inputs and targets, and the weight of each
+/// one's loss (0 for a micro-batch the batch left without rows, which runs one row so as to take
+/// part in the collectives).
 pub struct Rows {
     /// The micro-batches' inputs.
     pub xs: Vec<Tensor>,
     /// Their targets.
     pub ys: Vec<Tensor>,
-    /// 1, or 0 for a rank without rows.
-    pub weight: f64,
+    /// Each micro-batch's weight: 1, or 0 for a stand-in row.
+    pub weights: Vec<f64>,
 }
 
 impl Ranks {
@@ -228,31 +228,34 @@ impl Ranks {
         Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu).at(self.span)?).at(self.span)
     }
 
-    /// This rank's rows of `batch`: every rank reads the same global batch of `n` samples and
-    /// takes rows `[r·n/W, (r+1)·n/W)`, cut into the batch's micro-batches.
+    /// This rank's rows of `batch`: every rank reads the same global batch of `n` samples, cut
+    /// as one process accumulating over `W·A` micro-batches cuts it (`torch.chunk`'s cut:
+    /// `⌈n/(W·A)⌉` rows each, the last fewer, and fewer micro-batches than `W·A` when `n` is
+    /// small), and takes the `A` micro-batches from the `r·A`-th. A micro-batch the cut leaves
+    /// out is a stand-in row of weight 0. So every rank runs `A` micro-batches, gathering and
+    /// reducing as often as the others whatever the batch's size, and each is a micro-batch of
+    /// one process's: in bf16, where what a micro-batch computes depends on which rows it
+    /// holds, the ranks compute what that process does, a short last batch included.
     pub fn rows(&self, batch: &Batch) -> Result<Rows, Diagnostic> {
         let span = batch.span;
-        let (r, w) = (self.me.rank as i64, self.me.world as i64);
-        let n = batch.x.size().first().copied().unwrap_or(1);
-        let (lo, hi) = (r * n / w, (r + 1) * n / w);
-        let (start, len, weight) = if hi > lo {
-            (lo, hi - lo, 1.0)
-        } else {
-            (0, 1, 0.0)
+        let (r, w, a) = (self.me.rank as i64, self.me.world as i64, batch.accumulate);
+        let n = batch.x.size().first().copied().unwrap_or(1).max(1);
+        let size = (n + w * a - 1) / (w * a);
+        let mut rows = Rows {
+            xs: Vec::new(),
+            ys: Vec::new(),
+            weights: Vec::new(),
         };
-        let (x, y) = if (start, len) == (0, n) {
-            (batch.x.shallow_clone(), batch.y.shallow_clone())
-        } else {
-            (
-                batch.x.f_narrow(0, start, len).at(span)?,
-                batch.y.f_narrow(0, start, len).at(span)?,
-            )
-        };
-        Ok(Rows {
-            xs: x.f_chunk(batch.accumulate, 0).at(span)?,
-            ys: y.f_chunk(batch.accumulate, 0).at(span)?,
-            weight,
-        })
+        for j in r * a..(r + 1) * a {
+            let (start, len, weight) = match j * size {
+                lo if lo < n => (lo, size.min(n - lo), 1.0),
+                _ => (0, 1, 0.0),
+            };
+            rows.xs.push(batch.x.f_narrow(0, start, len).at(span)?);
+            rows.ys.push(batch.y.f_narrow(0, start, len).at(span)?);
+            rows.weights.push(weight);
+        }
+        Ok(rows)
     }
 
     /// The step's values agreed over the ranks: their sums, and the stop token set when any
