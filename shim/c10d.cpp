@@ -194,10 +194,26 @@ void kiln_group_free(void* g) {
   guarded([&] { delete static_cast<Group*>(g); });
 }
 
+// The Reducer's communication: each bucket summed over the ranks. Without a hook the Reducer
+// divides every gradient by the world size as it copies it into its bucket, and the ranks' losses
+// must be multiplied by it before backward: a factor that, unless a power of two, bf16's
+// backward rounds differently from one process's. With this hook the bucket is the ranks' plain
+// sum (PyTorch's internal `_AllReduceBySumCommHook`, which libtorch does not export), and each
+// rank's loss is its share of the global batch's mean as it is.
+class SumHook final : public c10d::CppCommHookInterface<c10::intrusive_ptr<c10d::ProcessGroup>> {
+ public:
+  using CppCommHookInterface::CppCommHookInterface;
+  c10::intrusive_ptr<c10::ivalue::Future> runHook(c10d::GradBucket& bucket) override {
+    std::vector<at::Tensor> tensors = {bucket.getBufferRef()};
+    return state_->allreduce(tensors)->getFuture();
+  }
+};
+
 // PyTorch's Reducer over `params`, bucketed as DistributedDataParallel does (a 1 MiB first
 // bucket, then `cap_bytes`, in reverse order of the parameters). Checks first that every rank
-// has parameters of the same number, shapes and types. With `stats`, DDP's own logger times
-// every iteration's backward computation and communication (see `kiln_reducer_stats`).
+// has parameters of the same number, shapes and types. Buckets are summed, not averaged
+// (`SumHook`). With `stats`, DDP's own logger times every iteration's backward computation and
+// communication (see `kiln_reducer_stats`).
 void* kiln_reducer_new(void* g, void* const* params, size_t n, int64_t cap_bytes, int stats) {
   Reducer* out = nullptr;
   guarded([&] {
@@ -218,6 +234,7 @@ void* kiln_reducer_new(void* g, void* const* params, size_t n, int64_t cap_bytes
                                              /*skip_all_reduce_unused_params=*/false,
                                              /*use_python_reducer=*/false,
                                              /*bucket_bytes_cap_list=*/std::vector<int64_t>{});
+    r->register_comm_hook(std::make_unique<SumHook>(pg));
     std::shared_ptr<c10d::Logger> logger;
     if (stats) {
       logger = std::make_shared<c10d::Logger>(r);

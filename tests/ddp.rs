@@ -18,8 +18,9 @@ use support::{
     checkpoint_tensors, newest_checkpoint, root, s, scratch, text, within_one_sample, write,
 };
 
-/// A small experiment with the strategy `parallel`: 400 training samples in batches of 24 (the
-/// epoch's last batch holds 16, which 3 ranks split 5, 5, 6), each batch in two micro-batches.
+/// A small experiment with the strategy `parallel`: 400 training samples in batches of 24, each
+/// batch in two micro-batches (the epoch's last batch holds 16: 3 ranks take micro-batches of 3
+/// and 3, 3 and 3, 3 and 1).
 fn experiment(parallel: &str, lr: &str, steps: u64) -> String {
     format!(
         r#"

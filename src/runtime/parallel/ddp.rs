@@ -1,14 +1,16 @@
 //! Distributed data parallel over processes on PyTorch's c10d: each rank holds a replica of the
-//! model, computes the gradients of its shard of every global batch, and c10d's `Reducer`
-//! averages them over the ranks in buckets while backward still runs.
+//! model, computes the gradients of its shard of every global batch, and c10d's `Reducer` sums
+//! them over the ranks in buckets while backward still runs.
 //!
 //! The arithmetic: every rank reads the same global batch of `n` samples (the same seeded order)
 //! and takes its `A` micro-batches of the batch cut into `W·A` (`Ranks::rows`: what one process
 //! accumulating over `W·A` micro-batches runs; every rank runs `A` of them, a stand-in row of
 //! weight 0 for one the cut leaves out). Its loss on a micro-batch of `m` rows is scaled by
-//! `m / n · W`, so the rank's gradient is `W/n · Σ` over its rows; the Reducer divides the sum
-//! over ranks by `W`, which leaves `1/n · Σ` over the whole batch: the gradient of the global
-//! batch's mean loss, as one process on the full batch computes it. With class weights or
+//! `m / n`, so the rank's gradient is `1/n · Σ` over its rows; the Reducer sums them over the
+//! ranks (a communication hook that does not divide by `W`, `shim/c10d.cpp`), which leaves
+//! `1/n · Σ` over the whole batch: the gradient of the global batch's mean loss, as one process
+//! on the full batch computes it, and in bf16 as one process accumulating over the ranks'
+//! micro-batches computes it (no factor of `W` for bf16 to round). With class weights or
 //! ignored targets the mean divides by the global batch's target weight instead of `n`: every
 //! rank reads it from the global batch's targets, which it holds, so it costs no collective. Gradient accumulation runs
 //! the first micro-batches without synchronising (DDP's `no_sync`), the last one with.
@@ -23,7 +25,7 @@
 //! shared as well: each rank evaluates its run of a split, and the sums are added up.
 //!
 //! At world size 1 every one of these collectives is the identity (a sum over one rank, a
-//! broadcast from a rank to itself, gradients averaged over one rank), so none is run: no Reducer
+//! broadcast from a rank to itself, gradients summed over one rank), so none is run: no Reducer
 //! is built, and a step does the work of a run without a strategy, its values left on the
 //! device as there. A stop signal still stops the run after the step.
 
@@ -49,7 +51,7 @@ const BUCKET_BYTES: usize = 25 << 20;
 /// This rank of a distributed data-parallel run.
 pub struct Ddp {
     /// Field order is drop order: the Reducer before its group.
-    /// None at world size 1, where averaging each gradient over one rank leaves it as it is.
+    /// None at world size 1, where summing each gradient over one rank leaves it as it is.
     reducer: Option<Reducer>,
     ranks: Ranks,
     params: Vec<Tensor>,
@@ -151,7 +153,6 @@ impl Backprop for Ddp {
             self.ranks.broadcast(&self.buffers)?;
             self.synced = true;
         }
-        let w = self.ranks.world() as f64;
         let rows = self.ranks.rows(batch)?;
         let mut pass = Pass::default();
         let mut last = None;
@@ -164,7 +165,7 @@ impl Backprop for Ddp {
             let out = model.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
             let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
-            let scaled = part.f_mul_scalar(w * batch.scale * weight).at(span)?;
+            let scaled = part.f_mul_scalar(batch.scale * weight).at(span)?;
             if i + 1 < rows.xs.len() {
                 let t = Instant::now();
                 scaled.f_backward().at(span)?;
