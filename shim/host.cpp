@@ -4,14 +4,19 @@
 // - counting (`KILN_MEMORY_PROFILE`): the bytes of the tensors alive and their peak, so that the
 //   plan's arithmetic (live tensors) can be told apart from what the C allocator keeps resident
 //   around them;
-// - mapping large blocks (fully sharded data parallel on the CPU): a block of `map_from` bytes or
-//   more is mapped from the system, and kept when freed for the next block of the same size
-//   (up to `cache_limit` bytes kept; beyond, unmapped). Such a run allocates and frees a
-//   gradient as large as each parameter every step, between buffers that live longer; from
-//   glibc's heap (`kiln-runtime` keeps blocks up to 256 MiB there) they leave holes that keep
-//   the heap well above what lives in it. Mapped and reused by size, they hold what the step
-//   needs at once and fault their pages in once (unmapping them when freed cost a fifth of a
-//   small model's steps in page faults).
+// - mapping large blocks (training on the CPU): a block of `map_from` bytes or more is mapped
+//   from the system, and its pages kept when it is freed, for the next blocks that fit: a kept
+//   range serves the smallest request it holds (its rest stays kept) and merges with the kept
+//   ranges beside it, as libtorch's CUDA caching allocator does with device memory. A new range
+//   is mapped only when none fits, after unmapping kept ranges (the smallest first) until the
+//   mapped bytes, handed out and kept, are within the most ever handed out at once. So the
+//   pages kept never take the resident set above the peak of what lives in them, and a steady
+//   step faults its pages in once. From glibc's heap (`kiln-runtime` keeps blocks up to 256 MiB
+//   there), a step's activations and gradients, allocated and freed between blocks that live
+//   longer, leave holes that keep the heap well above what lives in it (a recomputed block's
+//   activations, made again in backward, saved a fifth of what they save in live tensors);
+//   unmapping every block when freed cost a fifth of a small model's steps in page faults, and
+//   keeping blocks by exact size kept sizes the peak did not need.
 //
 // Blocks allocated before it was installed keep their own deleters.
 
@@ -20,10 +25,18 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <atomic>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <mutex>
+#include <set>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -43,19 +56,56 @@ at::DeleterFnPtr behind_deleter = nullptr;
 
 // The most bytes of freed mapped blocks kept for reuse.
 constexpr size_t cache_limit = size_t{1} << 30;
+// Mapped blocks are whole pages.
+constexpr size_t page = 4096;
 
-// The allocator's books, under one lock: its blocks by address, the freed mapped blocks kept by
-// size, and their bytes. Never destroyed: a tensor may be freed while the process exits, after
-// static objects are gone.
+// The allocator's books, under one lock. Never destroyed: a tensor may be freed while the
+// process exits, after static objects are gone.
 struct Books {
   std::mutex lock;
+  // The blocks handed out, by address.
   std::unordered_map<void*, Block> blocks;
-  std::unordered_multimap<size_t, void*> cache;
+  // The freed mapped ranges kept for reuse, by address and by size (then address), and their
+  // bytes. Adjacent ranges are kept as one.
+  std::map<char*, size_t> free_at;
+  std::set<std::pair<size_t, char*>> free_by_size;
   size_t cached = 0;
+  // The bytes of mapped blocks handed out, and their most at once.
+  size_t in_use = 0;
+  size_t most = 0;
 };
 Books& books() {
   static auto* b = new Books();
   return *b;
+}
+
+// Keeps the range at `p` of `n` bytes for reuse (the lock held).
+void keep(Books& k, char* p, size_t n) {
+  k.cached += n;
+  auto next = k.free_at.lower_bound(p);
+  if (next != k.free_at.end() && p + n == next->first) {
+    n += next->second;
+    k.free_by_size.erase({next->second, next->first});
+    next = k.free_at.erase(next);
+  }
+  if (next != k.free_at.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == p) {
+      k.free_by_size.erase({prev->second, prev->first});
+      p = prev->first;
+      n += prev->second;
+      k.free_at.erase(prev);
+    }
+  }
+  k.free_at.emplace(p, n);
+  k.free_by_size.emplace(n, p);
+}
+
+// Takes the kept range `r` (by size, then address) out of the books (the lock held).
+void take(Books& k, std::pair<size_t, char*> r) {
+  k.free_by_size.erase(r);
+  k.free_at.erase(r.second);
+  k.cached -= r.first;
 }
 
 void release(void* p) {
@@ -68,33 +118,56 @@ void release(void* p) {
       b = it->second;
       k.blocks.erase(it);
     }
-  }
-  if (b.counted) live.fetch_sub(b.bytes);
-  if (!b.mapped) {
-    behind_deleter(p);
-    return;
-  }
-  {
-    std::lock_guard<std::mutex> guard(k.lock);
-    if (k.cached + b.bytes <= cache_limit) {
-      k.cache.emplace(b.bytes, p);
-      k.cached += b.bytes;
-      return;
+    if (b.mapped) {
+      k.in_use -= b.bytes;
+      if (k.cached + b.bytes <= cache_limit) {
+        keep(k, static_cast<char*>(p), b.bytes);
+        b.mapped = false;
+        p = nullptr;
+      }
     }
   }
-  munmap(p, b.bytes);
+  if (b.counted) live.fetch_sub(b.bytes);
+  if (p == nullptr) return;
+  if (b.mapped) {
+    munmap(p, b.bytes);
+  } else {
+    behind_deleter(p);
+  }
 }
 
-// A mapped block of `n` bytes that was freed, or null.
-void* reuse(size_t n) {
+// A mapped block of `n` bytes (a multiple of the page): the front of the smallest kept range
+// that holds it (the rest stays kept), or else a new one. Before mapping a new one, the smallest
+// kept ranges are unmapped until the mapped bytes, handed out and kept, are within the most ever
+// handed out at once, this block included: what is kept never takes the resident set above the
+// peak of what lives in it.
+void* mapped(size_t n) {
   Books& k = books();
-  std::lock_guard<std::mutex> guard(k.lock);
-  auto it = k.cache.find(n);
-  if (it == k.cache.end()) return nullptr;
-  void* p = it->second;
-  k.cache.erase(it);
-  k.cached -= n;
-  return p;
+  std::vector<std::pair<size_t, char*>> unmap;
+  {
+    std::lock_guard<std::mutex> guard(k.lock);
+    k.in_use += n;
+    k.most = std::max(k.most, k.in_use);
+    auto fit = k.free_by_size.lower_bound({n, nullptr});
+    if (fit != k.free_by_size.end()) {
+      const auto r = *fit;
+      take(k, r);
+      if (r.first > n) keep(k, r.second + n, r.first - n);
+      return r.second;
+    }
+    while (k.in_use + k.cached > k.most) {
+      unmap.push_back(*k.free_by_size.begin());
+      take(k, unmap.back());
+    }
+  }
+  for (const auto& r : unmap) munmap(r.second, r.first);
+  void* data = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // In the words of libtorch's own CPU allocator, which Kiln's diagnostics know.
+  const int error = errno;
+  TORCH_CHECK_WITH(OutOfMemoryError, data != MAP_FAILED,
+                   "DefaultCPUAllocator: can't allocate memory: you tried to allocate ", n,
+                   " bytes. Error code ", error, " (", std::strerror(error), ")");
+  return data;
 }
 
 struct Host final : at::Allocator {
@@ -107,14 +180,10 @@ struct Host final : at::Allocator {
     const bool map = from > 0 && n >= from;
     if (n == 0 || (!count && !map)) return behind->allocate(n);
     void* data = nullptr;
+    size_t bytes = n;
     if (map) {
-      data = reuse(n);
-      if (data == nullptr) {
-        data = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        TORCH_CHECK_WITH(OutOfMemoryError, data != MAP_FAILED,
-                         "DefaultCPUAllocator: not enough memory: you tried to allocate ", n,
-                         " bytes.");
-      }
+      bytes = (n + page - 1) / page * page;
+      data = mapped(bytes);
     } else {
       auto block = behind->allocate(n);
       data = block.get();
@@ -123,10 +192,10 @@ struct Host final : at::Allocator {
     {
       Books& k = books();
       std::lock_guard<std::mutex> guard(k.lock);
-      k.blocks[data] = Block{n, map, count};
+      k.blocks[data] = Block{bytes, map, count};
     }
     if (count) {
-      const uint64_t now = live.fetch_add(n) + n;
+      const uint64_t now = live.fetch_add(bytes) + bytes;
       uint64_t seen = peak.load();
       while (now > seen && !peak.compare_exchange_weak(seen, now)) {
       }

@@ -1,8 +1,11 @@
 //! The plan's memory per device against what a run's tensors hold at once
 //! (`KILN_MEMORY_PROFILE`, whose count of live tensors is Kiln's host allocator's): within 10%
 //! under fsdp (both resharding settings), ddp and no strategy, and activation checkpointing
-//! saves what the plan says it saves, within 10%. Tensors, not the resident set: what the C
-//! allocator keeps around them differs from machine to machine (BENCHMARKS.md measures both).
+//! saves what the plan says it saves, within 10%, both in live tensors and in the resident set
+//! (large host blocks are mapped and kept within the peak of what lives in them,
+//! `shim/host.cpp`). Each run's resident set against its plan is left to BENCHMARKS.md: what the
+//! C allocator keeps around small blocks, per thread, differs from machine to machine; the
+//! saving, a difference of two runs, does not carry it.
 
 mod support;
 
@@ -12,8 +15,9 @@ use std::time::Duration;
 use support::ranks::{finish, runtime};
 use support::{s, scratch, text, write};
 
-/// Each rank's plan total and peak of live tensors, in MiB, from a run of `exp` (3 steps).
-fn measured(exp: &Path, run: &Path) -> Vec<(f64, f64)> {
+/// Each rank's plan total, peak of live tensors and peak resident set over its baseline, in
+/// MiB, from a run of `exp` (3 steps).
+fn measured(exp: &Path, run: &Path) -> Vec<(f64, f64, f64)> {
     let child = runtime(&[
         "run",
         s(exp),
@@ -41,22 +45,29 @@ fn measured(exp: &Path, run: &Path) -> Vec<(f64, f64)> {
     };
     all.lines()
         .filter(|l| l.contains("memory profile: rank"))
-        .map(|l| (mib(l, "plan "), mib(l, "tensors alive at once: ")))
+        .map(|l| {
+            (
+                mib(l, "plan "),
+                mib(l, "tensors alive at once: "),
+                mib(l, ": peak "),
+            )
+        })
         .collect()
 }
 
-/// Asserts that `exp`'s ranks (`ranks` of them) hold at once what the plan says, within 10%.
-fn as_planned(dir: &Path, name: &str, exp: &str, ranks: usize) -> f64 {
+/// Asserts that `exp`'s ranks (`ranks` of them) hold at once what the plan says, within 10%;
+/// returns rank 0's peaks of live tensors and of the resident set.
+fn as_planned(dir: &Path, name: &str, exp: &str, ranks: usize) -> (f64, f64) {
     let exp = write(dir, &format!("{name}.exp"), exp);
     let rows = measured(&exp, &dir.join(name));
     assert_eq!(rows.len(), ranks, "{name}: {rows:?}");
-    for (plan, live) in &rows {
+    for (plan, live, _) in &rows {
         assert!(
             (live - plan).abs() <= 0.1 * plan,
             "{name}: tensors alive at once {live} MiB against the plan's {plan} MiB"
         );
     }
-    rows[0].1
+    (rows[0].1, rows[0].2)
 }
 
 #[test]
@@ -121,9 +132,16 @@ fn recomputing_saves_what_the_plan_says() {
     };
     let (kept, recomputed) = (blocks(""), blocks("recompute"));
     let planned = plan_of("kept", &kept) - plan_of("recomputed", &recomputed);
-    let saved = as_planned(&dir, "kept", &kept, 1) - as_planned(&dir, "recomputed", &recomputed, 1);
-    assert!(
-        planned > 50.0 && (saved - planned).abs() <= 0.1 * planned,
-        "recomputing saved {saved} MiB of live tensors, the plan {planned} MiB"
-    );
+    let (live, resident) = as_planned(&dir, "kept", &kept, 1);
+    let (live_recomputed, resident_recomputed) = as_planned(&dir, "recomputed", &recomputed, 1);
+    assert!(planned > 50.0, "the plan saves {planned} MiB");
+    for (what, saved) in [
+        ("live tensors", live - live_recomputed),
+        ("the resident set", resident - resident_recomputed),
+    ] {
+        assert!(
+            (saved - planned).abs() <= 0.1 * planned,
+            "recomputing saved {saved} MiB of {what}, the plan {planned} MiB"
+        );
+    }
 }

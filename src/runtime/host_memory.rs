@@ -10,8 +10,8 @@
 //! Beside the resident set, the bytes of the CPU tensors alive at once (Kiln's host allocator,
 //! `shim/host.cpp`, counts them from the baseline on): their peak is what the plan's arithmetic
 //! estimates, the resident set's is that plus what the C allocator keeps around them. The same
-//! allocator maps large blocks from the system for fully sharded data parallel on the CPU
-//! ([`super::host_alloc::map_blocks_from`]).
+//! allocator maps large blocks from the system for every run on the CPU
+//! ([`super::host_alloc::map_large_blocks`]), so that the two stay close.
 //!
 //! Linux only (`/proc/self`); elsewhere nothing is measured.
 

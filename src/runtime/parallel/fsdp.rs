@@ -33,7 +33,6 @@ use tch::Tensor;
 use super::super::cancel::Cancel;
 use super::super::dist::unit::{Pool, Unit};
 use super::super::failure::At;
-use super::super::host_alloc;
 use super::super::model::Net;
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
@@ -42,12 +41,6 @@ use super::strategy::{buffers_of, model_state_dict, restore_whole, whole_state, 
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan};
 use kiln::span::Span;
-
-/// On the CPU, host tensors of this many bytes or more are mapped from the system and kept for
-/// reuse by size: each step allocates and frees a gradient as large as each parameter (and each
-/// unit's gathered and reduced buffers the first time), which glibc's heap would keep resident
-/// around what lives longer. Smaller blocks (most activations) stay on the heap.
-const MAPPED_FROM: usize = 4 << 20;
 
 /// This rank of a fully sharded data-parallel run.
 pub struct Fsdp {
@@ -101,12 +94,6 @@ impl Fsdp {
             .collect();
         ranks.broadcast(&params)?;
         ranks.broadcast(&buffers)?;
-        if params
-            .first()
-            .is_some_and(|p| p.device() == tch::Device::Cpu)
-        {
-            host_alloc::map_blocks_from(MAPPED_FROM);
-        }
         let index = |name: &str| net.params.iter().position(|p| p.name == name);
         // Each top-level block with parameters is a unit; every other parameter is the root's,
         // so that every parameter is in exactly one unit.
@@ -297,7 +284,7 @@ impl Backprop for Fsdp {
         let rows = self.ranks.rows(batch)?;
         let mut pass = Pass::default();
         let last = rows.xs.len() - 1;
-        for (i, (xm, ym)) in rows.xs.iter().zip(&rows.ys).enumerate() {
+        for (i, ((xm, ym), weight)) in rows.xs.iter().zip(&rows.ys).zip(&rows.weights).enumerate() {
             // Without resharding, the micro-batches before the last keep every unit gathered
             // and its gradients whole (DDP's `no_sync`): one all-gather and one reduce-scatter
             // of each unit a step.
@@ -308,8 +295,8 @@ impl Backprop for Fsdp {
             }
             let out = self.forward(xm, true)?;
             let ym = ym.f_to_device(out.device()).at(span)?;
-            let part = objective.part(&out, &ym, &batch.whole, &mut pass, rows.weight)?;
-            let scaled = part.f_mul_scalar(batch.scale * rows.weight).at(span)?;
+            let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
+            let scaled = part.f_mul_scalar(batch.scale * weight).at(span)?;
             scaled
                 .f_backward()
                 .map_err(|e| self.ranks.lost(&e.to_string()))?;

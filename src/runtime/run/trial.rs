@@ -9,6 +9,7 @@ use crate::runtime::cancel::Cancel;
 use crate::runtime::compress::compare::compare;
 use crate::runtime::compress::measure::cpu_notes;
 use crate::runtime::dist::rank::Rank;
+use crate::runtime::host_alloc;
 use crate::runtime::host_memory::HostMemory;
 use crate::runtime::output::{Output, RunOutput, Silent};
 use crate::runtime::parallel::{self, ddp::Member};
@@ -119,6 +120,9 @@ pub fn run_trial(
         fingerprint: &print,
         resume_step: resume.as_ref().map(|(side, _)| side.position.step),
     });
+    if device == tch::Device::Cpu {
+        host_alloc::map_large_blocks();
+    }
     let (strategy, stop) = parallel::apply(exp, &session.plan, &net, session.over, member, cancel)?;
     if let Some(m) = &mut memory {
         m.restart();
