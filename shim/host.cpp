@@ -164,6 +164,10 @@ void* mapped(size_t n) {
   void* data = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   // In the words of libtorch's own CPU allocator, which Kiln's diagnostics know.
   const int error = errno;
+  if (data == MAP_FAILED) {
+    std::lock_guard<std::mutex> guard(k.lock);
+    k.in_use -= n;
+  }
   TORCH_CHECK_WITH(OutOfMemoryError, data != MAP_FAILED,
                    "DefaultCPUAllocator: can't allocate memory: you tried to allocate ", n,
                    " bytes. Error code ", error, " (", std::strerror(error), ")");

@@ -310,7 +310,8 @@ impl Drop for Group {
 }
 
 /// PyTorch's Reducer: hooks on every parameter's gradient that all-reduce full buckets while
-/// backward still runs, leaving each `.grad` averaged over the ranks.
+/// backward still runs, leaving each `.grad` summed over the ranks (a communication hook in
+/// place of DDP's division by the world size, `shim/c10d.cpp`).
 pub struct Reducer(*mut c_void);
 
 // SAFETY: as for `Group`.
@@ -508,10 +509,11 @@ pub(super) mod tests {
         assert!(!failed.0.is_empty());
     }
 
-    /// The Reducer leaves on every rank the gradient of the mean loss over the whole batch,
-    /// each rank having seen only its half: what one process computes on the full batch.
+    /// The Reducer leaves on every rank the sum of the ranks' gradients: with each rank's loss
+    /// its half's share of the mean over the whole batch, what one process computes on the
+    /// full batch.
     #[test]
-    fn the_reducer_averages_gradients_over_ranks() {
+    fn the_reducer_sums_gradients_over_ranks() {
         tch::manual_seed(3);
         let w0 = Tensor::randn([4, 3], (Kind::Float, Device::Cpu));
         let x = Tensor::randn([8, 3], (Kind::Float, Device::Cpu));
@@ -536,7 +538,7 @@ pub(super) mod tests {
                 y.narrow(0, 4 * rank as i64, 4),
             );
             r.prepare_forward().unwrap();
-            let loss = xs.matmul(&w.tr()).mse_loss(&ys, tch::Reduction::Mean);
+            let loss = xs.matmul(&w.tr()).mse_loss(&ys, tch::Reduction::Mean) * 0.5;
             r.prepare_backward().unwrap();
             loss.f_backward().unwrap();
             w.grad().copy()
