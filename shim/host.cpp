@@ -8,15 +8,18 @@
 //   from the system, and its pages kept when it is freed, for the next blocks that fit: a kept
 //   range serves the smallest request it holds (its rest stays kept) and merges with the kept
 //   ranges beside it, as libtorch's CUDA caching allocator does with device memory. A new range
-//   is mapped only when none fits, after unmapping kept ranges (the smallest first) until the
-//   mapped bytes, handed out and kept, are within the most ever handed out at once. So the
-//   pages kept never take the resident set above the peak of what lives in them, and a steady
-//   step faults its pages in once. From glibc's heap (`kiln-runtime` keeps blocks up to 256 MiB
+//   is mapped only when none fits (or only ranges twice as large, while there is room), after
+//   unmapping kept ranges (the smallest first) until the mapped bytes, handed out and kept, are
+//   within the most ever handed out at once plus the largest block asked for. So the pages kept
+//   never take the resident set more than a block above the peak of what lives in them, and a
+//   steady step faults its pages in once. From glibc's heap (`kiln-runtime` keeps blocks up to 256 MiB
 //   there), a step's activations and gradients, allocated and freed between blocks that live
 //   longer, leave holes that keep the heap well above what lives in it (a recomputed block's
 //   activations, made again in backward, saved a fifth of what they save in live tensors);
-//   unmapping every block when freed cost a fifth of a small model's steps in page faults, and
-//   keeping blocks by exact size kept sizes the peak did not need.
+//   unmapping every block when freed cost a fifth of a small model's steps in page faults,
+//   keeping blocks by exact size kept sizes the peak did not need, and a bound of the peak
+//   alone had a 1 MiB block cut a 16 MiB range and the next 16 MiB block mapped afresh every
+//   step (BENCHMARKS.md).
 //
 // Blocks allocated before it was installed keep their own deleters.
 
@@ -70,9 +73,10 @@ struct Books {
   std::map<char*, size_t> free_at;
   std::set<std::pair<size_t, char*>> free_by_size;
   size_t cached = 0;
-  // The bytes of mapped blocks handed out, and their most at once.
+  // The bytes of mapped blocks handed out, their most at once, and the largest block asked for.
   size_t in_use = 0;
   size_t most = 0;
+  size_t widest = 0;
 };
 Books& books() {
   static auto* b = new Books();
@@ -137,10 +141,14 @@ void release(void* p) {
 }
 
 // A mapped block of `n` bytes (a multiple of the page): the front of the smallest kept range
-// that holds it (the rest stays kept), or else a new one. Before mapping a new one, the smallest
-// kept ranges are unmapped until the mapped bytes, handed out and kept, are within the most ever
-// handed out at once, this block included: what is kept never takes the resident set above the
-// peak of what lives in it.
+// that holds it (the rest stays kept), or else a new one. A range of twice `n` or more is split
+// only when mapping a new one would take the mapped bytes, handed out and kept, above their
+// bound: the most ever handed out at once plus the largest block asked for. A small block then
+// does not cut the front off a large range that a large block will want again (a 1 MiB
+// activation out of a weight's 16 MiB gradient, which then had to be mapped afresh every
+// step). Before mapping a new one, the smallest kept ranges are unmapped until the mapped bytes
+// are within the bound: what is kept never takes the resident set more than one block above
+// the peak of what lives in it.
 void* mapped(size_t n) {
   Books& k = books();
   std::vector<std::pair<size_t, char*>> unmap;
@@ -148,14 +156,17 @@ void* mapped(size_t n) {
     std::lock_guard<std::mutex> guard(k.lock);
     k.in_use += n;
     k.most = std::max(k.most, k.in_use);
+    k.widest = std::max(k.widest, n);
+    const size_t bound = k.most + k.widest;
     auto fit = k.free_by_size.lower_bound({n, nullptr});
-    if (fit != k.free_by_size.end()) {
+    if (fit != k.free_by_size.end() &&
+        (fit->first < 2 * n || k.in_use + k.cached > bound)) {
       const auto r = *fit;
       take(k, r);
       if (r.first > n) keep(k, r.second + n, r.first - n);
       return r.second;
     }
-    while (k.in_use + k.cached > k.most) {
+    while (k.in_use + k.cached > bound) {
       unmap.push_back(*k.free_by_size.begin());
       take(k, unmap.back());
     }

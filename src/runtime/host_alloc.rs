@@ -37,11 +37,11 @@ const MAPPED_FROM: usize = 1 << 20;
 
 /// From now on, CPU tensors of [`MAPPED_FROM`] bytes or more are mapped from the system instead
 /// of taken from the C allocator's heap, and kept when freed for the next tensors that fit
-/// (`shim/host.cpp`): what is kept never takes the resident set above the peak of the tensors
-/// alive at once. Called on the CPU once the model is built, before the strategy takes it: what
-/// was allocated before (the data, the whole model that fsdp shards and frees) keeps the heap;
-/// what the strategy makes (ddp's gradient buckets, which its Reducer makes again after the
-/// first step; fsdp's shards and buffers) is mapped.
+/// (`shim/host.cpp`): what is kept never takes the resident set more than the largest tensor
+/// above the peak of the tensors alive at once. Called on the CPU once the model is built,
+/// before the strategy takes it: what was allocated before (the data, the whole model that fsdp
+/// shards and frees) keeps the heap; what the strategy makes (ddp's gradient buckets, which its
+/// Reducer makes again after the first step; fsdp's shards and buffers) is mapped.
 pub fn map_large_blocks() {
     // SAFETY: installs Kiln's host allocator (once) and sets its threshold.
     unsafe { kiln_host_map_from(MAPPED_FROM) }
