@@ -12,9 +12,9 @@
 //   unmapping kept ranges (the smallest first) until the mapped bytes, handed out and kept, are
 //   within the most ever handed out at once plus the largest block asked for. So the pages kept
 //   never take the resident set more than a block above the peak of what lives in them, and a
-//   steady step faults its pages in once. From glibc's heap (`kiln-runtime` keeps blocks up to 256 MiB
-//   there), a step's activations and gradients, allocated and freed between blocks that live
-//   longer, leave holes that keep the heap well above what lives in it (a recomputed block's
+//   steady step faults its pages in once. From glibc's heap (`kiln-runtime` keeps blocks up to
+//   256 MiB there), a step's activations and gradients, allocated and freed between blocks that
+//   live longer, leave holes that keep the heap well above what lives in it (a recomputed block's
 //   activations, made again in backward, saved a fifth of what they save in live tensors);
 //   unmapping every block when freed cost a fifth of a small model's steps in page faults,
 //   keeping blocks by exact size kept sizes the peak did not need, and a bound of the peak
@@ -29,10 +29,10 @@
 #include <sys/mman.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <mutex>

@@ -16,8 +16,8 @@ use crate::diagnostic::problem::{
 };
 use crate::diagnostic::Problem;
 use crate::ir::{
-    layers, Compression, DType, Data, Device, Duration, LayerKind, Node, Parallel, Precision,
-    PruneSchedule, Schedule, Shape, Train,
+    layers, rank_micro_batches, Compression, DType, Data, Device, Duration, LayerKind, Node,
+    Parallel, Precision, PruneSchedule, Schedule, Shape, Train,
 };
 use crate::syntax::ast::{Args, Statement, Value, ValueKind};
 
@@ -146,17 +146,10 @@ fn passes(b: u64, accumulate: u64, parallel: &Parallel) -> Vec<u64> {
                 .filter(|n| *n > 0)
                 .collect()
         }
-        Parallel::Distributed { world_size, .. } => {
-            // One process's cut into W·A micro-batches, a stand-in row for each it leaves out.
-            let parts = (*world_size).max(1) * accumulate.min(b).max(1);
-            let size = b.max(1).div_ceil(parts);
-            (0..parts)
-                .map(|j| match j * size {
-                    lo if lo < b => size.min(b - lo),
-                    _ => 1,
-                })
-                .collect()
-        }
+        Parallel::Distributed { world_size, .. } => rank_micro_batches(b, *world_size, accumulate)
+            .into_iter()
+            .map(|slot| slot.map_or(1, |(_, rows)| rows))
+            .collect(),
         Parallel::Pipeline { micro_batches, .. } => micro(b)
             .into_iter()
             .flat_map(|m| chunk(m, *micro_batches))

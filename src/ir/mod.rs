@@ -28,7 +28,7 @@ pub use layer::{
 };
 pub use loss::{Loss, Metric};
 pub use optim::{OneCycle, Optimizer, OptimizerKind, ParamGroup, Plateau, PlateauMetric, Schedule};
-pub use parallel::{ParallelPlan, Parallelism, Ranks};
+pub use parallel::{rank_micro_batches, ParallelPlan, Parallelism, Ranks};
 pub use params::{tensors, Tensor, CLASSES};
 pub use sample::{
     count_fit, input_fit, sample_fit, target_fit, CountMisfit, InputMisfit, Layout, SampleFit,

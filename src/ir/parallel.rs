@@ -26,6 +26,21 @@ impl Ranks {
     };
 }
 
+/// How ranks share a global batch of `n` samples: cut as one process accumulating over
+/// `world · accumulate` micro-batches cuts it (`Tensor.chunk`'s cut: `⌈n/(W·A)⌉` rows each, the
+/// last fewer, and fewer micro-batches than `W·A` when `n` is small; `accumulate` at most `n`),
+/// rank `r` taking the `A` from the `r·A`-th. Each of the `W·A` slots is `(start, rows)`, or
+/// `None` where the cut leaves it out (the rank runs a stand-in row of weight 0 there, so that
+/// every rank runs `A` micro-batches).
+pub fn rank_micro_batches(n: u64, world: u64, accumulate: u64) -> Vec<Option<(u64, u64)>> {
+    let n = n.max(1);
+    let parts = world.max(1) * accumulate.min(n).max(1);
+    let size = n.div_ceil(parts);
+    (0..parts)
+        .map(|j| (j * size < n).then(|| (j * size, size.min(n - j * size))))
+        .collect()
+}
+
 /// The one strategy that computes the gradients of a batch, with its degrees.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Parallelism {

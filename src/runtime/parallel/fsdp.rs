@@ -20,8 +20,8 @@
 //! The arithmetic is ddp's: every rank reads the same global batch and takes its micro-batches,
 //! a rank's loss on a micro-batch of `m` rows is scaled by `m / n`, and the reduce-scatter sums
 //! (as ddp's Reducer does), so the summed gradient is the gradient of the global batch's mean
-//! loss, as one process on the whole batch computes it. Clipping by norm and the fp16 overflow check sum their values over
-//! the ranks ([`Backprop::all_sum`]), so they see the whole gradient.
+//! loss, as one process on the whole batch computes it. Clipping by norm and the fp16 overflow
+//! check sum their values over the ranks ([`Backprop::all_sum`]), so they see the whole gradient.
 //!
 //! Checkpoints hold the whole model and optimizer state, in the layout every strategy writes:
 //! the ranks gather them a unit and a tensor at a time, and rank 0 keeps and writes them. A

@@ -17,7 +17,7 @@ use super::super::failure::At;
 use super::super::step::{Batch, Model, Pass};
 use kiln::diagnostic::problem::Running;
 use kiln::diagnostic::{Diagnostic, Problem};
-use kiln::ir::{Experiment, ParallelPlan, Parallelism};
+use kiln::ir::{rank_micro_batches, Experiment, ParallelPlan, Parallelism};
 use kiln::rundir::Fingerprint;
 use kiln::span::Span;
 
@@ -228,28 +228,27 @@ impl Ranks {
         Vec::<f64>::try_from(&t.f_to_device(tch::Device::Cpu).at(self.span)?).at(self.span)
     }
 
-    /// This rank's rows of `batch`: every rank reads the same global batch of `n` samples, cut
-    /// as one process accumulating over `W·A` micro-batches cuts it (`torch.chunk`'s cut:
-    /// `⌈n/(W·A)⌉` rows each, the last fewer, and fewer micro-batches than `W·A` when `n` is
-    /// small), and takes the `A` micro-batches from the `r·A`-th. A micro-batch the cut leaves
-    /// out is a stand-in row of weight 0. So every rank runs `A` micro-batches, gathering and
-    /// reducing as often as the others whatever the batch's size, and each is a micro-batch of
-    /// one process's: in bf16, where what a micro-batch computes depends on which rows it
-    /// holds, the ranks compute what that process does, a short last batch included.
+    /// This rank's rows of `batch`: every rank reads the same global batch and takes its `A`
+    /// micro-batches of it, cut as one process accumulating over `W·A` cuts it
+    /// ([`rank_micro_batches`]), a stand-in row of weight 0 for one the cut leaves out. So every
+    /// rank runs `A` micro-batches, gathering and reducing as often as the others whatever the
+    /// batch's size, and each is a micro-batch of one process's: in bf16, where what a
+    /// micro-batch computes depends on which rows it holds, the ranks compute what that process
+    /// does, a short last batch included.
     pub fn rows(&self, batch: &Batch) -> Result<Rows, Diagnostic> {
         let span = batch.span;
-        let (r, w, a) = (self.me.rank as i64, self.me.world as i64, batch.accumulate);
-        let n = batch.x.size().first().copied().unwrap_or(1).max(1);
-        let size = (n + w * a - 1) / (w * a);
+        let (r, a) = (self.me.rank, batch.accumulate.max(1) as usize);
+        let n = batch.x.size().first().copied().unwrap_or(1) as u64;
+        let slots = rank_micro_batches(n, self.me.world as u64, a as u64);
         let mut rows = Rows {
             xs: Vec::new(),
             ys: Vec::new(),
             weights: Vec::new(),
         };
-        for j in r * a..(r + 1) * a {
-            let (start, len, weight) = match j * size {
-                lo if lo < n => (lo, size.min(n - lo), 1.0),
-                _ => (0, 1, 0.0),
+        for slot in slots.iter().skip(r * a).take(a) {
+            let ((start, len), weight) = match slot {
+                Some((start, len)) => ((*start as i64, *len as i64), 1.0),
+                None => ((0, 1), 0.0),
             };
             rows.xs.push(batch.x.f_narrow(0, start, len).at(span)?);
             rows.ys.push(batch.y.f_narrow(0, start, len).at(span)?);
