@@ -262,7 +262,7 @@ fn device_memory_flag_is_an_error_when_exceeded() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("K0228(does-not-fit)"), "{text}");
     assert!(
-        text.contains("cuda:0 needs 2.93 MiB, more than the 1.00 MiB `--device-memory` gives it"),
+        text.contains("cuda:0 needs 3.44 MiB, more than the 1.00 MiB `--device-memory` gives it"),
         "{text}"
     );
 }

@@ -55,22 +55,35 @@ fn flagship_mlp() {
     assert_eq!(t.weight_bytes, 814_120);
     assert_eq!(t.gradient_bytes, 814_120);
     assert_eq!(t.optimizer_bytes, 1_628_240);
-    // Stored activations per sample: input 784 + 256 + 256 + 10 = 1,306 floats; batch 64.
-    assert_eq!(t.activation_bytes, 1_306 * 64 * 4);
+    // What backward keeps, per sample in bytes: fc1 its input (the batch, 784 x 4 = 3,136, held
+    // anyway), relu its output (256 x 4 = 1,024; fc2 keeps the same tensor), nothing of fc1's
+    // output. Per layer, for the batch of 64: relu 65,536, the others 0.
+    let kept: Vec<u64> = p.layers.iter().map(|l| l.activation_bytes).collect();
+    assert_eq!(kept, vec![0, 1_024 * 64, 0]);
+    // The widest moment, per sample: relu's backward, holding the batch (3,136), relu's output
+    // (1,024), the gradient reaching it (1,024) and the one it makes (1,024): 6,208. (relu's
+    // forward holds 3,136 + 1,024 + its input 1,024 = 5,184; the forward's end 3,136 + 1,024 +
+    // the loss's output, log-softmax and gradient 3 x 40 = 4,280.)
+    assert_eq!(t.activation_bytes, 6_208 * 64);
     // Forward + backward = 3x forward, for the batch of 64.
     assert_eq!(t.step_flops, 3 * 406_784 * 64);
     assert_eq!(p.devices.len(), 1);
     assert_eq!(p.devices[0].device, Device::Auto);
     // Gradients are unset between steps on one device: backward makes them as it frees the
-    // activations. At its peak, reaching fc1, it holds the input (784 x 64 x 4 = 200,704 bytes)
-    // and every gradient (814,120): 1,014,824, under the gradients plus the stored activations
-    // (1,148,456). An evaluation batch of 64 holds, at its widest, the model's input and the
-    // relu's input and output (784 + 256 + 256 = 1,296 values x 64 x 4 = 331,776 bytes), with
-    // the gradients the last step left: 1,145,896, the larger.
+    // activations. At its peak, reaching fc1, it holds the batch and the gradient reaching fc1
+    // ((3,136 + 1,024) x 64 = 266,240 bytes) and every gradient (814,120): 1,080,360, under the
+    // gradients plus the activations (1,211,432). An evaluation batch of 64 holds, at its
+    // widest, the batch and relu's input and output ((3,136 + 2,048) x 64 = 331,776 bytes), with
+    // the gradients the last step left: 1,145,896, the larger. The allocator's margin is the
+    // largest tensor, the batch of 64: 200,704.
     let d = &p.devices[0];
-    assert_eq!(d.backward_peak_bytes, Some(200_704 + 814_120));
+    assert_eq!(d.backward_peak_bytes, Some(266_240 + 814_120));
     assert_eq!(d.eval_activation_bytes, 331_776);
-    assert_eq!(d.total_bytes, 814_120 + 1_628_240 + 814_120 + 331_776);
+    assert_eq!(d.allocator_margin_bytes, 200_704);
+    assert_eq!(
+        d.total_bytes,
+        814_120 + 1_628_240 + 814_120 + 331_776 + 200_704
+    );
 }
 
 #[test]
@@ -97,8 +110,20 @@ fn mnist_cnn() {
     assert_eq!(t.params, 160 + 4_640 + 15_690);
     assert_eq!(t.forward_flops_per_sample, 2_101_120);
     assert_eq!(t.optimizer_bytes, 8 * 20_490);
-    // Activations: 784 + 12,544 + 12,544 + 3,136 + 6,272 + 6,272 + 1,568 + 1,568 + 10 = 44,698.
-    assert_eq!(t.activation_bytes, 44_698 * 64 * 4);
+    // Kept per sample, in bytes: each relu its output (12,544 and 6,272 values x 4: 50,176 and
+    // 25,088), each pool its int64 indices (3,136 and 1,568 x 8: 25,088 and 12,544) and its
+    // output, which conv2 and the head keep (12,544 and 6,272); the convolutions and the head
+    // keep their inputs, made by others, and flatten is a view.
+    let kept: Vec<u64> = p.layers.iter().map(|l| l.activation_bytes / 64).collect();
+    assert_eq!(
+        kept,
+        vec![0, 50_176, 25_088 + 12_544, 0, 25_088, 12_544 + 6_272, 0, 0]
+    );
+    // The widest moment, per sample: conv2's backward, holding the batch (3,136), what relu1
+    // and pool1 keep (87,808), the gradient reaching conv2 (25,088), the one it makes for pool1's
+    // output (12,544) and its buffers of its input's and output's size (12,544 + 25,088):
+    // 166,208.
+    assert_eq!(t.activation_bytes, 166_208 * 64);
     assert_eq!(t.step_flops, 3 * 2_101_120 * 64);
 }
 
@@ -139,8 +164,38 @@ fn sequence_transformer() {
     assert_eq!(t.params, 1_024 + 2 * 49_984 + 128 + 2_080);
     // AdamW: 8 bytes per parameter.
     assert_eq!(t.optimizer_bytes, 8 * 103_200);
-    // bf16 activations (2 bytes): input 32 + 5 * 2,048 + 64 + 32 = 10,368 values per sample.
-    assert_eq!(t.activation_bytes, 10_368 * 128 * 2);
+    // Kept per sample, bf16 with dropout 0.1 under `device auto` (counted as the CPU runs it),
+    // T = S*E = 2,048 values, W = S*H = 8,192, scores 4 heads x 32 x 32 = 4,096, in bytes: the
+    // sinusoids' fp32 output (T x 4 = 8,192), which layer1's first norm keeps. Each block: its
+    // norms' statistics (2 x 32 rows x 2 x 4 = 512); the bf16 copies of its norms' fp32 outputs
+    // that attention and the MLP's first linear read (2 x T x 2 = 8,192); the math path of
+    // dropout on the attention weights in fp32 (queries, keys and values 3 x T x 4, softmax,
+    // mask and dropped weights 3 x 4,096 x 4: 73,728); attention's output as the output
+    // projection reads it (T x 2 = 4,096); dropout's bf16 masks after attention and after the
+    // MLP (T x 2 x 2 = 8,192) and inside the MLP (W x 2 = 16,384); the fp32 residual sum the
+    // second norm keeps (8,192); the MLP's first output, which gelu keeps, and its dropped
+    // activation, which the second linear keeps (2 x W x 2 = 32,768); its own fp32 output,
+    // which the next norm keeps (8,192): 160,256, and, per pass, the bf16 copies of its
+    // weights but the norms' ((49,984 - 256) x 2 = 99,456). The final norm keeps its
+    // statistics (256), the head the bf16 copy of the mean (128) and of its weights (4,160).
+    let kept: Vec<u64> = p.layers.iter().map(|l| l.activation_bytes).collect();
+    let block = 160_256 * 128 + 99_456;
+    assert_eq!(
+        kept,
+        vec![
+            0,
+            8_192 * 128,
+            block,
+            block,
+            256 * 128,
+            0,
+            128 * 128 + 4_160
+        ]
+    );
+    // The widest moment comes on top of those (their sum, 42,326,336 bytes, and the batch's
+    // ids, 32 x 8 x 128): a block's backward, with its gradients; `tests/memory.rs` measures
+    // transformers against it.
+    assert_eq!(t.activation_bytes, 44_927_232);
     assert_eq!(
         t.step_flops,
         3 * (2 * 3_407_872 + 2_048 + 2_048 + 2_048 + 4_096) * 128
@@ -157,9 +212,12 @@ fn model_parallel_splits_memory_by_placement() {
     );
     // SGD with momentum keeps one buffer: 4 bytes per parameter.
     assert_eq!(p.devices[0].optimizer_bytes, 4 * 200_960);
-    // cuda:0 stores the input and two [256] outputs per sample; cuda:1 the [10] logits.
-    assert_eq!(p.devices[0].activation_bytes, (784 + 256 + 256) * 128 * 4);
-    assert_eq!(p.devices[1].activation_bytes, 10 * 128 * 4);
+    // Per sample, in bytes: cuda:0 holds the batch (784 x 4 = 3,136) and relu's output (1,024),
+    // and at relu's backward the gradient reaching it and the one it makes (1,024 each): 6,208.
+    // cuda:1 keeps its copy of relu's output (1,024), and at fc2's backward the logits'
+    // gradient (40) and the copy's (1,024): 2,088.
+    assert_eq!(p.devices[0].activation_bytes, 6_208 * 128);
+    assert_eq!(p.devices[1].activation_bytes, 2_088 * 128);
 }
 
 #[test]
@@ -170,7 +228,9 @@ fn data_parallel_replicates_the_model_and_splits_the_batch() {
     for d in &p.devices {
         // Plain SGD keeps no state, so every replica needs the same.
         assert_eq!(d.params, 7_850);
-        assert_eq!(d.activation_bytes, (784 + 10) * 64 * 4);
+        // Per sample: the batch (784 x 4 = 3,136) and, at the forward's end, the logits, their
+        // log-softmax and gradient (3 x 40): 3,256, for a slice of 64.
+        assert_eq!(d.activation_bytes, 3_256 * 64);
         assert_eq!(d.optimizer_bytes, 0);
     }
 }
@@ -182,7 +242,9 @@ fn ddp_splits_the_batch_over_the_world() {
     assert_eq!(p.devices.len(), 1);
     assert_eq!(p.devices[0].replicas, 4);
     assert_eq!(p.totals.params, 1_001_000);
-    assert_eq!(p.devices[0].activation_bytes, 2_000 * 250 * 4);
+    // Per sample: the batch (1,000 x 4 bytes) and, at the forward's end, the output and its
+    // gradient (mse keeps the output itself): 12,000 bytes, for a slice of 250.
+    assert_eq!(p.devices[0].activation_bytes, 12_000 * 250);
 }
 
 #[test]
@@ -194,11 +256,9 @@ fn pipeline_stages_follow_blocks() {
         d,
         vec![(Device::Cuda(0), 803_840), (Device::Cuda(1), 1_059_850)]
     );
-    // 1F1B keeps min(stages, micro-batches) = 2 micro-batches of 256 / 8 = 32 in flight.
-    assert_eq!(
-        p.devices[0].activation_bytes,
-        (784 + 3 * 1_024) * 32 * 2 * 4
-    );
+    // 1F1B keeps min(stages, micro-batches) = 2 micro-batches of 256 / 8 = 32 in flight: see
+    // `pipeline_memory_per_stage`.
+    assert_eq!(p.devices[0].activation_bytes, 921_600);
     assert_eq!(p.devices[0].capacity_bytes, Some(80 << 30));
 }
 
@@ -257,14 +317,19 @@ fn what_crosses_between_devices_each_step() {
 
 #[test]
 fn pipeline_memory_per_stage() {
-    // mnist_mlp_pipeline: 1F1B over 2 stages, 8 micro-batches of 256 / 8 = 32 samples, fp32,
-    // Adam (8 bytes of state per parameter). Stage 0 keeps min(2 - 0, 8) = 2 micro-batches, stage
-    // 1 keeps 1. Stage 0 stores the input 784 and fc1, relu, dropout: 784 + 3 * 1024 = 3,856
-    // values a sample; stage 1 the activation it received (1,024) and fc2, relu, fc3:
-    // 1,024 + 1,024 + 1,024 + 10 = 3,082. Evaluation runs the whole batch of 256 through each
-    // stage without gradients, which the totals count instead: stage 0 holds the input and the
-    // relu's input and output, 784 + 2 * 1,024 = 2,832 values a sample; stage 1 fc2's or its
-    // relu's, 2,048.
+    // mnist_mlp_pipeline: 1F1B over 2 stages, 8 micro-batches of 256 / 8 = 32 samples, fp32 on
+    // CUDA, Adam (8 bytes of state per parameter). Stage 0 keeps min(2 - 0, 8) = 2 micro-batches,
+    // stage 1 keeps 1. Per sample, in bytes: stage 0 receives the batch (3,136) and keeps relu's
+    // output (4,096), dropout's boolean mask (1,024) and its output (4,096, which fc2 keeps):
+    // 9,216; its widest moment is dropout's backward, 3,136 + 9,216 less its output (freed by
+    // stage 1's backward) + the gradient reaching it and the one it makes (4,096 each): 16,448.
+    // So 16,448 * 32 + (9,216 + 3,136) * 32 for the second micro-batch in flight = 921,600.
+    // Stage 1 receives dropout's output (4,096) and keeps relu's output (4,096); at relu's
+    // backward it also holds two gradients of 4,096: 16,384 * 32 = 524,288. Evaluation runs the
+    // whole batch of 256 through each stage without gradients, which the totals count instead:
+    // stage 0 holds the batch and relu's input and output, 3,136 + 8,192 = 11,328 bytes a
+    // sample; stage 1 fc2's or its relu's, 8,192. Each stage's allocator margin is its largest
+    // tensor, a [1024] activation of the evaluation's 256 samples: 1 MiB.
     let p = plan_of("experiments/mnist_mlp_pipeline.exp");
     let names: Vec<(&str, &str)> = p
         .stages
@@ -298,29 +363,34 @@ fn pipeline_memory_per_stage() {
                 Device::Cuda(0),
                 803_840,
                 8 * 803_840,
-                3_856 * 32 * 2 * 4,
-                16 * 803_840 + 2_832 * 256 * 4
+                921_600,
+                16 * 803_840 + 11_328 * 256 + (1 << 20)
             ),
             (
                 1,
                 Device::Cuda(1),
                 1_059_850,
                 8 * 1_059_850,
-                3_082 * 32 * 4,
-                16 * 1_059_850 + 2_048 * 256 * 4
+                524_288,
+                16 * 1_059_850 + 8_192 * 256 + (1 << 20)
             ),
         ]
     );
     let text = kiln::present::plan::to_text(&p);
     assert!(
-        text.contains("stage 1 (stage2.fc2 .. stage2.fc3) on cuda:1: 18.17 MiB"),
+        text.contains("stage 1 (stage2.fc2 .. stage2.fc3) on cuda:1: 19.17 MiB"),
         "{text}"
     );
 
     // Three stages balanced by FLOPs (fc1 1,024 | relu 32, fc2 512 | fc3 64 per sample), batch
-    // 32 in 4 micro-batches of 8, plain SGD (no state). Per sample, stage 0 keeps the input and
-    // fc1 (16 + 32), stage 1 what it received, relu and fc2 (32 + 32 + 8), stage 2 what it
-    // received and fc3 (8 + 4). GPipe keeps all 4 micro-batches on every stage; 1F1B 3, 2, 1.
+    // 32 in 4 micro-batches of 8, plain SGD (no state). Per sample, in bytes: stage 0 receives
+    // the batch (64) and keeps nothing of its own (fc1 keeps the batch), its widest moment the
+    // batch and fc1's output or its gradient (128): 192. Stage 1 receives fc1's output (128),
+    // keeps relu's output (128) and fc2's (32, which fc3 keeps): 160, its widest moment relu's
+    // backward, 128 + 128 + two gradients of 128: 512. Stage 2 receives fc2's output (32) and
+    // keeps nothing, its widest moment the forward's end, 32 + the logits, their log-softmax
+    // and gradient (3 x 16): 80. Each micro-batch in flight after the first adds what the stage
+    // received and keeps. GPipe keeps all 4 micro-batches on every stage; 1F1B 3, 2, 1.
     let exp = |schedule: &str| {
         format!(
             r#"experiment "three" {{
@@ -361,15 +431,16 @@ fn pipeline_memory_per_stage() {
         // Weights and gradients: 4 + 4 bytes per parameter; stage 0 holds 16 * 32 + 32 = 544
         // parameters, stage 1 32 * 8 + 8 = 264, stage 2 8 * 4 + 4 = 36.
         let acts = [
-            48 * 8 * flight[0] * 4,
-            72 * 8 * flight[1] * 4,
-            12 * 8 * flight[2] * 4,
+            192 * 8 + 64 * 8 * (flight[0] - 1),
+            512 * 8 + (160 + 128) * 8 * (flight[1] - 1),
+            80 * 8 + 32 * 8 * (flight[2] - 1),
         ];
-        // Evaluation runs the whole batch of 32 through each stage without gradients: fc1's
-        // input and output (16 + 32), relu's (32 + 32), fc3's (8 + 4); the totals count the
-        // larger of the two.
-        let eval = [48 * 32 * 4, 64 * 32 * 4, 12 * 32 * 4];
-        let most = |i: usize| acts[i].max(eval[i]);
+        // Evaluation runs the whole batch of 32 through each stage without gradients: the batch
+        // and fc1's output (64 + 128), relu's input and output (128 + 128), fc3's (32 + 16); the
+        // totals count the larger of the two, and an allocator margin of the largest tensor
+        // (fc1's output for the batch of 32: 4,096).
+        let eval = [192 * 32, 256 * 32, 48 * 32];
+        let most = |i: usize| acts[i].max(eval[i]) + 4_096;
         assert_eq!(
             got,
             vec![
@@ -387,7 +458,10 @@ fn replicas_on_one_device_add_up() {
     // Three replicas of a 12 -> 16 -> 3 model with Adam: 12*16 + 16 + 16*3 + 3 = 259
     // parameters, 1,036 bytes of weights and as many of gradients on every replica; Adam's
     // two moments (2,072 bytes) only on replica 0, which trains. Batch 24 over 3 replicas:
-    // slices of 8, activations (12 + 16 + 16 + 3) * 8 * 4 = 1,504 bytes per replica.
+    // slices of 8. Per sample, in bytes: the batch (48) and tanh's output (64), and at tanh's
+    // backward the gradient reaching it and the one it makes (64 each): 240, 1,920 bytes per
+    // replica. Each device's allocator margin is its largest tensor: a [16] activation of the
+    // evaluation batch of 24, 1,536 bytes.
     let text = r#"
 experiment "dp" {
   data {
@@ -430,10 +504,24 @@ experiment "dp" {
     assert_eq!(
         d,
         vec![
-            // Replica 0 also evaluates, the whole batch of 24 without gradients: the input and
-            // the tanh's input and output, 12 + 16 + 16 = 44 values a sample, 4,224 bytes.
-            (Device::Cuda(0), 2_072, 2_072, 2_072, 3_008, 6_216 + 4_224),
-            (Device::Cuda(2), 1_036, 1_036, 0, 1_504, 3_576),
+            // Replica 0 also evaluates, the whole batch of 24 without gradients: the batch and
+            // tanh's input and output, 48 + 64 + 64 = 176 bytes a sample, 4,224 bytes.
+            (
+                Device::Cuda(0),
+                2_072,
+                2_072,
+                2_072,
+                3_840,
+                6_216 + 4_224 + 1_536
+            ),
+            (
+                Device::Cuda(2),
+                1_036,
+                1_036,
+                0,
+                1_920,
+                2_072 + 1_920 + 1_536
+            ),
         ]
     );
     let text = kiln::present::plan::to_text(&p);
@@ -548,7 +636,7 @@ fn the_layer_table_lines_up_whatever_its_widths() {
     let lines: Vec<&str> = out
         .lines()
         .skip_while(|l| !l.starts_with("layer"))
-        .take_while(|l| !l.is_empty())
+        .take_while(|l| !l.is_empty() && !l.starts_with("kept:"))
         .collect();
     assert_eq!(lines.len(), 4, "{out}");
     let device = lines[0].find("device").expect("device column");

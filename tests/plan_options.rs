@@ -122,16 +122,19 @@ fn nested_schedules_show_their_resolved_parameters() {
 #[test]
 fn a_large_evaluation_batch_dominates_the_memory() {
     // Without gradients an evaluation holds, per sample, the input (12) and the widest layer's
-    // input and output (tanh: 16 + 16): 44 values. Training stores the input and every output:
-    // 12 + 16 + 16 + 3 = 47 values a sample.
+    // input and output (tanh: 16 + 16): 44 values, 176 bytes. Training, per sample: the batch
+    // (48 bytes) and tanh's output (64), and at tanh's backward the gradient reaching it and the
+    // one it makes (64 each): 240 bytes.
     let p = plan_with("    batch 8\n    eval_batch 64", "", "sgd(lr: 0.1)");
     assert_eq!(p.eval_batch, 64);
-    assert_eq!(p.totals.activation_bytes, 47 * 8 * 4);
+    assert_eq!(p.totals.activation_bytes, 240 * 8);
     assert_eq!(p.totals.eval_activation_bytes, 44 * 64 * 4);
     let d = &p.devices[0];
     assert_eq!(d.eval_activation_bytes, 44 * 64 * 4);
-    // 259 parameters: weights and gradients, no optimizer state; the larger activations count.
-    assert_eq!(d.total_bytes, 2 * 259 * 4 + 44 * 64 * 4);
+    // 259 parameters: weights and gradients, no optimizer state; the larger activations count,
+    // and the allocator's margin, the largest tensor: tanh's output for 64 samples, 4,096.
+    assert_eq!(d.allocator_margin_bytes, 64 * 64);
+    assert_eq!(d.total_bytes, 2 * 259 * 4 + 44 * 64 * 4 + 64 * 64);
     let text = to_text(&p);
     assert!(
         text.contains("evaluation        11.00 KiB per evaluation batch of 64"),
@@ -139,7 +142,7 @@ fn a_large_evaluation_batch_dominates_the_memory() {
     );
     assert!(
         text.contains(
-            "+ evaluation activations 11.00 KiB (training 1.47 KiB; with the gradients 1.57 KiB at most at once)"
+            "+ evaluation activations 11.00 KiB (training 1.88 KiB; with the gradients 2.07 KiB at most at once) + allocator margin 4.00 KiB"
         ),
         "{text}"
     );
@@ -151,20 +154,20 @@ fn a_large_evaluation_batch_dominates_the_memory() {
     );
     assert_eq!(
         y["devices"][0]["total_bytes"].as_u64(),
-        Some(2 * 259 * 4 + 44 * 64 * 4)
+        Some(2 * 259 * 4 + 44 * 64 * 4 + 64 * 64)
     );
 
-    // With the default `eval_batch` (the batch), training stores more activations (47 values a
-    // sample against 44) but never with every gradient: backward holds at most 1,612 bytes of
-    // both (reaching fc2: the 44 values kept before it, x 8 x 4, and fc2's 51 gradients x 4),
-    // while an evaluation runs beside the last step's 259 gradients: the larger.
+    // With the default `eval_batch` (the batch), training holds more activations (240 bytes a
+    // sample against 176) but never with every gradient: backward holds at most 2,124 bytes of
+    // both (at tanh's: its 240 bytes a sample x 8, and fc2's 51 gradients x 4), while an
+    // evaluation runs beside the last step's 259 gradients: the larger.
     let p = plan_with("    batch 8", "", "sgd(lr: 0.1)");
     assert_eq!(p.eval_batch, 8);
     let d = &p.devices[0];
-    assert_eq!(d.backward_peak_bytes, Some(44 * 8 * 4 + 51 * 4));
-    assert_eq!(d.total_bytes, 2 * 259 * 4 + 44 * 8 * 4);
+    assert_eq!(d.backward_peak_bytes, Some(240 * 8 + 51 * 4));
+    assert_eq!(d.total_bytes, 2 * 259 * 4 + 44 * 8 * 4 + 64 * 8);
     assert!(to_text(&p).contains(
-        "+ evaluation activations 1.38 KiB (training 1.47 KiB; with the gradients 1.57 KiB at most at once)"
+        "+ evaluation activations 1.38 KiB (training 1.88 KiB; with the gradients 2.07 KiB at most at once)"
     ));
     // With a wide hidden layer and evaluation one sample at a time, training's peak is the
     // larger.
@@ -175,13 +178,15 @@ fn a_large_evaluation_batch_dominates_the_memory() {
     assert!(!wide.has_errors(), "{:#?}", wide.diagnostics);
     let p = plan(&wide.trials[0]);
     let d = &p.devices[0];
-    // Kept: 12 + 4096 + 4096 + 3 values a sample; reaching fc2 backward holds the first three
-    // and fc2's 4096 x 3 + 3 gradients (311,692 bytes); evaluation, the input and tanh's input
-    // and output of one sample, beside every gradient: 294,972.
-    let peak = (12 + 4096 + 4096) * 8 * 4 + (4096 * 3 + 3) * 4;
+    // Per sample: the batch (48 bytes) and tanh's output (16,384); at tanh's backward the
+    // gradient reaching it and the one it makes (16,384 each), beside fc2's 4096 x 3 + 3
+    // gradients: 49,200 x 8 + 49,164 = 442,764 bytes; evaluation, the input and tanh's input
+    // and output of one sample, beside every gradient: 294,972. The allocator's margin: tanh's
+    // output for 8 samples.
+    let peak = 49_200 * 8 + (4096 * 3 + 3) * 4;
     assert_eq!(d.backward_peak_bytes, Some(peak));
     assert!(peak > d.gradient_bytes + d.eval_activation_bytes);
-    assert_eq!(d.total_bytes, d.weight_bytes + peak);
+    assert_eq!(d.total_bytes, d.weight_bytes + peak + 16_384 * 8);
     assert!(to_text(&p).contains("gradients and activations"));
 }
 

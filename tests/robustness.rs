@@ -177,7 +177,7 @@ fn plan_is_consistent(plan: &kiln::plan::Plan) {
         // Training and evaluation do not hold their activations at once: the larger counts,
         // evaluation's with the gradients; training's gradients and activations together, or
         // their backward peak, which is neither more than both nor less than the gradients.
-        // Data kept on the device (`placement`) adds its bytes.
+        // The allocator's margin and data kept on the device (`placement`) add their bytes.
         let (g, a) = (u128::from(d.gradient_bytes), u128::from(d.activation_bytes));
         let training = match d.backward_peak_bytes {
             Some(p) => {
@@ -196,6 +196,7 @@ fn plan_is_consistent(plan: &kiln::plan::Plan) {
             u128::from(d.weight_bytes),
             u128::from(d.optimizer_bytes),
             held,
+            u128::from(d.allocator_margin_bytes),
             u128::from(d.data_bytes),
         ];
         assert_eq!(

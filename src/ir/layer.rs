@@ -14,6 +14,7 @@ mod conv;
 mod embedding;
 mod facts;
 mod linear;
+mod memory;
 mod norm;
 mod pool;
 mod positional;
@@ -22,6 +23,7 @@ mod spec;
 
 pub use activation::Elementwise;
 pub use facts::Weight;
+pub use memory::{Keeps, Pass, Runs, Scores, Value};
 pub use norm::LayerNorm;
 pub use spec::{Fallback, Param, Spec};
 

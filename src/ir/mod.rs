@@ -23,8 +23,8 @@ pub use data::{
     SequenceTask, Source, Split, Targets,
 };
 pub use layer::{
-    spec, BatchNorm, Block, BlockActivation, Conv, Elementwise, Fallback, Kind, LayerKind,
-    LayerNorm, Param, Pool, Spec, Weight,
+    spec, BatchNorm, Block, BlockActivation, Conv, Elementwise, Fallback, Keeps, Kind, LayerKind,
+    LayerNorm, Param, Pass, Pool, Runs, Scores, Spec, Value, Weight,
 };
 pub use loss::{Loss, Metric};
 pub use optim::{OneCycle, Optimizer, OptimizerKind, ParamGroup, Plateau, PlateauMetric, Schedule};

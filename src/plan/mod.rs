@@ -9,10 +9,10 @@
 //! gradients and optimizer state are fp32 (autocast keeps fp32 master weights); activations are
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
+mod activations;
 pub mod compress;
 mod eval;
 pub mod groups;
-mod recompute;
 pub mod schedule;
 pub mod sharding;
 pub mod shrink;
@@ -28,6 +28,8 @@ use crate::ir::{
     Precision, Shape,
 };
 
+pub use activations::{attention_kernels, Activations, AttentionKernel, Bytes};
+
 /// One layer's row in the plan.
 #[derive(Serialize, Debug)]
 pub struct LayerRow {
@@ -41,6 +43,10 @@ pub struct LayerRow {
     pub params: u64,
     /// Forward FLOPs per sample.
     pub flops: u64,
+    /// Bytes of activations backward keeps that this layer made, for one micro-batch: its own
+    /// saved tensors and its output when a later layer keeps it (see `docs/language.md`,
+    /// "Memory").
+    pub activation_bytes: u64,
     /// Device it runs on.
     pub device: Device,
 }
@@ -101,6 +107,11 @@ pub struct DeviceNeed {
     pub total_bytes: u64,
     /// Declared capacity, when known.
     pub capacity_bytes: Option<u64>,
+    /// The largest tensor a step makes here: an allocator that keeps freed blocks for reuse
+    /// (Kiln's host allocator on the CPU, which maps no more than the most alive at once plus
+    /// that; libtorch's caching allocator on CUDA) may hold that much above the tensors alive at
+    /// once. Counted in the total.
+    pub allocator_margin_bytes: u64,
     /// Bytes of the loaded data kept on this device (`placement`), counted in the total; left
     /// out of YAML when none.
     #[serde(skip_serializing_if = "is_zero")]
@@ -184,6 +195,10 @@ pub struct Plan {
     /// Weights before and after compression (left out of YAML when nothing is compressed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionPlan>,
+    /// The attention kernel the memory figures assume, which the checker cannot know for sure
+    /// (left out of YAML without attention).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attention_kernels: Vec<AttentionKernel>,
 }
 
 /// `(name, value)` pairs as a mapping, in order.
@@ -306,33 +321,29 @@ pub struct AllReduce {
 /// Computes the plan of a checked experiment.
 pub fn plan(e: &Experiment) -> Plan {
     let all = layers(&e.model.nodes);
-    let act = e.train.precision.activation_bytes();
     let state = e.optimizer.state_bytes_per_param();
     let params = sum(all.iter().map(|l| l.params));
     let forward = sum(all.iter().map(|l| l.flops));
-    let input_numel = values(&e.model.input);
-    let kept = recompute::Kept::of(&e.model.nodes);
-    let per_sample_acts = input_numel.saturating_add(kept.stored(&all, 0..all.len()));
-    let without = kept.any().then(|| {
-        sum(std::iter::once(input_numel).chain(all.iter().map(|l| values(&l.output))))
-            .saturating_mul(e.data.batch)
-            .saturating_mul(act)
-    });
+    let acts = Activations::of(e);
+    let n = all.len();
+    let everywhere = |_: usize| true;
+    let step = |samples: u64, without_recompute: bool| {
+        let base = acts.input.at(samples);
+        acts.peak(0..n, &everywhere, samples, base, None, without_recompute)
+    };
     let totals = Totals {
         params,
         weight_bytes: 4u64.saturating_mul(params),
         gradient_bytes: 4u64.saturating_mul(params),
         optimizer_bytes: state.saturating_mul(params),
-        activation_bytes: per_sample_acts
-            .saturating_mul(e.data.batch)
-            .saturating_mul(act),
-        activation_bytes_without_recompute: without,
-        eval_activation_bytes: eval::whole(e, &all)
-            .saturating_mul(e.data.eval_batch)
-            .saturating_mul(act),
+        activation_bytes: step(e.data.batch, false),
+        activation_bytes_without_recompute: acts.recomputes().then(|| step(e.data.batch, true)),
+        eval_activation_bytes: acts.eval_peak(&everywhere, e.data.eval_batch, true),
         forward_flops_per_sample: forward,
         step_flops: 3u64.saturating_mul(forward).saturating_mul(e.data.batch),
     };
+    let micro = e.train.micro_batch;
+    let margin = acts.largest.saturating_mul(micro.max(e.data.eval_batch));
     let need = |device: Device, replicas: u64, params: u64, acts: u64| {
         let (w, g, o) = (
             4u64.saturating_mul(params),
@@ -350,6 +361,7 @@ pub fn plan(e: &Experiment) -> Plan {
             eval_activation_bytes: 0,
             backward_peak_bytes: None,
             total_bytes: sum([w, g, o, acts]),
+            allocator_margin_bytes: margin,
             data_bytes: 0,
             capacity_bytes: e
                 .memory
@@ -358,8 +370,7 @@ pub fn plan(e: &Experiment) -> Plan {
                 .map(|(_, b, _)| *b),
         }
     };
-    let micro = e.train.micro_batch;
-    let full_acts = per_sample_acts.saturating_mul(micro).saturating_mul(act);
+    let full_acts = step(micro, false);
     // Where each layer runs: its placement, or its pipeline stage's device.
     let mut layer_devices: Vec<Device> = all.iter().map(|l| l.device).collect();
     let mut stage_needs: Vec<StageNeed> = Vec::new();
@@ -431,19 +442,21 @@ pub fn plan(e: &Experiment) -> Plan {
                     *d = device;
                 }
                 let p = sum(stage.iter().map(|l| l.params));
-                // A stage keeps its input (the batch, or the activation it received) and the
-                // output of each of its layers.
-                let received = match first.checked_sub(1).and_then(|i| all.get(i)) {
-                    Some(before) => values(&before.output),
-                    None => input_numel,
-                };
-                let a = kept
-                    .stored(&all, first..first + stage.len())
-                    .saturating_add(received);
-                let bytes = a
-                    .saturating_mul(samples)
-                    .saturating_mul(in_flight)
-                    .saturating_mul(act);
+                // A stage keeps, for each micro-batch in flight, what it received (the batch, or
+                // the activation before it) and what its layers keep; the widest moment of one
+                // micro-batch's pass comes on top of the others' kept.
+                let received = first
+                    .checked_sub(1)
+                    .map_or(acts.input.per_sample, |b| acts.layers[b].output)
+                    .saturating_mul(samples);
+                let range = first..first + stage.len();
+                let bytes = acts
+                    .peak(range.clone(), &everywhere, samples, received, None, false)
+                    .saturating_add(
+                        acts.kept(range, samples)
+                            .saturating_add(received)
+                            .saturating_mul(in_flight.saturating_sub(1)),
+                    );
                 let n = need(device, 1, p, bytes);
                 add_need(&mut out, need(device, 1, p, bytes));
                 stage_needs.push(StageNeed {
@@ -458,29 +471,29 @@ pub fn plan(e: &Experiment) -> Plan {
         }
         Parallel::None | Parallel::Model => {
             let mut out: Vec<DeviceNeed> = Vec::new();
-            let one_device = all.windows(2).all(|w| w[0].device == w[1].device);
-            let peak_bytes = (one_device && micro == e.data.batch)
-                .then(|| kept.backward_peak(&all, input_numel, micro.saturating_mul(act)));
-            let peak = kept.peak(&all, 0..all.len());
-            for (i, l) in all.iter().enumerate() {
-                let mut a = if kept.kept(i) { values(&l.output) } else { 0 };
-                if i == 0 {
-                    a = a.saturating_add(input_numel);
+            let first = all.first().map(|l| l.device);
+            for l in &all {
+                if out.iter().any(|d| d.device == l.device) {
+                    continue;
                 }
-                if let Some((_, v)) = peak.filter(|(first, _)| *first == i) {
-                    a = a.saturating_add(v);
-                }
-                add_need(
-                    &mut out,
-                    need(
-                        l.device,
-                        1,
-                        l.params,
-                        a.saturating_mul(micro).saturating_mul(act),
-                    ),
-                );
+                let device = l.device;
+                let on = |i: usize| all[i].device == device;
+                let base = if first == Some(device) {
+                    acts.input.at(micro)
+                } else {
+                    0
+                };
+                let a = acts.peak(0..n, &on, micro, base, None, false);
+                let p = sum(all.iter().filter(|l| l.device == device).map(|l| l.params));
+                out.push(need(device, 1, p, a));
             }
-            if let (Some(p), [d]) = (peak_bytes, out.as_mut_slice()) {
+            // Where a step's gradients are unset, backward makes them as it frees activations.
+            let one_device = all.windows(2).all(|w| w[0].device == w[1].device);
+            if let (true, [d]) = (one_device && micro == e.data.batch, out.as_mut_slice()) {
+                let gradients: Vec<u64> =
+                    all.iter().map(|l| 4u64.saturating_mul(l.params)).collect();
+                let base = acts.input.at(micro);
+                let p = acts.peak(0..n, &everywhere, micro, base, Some(&gradients), false);
                 d.backward_peak_bytes =
                     Some(p.min(d.gradient_bytes.saturating_add(d.activation_bytes)));
             }
@@ -488,11 +501,7 @@ pub fn plan(e: &Experiment) -> Plan {
         }
     };
     let mut devices = devices;
-    let eval_bytes = |device: Device| {
-        eval::values_on(e, &all, &layer_devices, device)
-            .saturating_mul(e.data.eval_batch)
-            .saturating_mul(act)
-    };
+    let eval_bytes = |device: Device| eval::bytes_on(e, &acts, &layer_devices, device);
     for d in &mut devices {
         let bytes = eval_bytes(d.device);
         eval::add(d, bytes);
@@ -522,12 +531,14 @@ pub fn plan(e: &Experiment) -> Plan {
         layers: all
             .iter()
             .zip(&layer_devices)
-            .map(|(l, device)| LayerRow {
+            .zip(&acts.layers)
+            .map(|((l, device), m)| LayerRow {
                 name: l.name.clone(),
                 kind: l.kind.kind().name().to_string(),
                 output: l.output.clone(),
                 params: l.params,
                 flops: l.flops,
+                activation_bytes: m.kept.at(micro),
                 device: *device,
             })
             .collect(),
@@ -537,6 +548,7 @@ pub fn plan(e: &Experiment) -> Plan {
         sharding: sharding::Sharding::of(e),
         communication,
         compression: compress::compression(&e.compression, &all, &e.model.nodes),
+        attention_kernels: attention_kernels(e),
     }
 }
 

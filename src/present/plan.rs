@@ -11,7 +11,7 @@ use crate::plan::groups::GroupRow;
 use crate::plan::schedule::ScheduleRow;
 use crate::plan::sharding::Sharding;
 use crate::plan::splits::SplitRow;
-use crate::plan::{CompressionPlan, DataRow, DeviceNeed, Plan};
+use crate::plan::{AttentionKernel, CompressionPlan, DataRow, DeviceNeed, Plan};
 use crate::table::{
     self,
     Align::{Left, Right},
@@ -30,9 +30,23 @@ fn activations(d: &DeviceNeed) -> String {
     }
 }
 
-/// What a device's total adds up: weights, gradients, optimizer state and activations; where
-/// backward frees the activations as it makes the gradients, their peak together.
+/// What a device's total adds up: weights, gradients, optimizer state and activations (where
+/// backward frees the activations as it makes the gradients, their peak together), and the
+/// allocator's margin.
 fn terms(d: &DeviceNeed) -> String {
+    let margin = if d.allocator_margin_bytes > 0 {
+        format!(
+            " + allocator margin {}",
+            fmt_bytes(d.allocator_margin_bytes)
+        )
+    } else {
+        String::new()
+    };
+    format!("{}{margin}", tensor_terms(d))
+}
+
+/// The tensors' terms of a device's total.
+fn tensor_terms(d: &DeviceNeed) -> String {
     let (w, g, o) = (
         fmt_bytes(d.weight_bytes),
         fmt_bytes(d.gradient_bytes),
@@ -123,6 +137,7 @@ pub fn to_text(p: &Plan) -> String {
         "output",
         "params",
         "flops/sample",
+        "kept",
         "device",
     ]
     .map(String::from);
@@ -136,11 +151,22 @@ pub fn to_text(p: &Plan) -> String {
                 l.output.to_string(),
                 fmt_count(l.params),
                 fmt_count(l.flops),
+                fmt_bytes(l.activation_bytes),
                 l.device.to_string(),
             ]
         })
         .collect();
-    out += &table::render(&header, &rows, &[Left, Left, Left, Right, Right, Left], "");
+    out += &table::render(
+        &header,
+        &rows,
+        &[Left, Left, Left, Right, Right, Right, Left],
+        "",
+    );
+    let _ = writeln!(
+        out,
+        "kept: the activations backward keeps that the layer made, per micro-batch of {}",
+        p.micro_batch
+    );
     let t = &p.totals;
     let _ = writeln!(out, "\nparameters        {}", fmt_count(t.params));
     let _ = writeln!(out, "weights           {}", fmt_bytes(t.weight_bytes));
@@ -159,7 +185,7 @@ pub fn to_text(p: &Plan) -> String {
     );
     let _ = writeln!(
         out,
-        "evaluation        {} per evaluation batch of {} (no gradients: input + widest layer)",
+        "evaluation        {} per evaluation batch of {} (no gradients: the batch + the widest layer)",
         fmt_bytes(t.eval_activation_bytes),
         p.eval_batch
     );
@@ -206,7 +232,7 @@ pub fn to_text(p: &Plan) -> String {
         let d = &s.memory;
         let _ = writeln!(
             out,
-            "  stage {} ({} .. {}) on {}: {}  = weights {} + gradients {} + optimizer {} + {} ({} micro-batch{} in flight)",
+            "  stage {} ({} .. {}) on {}: {}  = weights {} + gradients {} + optimizer {} + {} + allocator margin {} ({} micro-batch{} in flight)",
             s.stage,
             s.first,
             s.last,
@@ -216,10 +242,12 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(d.gradient_bytes),
             fmt_bytes(d.optimizer_bytes),
             activations(d),
+            fmt_bytes(d.allocator_margin_bytes),
             s.in_flight,
             if s.in_flight == 1 { "" } else { "es" }
         );
     }
+    assumed(&mut out, &p.attention_kernels);
     if let Some(sh) = &p.sharding {
         sharding(&mut out, sh);
     }
@@ -507,5 +535,46 @@ fn compression(out: &mut String, c: &CompressionPlan) {
         fmt_bytes(c.model_bytes_before),
         fmt_bytes(c.model_bytes_after),
         c.ratio
+    );
+}
+
+/// What the memory figures assume: each attention's kernel, and tensors at their size.
+fn assumed(out: &mut String, kernels: &[AttentionKernel]) {
+    let _ = writeln!(out, "  assumed:");
+    for k in kernels {
+        let names = match k.layers.as_slice() {
+            [one] => format!("`{one}`"),
+            [first, .., last] => format!("{} layers, `{first}` to `{last}`", k.layers.len()),
+            [] => String::new(),
+        };
+        let [h, s, _] = k.scores;
+        let scores = format!("[{h}, {s}, {s}]");
+        let more = fmt_bytes(k.math_bytes_per_sample);
+        let _ = match (k.runs, k.kernel) {
+            ("cuda", _) => writeln!(
+                out,
+                "    attention in {names}: flash or memory-efficient attention on CUDA, which keep no {scores} scores; libtorch's math kernel, its fallback for a head size or mask neither takes, would keep 3 of them in fp32, {more} more per sample"
+            ),
+            ("cpu", "fused") => writeln!(
+                out,
+                "    attention in {names}: libtorch's flash attention on the CPU (no dropout on the weights), which keeps no {scores} scores"
+            ),
+            ("cpu", _) => writeln!(
+                out,
+                "    attention in {names}: dropout on the attention weights runs the math path on the CPU, which keeps 3 {scores} fp32 tensors, {more} per sample"
+            ),
+            (_, "fused") => writeln!(
+                out,
+                "    attention in {names}: `device auto` counted as the CPU runs it, the larger: no {scores} scores kept"
+            ),
+            _ => writeln!(
+                out,
+                "    attention in {names}: `device auto` counted as the CPU runs it, the larger: 3 {scores} fp32 tensors kept, {more} per sample (flash or memory-efficient attention on CUDA would keep none)"
+            ),
+        };
+    }
+    let _ = writeln!(
+        out,
+        "    tensors at their size, and an allocator margin of the largest one (Kiln's host allocator on the CPU maps at most the most alive at once plus the largest block; CUDA's caching allocator, which rounds large blocks up to 2 MiB, is assumed to fit in it, unmeasured)"
     );
 }

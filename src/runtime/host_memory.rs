@@ -100,24 +100,27 @@ impl HostMemory {
         Box::new(Watch(Rc::clone(&self.peak)))
     }
 
-    /// Prints rank `rank`'s peak over the baseline from the restart to the last step, and `plan`
-    /// (the plan's total for the rank's device), then the peak of the tensors alive at once
-    /// (the data's left out).
-    pub fn report(&self, rank: usize, plan: u64) {
+    /// Prints rank `rank`'s peak over the baseline from the restart to the last step against
+    /// `plan` (the plan's total for the rank's device), then the peak of the tensors alive at
+    /// once (the data's left out) against the plan's tensors (its total less the allocator's
+    /// `margin`).
+    pub fn report(&self, rank: usize, plan: u64, margin: u64) {
         let (peak, tensors) = self.peak.get();
         let tensors = tensors.saturating_sub(self.data_tensors);
         let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        let against = |b: u64| 100.0 * (b as f64 / plan.max(1) as f64 - 1.0);
+        let against = |b: u64, plan: u64| 100.0 * (b as f64 / plan.max(1) as f64 - 1.0);
         let over = peak.saturating_sub(self.baseline);
+        let planned_tensors = plan.saturating_sub(margin);
         eprintln!(
-            "memory profile: rank {rank}: peak {:.1} MiB over a baseline of {:.1} MiB, plan {:.1} MiB ({:+.1}%), over {:.1} s; tensors alive at once: {:.1} MiB ({:+.1}%)",
+            "memory profile: rank {rank}: peak {:.1} MiB over a baseline of {:.1} MiB, plan {:.1} MiB ({:+.1}%), over {:.1} s; tensors alive at once: {:.1} MiB against the plan's tensors {:.1} MiB ({:+.1}%)",
             mib(over),
             mib(self.baseline),
             mib(plan),
-            against(over),
+            against(over, plan),
             self.since.map_or(0.0, |t| t.elapsed().as_secs_f64()),
             mib(tensors),
-            against(tensors),
+            mib(planned_tensors),
+            against(tensors, planned_tensors),
         );
     }
 }

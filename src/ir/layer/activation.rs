@@ -1,6 +1,7 @@
 //! Element-wise layers: `dropout` and the activations. Each computes one FLOP a value and keeps
 //! the shape; only `prelu` has parameters (its slopes).
 
+use super::memory::{cast_weights, dropout_mask, product_input, Keeps, Pass, Runs, Value};
 use super::spec::{given, Spec};
 use super::Weight;
 
@@ -98,4 +99,87 @@ pub static PRELU: Spec = Spec {
 /// PReLU's slopes: one, or one per channel.
 pub(super) fn prelu(out: &mut Vec<Weight>, parameters: i64) {
     out.push(Weight::plain("weight".into(), vec![parameters]));
+}
+
+/// Dropout in training draws a mask of its input's size, which backward keeps (not the input);
+/// outside training, or with `p` 0, its output is its input. libtorch's CPU dropout (values
+/// other than fp32) draws the mask through an int32 buffer of its size, alive before the output
+/// is made.
+pub(super) fn keeps_dropout(values: u64, p: f64, given: Value, pass: Pass) -> Keeps {
+    if !pass.drops(p) {
+        return Keeps::view();
+    }
+    let draws = pass.runs != Runs::Cuda && given != Value::F32;
+    Keeps {
+        inner: dropout_mask(values, given, pass.runs),
+        transient: if draws {
+            values.saturating_mul(4u64.saturating_sub(given.bytes()))
+        } else {
+            0
+        },
+        ..Keeps::nothing(given)
+    }
+}
+
+/// ReLU, tanh and sigmoid keep their output, GELU and SiLU their input.
+pub(super) fn keeps_elementwise(e: Elementwise, given: Value) -> Keeps {
+    match e {
+        Elementwise::Relu | Elementwise::Tanh | Elementwise::Sigmoid => Keeps::output(given),
+        Elementwise::Gelu | Elementwise::Silu => Keeps::input(given),
+    }
+}
+
+/// Kiln's leaky ReLU (`where(x > 0, x, slope * x)`) keeps the boolean of `x > 0`; the scaled
+/// input is alive while the choice is made.
+pub(super) fn keeps_leaky(values: u64, given: Value) -> Keeps {
+    Keeps {
+        inner: values,
+        transient: values.saturating_mul(given.bytes()),
+        ..Keeps::nothing(given)
+    }
+}
+
+/// Kiln's ELU keeps its input (which `clamp_max` saves), the boolean of `x > 0` and
+/// `expm1`'s output; `alpha` times that is alive while the choice is made, and its backward
+/// (through `where`, the product, `expm1` and `clamp_max`) holds two gradients of its size
+/// besides its output's and input's.
+pub(super) fn keeps_elu(values: u64, given: Value) -> Keeps {
+    Keeps {
+        inner: values.saturating_add(values.saturating_mul(given.bytes())),
+        transient: values.saturating_mul(given.bytes()),
+        backward: values.saturating_mul(2 * given.bytes()),
+        ..Keeps::input(given)
+    }
+}
+
+/// PReLU runs in the compute type, as autocast runs it: it keeps its input (or the cast copy)
+/// and its slopes as cast. Its backward makes the input's gradient whether or not the input
+/// needs one, and the slopes' gradient per value in fp32 (and its cast under bf16/fp16) before
+/// summing it.
+pub(super) fn keeps_prelu(values: u64, params: u64, given: Value, pass: Pass) -> Keeps {
+    let (input, copy) = product_input(values, given, pass);
+    Keeps {
+        input,
+        inner: copy,
+        fixed: cast_weights(params, pass),
+        input_gradient: input,
+        backward: copy.saturating_add(values.saturating_mul(match pass.compute() {
+            Value::F32 => 4,
+            _ => 4 + pass.compute().bytes(),
+        })),
+        ..Keeps::nothing(pass.compute())
+    }
+}
+
+/// Softmax and log-softmax run in fp32 and keep their output; a bf16/fp16 input's fp32 copy is
+/// alive while they run.
+pub(super) fn keeps_softmax(values: u64, given: Value) -> Keeps {
+    Keeps {
+        transient: if given == Value::F32 {
+            0
+        } else {
+            values.saturating_mul(4)
+        },
+        ..Keeps::output(Value::F32)
+    }
 }

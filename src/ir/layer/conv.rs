@@ -1,7 +1,8 @@
 //! `conv1d` and `conv2d`.
 
+use super::memory::{Keeps, Pass, Value};
 use super::spec::{given, inferred, required, Param, Spec};
-use super::{count, Weight};
+use super::{count, linear, Weight};
 use crate::ir::Conv;
 
 const PARAMS: &[Param] = &[
@@ -45,4 +46,16 @@ pub(super) fn flops(conv: &Conv, output: &[i64]) -> u64 {
     let per_group = (conv.inputs / conv.groups.max(1)) as f64;
     let positions: f64 = output.iter().skip(1).map(|d| *d as f64).product();
     count(2.0 * per_group * kernel * conv.outputs as f64 * positions)
+}
+
+/// A convolution keeps what a linear layer keeps ([`linear::keeps`]); its backward (oneDNN's on the CPU) also makes
+/// buffers of its input's and its output's size.
+pub(super) fn keeps(inputs: u64, outputs: u64, params: u64, given: Value, pass: Pass) -> Keeps {
+    let k = linear::keeps(inputs, params, given, pass);
+    Keeps {
+        backward: k.backward.saturating_add(
+            (inputs.saturating_add(outputs)).saturating_mul(pass.compute().bytes()),
+        ),
+        ..k
+    }
 }

@@ -1,5 +1,6 @@
 //! `embedding`: token ids to vectors.
 
+use super::memory::{Keeps, Value};
 use super::spec::{given, required, Spec};
 use super::Weight;
 
@@ -21,4 +22,13 @@ pub(super) fn weights(out: &mut Vec<Weight>, vocab: i64, dim: i64) {
         embedding: true,
         ..Weight::prunable("weight".into(), vec![vocab, dim])
     });
+}
+
+/// An embedding keeps its ids (the batch itself) and makes fp32 rows; with a `pad`, the boolean
+/// mask of the tokens is kept while the sequence flows.
+pub(super) fn keeps(ids: u64, pad: bool) -> Keeps {
+    Keeps {
+        inner: if pad { ids } else { 0 },
+        ..Keeps::input(Value::F32)
+    }
 }

@@ -1,7 +1,10 @@
 //! The facts every layer kind has, dispatched to its family's file: its trainable tensors
 //! ([`LayerKind::weights`], the one list of the kinds without parameters), their count, its
-//! FLOPs, and how its sizes follow an input whose units structured pruning removed.
+//! FLOPs, what its forward keeps for backward ([`LayerKind::keeps`]; attention's kernel,
+//! [`LayerKind::scores`]), and how its sizes follow an input whose units structured pruning
+//! removed.
 
+use super::memory::{Keeps, Pass, Scores, Value};
 use super::{activation, attention, conv, embedding, linear, norm, pool, positional, shape};
 use crate::ir::{numel, LayerKind};
 
@@ -215,6 +218,116 @@ impl LayerKind {
             | LayerKind::Positional { .. }
             | LayerKind::Attention { .. }
             | LayerKind::TransformerBlock { .. } => before.to_vec(),
+        }
+    }
+}
+
+impl LayerKind {
+    /// For `attention` and `transformer_block`, the kernel their memory assumes in a pass of
+    /// `input` (`[S, E]`).
+    pub fn scores(&self, input: &[i64], pass: Pass) -> Option<Scores> {
+        match self {
+            LayerKind::Attention {
+                heads,
+                dropout,
+                causal,
+                window,
+                ..
+            }
+            | LayerKind::TransformerBlock {
+                heads,
+                dropout,
+                causal,
+                window,
+                ..
+            } => Some(attention::assumed(
+                input,
+                &attention::Heads {
+                    heads: *heads,
+                    dropout: *dropout,
+                    causal: *causal,
+                    window: *window,
+                },
+                pass,
+            )),
+            _ => None,
+        }
+    }
+
+    /// What the layer's forward keeps and holds, for a per-sample `input` shape of value type
+    /// `given` giving `output`.
+    pub fn keeps(&self, input: &[i64], output: &[i64], given: Value, pass: Pass) -> Keeps {
+        let n_in = numel(input).max(0) as u64;
+        let n_out = numel(output).max(0) as u64;
+        match self {
+            LayerKind::Linear { .. } => linear::keeps(n_in, self.params(), given, pass),
+            LayerKind::Conv1d { .. } | LayerKind::Conv2d { .. } => {
+                conv::keeps(n_in, n_out, self.params(), given, pass)
+            }
+            LayerKind::MaxPool1d { .. } | LayerKind::MaxPool2d { .. } => {
+                pool::keeps_max(n_out, given)
+            }
+            LayerKind::AvgPool1d { .. }
+            | LayerKind::AvgPool2d { .. }
+            | LayerKind::AdaptiveAvgPool1d { .. }
+            | LayerKind::AdaptiveAvgPool2d { .. } => Keeps::input(given),
+            LayerKind::BatchNorm1d { norm } | LayerKind::BatchNorm2d { norm } => {
+                norm::keeps_batch(n_in, norm.features, given)
+            }
+            LayerKind::LayerNorm { norm } => norm::keeps_layer(n_in, norm, given),
+            LayerKind::GroupNorm { groups, .. } => norm::keeps_group(n_in, *groups, given),
+            LayerKind::Dropout { p } => activation::keeps_dropout(n_in, *p, given, pass),
+            LayerKind::Elementwise(e) => activation::keeps_elementwise(*e, given),
+            LayerKind::LeakyRelu { .. } => activation::keeps_leaky(n_in, given),
+            LayerKind::Elu { .. } => activation::keeps_elu(n_in, given),
+            LayerKind::Prelu { .. } => activation::keeps_prelu(n_in, self.params(), given, pass),
+            LayerKind::Softmax { .. } | LayerKind::LogSoftmax { .. } => {
+                activation::keeps_softmax(n_in, given)
+            }
+            LayerKind::Flatten | LayerKind::Reshape { .. } => shape::keeps_view(),
+            LayerKind::Mean { .. } => shape::keeps_mean(given),
+            LayerKind::Embedding { pad, .. } => embedding::keeps(n_in, pad.is_some()),
+            LayerKind::Positional { .. } => positional::keeps(n_in, given),
+            LayerKind::Attention {
+                heads,
+                dropout,
+                causal,
+                window,
+                ..
+            } => attention::keeps(
+                input,
+                attention::Heads {
+                    heads: *heads,
+                    dropout: *dropout,
+                    causal: *causal,
+                    window: *window,
+                },
+                self.params(),
+                given,
+                pass,
+            ),
+            LayerKind::TransformerBlock {
+                heads,
+                hidden,
+                dropout,
+                causal,
+                window,
+                block,
+                ..
+            } => attention::keeps_block(
+                input,
+                attention::Heads {
+                    heads: *heads,
+                    dropout: *dropout,
+                    causal: *causal,
+                    window: *window,
+                },
+                *hidden,
+                block,
+                self.params(),
+                given,
+                pass,
+            ),
         }
     }
 }

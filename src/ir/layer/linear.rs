@@ -1,5 +1,6 @@
 //! `linear`: `y = x W^T + b` over the last dimension.
 
+use super::memory::{cast_weights, product_input, Keeps, Pass, Value};
 use super::spec::{given, inferred, required, Spec};
 use super::{count, Weight};
 use crate::ir::numel;
@@ -40,4 +41,19 @@ pub(super) fn output(input: &[i64], outputs: i64) -> Vec<i64> {
         *last = outputs;
     }
     y
+}
+
+/// What a matrix product keeps (linear and convolution layers alike): its input, or under
+/// bf16/fp16 the cast copy of an fp32 input, and the weights as it used them (their cast copies
+/// under bf16/fp16, the parameters themselves in fp32). Its output is new, in the compute type.
+/// Backward makes the copy's gradient before the input's.
+pub(super) fn keeps(inputs: u64, params: u64, given: Value, pass: Pass) -> Keeps {
+    let (input, copy) = product_input(inputs, given, pass);
+    Keeps {
+        input,
+        inner: copy,
+        fixed: cast_weights(params, pass),
+        backward: copy,
+        ..Keeps::nothing(pass.compute())
+    }
 }

@@ -3,6 +3,7 @@
 //! channel or per normalised position, so structured pruning slices them with the units they
 //! scale.
 
+use super::memory::{Keeps, Value};
 use super::spec::{given, inferred, required, Param, Spec};
 use super::Weight;
 
@@ -101,4 +102,70 @@ pub(super) fn layer(out: &mut Vec<Weight>, norm: &LayerNorm) {
 /// input's last `shape.len()` dimensions.
 pub(super) fn trailing(input: &[i64], shape: &[i64]) -> Vec<i64> {
     input[input.len().saturating_sub(shape.len())..].to_vec()
+}
+
+/// The fp32 input a norm computes on (norms but `rmsnorm` run in fp32, as under autocast): the
+/// input itself when fp32, else a cast copy, which is what backward keeps (and whose gradient
+/// its backward makes before the input's).
+fn fp32_input(values: u64, given: Value) -> (bool, u64) {
+    if given == Value::F32 {
+        (true, 0)
+    } else {
+        (false, values.saturating_mul(4))
+    }
+}
+
+/// Batch normalisation keeps its fp32 input; its per-channel statistics are a few bytes.
+pub(super) fn keeps_batch(values: u64, features: i64, given: Value) -> Keeps {
+    let (input, copy) = fp32_input(values, given);
+    Keeps {
+        input,
+        inner: copy,
+        fixed: 2 * 4 * features.max(0) as u64,
+        backward: copy,
+        ..Keeps::nothing(Value::F32)
+    }
+}
+
+/// Group normalisation keeps its fp32 input and a mean and inverse deviation per group.
+pub(super) fn keeps_group(values: u64, groups: i64, given: Value) -> Keeps {
+    let (input, copy) = fp32_input(values, given);
+    Keeps {
+        input,
+        inner: copy.saturating_add(2 * 4 * groups.max(0) as u64),
+        backward: copy,
+        ..Keeps::nothing(Value::F32)
+    }
+}
+
+/// Layer normalisation keeps its fp32 input and a mean and inverse deviation per normalised
+/// row. RMS normalisation (libtorch's `rms_norm` with a weight that trains, computed in fp32 and
+/// left in its input's type) keeps its fp32 input (a copy of a bf16/fp16 one), the normalised
+/// fp32 values that the weight scales and an inverse root mean square per row; its backward
+/// holds two fp32 gradients of its size besides its output's and input's (and the copy's).
+pub(super) fn keeps_layer(values: u64, norm: &LayerNorm, given: Value) -> Keeps {
+    let row = norm.shape.iter().product::<i64>().max(1) as u64;
+    let rows = values / row;
+    if !norm.rms {
+        let (input, copy) = fp32_input(values, given);
+        return Keeps {
+            input,
+            inner: copy.saturating_add(2 * 4 * rows),
+            backward: copy,
+            ..Keeps::nothing(Value::F32)
+        };
+    }
+    let (input, copy) = fp32_input(values, given);
+    Keeps {
+        input,
+        inner: sum_of(copy, values.saturating_mul(4), 4 * rows),
+        transient: if input { 0 } else { values.saturating_mul(4) },
+        backward: values.saturating_mul(8).saturating_add(copy),
+        ..Keeps::nothing(given)
+    }
+}
+
+/// `a + b + c`, saturating.
+fn sum_of(a: u64, b: u64, c: u64) -> u64 {
+    a.saturating_add(b).saturating_add(c)
 }

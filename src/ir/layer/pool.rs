@@ -1,6 +1,7 @@
 //! Pooling: `max_pool1d/2d`, `avg_pool1d/2d`, `adaptive_avg_pool1d/2d`.
 
 use super::count;
+use super::memory::{Keeps, Value};
 use super::spec::{given, required, Spec};
 use crate::ir::{numel, Pool};
 
@@ -55,4 +56,14 @@ pub static ADAPTIVE2D: Spec = Spec {
 /// One FLOP per value of every window.
 pub(super) fn flops(pool: &Pool, output: &[i64]) -> u64 {
     count(numel(output) as f64 * numel(&pool.kernel) as f64)
+}
+
+/// Max pooling keeps its input and the int64 index of each output's maximum.
+pub(super) fn keeps_max(outputs: u64, given: Value) -> Keeps {
+    let indices = outputs.saturating_mul(Value::I64.bytes());
+    Keeps {
+        inner: indices,
+        largest: indices,
+        ..Keeps::input(given)
+    }
 }

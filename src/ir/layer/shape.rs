@@ -1,6 +1,7 @@
 //! Layers that reshape or reduce: `flatten`, `reshape`, `mean`, and the softmaxes, which take a
 //! dimension like `mean` does. None has parameters.
 
+use super::memory::{Keeps, Value};
 use super::spec::{given, required, Spec};
 
 /// `flatten`.
@@ -38,4 +39,14 @@ pub(super) fn mean(input: &[i64], dim: i64) -> Vec<i64> {
         y.remove(dim as usize);
     }
     y
+}
+
+/// `flatten` and `reshape` return views of their (contiguous) input: they keep nothing.
+pub(super) fn keeps_view() -> Keeps {
+    Keeps::view()
+}
+
+/// `mean` makes a new, smaller output; its backward needs only the input's sizes.
+pub(super) fn keeps_mean(given: Value) -> Keeps {
+    Keeps::nothing(given)
 }

@@ -176,8 +176,11 @@ pub fn run_trial(
         .map_err(|f| out_of_memory_at_batch(f, exp))?;
     if let Some(m) = &memory {
         let plan = kiln::plan::plan(exp);
-        let total = plan.devices.first().map_or(0, |d| d.total_bytes);
-        m.report(session.plan.ranks.rank, total);
+        let (total, margin) = plan
+            .devices
+            .first()
+            .map_or((0, 0), |d| (d.total_bytes, d.allocator_margin_bytes));
+        m.report(session.plan.ranks.rank, total, margin);
     }
     let compressed = if exp.compression.is_empty() {
         None
