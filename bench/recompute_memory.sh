@@ -27,7 +27,7 @@ for name in kept recomputed; do
 done
 # MiB of the plan's activations and total, and of the measured resident and live peaks, for
 # NAME.
-activations() { awk '/^  activation_bytes:/ {printf "%.1f", $2 / 1048576; exit}' "$work/$1.yaml"; }
+activations() { awk '/^totals:/ {t = 1} t && /^  activation_bytes:/ {printf "%.1f", $2 / 1048576; exit}' "$work/$1.yaml"; }
 planned() { awk '/^  total_bytes:/ {printf "%.1f", $2 / 1048576; exit}' "$work/$1.yaml"; }
 resident() { grep -o 'peak [0-9.]* MiB' "$work/$1.log" | awk '{print $2}'; }
 live() { grep -o 'at once: [0-9.]* MiB' "$work/$1.log" | awk '{print $3}'; }
