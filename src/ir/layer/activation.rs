@@ -1,7 +1,9 @@
 //! Element-wise layers: `dropout` and the activations. Each computes one FLOP a value and keeps
 //! the shape; only `prelu` has parameters (its slopes).
 
-use super::memory::{cast_weights, dropout_mask, product_input, Keeps, Pass, Runs, Value};
+use super::memory::{
+    cast_weights, dropout_mask, fp32_copy, product_input, Keeps, Pass, Runs, Value,
+};
 use super::spec::{given, Spec};
 use super::Weight;
 
@@ -175,11 +177,7 @@ pub(super) fn keeps_prelu(values: u64, params: u64, given: Value, pass: Pass) ->
 /// alive while they run.
 pub(super) fn keeps_softmax(values: u64, given: Value) -> Keeps {
     Keeps {
-        transient: if given == Value::F32 {
-            0
-        } else {
-            values.saturating_mul(4)
-        },
+        transient: fp32_copy(values, given),
         ..Keeps::output(Value::F32)
     }
 }

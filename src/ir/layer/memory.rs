@@ -163,6 +163,16 @@ pub(super) fn product_input(values: u64, given: Value, pass: Pass) -> (bool, u64
     }
 }
 
+/// The bytes of an fp32 copy of `values` values of type `given`: none when they are fp32
+/// already (what runs in fp32, as under autocast, reads a bf16/fp16 input through such a copy).
+pub(super) fn fp32_copy(values: u64, given: Value) -> u64 {
+    if given == Value::F32 {
+        0
+    } else {
+        values.saturating_mul(4)
+    }
+}
+
 /// The weights of a matrix product as it uses them: under bf16 or fp16 a cast copy of each,
 /// which backward keeps (bytes per pass).
 pub(super) fn cast_weights(params: u64, pass: Pass) -> u64 {
@@ -288,7 +298,7 @@ impl Chain {
     pub(super) fn add(&mut self, skip: usize) {
         let (bytes, value) = (self.storages[self.current].0, self.value);
         let values = bytes / value.bytes();
-        let cast = if value == Value::F32 { 0 } else { values * 4 };
+        let cast = fp32_copy(values, value);
         let output = values.saturating_mul(4);
         let moment = self.alive().saturating_add(cast).saturating_add(output);
         self.peak = self.peak.max(moment);

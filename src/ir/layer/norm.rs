@@ -3,7 +3,7 @@
 //! channel or per normalised position, so structured pruning slices them with the units they
 //! scale.
 
-use super::memory::{Keeps, Value};
+use super::memory::{fp32_copy, Keeps, Value};
 use super::spec::{given, inferred, required, Param, Spec};
 use super::Weight;
 
@@ -108,11 +108,7 @@ pub(super) fn trailing(input: &[i64], shape: &[i64]) -> Vec<i64> {
 /// input itself when fp32, else a cast copy, which is what backward keeps (and whose gradient
 /// its backward makes before the input's).
 fn fp32_input(values: u64, given: Value) -> (bool, u64) {
-    if given == Value::F32 {
-        (true, 0)
-    } else {
-        (false, values.saturating_mul(4))
-    }
+    (given == Value::F32, fp32_copy(values, given))
 }
 
 /// Batch normalisation keeps its fp32 input; its per-channel statistics are a few bytes.
@@ -159,7 +155,7 @@ pub(super) fn keeps_layer(values: u64, norm: &LayerNorm, given: Value) -> Keeps 
     Keeps {
         input,
         inner: sum_of(copy, values.saturating_mul(4), 4 * rows),
-        transient: if input { 0 } else { values.saturating_mul(4) },
+        transient: copy,
         backward: values.saturating_mul(8).saturating_add(copy),
         ..Keeps::nothing(given)
     }

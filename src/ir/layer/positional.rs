@@ -1,7 +1,7 @@
 //! `positional` (a learned table of positions, as GPT-2's `wpe`) and `sinusoidal` (the fixed
 //! encoding of Vaswani et al.), both added to a `[sequence, width]` input: one FLOP a value.
 
-use super::memory::{Keeps, Value};
+use super::memory::{fp32_copy, Keeps, Value};
 use super::spec::{given, required, Spec};
 use super::Weight;
 
@@ -34,11 +34,7 @@ pub(super) fn weights(out: &mut Vec<Weight>, max_len: i64, width: i64, learned: 
 /// and a bf16/fp16 input's fp32 copy is alive while it adds.
 pub(super) fn keeps(values: u64, given: Value) -> Keeps {
     Keeps {
-        transient: if given == Value::F32 {
-            0
-        } else {
-            values.saturating_mul(4)
-        },
+        transient: fp32_copy(values, given),
         ..Keeps::nothing(Value::F32)
     }
 }
