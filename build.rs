@@ -38,7 +38,8 @@ fn main() {
     }
 }
 
-/// Compiles the c10d shim (and the fsdp units over it, `shim/unit.cpp`) against libtorch's
+/// Compiles the c10d shim (and over it the fsdp units, `shim/unit.cpp`, and tensor parallel's
+/// collectives, `shim/tensor.cpp`) against libtorch's
 /// headers and Gloo's (from Debian's `libgloo-dev`, unpacked into `.gloo/` by
 /// `scripts/setup.sh`; the wheel ships none). The shim only calls
 /// functions libtorch exports and instantiates no Gloo type, so the packaged headers need not
@@ -50,6 +51,7 @@ fn shim(lib: &std::path::Path) {
     println!("cargo:rerun-if-changed=shim/c10d.cpp");
     println!("cargo:rerun-if-changed=shim/c10d.h");
     println!("cargo:rerun-if-changed=shim/unit.cpp");
+    println!("cargo:rerun-if-changed=shim/tensor.cpp");
     println!("cargo:rerun-if-env-changed=KILN_GLOO_INCLUDE");
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());
     let gloo = std::env::var_os("KILN_GLOO_INCLUDE")
@@ -74,7 +76,8 @@ fn shim(lib: &std::path::Path) {
         .flag_if_supported("-Wno-unused-parameter")
         .flag_if_supported("-Wno-interference-size")
         .file("shim/c10d.cpp")
-        .file("shim/unit.cpp");
+        .file("shim/unit.cpp")
+        .file("shim/tensor.cpp");
     let site = torch.join("..");
     let headers = root.join(".cuda-headers/nvidia/cu13/include");
     let nccl = [

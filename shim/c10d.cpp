@@ -122,16 +122,17 @@ int kiln_store_check(void* s, const char* const* keys, size_t n, int* all) {
 
 void kiln_store_free(void* s) { guarded([&] { delete static_cast<Store*>(s); }); }
 
-// A process group of `world` ranks over a prefix of `s`. `backend`: 0 Gloo, 1 NCCL on CUDA
+// A process group of `world` ranks over the prefix `name` of `s` (one group per name: the whole
+// run's, or one slice of a mesh dimension's, as `new_group` makes them). `backend`: 0 Gloo, 1 NCCL on CUDA
 // device `device`. Gloo binds to `iface` when given (GLOO_SOCKET_IFNAME), else to `host` when
 // given (the loopback address of a single-machine run), else to whatever this machine's
 // hostname resolves to.
-void* kiln_group_new(void* s, int rank, int world, int backend, int device, const char* iface,
-                     const char* host, int64_t timeout_ms) {
+void* kiln_group_new(void* s, const char* name, int rank, int world, int backend, int device,
+                     const char* iface, const char* host, int64_t timeout_ms) {
   Group* out = nullptr;
   guarded([&] {
     auto timeout = std::chrono::milliseconds(timeout_ms);
-    auto store = c10::make_intrusive<c10d::PrefixStore>("default_pg",
+    auto store = c10::make_intrusive<c10d::PrefixStore>(std::string(name),
                                                          static_cast<Store*>(s)->store);
     auto pg = c10::make_intrusive<c10d::ProcessGroup>(store, rank, world);
     if (backend == 1) {

@@ -414,7 +414,7 @@ fn files() -> (Vec<File>, BTreeMap<ModPath, ModPath>) {
         .iter()
         .map(|p| (p.clone(), std::fs::read_to_string(p).expect("source file")))
         .collect();
-    // `#[path]` on a declaration in a nested file (`#[path = "step_tests.rs"] mod tests;`).
+    // `#[path]` on a declaration in a nested file (`#[path = "objective_tests.rs"] mod tests;`).
     for (p, text) in &texts {
         let here = module[p].clone();
         if here.is_empty() {

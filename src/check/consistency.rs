@@ -146,15 +146,18 @@ fn passes(b: u64, accumulate: u64, parallel: &Parallel) -> Vec<u64> {
                 .filter(|n| *n > 0)
                 .collect()
         }
-        Parallel::Distributed { world_size, .. } => rank_micro_batches(b, *world_size, accumulate)
-            .into_iter()
-            .map(|slot| slot.map_or(1, |(_, rows)| rows))
-            .collect(),
+        // The data ranks' micro-batches (tensor ranks share their data rank's).
+        Parallel::Distributed { .. } => {
+            rank_micro_batches(b, parallel.data_parallel_size(), accumulate)
+                .into_iter()
+                .map(|slot| slot.map_or(1, |(_, rows)| rows))
+                .collect()
+        }
         Parallel::Pipeline { micro_batches, .. } => micro(b)
             .into_iter()
             .flat_map(|m| chunk(m, *micro_batches))
             .collect(),
-        _ => micro(b),
+        Parallel::None | Parallel::Model => micro(b),
     }
 }
 
@@ -166,11 +169,13 @@ fn cut_by(accumulate: u64, parallel: &Parallel) -> String {
     }
     match parallel {
         Parallel::Data { devices, .. } => by.push(format!("{} replicas", devices.len())),
-        Parallel::Distributed { world_size, .. } => by.push(format!("{world_size} ranks")),
+        Parallel::Distributed { .. } => {
+            by.push(format!("{} data ranks", parallel.data_parallel_size()))
+        }
         Parallel::Pipeline { micro_batches, .. } => {
             by.push(format!("{micro_batches} pipeline micro-batches"))
         }
-        _ => {}
+        Parallel::None | Parallel::Model => {}
     }
     by.join(" and ")
 }
@@ -313,7 +318,10 @@ fn precision(cx: &mut Cx, s: &Settings) -> bool {
                 .unwrap_or(*span),
         ),
         Parallel::Data { .. } => None,
-        _ => layers(s.nodes)
+        Parallel::None
+        | Parallel::Model
+        | Parallel::Pipeline { .. }
+        | Parallel::Distributed { .. } => layers(s.nodes)
             .iter()
             .find(|l| l.device == Device::Cpu)
             .map(|l| {

@@ -76,7 +76,10 @@ pub(super) fn check(cx: &mut Cx, e: &Experiment, device_memory: &[(Device, u64)]
         changes.sort_by_key(|(_, then)| *then);
         let span = match e.parallel {
             crate::ir::Parallel::Distributed { span, .. } => span,
-            _ => e.data.batch_span,
+            crate::ir::Parallel::None
+            | crate::ir::Parallel::Model
+            | crate::ir::Parallel::Data { .. }
+            | crate::ir::Parallel::Pipeline { .. } => e.data.batch_span,
         };
         cx.report(Problem::Strategies(Strategies::DoesNotFit {
             span,
@@ -101,6 +104,10 @@ fn sharding_changes(e: &Experiment, capacity: u64) -> Vec<(String, plan::Plan)> 
     else {
         return Vec::new();
     };
+    // fsdp does not run together with tensor parallel (K0229): no sharding to suggest.
+    if e.parallel.tensor_degree() > 1 {
+        return Vec::new();
+    }
     let with = |world: u64, s: crate::ir::Sharding| {
         let mut e = e.clone();
         let per_rank = world.saturating_mul(e.train.accumulate.max(1));

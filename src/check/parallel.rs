@@ -1,5 +1,7 @@
 //! The `parallel` setting: the strategy (data parallel, model parallel by placement, pipeline,
-//! distributed data parallel, fully sharded data parallel) and its arguments.
+//! distributed data parallel, fully sharded data parallel, a mesh of process dimensions) and its
+//! arguments. `ddp(world_size: N)` is the mesh `mesh(data: N)`, `fsdp(world_size: N)` the mesh
+//! `mesh(fsdp: N)`: all three are [`Parallel::Distributed`].
 
 use super::cx::Cx;
 use super::read::{callee, Called};
@@ -12,6 +14,9 @@ use crate::syntax::ast::{Statement, Unit, Value, ValueKind};
 
 /// The most data-parallel replicas on one machine.
 const MAX_REPLICAS: u64 = 1024;
+
+/// The most ranks a mesh may have.
+const MAX_RANKS: u64 = 1 << 20;
 
 /// The parallel strategy, with the spans other checks point at.
 pub struct ParallelIn {
@@ -27,6 +32,8 @@ pub struct ParallelIn {
     pub stages_span: Option<Span>,
     /// The ddp `backend`.
     pub backend_span: Option<Span>,
+    /// The mesh's `tensor` degree.
+    pub tensor_span: Option<Span>,
 }
 
 impl ParallelIn {
@@ -39,6 +46,7 @@ impl ParallelIn {
             micro_batches_span: None,
             stages_span: None,
             backend_span: None,
+            tensor_span: None,
         }
     }
 }
@@ -201,7 +209,12 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                         .get("reshard_after_forward")
                         .map_or(Some(true), |v| cx.boolean(v))?,
                 }),
-                _ => None,
+                Strategy::Ddp
+                | Strategy::None
+                | Strategy::Data
+                | Strategy::Model
+                | Strategy::Pipeline
+                | Strategy::Mesh => None,
             };
             Parallel::Distributed {
                 backend: if backend? == "nccl" {
@@ -213,6 +226,77 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 timeout_s: timeout_s?,
                 span: stmt.span,
                 sharding,
+                tensor: 1,
+            }
+        }
+        Strategy::Mesh => {
+            let mut degree = |name: &str, what: &str| match b.get(name) {
+                Some(v) => cx.uint_min(v, what, 1).map(|d| (d, Some(v.span))),
+                None => Some((1, None)),
+            };
+            let data = degree("data", "the data-parallel degree");
+            let fsdp = degree("fsdp", "the fsdp degree");
+            let tensor = degree("tensor", "the tensor-parallel degree");
+            let backend = b
+                .get("backend")
+                .map_or(Some("gloo"), |v| cx.choice(v, "backend", &["gloo", "nccl"]));
+            out.backend_span = b.get("backend").map(|v| v.span);
+            let timeout_s = b
+                .get("timeout")
+                .map_or(Some(DDP_TIMEOUT_S), |v| seconds(cx, v));
+            let reshard = b
+                .get("reshard_after_forward")
+                .map_or(Some(true), |v| cx.boolean(v));
+            let ((data, data_span), (fsdp, fsdp_span), (tensor, tensor_span)) =
+                (data?, fsdp?, tensor?);
+            out.tensor_span = tensor_span;
+            out.dp_span = fsdp_span.or(data_span).or(Some(v.span));
+            // Data replication with sharding (HSDP) and fsdp with tensor parallel are not run.
+            let clash = match (data_span.filter(|_| data > 1), fsdp_span) {
+                (Some(d), Some(f)) if fsdp > 1 => Some((
+                    f,
+                    d,
+                    "data replication together with fsdp (hybrid sharding)",
+                )),
+                _ => match (fsdp_span.filter(|_| fsdp > 1), tensor_span) {
+                    (Some(f), Some(t)) if tensor > 1 => {
+                        Some((t, f, "fsdp together with tensor parallel"))
+                    }
+                    _ => None,
+                },
+            };
+            if let Some((span, other, what)) = clash {
+                cx.report(Problem::Strategies(Strategies::MeshNotRun {
+                    span,
+                    what: what.into(),
+                    other: Some(other),
+                }));
+                return None;
+            }
+            let world = data.saturating_mul(fsdp).saturating_mul(tensor);
+            if world > MAX_RANKS {
+                cx.report(Problem::Names(Names::OutOfRange {
+                    span: v.span,
+                    situation: OutOfRange::TooManyReplicas {
+                        replicas: world,
+                        max: MAX_RANKS,
+                    },
+                }));
+                return None;
+            }
+            Parallel::Distributed {
+                backend: if backend? == "nccl" {
+                    Backend::Nccl
+                } else {
+                    Backend::Gloo
+                },
+                world_size: world,
+                timeout_s: timeout_s?,
+                span: stmt.span,
+                sharding: fsdp_span.map(|_| Sharding {
+                    reshard_after_forward: reshard.unwrap_or(true),
+                }),
+                tensor,
             }
         }
     };

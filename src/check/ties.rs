@@ -198,7 +198,9 @@ pub(super) fn assemble(cx: &mut Cx, parts: Parts) -> (Option<Experiment>, Vec<No
         let precision = train_in
             .as_ref()
             .map_or(crate::ir::Precision::Fp32, |t| t.train.precision);
-        ok &= check_strategy(cx, p, n, device, pl, precision);
+        // Whether every layer checked (the strategy's warnings read the whole model).
+        let whole = model.as_ref().is_some_and(|m| m.output.is_some());
+        ok &= check_strategy(cx, p, n, device, pl, precision, whole);
     }
     if let (Some(n), Some(c)) = (&nodes, &compression) {
         ok &= super::shrink::check_structured(cx, n, c);

@@ -270,6 +270,7 @@ pub(super) enum Strategy {
     Pipeline,
     Ddp,
     Fsdp,
+    Mesh,
 }
 
 /// Parallel strategies and their parameters.
@@ -287,6 +288,18 @@ pub(super) const STRATEGIES: &[Choice<Strategy>] = &[
         "fsdp",
         Strategy::Fsdp,
         &["backend", "world_size", "reshard_after_forward", "timeout"],
+    ),
+    (
+        "mesh",
+        Strategy::Mesh,
+        &[
+            "data",
+            "fsdp",
+            "tensor",
+            "backend",
+            "reshard_after_forward",
+            "timeout",
+        ],
     ),
 ];
 

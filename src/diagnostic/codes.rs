@@ -148,6 +148,10 @@ codes! {
     BatchNormOneValue = "K0227", "batch-norm-one-value", Error, "A batch norm layer would normalise one value per channel with batch statistics: a batch, micro-batch or replica's slice of one sample.";
     /// The plan does not fit a device's memory as `--device-memory` gives it.
     DoesNotFit = "K0228", "does-not-fit", Error, "The plan needs more memory on a device than `--device-memory` gives it.";
+    /// A mesh whose dimensions Kiln does not run together yet.
+    MeshNotRun = "K0229", "mesh-not-run", Error, "The mesh composes dimensions (or tensor parallel with compression) that this version of Kiln does not run together.";
+    /// A head count or hidden width that the tensor-parallel degree does not divide.
+    TensorIndivisible = "K0230", "tensor-indivisible", Error, "Tensor parallel splits attention by heads and a transformer block's MLP by its hidden width: the degree must divide them.";
 
     /// A layer receives a feature size other than the one it declares.
     ShapeMismatch = "K0301", "shape-mismatch", Error, "A layer's declared input size differs from the size it receives.";
@@ -202,6 +206,8 @@ codes! {
     WeightlessBatch = "K0420", "weightless-batch", Error, "Every class target of a training batch is ignored (`ignore_index`) or of a class weighted 0, so its mean loss is undefined.";
     /// Fully sharded data parallel over a model with one unit of sharding.
     FsdpOneUnit = "K0421", "fsdp-one-unit", Warning, "Under `parallel fsdp` the model is one unit of sharding (it has no top-level block), gathered whole at every step.";
+    /// A tensor-parallel degree that splits no layer of the model.
+    TensorSplitsNothing = "K0422", "tensor-splits-nothing", Warning, "Tensor parallel splits no layer of the model: every tensor rank computes the same thing.";
 
     /// A device the experiment names is not on this machine.
     DeviceUnavailable = "K0501", "device-unavailable", Error, "A device the experiment runs on is not available on this machine.";
@@ -305,6 +311,8 @@ impl Problem {
             Problem::Strategies(Strategies::MicroBatches { .. }) => Code::MicroBatches,
             Problem::Strategies(Strategies::HeadsIndivisible { .. }) => Code::HeadsIndivisible,
             Problem::Strategies(Strategies::TooManyStages { .. }) => Code::TooManyStages,
+            Problem::Strategies(Strategies::MeshNotRun { .. }) => Code::MeshNotRun,
+            Problem::Strategies(Strategies::TensorIndivisible { .. }) => Code::TensorIndivisible,
             Problem::Strategies(Strategies::PlacementConflict { .. }) => Code::PlacementConflict,
             Problem::Strategies(Strategies::Inconsistent { .. }) => Code::Inconsistent,
             Problem::Strategies(Strategies::BadSweep { .. }) => Code::BadSweep,
@@ -332,6 +340,7 @@ impl Problem {
             Problem::Warnings(Warnings::PlacementIgnored { .. }) => Code::PlacementIgnored,
             Problem::Warnings(Warnings::PipelineBatchNorm { .. }) => Code::PipelineBatchNorm,
             Problem::Warnings(Warnings::FsdpOneUnit { .. }) => Code::FsdpOneUnit,
+            Problem::Warnings(Warnings::TensorSplitsNothing { .. }) => Code::TensorSplitsNothing,
             Problem::Warnings(Warnings::DropoutSharedGenerator { .. }) => {
                 Code::DropoutSharedGenerator
             }

@@ -133,6 +133,35 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
         )
         .label(format!("at most {layers}"))
         .help("use fewer stages, or group fewer layers into blocks"),
+        Problem::Strategies(Strategies::MeshNotRun { span, what, other }) => {
+            let d = new(span, format!("this version of Kiln does not run {what}"))
+                .label("not run together with the rest of the mesh");
+            match other {
+                Some(o) => d.with(o, "the other dimension"),
+                None => d,
+            }
+            .help("today a mesh runs data replication or fsdp alone, or tensor parallel with data replication; drop one of the two, or set its degree to 1")
+        }
+        Problem::Strategies(Strategies::TensorIndivisible {
+            span,
+            layer,
+            what,
+            size,
+            degree,
+            degree_span,
+        }) => {
+            let (words, fix) = match what {
+                "heads" => ("heads", "a head count"),
+                _ => ("hidden units", "a hidden width"),
+            };
+            new(
+                span,
+                format!("`{layer}` has {size} {words}, which {degree} tensor ranks cannot share equally"),
+            )
+            .label(format!("{size} {words}"))
+            .with(degree_span, format!("tensor degree {degree}"))
+            .help(format!("use {fix} that {degree} divides, or a tensor degree that divides {size}"))
+        }
         Problem::Strategies(Strategies::PlacementConflict {
             span,
             name,
@@ -321,6 +350,12 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             .label(format!("does not fit in {}", fmt_bytes(capacity)))
             .help(format!("{largest}; {advice}"))
         }
+        Problem::Warnings(Warnings::TensorSplitsNothing { span, degree }) => new(
+            span,
+            format!("tensor parallel over {degree} ranks splits no layer of this model"),
+        )
+        .label("every tensor rank computes the same thing")
+        .help("tensor parallel splits attention, transformer blocks and pairs of linear layers with only activations between them; use `data` ranks instead"),
         Problem::Warnings(Warnings::FsdpOneUnit { span }) => new(
             span,
             "the model has no top-level block, so fsdp shards it as one unit".into(),

@@ -248,7 +248,12 @@ impl Problem {
             | Problem::Warnings(Warnings::DropoutSharedGenerator { .. })
             | Problem::Warnings(Warnings::PipelineBatchNorm { .. })
             | Problem::Strategies(Strategies::DoesNotFit { .. })
-            | Problem::Warnings(Warnings::FsdpOneUnit { .. })) => super::strategy::words(p),
+            | Problem::Warnings(Warnings::FsdpOneUnit { .. })
+            | Problem::Warnings(Warnings::TensorSplitsNothing { .. })
+            | Problem::Strategies(Strategies::MeshNotRun { .. })
+            | Problem::Strategies(Strategies::TensorIndivisible { .. })) => {
+                super::strategy::words(p)
+            }
             p @ (Problem::Strategies(Strategies::Int4GroupSize { .. })
             | Problem::Strategies(Strategies::QatFp16 { .. })
             | Problem::Strategies(Strategies::CompressTargetKind { .. })

@@ -15,6 +15,7 @@ mod optim;
 mod parallel;
 mod params;
 mod sample;
+pub mod tensor;
 mod train;
 
 pub use compress::{Compression, Granularity, PruneMethod, PruneSchedule, QuantScheme, Target};
@@ -324,13 +325,20 @@ pub enum Parallel {
         /// The first top-level node of each stage.
         boundaries: Vec<usize>,
     },
-    /// Several processes, one replica each, gradients averaged by c10d.
+    /// Several processes over a mesh of `world_size` ranks: `tensor` ranks split each layer
+    /// that tensor parallel splits ([`tensor`]), and the `world_size / tensor` groups of them
+    /// replicate the model (`ddp`, gradients summed by c10d) or shard it (`fsdp`).
     #[serde(rename = "ddp")]
     Distributed {
         /// `gloo` or `nccl`.
         backend: Backend,
-        /// Number of processes.
+        /// Number of processes: the product of the mesh's degrees.
         world_size: u64,
+        /// The tensor-parallel degree (1: none). Ranks `t·k .. t·k + t - 1` are one tensor
+        /// group, consecutive as torchrun numbers a machine's local ranks, so that the group
+        /// stays inside a machine.
+        #[serde(skip_serializing_if = "is_one")]
+        tensor: u64,
         /// Seconds a rendezvous or a collective may wait for the other ranks (`timeout`, 60 by
         /// default). Not part of what the run computes, so a resume may change it.
         #[serde(skip)]
@@ -360,10 +368,28 @@ impl Parallel {
     pub fn data_parallel_size(&self) -> u64 {
         match self {
             Parallel::Data { devices, .. } => devices.len() as u64,
-            Parallel::Distributed { world_size, .. } => *world_size,
-            _ => 1,
+            Parallel::Distributed {
+                world_size, tensor, ..
+            } => world_size / tensor.max(&1),
+            Parallel::None | Parallel::Model | Parallel::Pipeline { .. } => 1,
         }
     }
+
+    /// The tensor-parallel degree: 1 unless a mesh names one.
+    pub fn tensor_degree(&self) -> u64 {
+        match self {
+            Parallel::Distributed { tensor, .. } => *tensor,
+            Parallel::None
+            | Parallel::Model
+            | Parallel::Data { .. }
+            | Parallel::Pipeline { .. } => 1,
+        }
+    }
+}
+
+/// Whether a degree is 1 (left out of the serialised strategy).
+fn is_one(n: &u64) -> bool {
+    *n == 1
 }
 
 /// Pipeline schedules.

@@ -77,6 +77,9 @@ pub enum Parallelism {
         span: Span,
         /// How the ranks shard the model (`fsdp`); `None` under `ddp`.
         sharding: Option<Sharding>,
+        /// The tensor-parallel degree: consecutive ranks of this many split the layers tensor
+        /// parallel splits (1: none).
+        tensor: u64,
     },
 }
 
@@ -115,12 +118,14 @@ impl ParallelPlan {
                 timeout_s,
                 span,
                 sharding,
+                tensor,
             } => Parallelism::Ddp {
                 world_size: *world_size,
                 backend: *backend,
                 timeout_s: *timeout_s,
                 span: *span,
                 sharding: *sharding,
+                tensor: *tensor,
             },
         };
         ParallelPlan {

@@ -10,6 +10,7 @@
 //! stored for every layer output plus the input, at 4 bytes (fp32) or 2 (bf16, fp16).
 
 mod activations;
+pub mod communication;
 pub mod compress;
 mod eval;
 pub mod groups;
@@ -18,6 +19,7 @@ pub mod sharding;
 pub mod shrink;
 pub mod splits;
 pub mod stored;
+pub mod tensor;
 
 use serde::Serialize;
 
@@ -29,6 +31,7 @@ use crate::ir::{
 };
 
 pub use activations::{attention_kernels, Activations, AttentionKernel, Bytes};
+pub use communication::{AllReduce, Communication, Transfer};
 
 /// One layer's row in the plan.
 #[derive(Serialize, Debug)]
@@ -192,6 +195,10 @@ pub struct Plan {
     pub sharding: Option<sharding::Sharding>,
     /// What crosses between devices each step.
     pub communication: Communication,
+    /// Tensor parallel: how the layers are split, a rank's parameters and the sums per step
+    /// (left out of YAML without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tensor: Option<tensor::TensorPlan>,
     /// Weights before and after compression (left out of YAML when nothing is compressed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub compression: Option<CompressionPlan>,
@@ -278,44 +285,6 @@ impl DataRow {
             },
         }
     }
-}
-
-/// Activations that cross from one device to another between consecutive layers.
-#[derive(Serialize, Debug, PartialEq)]
-pub struct Transfer {
-    /// The layer whose output crosses.
-    pub after: String,
-    /// The layer that receives it.
-    pub to_layer: String,
-    /// Where it is computed.
-    pub from: Device,
-    /// Where it goes.
-    pub to: Device,
-    /// Bytes of activations sent forward per step (the whole batch); backward sends their
-    /// gradients, as many bytes, the other way.
-    pub bytes_per_step: u64,
-}
-
-/// What crosses between devices in one optimizer step.
-#[derive(Serialize, Debug, Default, PartialEq)]
-pub struct Communication {
-    /// Activations at each device boundary of the model (model and pipeline parallel).
-    pub transfers: Vec<Transfer>,
-    /// The gradients all-reduced per step across replicas (data parallel, DDP).
-    pub allreduce: Option<AllReduce>,
-    /// The fraction of a pipeline step each stage idles, (p - 1) / (m + p - 1).
-    pub pipeline_bubble: Option<f64>,
-}
-
-/// A gradient all-reduce.
-#[derive(Serialize, Debug, PartialEq)]
-pub struct AllReduce {
-    /// Replicas (processes or devices) taking part.
-    pub replicas: u64,
-    /// Bytes of gradients reduced per step (fp32).
-    pub bytes: u64,
-    /// Bytes each replica sends, and receives, in a ring all-reduce: 2 (n - 1) / n of them.
-    pub ring_bytes_per_replica: u64,
 }
 
 /// Computes the plan of a checked experiment.
@@ -407,6 +376,12 @@ pub fn plan(e: &Experiment) -> Plan {
                 (n.weight_bytes, n.gradient_bytes, n.optimizer_bytes) = (w, g, o);
                 n.total_bytes = sum([w, g, o, full_acts]);
                 vec![n]
+            }
+            // Under tensor parallel a rank holds its pieces of the split layers and the rest
+            // whole, with their gradients (summed over the data ranks in place) and state.
+            None if e.parallel.tensor_degree() > 1 => {
+                let rank = tensor::of(e).map_or(params, |t| t.rank_params);
+                vec![need(e.device, *world_size, rank, full_acts)]
             }
             // A rank holds the whole model, its gradients and the Reducer's buckets (a copy of
             // every gradient, which the all-reduce runs on), and the optimizer's state.
@@ -510,7 +485,11 @@ pub fn plan(e: &Experiment) -> Plan {
         let bytes = eval_bytes(s.memory.device);
         eval::add(&mut s.memory, bytes);
     }
-    let communication = communication(e, &all, &layer_devices, totals.gradient_bytes);
+    let tensor = tensor::of(e);
+    let gradient_bytes = tensor.as_ref().map_or(totals.gradient_bytes, |t| {
+        4u64.saturating_mul(t.rank_params)
+    });
+    let communication = communication::communication(e, &all, &layer_devices, gradient_bytes);
     let resident = layer_devices.first().copied().unwrap_or(e.device);
     let data = DataRow::of(e, resident, &mut devices);
     Plan {
@@ -547,70 +526,9 @@ pub fn plan(e: &Experiment) -> Plan {
         stages: stage_needs,
         sharding: sharding::Sharding::of(e),
         communication,
+        tensor,
         compression: compress::compression(&e.compression, &all, &e.model.nodes),
         attention_kernels: attention_kernels(e),
-    }
-}
-
-/// What crosses between devices per step: activations (and their gradients) between consecutive
-/// layers on different devices, for the whole batch; gradients all-reduced across replicas; a
-/// pipeline's bubble.
-fn communication(
-    e: &Experiment,
-    all: &[&Layer],
-    devices: &[Device],
-    gradient_bytes: u64,
-) -> Communication {
-    let act = e.train.precision.activation_bytes();
-    let mut out = Communication::default();
-    match &e.parallel {
-        Parallel::Data { devices: d, .. } if d.len() > 1 => {
-            out.allreduce = Some(all_reduce(d.len() as u64, gradient_bytes));
-        }
-        Parallel::Distributed {
-            world_size,
-            sharding: None,
-            ..
-        } if *world_size > 1 => {
-            out.allreduce = Some(all_reduce(*world_size, gradient_bytes));
-        }
-        Parallel::Data { .. } | Parallel::Distributed { .. } => {}
-        Parallel::None | Parallel::Model | Parallel::Pipeline { .. } => {
-            for (i, pair) in all.windows(2).enumerate() {
-                let (from, to) = (devices[i], devices[i + 1]);
-                if from != to {
-                    out.transfers.push(Transfer {
-                        after: pair[0].name.clone(),
-                        to_layer: pair[1].name.clone(),
-                        from,
-                        to,
-                        bytes_per_step: values(&pair[0].output)
-                            .saturating_mul(e.data.batch)
-                            .saturating_mul(act),
-                    });
-                }
-            }
-        }
-    }
-    if let Parallel::Pipeline {
-        stages,
-        micro_batches,
-        ..
-    } = &e.parallel
-    {
-        let (p, m) = (*stages as f64, *micro_batches as f64);
-        out.pipeline_bubble = Some((p - 1.0) / (m + p - 1.0));
-    }
-    out
-}
-
-/// A ring all-reduce of `bytes` over `replicas` (at least 2).
-fn all_reduce(replicas: u64, bytes: u64) -> AllReduce {
-    let ring = (bytes as f64) * 2.0 * (replicas - 1) as f64 / replicas as f64;
-    AllReduce {
-        replicas,
-        bytes,
-        ring_bytes_per_replica: ring.round() as u64,
     }
 }
 
@@ -675,6 +593,7 @@ fn describe_parallel(p: &Parallel) -> String {
             backend,
             world_size,
             sharding,
+            tensor,
             ..
         } => {
             let backend = if *backend == Backend::Nccl {
@@ -683,6 +602,10 @@ fn describe_parallel(p: &Parallel) -> String {
                 "gloo"
             };
             match sharding {
+                None if *tensor > 1 => format!(
+                    "tensor parallel over {tensor} ranks × {} data replicas, {world_size} processes, {backend}",
+                    world_size / tensor
+                ),
                 None => {
                     format!("distributed data parallel, {world_size} processes, {backend}")
                 }

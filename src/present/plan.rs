@@ -11,6 +11,7 @@ use crate::plan::groups::GroupRow;
 use crate::plan::schedule::ScheduleRow;
 use crate::plan::sharding::Sharding;
 use crate::plan::splits::SplitRow;
+use crate::plan::tensor::TensorPlan;
 use crate::plan::{AttentionKernel, CompressionPlan, DataRow, DeviceNeed, Plan};
 use crate::table::{
     self,
@@ -75,6 +76,32 @@ fn tensor_terms(d: &DeviceNeed) -> String {
 }
 
 /// The units of `parallel fsdp` and what a rank holds of them.
+/// How a tensor degree splits the layers, and what a rank keeps.
+fn tensor(out: &mut String, t: &TensorPlan) {
+    let _ = writeln!(
+        out,
+        "\ntensor parallel over {} ranks (ranks d·{} .. d·{} + {} of data rank d), {} data replica{}",
+        t.degree,
+        t.degree,
+        t.degree,
+        t.degree - 1,
+        t.data,
+        if t.data == 1 { "" } else { "s" }
+    );
+    let header = ["layer", "split"].map(String::from);
+    let rows: Vec<Vec<String>> = t
+        .splits
+        .iter()
+        .map(|s| vec![s.layer.clone(), s.how.clone()])
+        .collect();
+    *out += &table::render(&header, &rows, &[Left, Left], "  ");
+    let _ = writeln!(
+        out,
+        "  a rank keeps {} parameters (its pieces of the split layers, the rest whole); activations are counted whole on every rank",
+        fmt_count(t.rank_params)
+    );
+}
+
 fn sharding(out: &mut String, s: &Sharding) {
     let _ = writeln!(out, "\nsharding over {} ranks", s.world_size);
     let header = ["unit", "params", "shard per rank"].map(String::from);
@@ -251,6 +278,9 @@ pub fn to_text(p: &Plan) -> String {
     if let Some(sh) = &p.sharding {
         sharding(&mut out, sh);
     }
+    if let Some(t) = &p.tensor {
+        tensor(&mut out, t);
+    }
     groups(&mut out, &p.groups);
     if let Some(c) = &p.compression {
         compression(&mut out, c);
@@ -261,6 +291,7 @@ pub fn to_text(p: &Plan) -> String {
         && c.allreduce.is_none()
         && c.pipeline_bubble.is_none()
         && sharded.is_none()
+        && p.tensor.is_none()
     {
         return out;
     }
@@ -293,6 +324,16 @@ pub fn to_text(p: &Plan) -> String {
             fmt_bytes(sh.reduce_scatter_bytes),
             sh.world_size,
             fmt_bytes(sh.ring_bytes_per_rank)
+        );
+    }
+    if let Some(t) = &p.tensor {
+        let _ = writeln!(
+            out,
+            "  {} all-reduces of activations and their gradients over {} tensor ranks: {} summed, each rank sends and receives {} (ring)",
+            fmt_count(t.sums_per_step),
+            t.degree,
+            fmt_bytes(t.sum_bytes_per_step),
+            fmt_bytes(t.ring_bytes_per_rank)
         );
     }
     if let Some(b) = c.pipeline_bubble {

@@ -113,6 +113,10 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
     if let Some(sharded) = sharding(e) {
         settings.push(("sharding", sharded));
     }
+    let tensor = e.parallel.tensor_degree();
+    if tensor > 1 {
+        settings.push(("tensor parallel", format!("{tensor} ranks")));
+    }
     let own = |v: &[(&str, String)]| {
         v.iter()
             .map(|(k, v)| ((*k).to_string(), v.clone()))
@@ -139,10 +143,14 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
 /// The strategy as what the run computes. A sharded run (`fsdp`) computes every step's gradient
 /// as one process on the whole batch does, unless how the batch is split between the ranks
 /// matters (dropout, batch norm): then it is a run without a strategy, and its sharding a
-/// setting ([`sharding`]) that a resume may change (another world size, or none). Other
-/// strategies are what they say.
+/// setting ([`sharding`]) that a resume may change (another world size, or none). Tensor
+/// parallel computes what its data ranks compute with every layer whole ([`data_only`]), so its
+/// degree is a setting too. Other strategies are what they say.
 fn strategy(e: &Experiment) -> String {
-    match (&e.parallel, kiln::ir::split_matters(&e.model.nodes)) {
+    match (
+        &data_only(&e.parallel),
+        kiln::ir::split_matters(&e.model.nodes),
+    ) {
         (
             Parallel::Distributed {
                 sharding: Some(_), ..
@@ -159,13 +167,40 @@ fn strategy(e: &Experiment) -> String {
     }
 }
 
+/// The strategy without its tensor dimension: the mesh of its data ranks (no strategy when
+/// there is one).
+fn data_only(parallel: &Parallel) -> Parallel {
+    match parallel {
+        Parallel::Distributed {
+            world_size, tensor, ..
+        } if *tensor > 1 => match world_size / tensor {
+            1 => Parallel::None,
+            data => {
+                let mut p = parallel.clone();
+                if let Parallel::Distributed {
+                    world_size, tensor, ..
+                } = &mut p
+                {
+                    (*world_size, *tensor) = (data, 1);
+                }
+                p
+            }
+        },
+        other => other.clone(),
+    }
+}
+
 /// The sharding of a run whose strategy is a setting ([`strategy`]).
 fn sharding(e: &Experiment) -> Option<String> {
     match &e.parallel {
         Parallel::Distributed {
             sharding: Some(_), ..
         } if !kiln::ir::split_matters(&e.model.nodes) => Some(fsdp_words(e)),
-        _ => None,
+        Parallel::None
+        | Parallel::Model
+        | Parallel::Data { .. }
+        | Parallel::Pipeline { .. }
+        | Parallel::Distributed { .. } => None,
     }
 }
 

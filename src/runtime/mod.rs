@@ -31,6 +31,7 @@ pub mod launch;
 #[cfg(test)]
 mod layer_parity;
 pub mod model;
+pub mod objective;
 pub mod optim;
 pub mod output;
 pub mod parallel;

@@ -386,31 +386,35 @@ impl Optim {
 pub type AllSum<'a> = &'a dyn Fn(&Tensor) -> Result<(), Diagnostic>;
 
 /// Clips gradients: by total L2 norm (`torch.nn.utils.clip_grad_norm_`), then by value. The
-/// squared norm of `params`' gradients is summed by `sum` over the processes that hold the
-/// other parts of them, so that every one clips by the norm of the whole gradient.
+/// squared norm of the gradients of `params` that this process counts (`counted(i)`: all but
+/// the copies of a parameter that another process of the sum counts) is summed by `sum` over the
+/// processes that hold the other parts of them, so that every one clips by the norm of the whole
+/// gradient.
 pub fn clip(
     params: &[Tensor],
     norm: Option<f64>,
     value: Option<f64>,
     span: Span,
     sum: AllSum,
+    counted: &dyn Fn(usize) -> bool,
 ) -> Result<(), Diagnostic> {
     tch::no_grad(|| -> Result<(), Diagnostic> {
-        let grads: Vec<Tensor> = params
+        let grads: Vec<(usize, Tensor)> = params
             .iter()
             .map(Tensor::grad)
-            .filter(Tensor::defined)
+            .enumerate()
+            .filter(|(_, g)| g.defined())
             .collect();
         if let Some(max) = norm {
             let mut total = Tensor::f_zeros(
                 [],
                 (
                     tch::Kind::Float,
-                    grads.first().map_or(tch::Device::Cpu, Tensor::device),
+                    grads.first().map_or(tch::Device::Cpu, |(_, g)| g.device()),
                 ),
             )
             .at(span)?;
-            for g in &grads {
+            for (_, g) in grads.iter().filter(|(i, _)| counted(*i)) {
                 let n = g.f_norm().at(span)?.f_to_device(total.device()).at(span)?;
                 total = total.f_add(&n.f_mul(&n).at(span)?).at(span)?;
             }
@@ -425,14 +429,14 @@ pub fn clip(
                 .at(span)?
                 .f_clamp_max(1.0)
                 .at(span)?;
-            for g in &grads {
+            for (_, g) in &grads {
                 let mut g = g.shallow_clone();
                 g.f_mul_(&coef.f_to_device(g.device()).at(span)?)
                     .done_at(span)?;
             }
         }
         if let Some(v) = value {
-            for g in &grads {
+            for (_, g) in &grads {
                 let mut g = g.shallow_clone();
                 g.f_clamp_(-v, v).done_at(span)?;
             }

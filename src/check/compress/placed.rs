@@ -100,6 +100,18 @@ pub fn check_combined(
         } => Some("fsdp"),
         Parallel::None | Parallel::Model => None,
     };
+    // Tensor parallel splits the linears that pruning masks and quantization replaces.
+    if parallel.tensor_degree() > 1 {
+        if let Some(c) = compression.first() {
+            let (Compression::Prune { span, .. } | Compression::Quantize { span, .. }) = c;
+            cx.report(Problem::Strategies(Strategies::MeshNotRun {
+                span: *span,
+                what: "compression under tensor parallel".into(),
+                other: Some(parallel_span),
+            }));
+            return false;
+        }
+    }
     let mut first: Option<Span> = None;
     for c in compression {
         match c {

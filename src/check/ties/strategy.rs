@@ -8,7 +8,7 @@ use crate::check::placement::Placement;
 use crate::check::recompute::libtorch_draws;
 use crate::diagnostic::problem::{Inconsistent, Strategies, Warnings};
 use crate::diagnostic::Problem;
-use crate::ir::{layers, Device, Node, Parallel, Precision};
+use crate::ir::{layers, tensor, Device, Node, Parallel, Precision};
 
 pub(super) fn check_strategy(
     cx: &mut Cx,
@@ -17,6 +17,7 @@ pub(super) fn check_strategy(
     default: Device,
     placements: &[Placement],
     precision: Precision,
+    whole: bool,
 ) -> bool {
     let all = layers(nodes);
     let mut ok = true;
@@ -52,7 +53,7 @@ pub(super) fn check_strategy(
                 }));
             }
         }
-        _ => {}
+        Parallel::None | Parallel::Model => {}
     }
     if let Parallel::Data { devices: dp, .. } = &p.parallel {
         if dp.len() == 1 {
@@ -71,6 +72,7 @@ pub(super) fn check_strategy(
             cx.report(Problem::Warnings(Warnings::FsdpOneUnit { span: p.span }));
         }
     }
+    ok &= tensor_splits(cx, p, nodes, whole);
     if let Parallel::Distributed {
         backend: crate::ir::Backend::Nccl,
         ..
@@ -85,6 +87,40 @@ pub(super) fn check_strategy(
         }
     }
     ok
+}
+
+/// A tensor degree against the model: heads and hidden widths it must divide (K0230), and a
+/// warning when it splits no layer of a model that checked `whole` (K0422). Returns whether
+/// there was no error.
+fn tensor_splits(cx: &mut Cx, p: &ParallelIn, nodes: &[Node], whole: bool) -> bool {
+    let degree = p.parallel.tensor_degree();
+    if degree == 1 {
+        return true;
+    }
+    let degree_span = p.tensor_span.unwrap_or(p.span);
+    let wrong = tensor::indivisible(nodes, degree);
+    for w in &wrong {
+        cx.report(Problem::Strategies(Strategies::TensorIndivisible {
+            span: w.layer.span,
+            layer: w.layer.name.clone(),
+            what: w.what,
+            size: w.size,
+            degree,
+            degree_span,
+        }));
+    }
+    if whole
+        && wrong.is_empty()
+        && !tensor::splits(nodes, degree)
+            .iter()
+            .any(|(_, s)| s.splits())
+    {
+        cx.report(Problem::Warnings(Warnings::TensorSplitsNothing {
+            span: degree_span,
+            degree,
+        }));
+    }
+    wrong.is_empty()
 }
 
 /// Warns of batch norm in a pipeline, whose statistics come from one micro-batch at a time

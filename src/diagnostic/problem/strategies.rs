@@ -154,6 +154,30 @@ pub enum Strategies {
         /// Top-level layers.
         layers: u64,
     },
+    /// K0229: a mesh whose dimensions are not run together yet.
+    MeshNotRun {
+        /// The degree (or compression step) that cannot join the others.
+        span: Span,
+        /// What it composes with, in words (`fsdp with tensor parallel`).
+        what: String,
+        /// The other degree, where it is written.
+        other: Option<Span>,
+    },
+    /// K0230: heads or a hidden width that the tensor degree does not divide.
+    TensorIndivisible {
+        /// The layer.
+        span: Span,
+        /// The layer's name.
+        layer: String,
+        /// `heads` or `hidden`.
+        what: &'static str,
+        /// Its size.
+        size: i64,
+        /// The tensor degree.
+        degree: u64,
+        /// Where the degree is written.
+        degree_span: Span,
+    },
     /// K0209: a layer or block given two placements of its own.
     PlacementConflict {
         /// The second placement.

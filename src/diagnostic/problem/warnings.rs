@@ -69,6 +69,13 @@ pub enum Warnings {
         parallel: Span,
     },
     /// K0421: `parallel fsdp` over a model without top-level blocks.
+    /// K0422: a tensor degree that splits no layer.
+    TensorSplitsNothing {
+        /// The tensor degree.
+        span: Span,
+        /// The degree.
+        degree: u64,
+    },
     FsdpOneUnit {
         /// The `parallel` statement.
         span: Span,

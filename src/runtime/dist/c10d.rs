@@ -39,6 +39,7 @@ mod ffi {
         pub fn kiln_store_free(s: *mut c_void);
         pub fn kiln_group_new(
             s: *mut c_void,
+            name: *const c_char,
             rank: c_int,
             world: c_int,
             backend: c_int,
@@ -238,10 +239,16 @@ pub struct Bind {
 }
 
 impl Group {
-    /// The group of `world` ranks meeting at `store`, this one `rank`; collectives fail after
-    /// `timeout` without progress.
+    /// The name of the group of every rank of a run (as PyTorch names its default group).
+    pub const WORLD: &'static str = "default_pg";
+
+    /// The group `name` of `world` ranks meeting at `store`, this one `rank` among them;
+    /// collectives fail after `timeout` without progress. Every rank of a run makes the whole
+    /// run's group, [`Group::WORLD`]; a mesh's dimension makes one group per slice, each under a
+    /// name of its own.
     pub fn new(
         store: &Store,
+        name: &str,
         rank: usize,
         world: usize,
         backend: Backend,
@@ -252,12 +259,14 @@ impl Group {
             Backend::Gloo => (0, 0),
             Backend::Nccl { device } => (1, device as c_int),
         };
+        let name = text(name)?;
         let iface = text(bind.interface.as_deref().unwrap_or(""))?;
         let host = text(bind.host.as_deref().unwrap_or(""))?;
         // SAFETY: the store is live; the strings outlive the call.
         let p = unsafe {
             ffi::kiln_group_new(
                 store.0,
+                name.as_ptr(),
                 rank as c_int,
                 world as c_int,
                 code,
@@ -425,7 +434,9 @@ pub(super) mod tests {
                     let (f, bind) = (&f, &bind);
                     s.spawn(move || {
                         let store = Store::connect("127.0.0.1", port, rank == 0, world, T).unwrap();
-                        let g = Group::new(&store, rank, world, Backend::Gloo, bind, T).unwrap();
+                        let g =
+                            Group::new(&store, Group::WORLD, rank, world, Backend::Gloo, bind, T)
+                                .unwrap();
                         f(rank, &g)
                     })
                 })
@@ -481,7 +492,7 @@ pub(super) mod tests {
         let port = free_port();
         let store = Store::connect("127.0.0.1", port, true, 1, T).unwrap();
         let nccl = Backend::Nccl { device: 0 };
-        let group = Group::new(&store, 0, 1, nccl, &Bind::default(), T);
+        let group = Group::new(&store, Group::WORLD, 0, 1, nccl, &Bind::default(), T);
         if tch::Cuda::is_available() {
             let g = group.unwrap();
             let t = Tensor::from_slice(&[1.5f32, 2.0]).to_device(Device::Cuda(0));

@@ -4,7 +4,7 @@
 
 use tch::Tensor;
 
-use super::{dropout, linear, mask, norm, Init, LayerRun, Net};
+use super::{dropout, linear, mask, norm, split, Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::problem::{Running, Torch};
 use kiln::diagnostic::{Diagnostic, Problem};
@@ -77,15 +77,22 @@ pub(super) fn forward(
         })
         .diagnostic());
     };
+    // Under tensor parallel this rank computes its heads: its rows of q, k and v, its columns
+    // of the output projection.
+    let (width, dim) = (e, e / heads);
+    let (heads, e) = match &l.share {
+        Some(s) => (s.part(heads), s.part(e)),
+        None => (heads, e),
+    };
     let qkv = linear::affine(
         net,
         l,
         &format!("{prefix}in_proj_weight"),
         &format!("{prefix}in_proj_bias"),
-        x,
+        &split::enter(l, x)?,
     )?;
     let qkv = qkv
-        .f_reshape([b, n, 3, heads, e / heads])
+        .f_reshape([b, n, 3, heads, dim])
         .at(s)?
         .f_permute([2, 0, 3, 1, 4])
         .at(s)?;
@@ -102,13 +109,17 @@ pub(super) fn forward(
     };
     let flag = causal && mask.is_none();
     let o = if dropout > 0.0 && dropout::drawn_here(&q) {
-        drop_attention(&q, &k, &v, mask, flag, dropout).at(s)?
+        drop_attention(l, &q, &k, &v, mask, flag, dropout).at(s)?
     } else {
         Tensor::f_scaled_dot_product_attention(&q, &k, &v, mask, dropout, flag, None::<f64>, false)
             .at(s)?
     };
     let o = o.f_transpose(1, 2).at(s)?.f_reshape([b, n, e]).at(s)?;
-    linear::forward(net, l, &format!("{prefix}out_proj."), &o)
+    let out = format!("{prefix}out_proj.");
+    match e == width {
+        true => linear::forward(net, l, &out, &o),
+        false => linear::rows(net, l, &out, &o),
+    }
 }
 
 /// Scaled dot-product attention with dropout `p` on the attention weights, as SDPA's math path
@@ -116,6 +127,7 @@ pub(super) fn forward(
 /// `k` each scaled by `d^(-1/4)`, the keys `mask` (true: attend) or `causal` forbids at `-inf`,
 /// the safe softmax (zeros for a query with no key to attend to), dropout, then the values.
 fn drop_attention(
+    l: &LayerRun,
     q: &Tensor,
     k: &Tensor,
     v: &Tensor,
@@ -139,7 +151,8 @@ fn drop_attention(
     }
     // SDPA's safe softmax: a query that may attend to no key gets zeros, not NaN.
     let att = att.f_internal_safe_softmax(-1, tch::Kind::Float)?;
-    dropout::dropout(&att, p, true)?.f_matmul(v)
+    // Under tensor parallel, this rank's heads of the mask one process draws.
+    split::dropout(l, &att, p, true, 1)?.f_matmul(v)
 }
 
 /// A transformer block. Pre-norm: `x + dropout(attention(norm1(x)))`, then
@@ -168,7 +181,7 @@ pub(super) fn block(
         dropout::dropout(&a, p, train).at(s)
     };
     let mlp = |h: &Tensor| {
-        let h = linear::forward(net, l, "linear1.", h)?;
+        let h = linear::forward(net, l, "linear1.", &split::enter(l, h)?)?;
         let h = match options.activation {
             BlockActivation::Relu => h.f_relu(),
             BlockActivation::Gelu => h.f_gelu("none"),
@@ -176,8 +189,8 @@ pub(super) fn block(
             BlockActivation::Tanh => h.f_tanh(),
         }
         .at(s)?;
-        let h = dropout::dropout(&h, p, train).at(s)?;
-        dropout::dropout(&linear::forward(net, l, "linear2.", &h)?, p, train).at(s)
+        let h = split::dropout(l, &h, p, train, -1).at(s)?;
+        dropout::dropout(&linear::rows(net, l, "linear2.", &h)?, p, train).at(s)
     };
     if options.norm_first {
         let x = add(x, &attend(&norm("norm1.", x)?)?)?;

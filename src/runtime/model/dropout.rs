@@ -94,7 +94,7 @@ pub(super) fn dropout(x: &Tensor, p: f64, train: bool) -> Result<Tensor, TchErro
 /// A mask of `shape`: `1 / (1 - p)` where an element is kept, 0 where it is dropped, fp32 on
 /// the CPU, from a key drawn from libtorch's CPU generator (or this thread's stream), written
 /// straight into the tensor.
-fn mask(shape: &[i64], p: f64) -> Result<Tensor, TchError> {
+pub(super) fn mask(shape: &[i64], p: f64) -> Result<Tensor, TchError> {
     let key = next_key()?;
     let n = shape.iter().product::<i64>().max(0) as usize;
     let scale = 1.0f32 / (1.0 - p) as f32;

@@ -2,9 +2,10 @@
 
 use tch::{Kind, Tensor};
 
-use super::{Init, LayerRun, LinearSwap, Net};
+use super::{split, Init, LayerRun, LinearSwap, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::Diagnostic;
+use kiln::ir::tensor::Split;
 
 /// `nn.Linear`'s parameters under `prefix` (`""` or `linear1.`): weight and bias both
 /// `U(-1/sqrt(in), 1/sqrt(in))` (kaiming-uniform with `a = sqrt(5)`).
@@ -34,8 +35,29 @@ pub(super) fn layer(
 ) -> Result<Tensor, Diagnostic> {
     match net.swaps.iter().find(|(n, _)| *n == l.name) {
         Some((_, swap)) => swapped(net, l, swap.as_ref(), x, train),
-        None => forward(net, l, "", x),
+        None => match l.share.as_ref().map(|s| s.split) {
+            Some(Split::Columns) => forward(net, l, "", &split::enter(l, x)?),
+            Some(Split::Rows) => rows(net, l, "", x),
+            _ => forward(net, l, "", x),
+        },
     }
+}
+
+/// A layer split by its inputs (tensor parallel's rows): this rank's partial product `x W_r^T`,
+/// summed over the tensor ranks, then the bias (whole on every rank).
+pub(super) fn rows(
+    net: &Net,
+    l: &LayerRun,
+    prefix: &str,
+    x: &Tensor,
+) -> Result<Tensor, Diagnostic> {
+    let partial = affine(net, l, &format!("{prefix}weight"), "", x)?;
+    let y = split::leave(l, &partial)?;
+    let bias = format!("{prefix}bias");
+    if !l.params.iter().any(|(n, _)| *n == bias) {
+        return Ok(y);
+    }
+    y.f_add(&net.weight(l, &bias)?).at(l.span)
 }
 
 /// `x W^T + b` with the weights under `prefix`; the bias is used when the layer has one.

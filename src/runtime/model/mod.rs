@@ -20,10 +20,12 @@ mod pool;
 mod positional;
 mod recompute;
 mod shape;
+mod split;
 
 use tch::{Device, Kind, Tensor};
 
 pub use dropout::{draw as dropout_draw, seed_for as dropout_seed, with_keys as with_dropout_keys};
+pub use split::{piece, whole, Collective};
 
 use super::failure::At;
 use kiln::diagnostic::problem::{Running, Torch};
@@ -107,6 +109,8 @@ struct LayerRun {
     buffers: Vec<(String, usize)>,
     device: Device,
     span: Span,
+    /// Its share of the work, when tensor parallel splits it.
+    share: Option<split::Share>,
 }
 
 /// Maps a checked device to a tch device (`auto` resolves to CUDA 0 when present).
@@ -154,6 +158,7 @@ fn lower(net: &mut Net, nodes: &[Node], over: Option<Device>) -> Result<Vec<Lowe
                     buffers: Vec::new(),
                     device: over.unwrap_or_else(|| tch_device(l.device)),
                     span: l.span,
+                    share: None,
                 };
                 init(&mut Init { net, run: &mut run })?;
                 let layer = Lowered::Layer(Box::new(run));
@@ -301,7 +306,7 @@ fn forward(
         }
         LayerKind::LayerNorm { norm } => norm::layer_norm(net, l, norm, x),
         LayerKind::GroupNorm { groups, eps, .. } => norm::group(net, l, *groups, *eps, x),
-        LayerKind::Dropout { p } => dropout::dropout(x, *p, train).at(s),
+        LayerKind::Dropout { p } => split::dropout(l, x, *p, train, -1).at(s),
         LayerKind::Elementwise(e) => activation::elementwise(*e, x).at(s),
         LayerKind::LeakyRelu { negative_slope } => activation::leaky_relu(l, *negative_slope, x),
         LayerKind::Elu { alpha } => activation::elu(l, *alpha, x),

@@ -1,7 +1,8 @@
 //! Parallel strategies at run time, one file each behind one interface ([`Strategy`]): the model
 //! on its own devices ([`local`]: one device, or model parallel by placement), data parallel in
 //! one process ([`data`]), pipeline parallel ([`pipeline`]), distributed data parallel
-//! ([`ddp`]) and fully sharded data parallel ([`fsdp`]), the last two on [`ranks`]. [`apply`] starts the one the [`ParallelPlan`] names; the step, the training loop and
+//! ([`ddp`]), fully sharded data parallel ([`fsdp`]) and tensor parallel with data replication
+//! ([`tensor`]), the last three on [`ranks`]. [`apply`] starts the one the [`ParallelPlan`] names; the step, the training loop and
 //! the checkpoint code are the same for every strategy and never ask which one runs.
 
 mod data;
@@ -11,6 +12,7 @@ mod local;
 pub mod pipeline;
 mod ranks;
 pub mod strategy;
+mod tensor;
 
 use super::cancel::Cancel;
 use super::model::Net;
@@ -50,12 +52,12 @@ pub fn devices(plan: &ParallelPlan, net: &Net, over: Option<tch::Device>) -> Vec
 
 /// Starts the strategy of `plan` for the lowered model `net`; `over` is `--device`, which puts
 /// every data-parallel replica on that device. A rank of a distributed run (`member`) first
-/// meets the other ranks. Returns the strategy and the token the loop watches for stopping:
+/// meets the other ranks; under tensor parallel it then keeps its pieces of `net`'s split layers. Returns the strategy and the token the loop watches for stopping:
 /// `cancel` itself, or under DDP the one set when the ranks agree to stop.
 pub fn apply(
     exp: &Experiment,
     plan: &ParallelPlan,
-    net: &Net,
+    net: &mut Net,
     over: Option<tch::Device>,
     member: Option<ddp::Member<'_>>,
     cancel: &Cancel,
@@ -73,6 +75,20 @@ pub fn apply(
                     m,
                     cancel.clone(),
                     sharding.reshard_after_forward,
+                )?;
+                return Ok((Box::new(strategy), stop));
+            }
+            None => Box::new(Local),
+        },
+        Parallelism::Ddp { tensor, .. } if *tensor > 1 => match member {
+            Some(m) => {
+                let (strategy, stop) = tensor::TensorParallel::start(
+                    exp,
+                    plan,
+                    net,
+                    m,
+                    cancel.clone(),
+                    *tensor as usize,
                 )?;
                 return Ok((Box::new(strategy), stop));
             }

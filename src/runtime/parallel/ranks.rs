@@ -39,7 +39,7 @@ pub struct Member<'a> {
 pub struct Ranks {
     /// Field order is drop order: the group before the store.
     pub group: Group,
-    _store: Store,
+    store: Store,
     /// Where this process stands.
     pub me: Rank,
     peers: Vec<Announce>,
@@ -52,6 +52,10 @@ pub struct Ranks {
     stop: Cancel,
     /// The `parallel` statement, where failures point.
     pub span: Span,
+    /// The backend of the run's groups.
+    backend: Backend,
+    /// How long a collective may wait.
+    timeout: Duration,
 }
 
 /// The timeout and the `parallel` statement of a distributed plan (`exp`'s own statement
@@ -120,11 +124,13 @@ impl Ranks {
             .map_err(unreachable)?;
         let peers = rendezvous(&store, &me, &announce, started + timeout, timeout, span)?;
         compare(exp, &peers, span)?;
+        let backend = member.backend;
         let group = Group::new(
             &store,
+            Group::WORLD,
             me.rank,
             me.world,
-            member.backend,
+            backend,
             &bind(&me),
             timeout,
         )
@@ -137,16 +143,37 @@ impl Ranks {
         Ok((
             Ranks {
                 group,
-                _store: store,
+                store,
                 me,
                 peers,
                 device,
                 signals,
                 stop: stop.clone(),
                 span,
+                backend,
+                timeout,
             },
             stop,
         ))
+    }
+
+    /// The group `name` of the ranks `members` (this rank among them), one slice of a mesh
+    /// dimension: every rank of the slice makes it under the same name.
+    pub fn subgroup(&self, name: &str, members: &[usize]) -> Result<Group, Diagnostic> {
+        let rank = members
+            .iter()
+            .position(|&r| r == self.me.rank)
+            .unwrap_or_default();
+        Group::new(
+            &self.store,
+            name,
+            rank,
+            members.len(),
+            self.backend,
+            &bind(&self.me),
+            self.timeout,
+        )
+        .map_err(|e| self.lost(&e.0))
     }
 
     /// The number of ranks.
@@ -236,10 +263,16 @@ impl Ranks {
     /// micro-batch computes depends on which rows it holds, the ranks compute what that process
     /// does, a short last batch included.
     pub fn rows(&self, batch: &Batch) -> Result<Rows, Diagnostic> {
+        self.rows_of(batch, self.me.rank, self.me.world)
+    }
+
+    /// The rows of `batch` of the `r`-th of `world` data-parallel ranks (as [`Ranks::rows`]),
+    /// where ranks of another dimension (tensor parallel) share a data rank's rows.
+    pub fn rows_of(&self, batch: &Batch, r: usize, world: usize) -> Result<Rows, Diagnostic> {
         let span = batch.span;
-        let (r, a) = (self.me.rank, batch.accumulate.max(1) as usize);
+        let a = batch.accumulate.max(1) as usize;
         let n = batch.x.size().first().copied().unwrap_or(1) as u64;
-        let slots = rank_micro_batches(n, self.me.world as u64, a as u64);
+        let slots = rank_micro_batches(n, world as u64, a as u64);
         let mut rows = Rows {
             xs: Vec::new(),
             ys: Vec::new(),
@@ -263,6 +296,17 @@ impl Ranks {
     /// and every rank then fails with K0504 as the loop reads the values, at once. At world
     /// size 1 there is nothing to agree on: the values stay on the device.
     pub fn agree(&self, pass: Pass, span: Span) -> Result<(Pass, bool), Diagnostic> {
+        self.agree_counting(pass, span, true)
+    }
+
+    /// [`Ranks::agree`], this rank's values counted in the sums only when `counted` (a rank
+    /// whose values another rank holds too, a tensor rank after the first, adds zeros).
+    pub fn agree_counting(
+        &self,
+        pass: Pass,
+        span: Span,
+        counted: bool,
+    ) -> Result<(Pass, bool), Diagnostic> {
         if self.me.world == 1 {
             if self.signals.is_cancelled() {
                 self.stop
@@ -271,11 +315,18 @@ impl Ranks {
             return Ok((pass, true));
         }
         let flag = |b: bool| f64::from(u8::from(b));
-        let [loss_sum, correct, counted] = pass.values().at(span)?;
+        let [loss_sum, correct, tallied] = match counted {
+            true => pass.values().at(span)?,
+            // Its loss still decides whether the step is finite.
+            false => pass
+                .values()
+                .at(span)?
+                .map(|v| if v.is_finite() { 0.0 } else { v }),
+        };
         let agreed = self.sum(&[
             loss_sum,
             correct,
-            counted,
+            tallied,
             flag(self.signals.is_cancelled()),
         ])?;
         let pass = Pass::known([agreed[0], agreed[1], agreed[2]]).at(span)?;

@@ -17,7 +17,7 @@ use super::resume::{finished, Finished};
 use kiln::check::{check_path, FsLoader, Options};
 use kiln::diagnostic::render::to_text;
 use kiln::diagnostic::Code;
-use kiln::ir::Experiment;
+use kiln::ir::{Experiment, Parallelism};
 use print::{eprint, style};
 use sweep::{on_cpu, run_concurrently, trial_label};
 use trial::{run_trial, summary, Place};
@@ -83,11 +83,15 @@ pub fn main(opts: &RunOptions) -> i32 {
     }
     // A distributed experiment runs as one rank of a process group: started by a launcher
     // (torchrun, SLURM), or as this command's own ranks on this machine.
-    let distributed = trials.iter().find_map(|(_, e)| match &e.parallel {
-        kiln::ir::Parallel::Distributed {
-            world_size, span, ..
-        } => Some((*world_size as usize, *span)),
-        _ => None,
+    let distributed = trials.iter().find_map(|(_, e)| {
+        match kiln::ir::ParallelPlan::new(&e.parallel, None).strategy {
+            Parallelism::Ddp {
+                world_size, span, ..
+            } => Some((world_size as usize, span)),
+            Parallelism::Local | Parallelism::Replicas { .. } | Parallelism::Pipeline { .. } => {
+                None
+            }
+        }
     });
     let mut rank = None;
     if let Some((world, span)) = distributed {

@@ -123,7 +123,8 @@ pub fn run_trial(
     if device == tch::Device::Cpu {
         host_alloc::map_large_blocks();
     }
-    let (strategy, stop) = parallel::apply(exp, &session.plan, &net, session.over, member, cancel)?;
+    let (strategy, stop) =
+        parallel::apply(exp, &session.plan, &mut net, session.over, member, cancel)?;
     if let Some(m) = &mut memory {
         m.restart();
     }

@@ -1,0 +1,345 @@
+//! Tensor parallel over processes on c10d (`parallel mesh(tensor: T, data: D)`), Megatron-LM's
+//! scheme: the `T` consecutive ranks of a tensor group split the layers `kiln::ir::tensor` splits
+//! (a linear and its partner by columns then rows, attention by heads, a transformer block's
+//! attention and MLP), each keeping its piece of their parameters, gradients and optimizer state,
+//! and compute the other layers whole, on the same input. The `D` tensor groups replicate the
+//! model: each takes its data rank's rows of every global batch, as `ddp` cuts it, and after the
+//! step's backward passes every gradient is summed over the data group (the ranks holding the
+//! same piece).
+//!
+//! Ranks are laid out tensor first: rank `d·T + t` is tensor rank `t` of data rank `d`, so a
+//! tensor group is consecutive ranks, on one machine as torchrun numbers local ranks. Each
+//! dimension's slice is a c10d group of its own (`tensor/<d>`, `data/<t>`), over the run's store.
+//!
+//! The arithmetic: every rank of a tensor group holds the same loss, which only its first rank
+//! counts in the step's agreement and in evaluations; the norm for clipping sums the pieces over
+//! the tensor group and counts a replicated layer's gradient once (on the first tensor rank).
+//! Dropout on split activations draws the whole mask one process draws and keeps this rank's
+//! part, so the ranks compute what one process computes, within the rounding of the sums.
+//!
+//! Checkpoints hold the whole model and optimizer state, in the layout every strategy writes:
+//! each tensor group gathers its pieces, and rank 0 writes them; a restore keeps this rank's
+//! piece of each, so a run resumes at another degree, or without a strategy.
+
+use std::sync::Arc;
+
+use tch::{TchError, Tensor};
+
+use super::super::cancel::Cancel;
+use super::super::dist::c10d::Group;
+use super::super::dist::tensor::{enter, leave};
+use super::super::failure::At;
+use super::super::model::{piece, whole, Collective, Net};
+use super::super::optim::Optim;
+use super::super::step::{Backprop, Batch, Model, Objective, Pass};
+use super::ranks::{Member, Ranks};
+use super::strategy::{restore_whole, Strategy};
+use kiln::diagnostic::Diagnostic;
+use kiln::ir::tensor::{splits, Cut};
+use kiln::ir::{Experiment, ParallelPlan};
+use kiln::span::Span;
+
+/// A tensor group's c10d group, as the model's layers call it.
+struct TensorGroup {
+    group: Group,
+    rank: usize,
+    degree: usize,
+}
+
+// SAFETY: the training thread alone runs collectives on the group (forward and backward passes
+// run on it); c10d's process groups may be used from any thread.
+unsafe impl Sync for TensorGroup {}
+
+impl Collective for TensorGroup {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn degree(&self) -> usize {
+        self.degree
+    }
+
+    fn enter(&self, x: &Tensor) -> Result<Tensor, TchError> {
+        enter(&self.group, x).map_err(|e| TchError::Torch(e.0))
+    }
+
+    fn leave(&self, x: &Tensor) -> Result<Tensor, TchError> {
+        leave(&self.group, x).map_err(|e| TchError::Torch(e.0))
+    }
+}
+
+/// This rank of a tensor-parallel run.
+pub struct TensorParallel {
+    /// Field order is drop order: the groups before the run's group and store.
+    tensor: Arc<TensorGroup>,
+    /// The data group (the ranks holding the same pieces), when there are several.
+    data: Option<Group>,
+    ranks: Ranks,
+    /// This rank's data rank and the data degree.
+    data_rank: (usize, usize),
+    /// Each parameter's cut, in the model's order.
+    cuts: Vec<Cut>,
+    params: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+}
+
+impl TensorParallel {
+    /// Meets the other ranks (as `ddp` does), makes the mesh's groups, makes every rank's
+    /// parameters rank 0's, and splits the model. Returns the strategy and the token the loop
+    /// must watch for stopping.
+    pub fn start(
+        exp: &Experiment,
+        plan: &ParallelPlan,
+        net: &mut Net,
+        member: Member,
+        signals: Cancel,
+        degree: usize,
+    ) -> Result<(TensorParallel, Cancel), Diagnostic> {
+        let (ranks, stop) = Ranks::start(exp, plan, net, member, signals)?;
+        let (me, world) = (ranks.me.rank, ranks.world());
+        let (d, t, data_degree) = (me / degree, me % degree, world / degree);
+        let members: Vec<usize> = (d * degree..(d + 1) * degree).collect();
+        let group = ranks.subgroup(&format!("tensor/{d}"), &members)?;
+        let data = match data_degree {
+            1 => None,
+            _ => {
+                let members: Vec<usize> = (0..data_degree).map(|k| k * degree + t).collect();
+                Some(ranks.subgroup(&format!("data/{t}"), &members)?)
+            }
+        };
+        let all = |net: &Net| -> (Vec<Tensor>, Vec<Tensor>) {
+            (
+                net.params
+                    .iter()
+                    .map(|p| p.tensor.shallow_clone())
+                    .collect(),
+                net.buffers
+                    .iter()
+                    .map(|b| b.tensor.shallow_clone())
+                    .collect(),
+            )
+        };
+        let (params, buffers) = all(net);
+        ranks.broadcast(&params)?;
+        ranks.broadcast(&buffers)?;
+        let tensor = Arc::new(TensorGroup {
+            group,
+            rank: t,
+            degree,
+        });
+        let named: Vec<(String, _)> = splits(&exp.model.nodes, degree as u64)
+            .into_iter()
+            .map(|(l, s)| (l.name.clone(), s))
+            .collect();
+        net.split_tensors(&named, tensor.clone())?;
+        let cuts = net.cuts();
+        let (params, buffers) = all(net);
+        Ok((
+            TensorParallel {
+                tensor,
+                data,
+                ranks,
+                data_rank: (d, data_degree),
+                cuts,
+                params,
+                buffers,
+            },
+            stop,
+        ))
+    }
+
+    /// Whether this rank is the first of its tensor group (the one whose values count).
+    fn first(&self) -> bool {
+        self.tensor.rank == 0
+    }
+
+    /// The whole tensor of which `t` is this rank's piece under `cut` (every rank of the tensor
+    /// group takes part; `t` itself when not cut).
+    fn gathered(&self, t: &Tensor, cut: Cut, span: Span) -> Result<Tensor, Diagnostic> {
+        if cut == Cut::Whole {
+            return Ok(t.detach());
+        }
+        let degree = self.tensor.degree;
+        let mine = t.detach().f_contiguous().at(span)?;
+        let out = Tensor::f_empty(
+            [degree as i64 * mine.numel() as i64],
+            (mine.kind(), mine.device()),
+        )
+        .at(span)?;
+        let flat = mine.f_reshape([-1]).at(span)?;
+        self.tensor
+            .group
+            .all_gather(&out, &flat)
+            .map_err(|e| self.ranks.lost(&e.0))?;
+        let pieces = out
+            .f_reshape([degree as i64, -1])
+            .and_then(|o| o.f_unbind(0))
+            .and_then(|ps| {
+                ps.iter()
+                    .map(|p| p.f_reshape(mine.size()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .at(span)?;
+        whole(&pieces, cut).at(span)
+    }
+
+    /// The model's parameters whole, by name, with their optimizer state when `optim` is given.
+    fn whole_state(
+        &self,
+        model: &dyn Model,
+        optim: Option<&Optim>,
+        span: Span,
+    ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+        let mut params = Vec::new();
+        let mut states = Vec::new();
+        for (i, ((name, p), cut)) in model.params().into_iter().zip(&self.cuts).enumerate() {
+            params.push((name.to_string(), self.gathered(p, *cut, span)?));
+            for (key, s) in optim.map_or(&[][..], |o| &o.state[i][..]) {
+                // State shaped as the parameter is cut as it is; a step count is whole.
+                let cut = if s.size() == p.size() {
+                    *cut
+                } else {
+                    Cut::Whole
+                };
+                states.push((format!("optim/{name}/{key}"), self.gathered(s, cut, span)?));
+            }
+        }
+        let mut out: Vec<(String, Tensor)> = params
+            .into_iter()
+            .map(|(n, t)| (format!("param/{n}"), t))
+            .collect();
+        out.extend(
+            model
+                .buffers()
+                .into_iter()
+                .map(|(n, b)| (format!("buffer/{n}"), b.shallow_clone())),
+        );
+        out.extend(states);
+        Ok(out)
+    }
+}
+
+impl Backprop for TensorParallel {
+    fn backprop(
+        &mut self,
+        model: &dyn Model,
+        objective: &Objective,
+        batch: &Batch,
+    ) -> Result<Pass, Diagnostic> {
+        let span = batch.span;
+        let (d, data_degree) = self.data_rank;
+        let rows = self.ranks.rows_of(batch, d, data_degree)?;
+        let mut pass = Pass::default();
+        for ((xm, ym), weight) in rows.xs.iter().zip(&rows.ys).zip(&rows.weights) {
+            let out = model.forward(xm, true)?;
+            let ym = ym.f_to_device(out.device()).at(span)?;
+            let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
+            part.f_mul_scalar(batch.scale * weight)
+                .at(span)?
+                .f_backward()
+                .map_err(|e| self.ranks.lost(&e.to_string()))?;
+        }
+        let (pass, finite) = self.ranks.agree_counting(pass, span, self.first())?;
+        if !finite {
+            return Ok(pass);
+        }
+        if let Some(data) = &self.data {
+            tch::no_grad(|| -> Result<(), Diagnostic> {
+                for p in &self.params {
+                    let g = p.grad();
+                    if g.defined() {
+                        data.all_reduce_sum(&g).map_err(|e| self.ranks.lost(&e.0))?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        if !self.buffers.is_empty() {
+            self.ranks.broadcast(&self.buffers)?;
+        }
+        Ok(pass)
+    }
+
+    /// The ranks of a tensor group evaluate the same rows: their data rank's run of a split.
+    fn share(&self) -> (usize, usize) {
+        self.data_rank
+    }
+
+    /// The sums of the first rank of each tensor group add up.
+    fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
+        if !self.first() {
+            values.fill(0.0);
+        }
+        self.ranks.reduce(values)
+    }
+
+    /// The pieces of the gradient add up over the tensor group.
+    fn all_sum(&self, t: &Tensor) -> Result<(), Diagnostic> {
+        self.tensor
+            .group
+            .all_reduce_sum(t)
+            .map_err(|e| self.ranks.lost(&e.0))
+    }
+
+    /// A replicated layer's gradient is counted by the first tensor rank alone.
+    fn counted(&self, i: usize) -> bool {
+        self.first() || self.cuts.get(i).is_some_and(|c| *c != Cut::Whole)
+    }
+}
+
+/// Every rank holds its pieces of the split layers and the rest whole; checkpoints and the final
+/// weights are whole, gathered over each tensor group; rank 0 writes them.
+impl Strategy for TensorParallel {
+    fn state_for_save(
+        &self,
+        model: &dyn Model,
+        optim: &Optim,
+    ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+        self.whole_state(model, Some(optim), self.ranks.span)
+    }
+
+    fn restore(
+        &self,
+        model: &dyn Model,
+        optim: &mut Optim,
+        tensors: &[(String, Tensor)],
+        span: Span,
+    ) -> Result<(), Diagnostic> {
+        let (t, degree) = (self.tensor.rank, self.tensor.degree);
+        let params = model.params();
+        let mut pieces = Vec::with_capacity(tensors.len());
+        for (name, whole) in tensors {
+            let cut = params.iter().zip(&self.cuts).find_map(|((n, p), cut)| {
+                let of = |prefix: &str| {
+                    name.strip_prefix(prefix)
+                        .is_some_and(|rest| rest == *n || rest.starts_with(&format!("{n}/")))
+                };
+                (of("param/") || of("optim/")).then_some((*p, *cut))
+            });
+            let piece = match cut {
+                // State shaped as the whole parameter is cut as it is.
+                Some((p, cut)) if whole.dim() == p.dim() && cut != Cut::Whole => {
+                    piece(whole, cut, t, degree).at(span)?
+                }
+                Some(_) | None => whole.shallow_clone(),
+            };
+            pieces.push((name.clone(), piece));
+        }
+        restore_whole(model, optim, &pieces, span)
+    }
+
+    fn state_dict(&self, model: &dyn Model) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+        let state = self.whole_state(model, None, self.ranks.span)?;
+        Ok(state
+            .into_iter()
+            .map(|(n, t)| {
+                let name = n
+                    .strip_prefix("param/")
+                    .or_else(|| n.strip_prefix("buffer/"))
+                    .unwrap_or(&n)
+                    .to_string();
+                (name, t)
+            })
+            .collect())
+    }
+}
