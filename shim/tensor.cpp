@@ -8,6 +8,9 @@
 // - `kiln_tp_leave`: the sum over the group in forward (every rank holds its partial product of
 //   a layer split by its inputs, rows); the identity in backward, since every rank's part of the
 //   sum contributes to it with weight 1.
+// - `kiln_tp_gather`: every rank's part laid side by side along the last dimension, in rank
+//   order, in forward (the outputs of a layer split by its outputs, made whole); in backward
+//   this rank's part of the gradient, which every rank holds whole.
 //
 // The group is the handle `kiln_group_new` made, which outlives every graph that reads it (the
 // strategy that owns it drops the model's tensors first). Every function catches every exception
@@ -70,6 +73,31 @@ struct Leave : public torch::autograd::Function<Leave> {
   }
 };
 
+struct Gather : public torch::autograd::Function<Gather> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            int64_t group, int64_t rank, int64_t degree) {
+    at::Tensor mine = x.contiguous();
+    at::Tensor out = at::empty({degree * mine.numel()}, mine.options());
+    at::Tensor flat = mine.view({-1});
+    reinterpret_cast<kiln::Group*>(group)->pg->_allgather_base(out, flat)->wait();
+    std::vector<int64_t> shape{degree};
+    for (auto d : mine.sizes()) shape.push_back(d);
+    std::vector<int64_t> whole(mine.sizes().begin(), mine.sizes().end());
+    const int64_t part = whole.back();
+    whole.back() = part * degree;
+    ctx->saved_data["rank"] = rank;
+    ctx->saved_data["part"] = part;
+    return out.view(shape).movedim(0, -2).reshape(whole);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const int64_t rank = ctx->saved_data["rank"].toInt();
+    const int64_t part = ctx->saved_data["part"].toInt();
+    return {grads[0].narrow(-1, rank * part, part).contiguous(), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
 }  // namespace
 
 extern "C" {
@@ -86,6 +114,14 @@ int kiln_tp_enter(void* g, void* x, void** out) {
 int kiln_tp_leave(void* g, void* x, void** out) {
   return guarded([&] {
     at::Tensor y = Leave::apply(*static_cast<at::Tensor*>(x), reinterpret_cast<int64_t>(g));
+    *out = new at::Tensor(std::move(y));
+  });
+}
+
+int kiln_tp_gather(void* g, void* x, int64_t rank, int64_t degree, void** out) {
+  return guarded([&] {
+    at::Tensor y = Gather::apply(*static_cast<at::Tensor*>(x), reinterpret_cast<int64_t>(g),
+                                 rank, degree);
     *out = new at::Tensor(std::move(y));
   });
 }

@@ -1,8 +1,8 @@
 //! Tensor parallel over processes (`parallel mesh(tensor: T, data: D)`, Gloo on loopback),
-//! against one process on the same global batch: a transformer with an embedding, positions, a
-//! transformer block (attention split by heads, its MLP by columns then rows), a residual MLP
-//! whose two linears are split as a pair (dropout between them), layer norms and a vocabulary
-//! head, trained 20 steps by AdamW with `accumulate 2` and clipping. Every step's loss and the
+//! against one process on the same global batch: a transformer with an embedding (split by
+//! vocabulary), positions, a transformer block (attention split by heads, its MLP by columns then
+//! rows), a residual MLP whose two linears are split as a pair (dropout between them), layer norms
+//! and a vocabulary head (split by outputs, gathered), trained 20 steps by AdamW with `accumulate 2` and clipping. Every step's loss and the
 //! final parameters agree within 1e-5 relative at tensor 2 and at tensor 2 × data 2, with dropout
 //! at tensor 2 (the ranks keep their part of the masks one process draws), and in bf16 within
 //! bf16's tolerance; two torchrun agents on the loopback address, as two machines of two ranks
@@ -35,7 +35,7 @@ experiment "tensor" {{
   }}
   model {{
     input [16]
-    tokens: embedding(32, 24)
+    tokens: embedding(32, 24, pad: 5)  # id 5 pads: rank 0's rows hold it
     pos: positional(16)
     h0: transformer_block(heads: 4, hidden: 64, dropout: {dropout}, causal: true)
     block mlp {{
@@ -322,16 +322,21 @@ fn the_plan_says_which_layers_are_split_and_what_a_rank_keeps() {
         "mlp.0.up    columns (outputs)",
         "mlp.0.3     on the split outputs",
         "mlp.0.down  rows (inputs), summed",
-        "head        replicated (no linear partner follows)",
+        "tokens      vocabulary rows, lookups summed",
+        "pos         replicated",
+        "head        columns (outputs), gathered",
         // By hand: h0 keeps half of in_proj (1,800), out_proj's weight (576), linear1 (1,600)
         // and linear2's weight (1,536), with out_proj's and linear2's biases and the norms whole
-        // (24 + 24 + 96): 2,900; mlp.0.up 800, mlp.0.down 768 + 24; the rest whole (2,048).
-        "a rank keeps 6,540 parameters",
-        // Per step, batch 16 over 2 data ranks in 2 micro-batches: the block sums twice forward
-        // and twice backward, the pair once each way, each of 8 rows of [16, 24] fp32 (12 KiB):
-        // 6 sums a micro-batch, 72 KiB a step.
-        "12 all-reduces of activations and their gradients over 2 tensor ranks: 72.00 KiB summed",
-        "all-reduce of 25.55 KiB of gradients over 2 replicas",
+        // (24 + 24 + 96): 2,900; mlp.0.up 800, mlp.0.down 768 + 24; tokens 384 of 768, head 400
+        // of 800; pos and the norms whole (384 + 48 + 48).
+        "a rank keeps 5,756 parameters",
+        // Per step, batch 16 over 2 data ranks in 2 micro-batches of 4 rows: the block sums twice
+        // forward and twice backward, the pair once each way, the embedding's lookups forward
+        // and the head's input gradient backward, each of 4 rows of [16, 24] fp32 (6 KiB): 8
+        // sums a micro-batch, 96 KiB a step; the head's outputs, 4 rows of [16, 32] (8 KiB), are
+        // gathered each micro-batch. Ring: 2 (2 - 1)/2 of 96 KiB and (2 - 1)/2 of 16 KiB.
+        "16 all-reduces of activations and their gradients (96.00 KiB summed) and 2 all-gathers of the head's outputs (16.00 KiB gathered) over 2 tensor ranks: each rank sends and receives 104.00 KiB (ring)",
+        "all-reduce of 22.48 KiB of gradients over 2 replicas",
     ] {
         assert!(plan.contains(line), "missing `{line}` in:\n{plan}");
     }

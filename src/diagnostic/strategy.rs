@@ -355,7 +355,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
             format!("tensor parallel over {degree} ranks splits no layer of this model"),
         )
         .label("every tensor rank computes the same thing")
-        .help("tensor parallel splits attention, transformer blocks and pairs of linear layers with only activations between them; use `data` ranks instead"),
+        .help("tensor parallel splits attention, transformer blocks, pairs of linear layers with only activations between them, embeddings and a final linear head; use `data` ranks instead"),
         Problem::Warnings(Warnings::FsdpOneUnit { span }) => new(
             span,
             "the model has no top-level block, so fsdp shards it as one unit".into(),

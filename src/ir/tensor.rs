@@ -10,6 +10,12 @@
 //!   columns), and the output projection by rows;
 //! - `transformer_block`: its attention as above and its MLP (`linear1` by columns, `linear2` by
 //!   rows): two sums in forward and two in backward;
+//! - `embedding` is split by vocabulary: rank `r` keeps rows `[r·v/T, (r+1)·v/T)` of the table,
+//!   looks up the ids in its range (zeros for the others) and the ranks' lookups are summed: one
+//!   sum in forward, none in backward;
+//! - the model's last layer, when it is a `linear` without a partner (a vocabulary head), is
+//!   split by its outputs and its outputs gathered from the ranks (one all-gather in forward, the
+//!   input gradient summed in backward), so the loss sees whole logits;
 //! - every other layer is replicated: each rank computes it whole, on the same input.
 //!
 //! The checker refuses heads or a block's hidden width that the degree does not divide; the plan
@@ -31,6 +37,10 @@ pub enum Split {
     Heads,
     /// `transformer_block`: attention by heads, the MLP by columns then rows.
     Block,
+    /// `embedding` split by vocabulary rows, the ranks' lookups summed.
+    Vocab,
+    /// The model's last `linear` split by its outputs, which are gathered from the ranks.
+    Gathered,
     /// An elementwise layer between a column split and its partner: it runs on this rank's
     /// outputs of the first (a dropout draws the whole mask and keeps this rank's part of it,
     /// so the ranks drop what one process drops).
@@ -63,7 +73,8 @@ impl Cut {
         let columns = Cut::Along { dim: 1, chunks: 1 };
         let qkv = Cut::Along { dim: 0, chunks: 3 };
         match (split, local) {
-            (Split::Columns, "weight" | "bias") => rows,
+            (Split::Columns | Split::Gathered, "weight" | "bias") => rows,
+            (Split::Vocab, "weight") => rows,
             (Split::Rows, "weight") => columns,
             (Split::Heads, "in_proj_weight" | "in_proj_bias") => qkv,
             (Split::Heads, "out_proj.weight") => columns,
@@ -84,7 +95,7 @@ pub enum Whole {
     /// A `linear` with no partner: the next layer of its sequence that is not elementwise is not
     /// a `linear` (or there is none).
     NoPartner,
-    /// A `linear` whose outputs the degree does not divide.
+    /// A `linear` whose outputs (or an `embedding` whose vocabulary) the degree does not divide.
     Indivisible,
 }
 
@@ -97,9 +108,11 @@ impl Split {
             Split::Heads => "heads; output projection by rows, summed",
             Split::Block => "heads, MLP by columns then rows; 2 sums",
             Split::Between => "on the split outputs",
+            Split::Vocab => "vocabulary rows, lookups summed",
+            Split::Gathered => "columns (outputs), gathered",
             Split::Replicated(Whole::Kind) => "replicated",
             Split::Replicated(Whole::NoPartner) => "replicated (no linear partner follows)",
-            Split::Replicated(Whole::Indivisible) => "replicated (outputs not divisible)",
+            Split::Replicated(Whole::Indivisible) => "replicated (not divisible by the degree)",
         }
     }
 
@@ -112,9 +125,9 @@ impl Split {
     /// backward): after a row split, and after each of a block's two.
     pub fn sums(self) -> u64 {
         match self {
-            Split::Rows | Split::Heads => 1,
+            Split::Rows | Split::Heads | Split::Vocab => 1,
             Split::Block => 2,
-            Split::Columns | Split::Between | Split::Replicated(_) => 0,
+            Split::Columns | Split::Gathered | Split::Between | Split::Replicated(_) => 0,
         }
     }
 }
@@ -132,8 +145,19 @@ pub struct Indivisible<'a> {
 
 /// How `degree` splits each layer of `nodes`, in the model's order.
 pub fn splits(nodes: &[Node], degree: u64) -> Vec<(&Layer, Split)> {
+    let t = degree.max(1) as i64;
     let mut out = Vec::new();
-    walk(nodes, degree.max(1) as i64, &mut out);
+    walk(nodes, t, &mut out);
+    // The model's last layer, a linear without a partner: a head, its outputs gathered.
+    if let Some((layer, split)) = out.last_mut() {
+        if let (LayerKind::Linear { outputs, .. }, Split::Replicated(Whole::NoPartner)) =
+            (&layer.kind, *split)
+        {
+            if outputs % t == 0 {
+                *split = Split::Gathered;
+            }
+        }
+    }
     out
 }
 
@@ -190,6 +214,8 @@ fn walk<'a>(nodes: &'a [Node], t: i64, out: &mut Vec<(&'a Layer, Split)>) {
                 None => Split::Replicated(Whole::NoPartner),
             },
             LayerKind::Attention { .. } => Split::Heads,
+            LayerKind::Embedding { vocab, .. } if vocab % t == 0 => Split::Vocab,
+            LayerKind::Embedding { .. } => Split::Replicated(Whole::Indivisible),
             LayerKind::TransformerBlock { .. } => Split::Block,
             _ => Split::Replicated(Whole::Kind),
         };

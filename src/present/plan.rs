@@ -327,12 +327,20 @@ pub fn to_text(p: &Plan) -> String {
         );
     }
     if let Some(t) = &p.tensor {
+        let gathers = match t.gathers_per_step {
+            0 => String::new(),
+            n => format!(
+                " and {} all-gathers of the head's outputs ({} gathered)",
+                fmt_count(n),
+                fmt_bytes(t.gather_bytes_per_step)
+            ),
+        };
         let _ = writeln!(
             out,
-            "  {} all-reduces of activations and their gradients over {} tensor ranks: {} summed, each rank sends and receives {} (ring)",
+            "  {} all-reduces of activations and their gradients ({} summed){gathers} over {} tensor ranks: each rank sends and receives {} (ring)",
             fmt_count(t.sums_per_step),
-            t.degree,
             fmt_bytes(t.sum_bytes_per_step),
+            t.degree,
             fmt_bytes(t.ring_bytes_per_rank)
         );
     }

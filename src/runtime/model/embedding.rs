@@ -2,7 +2,7 @@
 
 use tch::{Kind, Tensor};
 
-use super::{Init, LayerRun, Net};
+use super::{split, Init, LayerRun, Net};
 use crate::runtime::failure::At;
 use kiln::diagnostic::Diagnostic;
 
@@ -31,5 +31,26 @@ pub(super) fn forward(
     if let Some(p) = pad {
         *keep = Some(x.f_ne(p).at(l.span)?);
     }
-    Tensor::f_embedding(net.param(l, "weight")?, x, pad.unwrap_or(-1), false, false).at(l.span)
+    let table = net.param(l, "weight")?;
+    let Some(share) = &l.share else {
+        return Tensor::f_embedding(table, x, pad.unwrap_or(-1), false, false).at(l.span);
+    };
+    // Split by vocabulary: this rank's rows are ids `[start, start + rows)`; it looks those up
+    // (the others as its first row, zeroed) and the ranks' lookups are summed.
+    let rows = table.size()[0];
+    let start = share.group.rank() as i64 * rows;
+    let s = l.span;
+    let local = x.f_sub_scalar(start).at(s)?;
+    let mine = local
+        .f_ge(0)
+        .at(s)?
+        .f_logical_and(&local.f_lt(rows).at(s)?)
+        .at(s)?;
+    let ids = local.f_clamp(0, rows - 1).at(s)?;
+    let pad = pad.map(|p| p - start).filter(|p| (0..rows).contains(p));
+    let found = Tensor::f_embedding(table, &ids, pad.unwrap_or(-1), false, false)
+        .at(s)?
+        .f_mul(&mine.f_unsqueeze(-1).at(s)?.f_to_kind(table.kind()).at(s)?)
+        .at(s)?;
+    split::leave(l, &found)
 }

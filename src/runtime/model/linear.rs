@@ -38,6 +38,7 @@ pub(super) fn layer(
         None => match l.share.as_ref().map(|s| s.split) {
             Some(Split::Columns) => forward(net, l, "", &split::enter(l, x)?),
             Some(Split::Rows) => rows(net, l, "", x),
+            Some(Split::Gathered) => split::gather(l, &forward(net, l, "", &split::enter(l, x)?)?),
             _ => forward(net, l, "", x),
         },
     }

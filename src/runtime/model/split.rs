@@ -22,6 +22,8 @@ pub trait Collective: Send + Sync {
     fn enter(&self, x: &Tensor) -> Result<Tensor, TchError>;
     /// `x` summed over the group; in backward, the gradient as it is.
     fn leave(&self, x: &Tensor) -> Result<Tensor, TchError>;
+    /// Every rank's `x` side by side along the last dimension; in backward, this rank's part.
+    fn gather(&self, x: &Tensor) -> Result<Tensor, TchError>;
 }
 
 /// A split layer's share: how it is split, and the group it shares the work with.
@@ -143,6 +145,14 @@ pub(super) fn enter(l: &LayerRun, x: &Tensor) -> Result<Tensor, Diagnostic> {
 pub(super) fn leave(l: &LayerRun, y: &Tensor) -> Result<Tensor, Diagnostic> {
     match &l.share {
         Some(s) => s.group.leave(y).at(l.span),
+        None => Ok(y.shallow_clone()),
+    }
+}
+
+/// The outputs of a layer split by its outputs, gathered whole from the tensor ranks.
+pub(super) fn gather(l: &LayerRun, y: &Tensor) -> Result<Tensor, Diagnostic> {
+    match &l.share {
+        Some(s) => s.group.gather(y).at(l.span),
         None => Ok(y.shallow_clone()),
     }
 }

@@ -27,7 +27,7 @@ use tch::{TchError, Tensor};
 
 use super::super::cancel::Cancel;
 use super::super::dist::c10d::Group;
-use super::super::dist::tensor::{enter, leave};
+use super::super::dist::tensor::{enter, gather, leave};
 use super::super::failure::At;
 use super::super::model::{piece, whole, Collective, Net};
 use super::super::optim::Optim;
@@ -65,6 +65,10 @@ impl Collective for TensorGroup {
 
     fn leave(&self, x: &Tensor) -> Result<Tensor, TchError> {
         leave(&self.group, x).map_err(|e| TchError::Torch(e.0))
+    }
+
+    fn gather(&self, x: &Tensor) -> Result<Tensor, TchError> {
+        gather(&self.group, x, self.rank, self.degree).map_err(|e| TchError::Torch(e.0))
     }
 }
 
