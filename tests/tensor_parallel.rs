@@ -2,9 +2,10 @@
 //! against one process on the same global batch: a transformer with an embedding (split by
 //! vocabulary), positions, a transformer block (attention split by heads, its MLP by columns then
 //! rows), a residual MLP whose two linears are split as a pair (dropout between them), layer norms
-//! and a vocabulary head (split by outputs, gathered), trained 20 steps by AdamW with `accumulate 2` and clipping. Every step's loss and the
-//! final parameters agree within 1e-5 relative at tensor 2 and at tensor 2 × data 2, with dropout
-//! at tensor 2 (the ranks keep their part of the masks one process draws), and in bf16 within
+//! and a vocabulary head (split by outputs, gathered), trained 20 steps by AdamW with
+//! `accumulate 2` and clipping. Every step's loss and the final parameters agree within 1e-5
+//! relative at tensor 2, at tensor 2 × data 2 and at fsdp 4 written as a mesh, with dropout at
+//! tensor 2 (the ranks keep their part of the masks one process draws), and in bf16 within
 //! bf16's tolerance; two torchrun agents on the loopback address, as two machines of two ranks
 //! each (a tensor group inside each), compute what one process does; a run stopped under one
 //! mesh resumes under another, or none, as the uninterrupted run; `kiln plan` says which layers
@@ -161,7 +162,12 @@ const TENSOR2_DATA2: &str = "parallel mesh(tensor: 2, data: 2)";
 fn tensor_parallel_computes_what_one_process_does() {
     let dir = scratch("tensor-equivalence");
     let single = trained(&dir, "single", &experiment("", 0.0, ""));
-    for (name, parallel) in [("tensor2", TENSOR2), ("tensor2-data2", TENSOR2_DATA2)] {
+    for (name, parallel) in [
+        ("tensor2", TENSOR2),
+        ("tensor2-data2", TENSOR2_DATA2),
+        // The old fsdp as a mesh whose other degrees are 1.
+        ("fsdp4", "parallel mesh(fsdp: 4, tensor: 1, data: 1)"),
+    ] {
         let run = trained(&dir, name, &experiment(parallel, 0.0, ""));
         agrees(&single, &run, 1e-5, 1e-5, false);
         // The tensor ranks' evaluation counts once: the validation loss is one process's.
