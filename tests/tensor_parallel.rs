@@ -4,7 +4,8 @@
 //! rows), a residual MLP whose two linears are split as a pair (dropout between them), layer norms
 //! and a vocabulary head (split by outputs, gathered), trained 20 steps by AdamW with
 //! `accumulate 2` and clipping. Every step's loss and the final parameters agree within 1e-5
-//! relative at tensor 2, at tensor 2 × data 2 and at fsdp 4 written as a mesh, with dropout at
+//! relative at tensor 2, at tensor 2 × data 2, at tensor 2 × fsdp 2 and at fsdp 4 written as a
+//! mesh, with dropout at
 //! tensor 2 (the ranks keep their part of the masks one process draws), and in bf16 within
 //! bf16's tolerance; two torchrun agents on the loopback address, as two machines of two ranks
 //! each (a tensor group inside each), compute what one process does; a run stopped under one
@@ -165,6 +166,8 @@ fn tensor_parallel_computes_what_one_process_does() {
     for (name, parallel) in [
         ("tensor2", TENSOR2),
         ("tensor2-data2", TENSOR2_DATA2),
+        // Each tensor rank's pieces sharded over the 2 ranks that hold the same.
+        ("tensor2-fsdp2", "parallel mesh(tensor: 2, fsdp: 2)"),
         // The old fsdp as a mesh whose other degrees are 1.
         ("fsdp4", "parallel mesh(fsdp: 4, tensor: 1, data: 1)"),
     ] {
@@ -298,6 +301,28 @@ fn a_run_resumes_under_another_tensor_degree_as_the_uninterrupted_run() {
         let report = std::fs::read_to_string(run.join("report.yaml")).expect("report");
         assert!(report.contains("tensor parallel: "), "{name}: {report}");
     }
+    // Without dropout, fsdp at 2 ranks resumes as tensor 2 × fsdp 2, which resumes without a
+    // strategy.
+    let plain = trained(&dir, "plain", &experiment("", 0.0, ""));
+    let run = stopped(
+        &dir,
+        "fsdp-to-mesh",
+        &experiment("parallel fsdp(backend: gloo, world_size: 2)", 0.0, ""),
+    );
+    resumed(
+        &dir,
+        "fsdp-to-mesh",
+        &run,
+        &experiment("parallel mesh(tensor: 2, fsdp: 2)", 0.0, ""),
+    );
+    agrees(&plain, &run, 1e-5, 1e-5, false);
+    let run = stopped(
+        &dir,
+        "mesh-to-none",
+        &experiment("parallel mesh(tensor: 2, fsdp: 2)", 0.0, ""),
+    );
+    resumed(&dir, "mesh-to-none", &run, &experiment("", 0.0, ""));
+    agrees(&plain, &run, 1e-5, 1e-5, false);
     // With data replication the run computes what `ddp` over its data ranks does.
     let ddp = trained(
         &dir,
@@ -335,7 +360,7 @@ fn the_plan_says_which_layers_are_split_and_what_a_rank_keeps() {
         // and linear2's weight (1,536), with out_proj's and linear2's biases and the norms whole
         // (24 + 24 + 96): 2,900; mlp.0.up 800, mlp.0.down 768 + 24; tokens 384 of 768, head 400
         // of 800; pos and the norms whole (384 + 48 + 48).
-        "a rank keeps 5,756 parameters",
+        "a tensor rank's pieces: 5,756 parameters",
         // Per step, batch 16 over 2 data ranks in 2 micro-batches of 4 rows: the block sums twice
         // forward and twice backward, the pair once each way, the embedding's lookups forward
         // and the head's input gradient backward, each of 4 rows of [16, 24] fp32 (6 KiB): 8
@@ -343,6 +368,24 @@ fn the_plan_says_which_layers_are_split_and_what_a_rank_keeps() {
         // gathered each micro-batch. Ring: 2 (2 - 1)/2 of 96 KiB and (2 - 1)/2 of 16 KiB.
         "16 all-reduces of activations and their gradients (96.00 KiB summed) and 2 all-gathers of the head's outputs (16.00 KiB gathered) over 2 tensor ranks: each rank sends and receives 104.00 KiB (ring)",
         "all-reduce of 22.48 KiB of gradients over 2 replicas",
+    ] {
+        assert!(plan.contains(line), "missing `{line}` in:\n{plan}");
+    }
+    // Under fsdp each rank shards its pieces over the 2 ranks that hold the same: the block `mlp`
+    // (1,640 of its pieces) and the root (4,116), half each.
+    let exp = write(
+        &dir,
+        "f.exp",
+        &experiment("parallel mesh(tensor: 2, fsdp: 2)", 0.0, ""),
+    );
+    let out = kiln(&["plan", s(&exp)]).output().expect("kiln plan");
+    let plan = text(&out);
+    for line in [
+        "sharding over 2 ranks",
+        "mlp    1,640             820",
+        "root   4,116           2,058",
+        "a rank holds shards of 2,878 parameters",
+        "which fsdp shards over the data ranks",
     ] {
         assert!(plan.contains(line), "missing `{line}` in:\n{plan}");
     }

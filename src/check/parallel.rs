@@ -251,27 +251,16 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 (data?, fsdp?, tensor?);
             out.tensor_span = tensor_span;
             out.dp_span = fsdp_span.or(data_span).or(Some(v.span));
-            // Data replication with sharding (HSDP) and fsdp with tensor parallel are not run.
-            let clash = match (data_span.filter(|_| data > 1), fsdp_span) {
-                (Some(d), Some(f)) if fsdp > 1 => Some((
-                    f,
-                    d,
-                    "data replication together with fsdp (hybrid sharding)",
-                )),
-                _ => match (fsdp_span.filter(|_| fsdp > 1), tensor_span) {
-                    (Some(f), Some(t)) if tensor > 1 => {
-                        Some((t, f, "fsdp together with tensor parallel"))
-                    }
-                    _ => None,
-                },
-            };
-            if let Some((span, other, what)) = clash {
-                cx.report(Problem::Strategies(Strategies::MeshNotRun {
-                    span,
-                    what: what.into(),
-                    other: Some(other),
-                }));
-                return None;
+            // Data replication with sharding (hybrid sharding) is not run.
+            if let (Some(d), Some(f)) = (data_span.filter(|_| data > 1), fsdp_span) {
+                if fsdp > 1 {
+                    cx.report(Problem::Strategies(Strategies::MeshNotRun {
+                        span: f,
+                        what: "data replication together with fsdp (hybrid sharding)".into(),
+                        other: Some(d),
+                    }));
+                    return None;
+                }
             }
             let world = data.saturating_mul(fsdp).saturating_mul(tensor);
             if world > MAX_RANKS {

@@ -140,7 +140,7 @@ pub(super) fn words(problem: Problem) -> Diagnostic {
                 Some(o) => d.with(o, "the other dimension"),
                 None => d,
             }
-            .help("today a mesh runs data replication or fsdp alone, or tensor parallel with data replication; drop one of the two, or set its degree to 1")
+            .help("today a mesh runs data replication or fsdp, each alone or with tensor parallel; drop one of the two, or set its degree to 1")
         }
         Problem::Strategies(Strategies::TensorIndivisible {
             span,

@@ -132,6 +132,23 @@ impl Split {
     }
 }
 
+/// The values a tensor rank keeps of each trainable tensor of `nodes`, by its `state_dict` name,
+/// in the model's order: its piece of a cut tensor, the others whole.
+pub fn rank_tensors(nodes: &[Node], degree: u64) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for (layer, split) in splits(nodes, degree) {
+        for t in super::tensors(layer) {
+            let local = &t.name[layer.name.len() + 1..];
+            let count = match Cut::of(split, local) {
+                Cut::Whole => t.count,
+                Cut::Along { .. } => t.count / degree.max(1),
+            };
+            out.push((t.name, count));
+        }
+    }
+    out
+}
+
 /// A layer's dimension that a tensor degree must divide, where it does not.
 #[derive(Clone, Debug)]
 pub struct Indivisible<'a> {

@@ -29,7 +29,7 @@
 
 use serde::Serialize;
 
-use crate::ir::{layers, tensors, Device, Experiment, Node, Parallel};
+use crate::ir::{layers, tensor, tensors, Device, Experiment, Node, Parallel};
 
 /// One unit of sharding.
 #[derive(Serialize, Debug, PartialEq)]
@@ -80,12 +80,20 @@ impl Sharding {
         else {
             return None;
         };
-        let w = (*world_size).max(1);
+        // Under tensor parallel each rank shards its pieces over the ranks that hold the same.
+        let degree = e.parallel.tensor_degree();
+        let w = (world_size / degree).max(1);
+        let pieces: std::collections::HashMap<String, u64> = match degree {
+            1 => Default::default(),
+            _ => tensor::rank_tensors(&e.model.nodes, degree)
+                .into_iter()
+                .collect(),
+        };
         let unit = |name: &str, nodes: &[Node]| {
             let all: Vec<u64> = layers(nodes)
                 .iter()
                 .flat_map(|l| tensors(l))
-                .map(|t| t.count)
+                .map(|t| pieces.get(&t.name).copied().unwrap_or(t.count))
                 .collect();
             UnitRow {
                 name: name.to_string(),

@@ -9,8 +9,8 @@
 use serde::Serialize;
 
 use super::values;
-use crate::ir::tensor::{splits, Cut, Split};
-use crate::ir::{tensors, Experiment};
+use crate::ir::tensor::{rank_tensors, splits, Split};
+use crate::ir::Experiment;
 
 /// A layer and how the tensor degree splits it.
 #[derive(Serialize, Debug, PartialEq)]
@@ -26,7 +26,8 @@ pub struct SplitRow {
 pub struct TensorPlan {
     /// The tensor degree: ranks per tensor group.
     pub degree: u64,
-    /// The data degree: tensor groups, each on its rows of the batch.
+    /// The data degree: tensor groups, each on its rows of the batch (replicas, or fsdp's
+    /// shards).
     pub data: u64,
     /// Each layer with parameters or between a split pair, and how it is split.
     pub splits: Vec<SplitRow>,
@@ -53,16 +54,10 @@ pub fn of(e: &Experiment) -> Option<TensorPlan> {
     }
     let data = e.parallel.data_parallel_size().max(1);
     let split = splits(&e.model.nodes, degree);
-    let mut rank_params = 0u64;
-    for (layer, how) in &split {
-        for t in tensors(layer) {
-            let local = &t.name[layer.name.len() + 1..];
-            rank_params += match Cut::of(*how, local) {
-                Cut::Whole => t.count,
-                Cut::Along { .. } => t.count / degree,
-            };
-        }
-    }
+    let rank_params = rank_tensors(&e.model.nodes, degree)
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
     // Rows a data rank runs per step, every micro-batch together.
     let rows = e.data.batch.div_ceil(data);
     let act = e.train.precision.activation_bytes();

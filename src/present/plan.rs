@@ -77,15 +77,16 @@ fn tensor_terms(d: &DeviceNeed) -> String {
 
 /// The units of `parallel fsdp` and what a rank holds of them.
 /// How a tensor degree splits the layers, and what a rank keeps.
-fn tensor(out: &mut String, t: &TensorPlan) {
+fn tensor(out: &mut String, t: &TensorPlan, sharded: bool) {
     let _ = writeln!(
         out,
-        "\ntensor parallel over {} ranks (ranks d·{} .. d·{} + {} of data rank d), {} data replica{}",
+        "\ntensor parallel over {} ranks (ranks d·{} .. d·{} + {} of data rank d), {} data {}{}",
         t.degree,
         t.degree,
         t.degree,
         t.degree - 1,
         t.data,
+        if sharded { "rank" } else { "replica" },
         if t.data == 1 { "" } else { "s" }
     );
     let header = ["layer", "split"].map(String::from);
@@ -97,8 +98,13 @@ fn tensor(out: &mut String, t: &TensorPlan) {
     *out += &table::render(&header, &rows, &[Left, Left], "  ");
     let _ = writeln!(
         out,
-        "  a rank keeps {} parameters (its pieces of the split layers, the rest whole); activations are counted whole on every rank",
-        fmt_count(t.rank_params)
+        "  a tensor rank's pieces: {} parameters (of the split layers, the rest whole){}; activations are counted whole on every rank",
+        fmt_count(t.rank_params),
+        if sharded {
+            ", which fsdp shards over the data ranks"
+        } else {
+            ""
+        }
     );
 }
 
@@ -279,7 +285,7 @@ pub fn to_text(p: &Plan) -> String {
         sharding(&mut out, sh);
     }
     if let Some(t) = &p.tensor {
-        tensor(&mut out, t);
+        tensor(&mut out, t, p.sharding.is_some());
     }
     groups(&mut out, &p.groups);
     if let Some(c) = &p.compression {

@@ -162,7 +162,7 @@ fn strategy(e: &Experiment) -> String {
                 sharding: Some(_), ..
             },
             true,
-        ) => fsdp_words(e),
+        ) => fsdp_words(&data_only(&e.parallel)),
         (other, _) => words(other),
     }
 }
@@ -192,10 +192,11 @@ fn data_only(parallel: &Parallel) -> Parallel {
 
 /// The sharding of a run whose strategy is a setting ([`strategy`]).
 fn sharding(e: &Experiment) -> Option<String> {
-    match &e.parallel {
+    let parallel = data_only(&e.parallel);
+    match &parallel {
         Parallel::Distributed {
             sharding: Some(_), ..
-        } if !kiln::ir::split_matters(&e.model.nodes) => Some(fsdp_words(e)),
+        } if !kiln::ir::split_matters(&e.model.nodes) => Some(fsdp_words(&parallel)),
         Parallel::None
         | Parallel::Model
         | Parallel::Data { .. }
@@ -205,8 +206,8 @@ fn sharding(e: &Experiment) -> Option<String> {
 }
 
 /// `fsdp(backend: gloo, world_size: 2, reshard_after_forward: true)`.
-fn fsdp_words(e: &Experiment) -> String {
-    match &e.parallel {
+fn fsdp_words(parallel: &Parallel) -> String {
+    match parallel {
         Parallel::Distributed {
             backend,
             world_size,

@@ -27,6 +27,13 @@
 //! the ranks gather them a unit and a tensor at a time, and rank 0 keeps and writes them. A
 //! restore takes this rank's slices of them, so a run resumes at another world size, or without
 //! a strategy.
+//!
+//! Composed with tensor parallel (`mesh(fsdp: F, tensor: T)`), the model is split over each
+//! tensor group first ([`Mesh`]) and each rank shards its pieces over its data group (the `F`
+//! ranks holding the same pieces): units gather and reduce over that group, the rows of a batch
+//! are the data rank's, the first rank of a tensor group counts the step's values, the norm for
+//! clipping sums over every rank and counts a replicated layer once, and checkpoints gather a
+//! unit over the data group, then the pieces over the tensor group.
 
 use tch::Tensor;
 
@@ -38,6 +45,7 @@ use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::ranks::{Member, Ranks};
 use super::strategy::{buffers_of, model_state_dict, restore_whole, whole_state, Strategy};
+use super::tensor::Mesh;
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::{Experiment, Node, ParallelPlan};
 use kiln::span::Span;
@@ -46,6 +54,9 @@ use kiln::span::Span;
 pub struct Fsdp {
     /// Field order is drop order: the units before the group they gather over.
     units: Vec<Sharded>,
+    /// The tensor dimension, when the model is split over tensor ranks too; its data group is
+    /// the units' group.
+    mesh: Option<Mesh>,
     ranks: Ranks,
     /// The model's top-level nodes, each a view of the model, with the unit of its parameters
     /// (`None` for a node without any).
@@ -76,12 +87,19 @@ impl Fsdp {
     pub fn start(
         exp: &Experiment,
         plan: &ParallelPlan,
-        net: &Net,
+        net: &mut Net,
         member: Member,
         signals: Cancel,
         reshard_after_forward: bool,
+        tensor: usize,
     ) -> Result<(Fsdp, Cancel), Diagnostic> {
         let (ranks, stop) = Ranks::start(exp, plan, net, member, signals)?;
+        // Split over the tensor ranks first (which makes every rank's weights rank 0's).
+        let mesh = match tensor {
+            1 => None,
+            t => Some(Mesh::split(exp, net, &ranks, t, true)?),
+        };
+        let net: &Net = net;
         let params: Vec<Tensor> = net
             .params
             .iter()
@@ -92,8 +110,10 @@ impl Fsdp {
             .iter()
             .map(|b| b.tensor.shallow_clone())
             .collect();
-        ranks.broadcast(&params)?;
-        ranks.broadcast(&buffers)?;
+        if mesh.is_none() {
+            ranks.broadcast(&params)?;
+            ranks.broadcast(&buffers)?;
+        }
         let index = |name: &str| net.params.iter().position(|p| p.name == name);
         // Each top-level block with parameters is a unit; every other parameter is the root's,
         // so that every parameter is in exactly one unit.
@@ -132,8 +152,11 @@ impl Fsdp {
         let mut units = Vec::new();
         for (own, reshard) in members {
             let tensors: Vec<Tensor> = own.iter().map(|&i| params[i].shallow_clone()).collect();
-            let (unit, mine) =
-                Unit::new(&ranks.group, &pool, &tensors).map_err(|e| ranks.lost(&e.0))?;
+            let group = mesh
+                .as_ref()
+                .and_then(|m| m.data.as_ref())
+                .unwrap_or(&ranks.group);
+            let (unit, mine) = Unit::new(group, &pool, &tensors).map_err(|e| ranks.lost(&e.0))?;
             shards.extend(own.iter().copied().zip(mine));
             unit.release().map_err(|e| ranks.lost(&e.0))?;
             units.push(Sharded {
@@ -151,6 +174,7 @@ impl Fsdp {
         Ok((
             Fsdp {
                 units,
+                mesh,
                 ranks,
                 nodes,
                 shards,
@@ -229,9 +253,15 @@ impl Fsdp {
         let mut out: Vec<Option<Tensor>> = named.iter().map(|_| None).collect();
         for u in &self.units {
             u.unit.gather().map_err(|e| self.ranks.lost(&e.0))?;
-            if self.ranks.me.rank == 0 {
-                for &i in &u.params {
-                    out[i] = Some(named[i].1.f_detach_copy().at(span)?);
+            for &i in &u.params {
+                let whole = match &self.mesh {
+                    // Every rank takes part in gathering the pieces over its tensor group.
+                    Some(m) => m.gathered(named[i].1, m.cut(i), &self.ranks, span)?,
+                    None if self.ranks.me.rank == 0 => named[i].1.f_detach_copy().at(span)?,
+                    None => continue,
+                };
+                if self.ranks.me.rank == 0 {
+                    out[i] = Some(whole.f_detach_copy().at(span)?);
                 }
             }
             self.free(u)?;
@@ -239,10 +269,23 @@ impl Fsdp {
         Ok(out)
     }
 
+    /// This rank's place among the ranks that shard the same tensors, and their group: every
+    /// rank, or under tensor parallel its data group.
+    fn sharding(&self) -> (usize, usize, &super::super::dist::c10d::Group) {
+        match &self.mesh {
+            Some(m) => {
+                let (d, n) = m.data_rank;
+                (d, n, m.data.as_ref().unwrap_or(&self.ranks.group))
+            }
+            None => (self.ranks.me.rank, self.ranks.world(), &self.ranks.group),
+        }
+    }
+
     /// This rank's slice of a whole tensor shaped like a parameter: flat, padded with zeros to
     /// W equal shards, shard `rank`.
     fn slice(&self, whole: &Tensor, span: Span) -> Result<Tensor, Diagnostic> {
-        let (r, w) = (self.ranks.me.rank as i64, self.ranks.world() as i64);
+        let (r, w, _) = self.sharding();
+        let (r, w) = (r as i64, w as i64);
         let n = whole.numel() as i64;
         let len = (n + w - 1) / w;
         whole
@@ -256,14 +299,14 @@ impl Fsdp {
     /// The whole tensor shaped like `like` from every rank's shard of it.
     fn whole(&self, shard: &Tensor, like: &Tensor) -> Result<Tensor, Diagnostic> {
         let span = self.ranks.span;
-        let w = self.ranks.world() as i64;
+        let (_, w, group) = self.sharding();
+        let w = w as i64;
         let out =
             Tensor::f_empty([w * shard.numel() as i64], (shard.kind(), shard.device())).at(span)?;
         if w == 1 {
             out.shallow_clone().f_copy_(shard).at(span)?;
         } else {
-            self.ranks
-                .group
+            group
                 .all_gather(&out, &shard.f_contiguous().at(span)?)
                 .map_err(|e| self.ranks.lost(&e.0))?;
         }
@@ -281,7 +324,10 @@ impl Backprop for Fsdp {
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
         let span = batch.span;
-        let rows = self.ranks.rows(batch)?;
+        let rows = match &self.mesh {
+            Some(m) => self.ranks.rows_of(batch, m.data_rank.0, m.data_rank.1)?,
+            None => self.ranks.rows(batch)?,
+        };
         let mut pass = Pass::default();
         let last = rows.xs.len() - 1;
         for (i, ((xm, ym), weight)) in rows.xs.iter().zip(&rows.ys).zip(&rows.weights).enumerate() {
@@ -302,7 +348,8 @@ impl Backprop for Fsdp {
                 .map_err(|e| self.ranks.lost(&e.to_string()))?;
         }
         // A non-finite loss fails every rank with K0504 as the loop reads it.
-        let (pass, _) = self.ranks.agree(pass, span)?;
+        let counted = self.mesh.as_ref().is_none_or(Mesh::first);
+        let (pass, _) = self.ranks.agree_counting(pass, span, counted)?;
         for u in &self.units {
             u.unit.reduce().map_err(|e| self.ranks.lost(&e.0))?;
         }
@@ -313,18 +360,30 @@ impl Backprop for Fsdp {
         Ok(pass)
     }
 
-    /// Each rank evaluates its run of a split's samples.
+    /// Each data rank evaluates its run of a split's samples (its tensor ranks the same run).
     fn share(&self) -> (usize, usize) {
-        self.ranks.share()
+        match &self.mesh {
+            Some(m) => m.data_rank,
+            None => self.ranks.share(),
+        }
     }
 
-    /// The ranks' evaluation sums add up.
+    /// The ranks' evaluation sums add up (the first rank of each tensor group's).
     fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
+        if !self.mesh.as_ref().is_none_or(Mesh::first) {
+            values.fill(0.0);
+        }
         self.ranks.reduce(values)
     }
 
+    /// Shards (and tensor pieces) add up over every rank.
     fn all_sum(&self, t: &Tensor) -> Result<(), Diagnostic> {
         self.ranks.all_sum(t)
+    }
+
+    /// Under tensor parallel a replicated layer's shards are counted by the first tensor rank.
+    fn counted(&self, i: usize) -> bool {
+        self.mesh.as_ref().is_none_or(|m| m.counted(i))
     }
 
     /// Evaluation gathers and frees the units as training's forward pass does; once the model
@@ -357,10 +416,20 @@ impl Strategy for Fsdp {
         let mut params = self.params_whole(model)?;
         let named = model.params();
         let mut whole = Vec::new();
-        for ((_, p), state) in named.iter().zip(&optim.state) {
+        for (i, ((_, p), state)) in named.iter().zip(&optim.state).enumerate() {
             let mut own = Vec::new();
             for (key, shard) in state {
-                own.push((*key, self.whole(shard, p)?));
+                let mut t = self.whole(shard, p)?;
+                if let Some(m) = &self.mesh {
+                    // State shaped as the parameter is cut as it is; a step count is whole.
+                    let cut = if t.size() == p.size() {
+                        m.cut(i)
+                    } else {
+                        kiln::ir::tensor::Cut::Whole
+                    };
+                    t = m.gathered(&t, cut, &self.ranks, self.ranks.span)?;
+                }
+                own.push((*key, t));
             }
             whole.push(own);
         }
@@ -392,7 +461,15 @@ impl Strategy for Fsdp {
         span: Span,
     ) -> Result<(), Diagnostic> {
         self.unshard()?;
-        restore_whole(model, optim, tensors, span)?;
+        match &self.mesh {
+            Some(m) => restore_whole(
+                model,
+                optim,
+                &m.pieces(&model.params(), tensors, span)?,
+                span,
+            )?,
+            None => restore_whole(model, optim, tensors, span)?,
+        }
         let params = model.params();
         tch::no_grad(|| -> Result<(), Diagnostic> {
             for (((_, p), (_, shard)), state) in

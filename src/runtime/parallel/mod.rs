@@ -65,6 +65,7 @@ pub fn apply(
     let strategy: Box<dyn Strategy> = match &plan.strategy {
         Parallelism::Ddp {
             sharding: Some(sharding),
+            tensor,
             ..
         } => match member {
             Some(m) => {
@@ -75,6 +76,7 @@ pub fn apply(
                     m,
                     cancel.clone(),
                     sharding.reshard_after_forward,
+                    *tensor as usize,
                 )?;
                 return Ok((Box::new(strategy), stop));
             }

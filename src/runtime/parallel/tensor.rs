@@ -72,17 +72,172 @@ impl Collective for TensorGroup {
     }
 }
 
-/// This rank of a tensor-parallel run.
-pub struct TensorParallel {
-    /// Field order is drop order: the groups before the run's group and store.
+/// The tensor dimension of this rank's mesh: its tensor group, the data group of the ranks that
+/// hold the same pieces, where it stands, and each parameter's cut. `TensorParallel` replicates
+/// over the data group; `fsdp` shards over it.
+pub struct Mesh {
+    /// Field order is drop order: the data group before the tensor group.
+    /// The data group, when there are several data ranks or the data dimension shards.
+    pub data: Option<Group>,
     tensor: Arc<TensorGroup>,
-    /// The data group (the ranks holding the same pieces), when there are several.
-    data: Option<Group>,
-    ranks: Ranks,
     /// This rank's data rank and the data degree.
-    data_rank: (usize, usize),
+    pub data_rank: (usize, usize),
     /// Each parameter's cut, in the model's order.
     cuts: Vec<Cut>,
+}
+
+impl Mesh {
+    /// Makes the mesh's groups (the data group when there are several data ranks, or always
+    /// when `sharded`), makes every rank's parameters and buffers rank 0's, and splits `net`
+    /// over the tensor group.
+    pub fn split(
+        exp: &Experiment,
+        net: &mut Net,
+        ranks: &Ranks,
+        degree: usize,
+        sharded: bool,
+    ) -> Result<Mesh, Diagnostic> {
+        let (me, world) = (ranks.me.rank, ranks.world());
+        let (d, t, data_degree) = (me / degree, me % degree, world / degree);
+        let members: Vec<usize> = (d * degree..(d + 1) * degree).collect();
+        let group = ranks.subgroup(&format!("tensor/{d}"), &members)?;
+        let data = match data_degree > 1 || sharded {
+            false => None,
+            true => {
+                let members: Vec<usize> = (0..data_degree).map(|k| k * degree + t).collect();
+                Some(ranks.subgroup(&format!("data/{t}"), &members)?)
+            }
+        };
+        ranks.broadcast(&shallow(net).0)?;
+        ranks.broadcast(&shallow(net).1)?;
+        let tensor = Arc::new(TensorGroup {
+            group,
+            rank: t,
+            degree,
+        });
+        let named: Vec<(String, _)> = splits(&exp.model.nodes, degree as u64)
+            .into_iter()
+            .map(|(l, s)| (l.name.clone(), s))
+            .collect();
+        net.split_tensors(&named, tensor.clone())?;
+        Ok(Mesh {
+            data,
+            tensor,
+            data_rank: (d, data_degree),
+            cuts: net.cuts(),
+        })
+    }
+
+    /// Whether this rank is the first of its tensor group (the one whose values count).
+    pub fn first(&self) -> bool {
+        self.tensor.rank == 0
+    }
+
+    /// The pieces of the gradient add up over the tensor group.
+    pub fn sum(&self, t: &Tensor, ranks: &Ranks) -> Result<(), Diagnostic> {
+        self.tensor
+            .group
+            .all_reduce_sum(t)
+            .map_err(|e| ranks.lost(&e.0))
+    }
+
+    /// Whether this rank counts the gradient of the `i`-th parameter in the norm: a replicated
+    /// layer's is counted by the first tensor rank alone.
+    pub fn counted(&self, i: usize) -> bool {
+        self.first() || self.cuts.get(i).is_some_and(|c| *c != Cut::Whole)
+    }
+
+    /// The cut of the `i`-th parameter.
+    pub fn cut(&self, i: usize) -> Cut {
+        self.cuts.get(i).copied().unwrap_or(Cut::Whole)
+    }
+
+    /// The whole tensor of which `t` is this rank's piece under `cut` (every rank of the tensor
+    /// group takes part; `t` itself when not cut).
+    pub fn gathered(
+        &self,
+        t: &Tensor,
+        cut: Cut,
+        ranks: &Ranks,
+        span: Span,
+    ) -> Result<Tensor, Diagnostic> {
+        if cut == Cut::Whole {
+            return Ok(t.detach());
+        }
+        let degree = self.tensor.degree;
+        let mine = t.detach().f_contiguous().at(span)?;
+        let out = Tensor::f_empty(
+            [degree as i64 * mine.numel() as i64],
+            (mine.kind(), mine.device()),
+        )
+        .at(span)?;
+        let flat = mine.f_reshape([-1]).at(span)?;
+        self.tensor
+            .group
+            .all_gather(&out, &flat)
+            .map_err(|e| ranks.lost(&e.0))?;
+        let pieces = out
+            .f_reshape([degree as i64, -1])
+            .and_then(|o| o.f_unbind(0))
+            .and_then(|ps| {
+                ps.iter()
+                    .map(|p| p.f_reshape(mine.size()))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .at(span)?;
+        whole(&pieces, cut).at(span)
+    }
+
+    /// A whole checkpoint's tensors as this rank's pieces: each parameter, and each optimizer
+    /// state shaped as its parameter, cut as the parameter is; the rest as it is. `params` are
+    /// the model's, by name, as this rank holds them.
+    pub fn pieces(
+        &self,
+        params: &[(&str, &Tensor)],
+        tensors: &[(String, Tensor)],
+        span: Span,
+    ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
+        let (t, degree) = (self.tensor.rank, self.tensor.degree);
+        let mut pieces = Vec::with_capacity(tensors.len());
+        for (name, whole) in tensors {
+            let cut = params.iter().zip(&self.cuts).find_map(|((n, p), cut)| {
+                let of = |prefix: &str| {
+                    name.strip_prefix(prefix)
+                        .is_some_and(|rest| rest == *n || rest.starts_with(&format!("{n}/")))
+                };
+                (of("param/") || of("optim/")).then_some((*p, *cut))
+            });
+            let piece = match cut {
+                Some((p, cut)) if whole.dim() == p.dim() && cut != Cut::Whole => {
+                    piece(whole, cut, t, degree).at(span)?
+                }
+                Some(_) | None => whole.shallow_clone(),
+            };
+            pieces.push((name.clone(), piece));
+        }
+        Ok(pieces)
+    }
+}
+
+/// Shallow clones of the model's parameters and buffers.
+fn shallow(net: &Net) -> (Vec<Tensor>, Vec<Tensor>) {
+    (
+        net.params
+            .iter()
+            .map(|p| p.tensor.shallow_clone())
+            .collect(),
+        net.buffers
+            .iter()
+            .map(|b| b.tensor.shallow_clone())
+            .collect(),
+    )
+}
+
+/// This rank of a tensor-parallel run whose data dimension replicates.
+pub struct TensorParallel {
+    /// Field order is drop order: the mesh's groups before the run's group and store.
+    mesh: Mesh,
+    ranks: Ranks,
     params: Vec<Tensor>,
     buffers: Vec<Tensor>,
 }
@@ -100,91 +255,17 @@ impl TensorParallel {
         degree: usize,
     ) -> Result<(TensorParallel, Cancel), Diagnostic> {
         let (ranks, stop) = Ranks::start(exp, plan, net, member, signals)?;
-        let (me, world) = (ranks.me.rank, ranks.world());
-        let (d, t, data_degree) = (me / degree, me % degree, world / degree);
-        let members: Vec<usize> = (d * degree..(d + 1) * degree).collect();
-        let group = ranks.subgroup(&format!("tensor/{d}"), &members)?;
-        let data = match data_degree {
-            1 => None,
-            _ => {
-                let members: Vec<usize> = (0..data_degree).map(|k| k * degree + t).collect();
-                Some(ranks.subgroup(&format!("data/{t}"), &members)?)
-            }
-        };
-        let all = |net: &Net| -> (Vec<Tensor>, Vec<Tensor>) {
-            (
-                net.params
-                    .iter()
-                    .map(|p| p.tensor.shallow_clone())
-                    .collect(),
-                net.buffers
-                    .iter()
-                    .map(|b| b.tensor.shallow_clone())
-                    .collect(),
-            )
-        };
-        let (params, buffers) = all(net);
-        ranks.broadcast(&params)?;
-        ranks.broadcast(&buffers)?;
-        let tensor = Arc::new(TensorGroup {
-            group,
-            rank: t,
-            degree,
-        });
-        let named: Vec<(String, _)> = splits(&exp.model.nodes, degree as u64)
-            .into_iter()
-            .map(|(l, s)| (l.name.clone(), s))
-            .collect();
-        net.split_tensors(&named, tensor.clone())?;
-        let cuts = net.cuts();
-        let (params, buffers) = all(net);
+        let mesh = Mesh::split(exp, net, &ranks, degree, false)?;
+        let (params, buffers) = shallow(net);
         Ok((
             TensorParallel {
-                tensor,
-                data,
+                mesh,
                 ranks,
-                data_rank: (d, data_degree),
-                cuts,
                 params,
                 buffers,
             },
             stop,
         ))
-    }
-
-    /// Whether this rank is the first of its tensor group (the one whose values count).
-    fn first(&self) -> bool {
-        self.tensor.rank == 0
-    }
-
-    /// The whole tensor of which `t` is this rank's piece under `cut` (every rank of the tensor
-    /// group takes part; `t` itself when not cut).
-    fn gathered(&self, t: &Tensor, cut: Cut, span: Span) -> Result<Tensor, Diagnostic> {
-        if cut == Cut::Whole {
-            return Ok(t.detach());
-        }
-        let degree = self.tensor.degree;
-        let mine = t.detach().f_contiguous().at(span)?;
-        let out = Tensor::f_empty(
-            [degree as i64 * mine.numel() as i64],
-            (mine.kind(), mine.device()),
-        )
-        .at(span)?;
-        let flat = mine.f_reshape([-1]).at(span)?;
-        self.tensor
-            .group
-            .all_gather(&out, &flat)
-            .map_err(|e| self.ranks.lost(&e.0))?;
-        let pieces = out
-            .f_reshape([degree as i64, -1])
-            .and_then(|o| o.f_unbind(0))
-            .and_then(|ps| {
-                ps.iter()
-                    .map(|p| p.f_reshape(mine.size()))
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .at(span)?;
-        whole(&pieces, cut).at(span)
     }
 
     /// The model's parameters whole, by name, with their optimizer state when `optim` is given.
@@ -196,16 +277,23 @@ impl TensorParallel {
     ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
         let mut params = Vec::new();
         let mut states = Vec::new();
-        for (i, ((name, p), cut)) in model.params().into_iter().zip(&self.cuts).enumerate() {
-            params.push((name.to_string(), self.gathered(p, *cut, span)?));
+        for (i, (name, p)) in model.params().into_iter().enumerate() {
+            let cut = self.mesh.cut(i);
+            params.push((
+                name.to_string(),
+                self.mesh.gathered(p, cut, &self.ranks, span)?,
+            ));
             for (key, s) in optim.map_or(&[][..], |o| &o.state[i][..]) {
                 // State shaped as the parameter is cut as it is; a step count is whole.
                 let cut = if s.size() == p.size() {
-                    *cut
+                    cut
                 } else {
                     Cut::Whole
                 };
-                states.push((format!("optim/{name}/{key}"), self.gathered(s, cut, span)?));
+                states.push((
+                    format!("optim/{name}/{key}"),
+                    self.mesh.gathered(s, cut, &self.ranks, span)?,
+                ));
             }
         }
         let mut out: Vec<(String, Tensor)> = params
@@ -231,7 +319,7 @@ impl Backprop for TensorParallel {
         batch: &Batch,
     ) -> Result<Pass, Diagnostic> {
         let span = batch.span;
-        let (d, data_degree) = self.data_rank;
+        let (d, data_degree) = self.mesh.data_rank;
         let rows = self.ranks.rows_of(batch, d, data_degree)?;
         let mut pass = Pass::default();
         for ((xm, ym), weight) in rows.xs.iter().zip(&rows.ys).zip(&rows.weights) {
@@ -243,11 +331,11 @@ impl Backprop for TensorParallel {
                 .f_backward()
                 .map_err(|e| self.ranks.lost(&e.to_string()))?;
         }
-        let (pass, finite) = self.ranks.agree_counting(pass, span, self.first())?;
+        let (pass, finite) = self.ranks.agree_counting(pass, span, self.mesh.first())?;
         if !finite {
             return Ok(pass);
         }
-        if let Some(data) = &self.data {
+        if let Some(data) = &self.mesh.data {
             tch::no_grad(|| -> Result<(), Diagnostic> {
                 for p in &self.params {
                     let g = p.grad();
@@ -266,12 +354,12 @@ impl Backprop for TensorParallel {
 
     /// The ranks of a tensor group evaluate the same rows: their data rank's run of a split.
     fn share(&self) -> (usize, usize) {
-        self.data_rank
+        self.mesh.data_rank
     }
 
     /// The sums of the first rank of each tensor group add up.
     fn reduce(&self, values: &mut [f64]) -> Result<(), Diagnostic> {
-        if !self.first() {
+        if !self.mesh.first() {
             values.fill(0.0);
         }
         self.ranks.reduce(values)
@@ -279,15 +367,12 @@ impl Backprop for TensorParallel {
 
     /// The pieces of the gradient add up over the tensor group.
     fn all_sum(&self, t: &Tensor) -> Result<(), Diagnostic> {
-        self.tensor
-            .group
-            .all_reduce_sum(t)
-            .map_err(|e| self.ranks.lost(&e.0))
+        self.mesh.sum(t, &self.ranks)
     }
 
     /// A replicated layer's gradient is counted by the first tensor rank alone.
     fn counted(&self, i: usize) -> bool {
-        self.first() || self.cuts.get(i).is_some_and(|c| *c != Cut::Whole)
+        self.mesh.counted(i)
     }
 }
 
@@ -309,26 +394,7 @@ impl Strategy for TensorParallel {
         tensors: &[(String, Tensor)],
         span: Span,
     ) -> Result<(), Diagnostic> {
-        let (t, degree) = (self.tensor.rank, self.tensor.degree);
-        let params = model.params();
-        let mut pieces = Vec::with_capacity(tensors.len());
-        for (name, whole) in tensors {
-            let cut = params.iter().zip(&self.cuts).find_map(|((n, p), cut)| {
-                let of = |prefix: &str| {
-                    name.strip_prefix(prefix)
-                        .is_some_and(|rest| rest == *n || rest.starts_with(&format!("{n}/")))
-                };
-                (of("param/") || of("optim/")).then_some((*p, *cut))
-            });
-            let piece = match cut {
-                // State shaped as the whole parameter is cut as it is.
-                Some((p, cut)) if whole.dim() == p.dim() && cut != Cut::Whole => {
-                    piece(whole, cut, t, degree).at(span)?
-                }
-                Some(_) | None => whole.shallow_clone(),
-            };
-            pieces.push((name.clone(), piece));
-        }
+        let pieces = self.mesh.pieces(&model.params(), tensors, span)?;
         restore_whole(model, optim, &pieces, span)
     }
 
