@@ -94,23 +94,25 @@ pub(super) fn check(cx: &mut Cx, e: &Experiment, device_memory: &[(Device, u64)]
 
 /// The changes of a distributed strategy that lower each rank's memory, with their plans:
 /// sharding a `ddp` run (`fsdp` at its world size), resharding after forward, and the fewest
-/// ranks (up to 1,024, dividing the batch) at which the plan fits `capacity`.
+/// ranks (up to 1,024, dividing the batch) at which the plan fits `capacity`. Under tensor
+/// parallel the changes keep the tensor degree and shard or multiply its data ranks
+/// (`mesh(tensor: T, fsdp: N)`).
 fn sharding_changes(e: &Experiment, capacity: u64) -> Vec<(String, plan::Plan)> {
     let crate::ir::Parallel::Distributed {
         world_size,
         sharding,
+        tensor,
         ..
     } = &e.parallel
     else {
         return Vec::new();
     };
-    // fsdp does not run together with tensor parallel (K0229): no sharding to suggest.
-    if e.parallel.tensor_degree() > 1 {
-        return Vec::new();
-    }
-    let with = |world: u64, s: crate::ir::Sharding| {
+    let tensor = (*tensor).max(1);
+    let data = world_size / tensor;
+    // The experiment with `ranks` data ranks sharding as `s`, its tensor degree kept.
+    let with = |ranks: u64, s: crate::ir::Sharding| {
         let mut e = e.clone();
-        let per_rank = world.saturating_mul(e.train.accumulate.max(1));
+        let per_rank = ranks.saturating_mul(e.train.accumulate.max(1));
         if per_rank == 0 || !e.data.batch.is_multiple_of(per_rank) {
             return None;
         }
@@ -121,9 +123,14 @@ fn sharding_changes(e: &Experiment, capacity: u64) -> Vec<(String, plan::Plan)> 
             ..
         } = &mut e.parallel
         {
-            (*world_size, *sharding) = (world, Some(s));
+            (*world_size, *sharding) = (ranks.saturating_mul(tensor), Some(s));
         }
         Some(plan::plan(&e))
+    };
+    // The change in words: `parallel fsdp` over N ranks, or the mesh with N fsdp ranks.
+    let fsdp = |n: u64| match tensor {
+        1 => format!("`parallel fsdp` over {n} ranks"),
+        t => format!("`parallel mesh(tensor: {t}, fsdp: {n})`"),
     };
     let fits = |p: &plan::Plan| p.devices.iter().all(|d| d.total_bytes <= capacity);
     let mut out = Vec::new();
@@ -132,26 +139,26 @@ fn sharding_changes(e: &Experiment, capacity: u64) -> Vec<(String, plan::Plan)> 
     };
     match sharding {
         None => {
-            if let Some(p) = with(*world_size, resharded) {
-                out.push((format!("`parallel fsdp` over {world_size} ranks"), p));
+            if let Some(p) = with(data, resharded) {
+                out.push((fsdp(data), p));
             }
         }
         Some(s) if !s.reshard_after_forward => {
-            if let Some(p) = with(*world_size, resharded) {
+            if let Some(p) = with(data, resharded) {
                 out.push(("`reshard_after_forward: true`".to_string(), p));
             }
         }
         Some(_) => {}
     }
     let s = sharding.unwrap_or(resharded);
-    if let Some((w, p)) = (*world_size + 1..=1024)
-        .filter_map(|w| Some((w, with(w, s)?)))
+    if let Some((n, p)) = (data + 1..=1024)
+        .filter_map(|n| Some((n, with(n, s)?)))
         .find(|(_, p)| fits(p))
     {
-        let what = if sharding.is_some() {
-            format!("`world_size: {w}`")
-        } else {
-            format!("`parallel fsdp` over {w} ranks")
+        let what = match (sharding.is_some(), tensor) {
+            (true, 1) => format!("`world_size: {n}`"),
+            (true, _) => format!("`fsdp: {n}`"),
+            (false, _) => fsdp(n),
         };
         out.push((what, p));
     }
