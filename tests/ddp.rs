@@ -384,8 +384,12 @@ fn a_non_finite_loss_on_one_rank_stops_every_rank_at_that_step() {
     none_left(&dir);
 }
 
+/// A run stopped by a signal at 2 ranks resumes at 2 and at 3 ranks as the uninterrupted run:
+/// without batch norm the ranks compute what one process on the whole batch computes, so the
+/// world size is a setting a resume may change (recorded in the report). With batch norm, each
+/// rank normalising by its own rows, another world size is refused (K0507).
 #[test]
-fn resume_at_the_same_world_size_continues_and_another_is_refused() {
+fn resume_at_the_same_world_size_or_another_continues_and_batch_norm_refuses_another() {
     let dir = scratch("ddp-resume");
     let two = write(
         &dir,
@@ -400,23 +404,61 @@ fn resume_at_the_same_world_size_continues_and_another_is_refused() {
     run_to_end(&two, &dir.join("whole"));
     // A stop signal reaches the launcher, which passes it on: every rank stops after the same
     // step, and rank 0 writes a checkpoint there.
-    let run = dir.join("run");
-    let launcher = runtime(&["run", s(&two), "--quiet", "--run-dir", s(&run)])
-        .spawn()
-        .expect("start");
-    let started = Instant::now();
-    while newest_checkpoint(&run).is_none() {
-        assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
-        std::thread::sleep(Duration::from_millis(5));
+    let interrupted = |name: &str, exp: &Path| {
+        let run = dir.join(name);
+        let launcher = runtime(&["run", s(exp), "--quiet", "--run-dir", s(&run)])
+            .spawn()
+            .expect("start");
+        let started = Instant::now();
+        while newest_checkpoint(&run).is_none() {
+            assert!(started.elapsed() < Duration::from_secs(60), "no checkpoint");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: our own child, still running.
+        unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
+        let (out, _) = finish(launcher, Duration::from_secs(60));
+        let all = text(&out);
+        assert!(!out.status.success(), "{all}");
+        assert!(all.contains("K0506"), "{all}");
+        let stopped = newest_checkpoint(&run).expect("a checkpoint");
+        assert!(stopped < 300, "the run was not interrupted: {all}");
+        run
+    };
+    for (name, then) in [("same", &two), ("other", &three)] {
+        let run = interrupted(name, &two);
+        let child = runtime(&["run", s(then), "--quiet", "--resume", s(&run)])
+            .spawn()
+            .expect("start");
+        let (out, _) = finish(child, Duration::from_secs(120));
+        assert!(out.status.success(), "{name}: {}", text(&out));
+        assert_eq!(newest_checkpoint(&run), Some(300));
+        let d = max_difference(&dir.join("whole"), &run);
+        assert!(d < 1e-5, "{name}: the resumed run differs by {d}");
     }
-    // SAFETY: our own child, still running.
-    unsafe { libc::kill(launcher.id() as i32, libc::SIGTERM) };
-    let (out, _) = finish(launcher, Duration::from_secs(60));
-    let all = text(&out);
-    assert!(!out.status.success(), "{all}");
-    assert!(all.contains("K0506"), "{all}");
-    let stopped = newest_checkpoint(&run).expect("a checkpoint");
-    assert!(stopped < 300, "the run was not interrupted: {all}");
+    let report = std::fs::read_to_string(dir.join("other").join("report.yaml")).expect("report");
+    assert!(
+        report.contains(
+            "data parallel: ddp(backend: gloo, world_size: 2) → ddp(backend: gloo, world_size: 3)"
+        ),
+        "{report}"
+    );
+    // With batch norm another world size is refused.
+    let normed = |parallel: &str| {
+        experiment(parallel, "0.01", 300)
+            .replace("    tanh\n", "    norm: batchnorm1d\n    tanh\n")
+            .replace("    batch 24\n", "    batch 24\n    drop_last true\n")
+    };
+    let two = write(
+        &dir,
+        "two-bn.exp",
+        &normed("parallel ddp(backend: gloo, world_size: 2)"),
+    );
+    let three = write(
+        &dir,
+        "three-bn.exp",
+        &normed("parallel ddp(backend: gloo, world_size: 3)"),
+    );
+    let run = interrupted("bn", &two);
     let child = runtime(&["run", s(&three), "--quiet", "--resume", s(&run)])
         .spawn()
         .expect("start");
@@ -428,14 +470,6 @@ fn resume_at_the_same_world_size_continues_and_another_is_refused() {
             && all.contains("strategy: was `ddp(backend: gloo, world_size: 2)`, is now `ddp(backend: gloo, world_size: 3)`"),
         "{all}"
     );
-    let child = runtime(&["run", s(&two), "--quiet", "--resume", s(&run)])
-        .spawn()
-        .expect("start");
-    let (out, _) = finish(child, Duration::from_secs(120));
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(newest_checkpoint(&run), Some(300));
-    let d = max_difference(&dir.join("whole"), &run);
-    assert!(d < 1e-6, "the resumed run differs by {d}");
     none_left(&dir);
 }
 

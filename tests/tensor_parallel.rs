@@ -9,8 +9,9 @@
 //! tensor 2 (the ranks keep their part of the masks one process draws), and in bf16 within
 //! bf16's tolerance; two torchrun agents on the loopback address, as two machines of two ranks
 //! each (a tensor group inside each), compute what one process does; a run stopped under one
-//! mesh resumes under another, or none, as the uninterrupted run; `kiln plan` says which layers
-//! are split and what a rank keeps.
+//! mesh resumes under another, or none, as the uninterrupted run, dropout included (masks placed
+//! by each element's row in the step's batch: fsdp 2 to none, ddp 3, fsdp 4, tensor 2 × fsdp 2;
+//! ddp 2 to ddp 3); `kiln plan` says which layers are split and what a rank keeps.
 
 mod support;
 
@@ -337,6 +338,40 @@ fn a_run_resumes_under_another_tensor_degree_as_the_uninterrupted_run() {
         &experiment("parallel ddp(backend: gloo, world_size: 2)", 0.0, ""),
     );
     agrees(&ddp, &run, 1e-5, 1e-5, false);
+    none_left(&dir);
+}
+
+/// Resume anywhere: dropout masks follow each element's place in the step's batch, so a run
+/// with dropout stopped under one mesh resumes under any other (or none) with the losses of the
+/// uninterrupted run: fsdp 2 to no strategy, ddp 3, fsdp 4 and tensor 2 × fsdp 2; ddp 2 to ddp 3.
+#[test]
+fn a_run_with_dropout_resumes_at_any_world_size_as_the_uninterrupted_run() {
+    let dir = scratch("mesh-resume-anywhere");
+    // Batches of 24: 2 micro-batches over 2, 3 or 4 ranks.
+    let experiment = |parallel: &str| experiment(parallel, 0.2, "").replace("batch 16", "batch 24");
+    let whole = trained(&dir, "whole", &experiment(""));
+    let fsdp2 = "parallel fsdp(backend: gloo, world_size: 2)";
+    let ddp2 = "parallel ddp(backend: gloo, world_size: 2)";
+    let ddp3 = "parallel ddp(backend: gloo, world_size: 3)";
+    for (name, first, then) in [
+        ("fsdp2-none", fsdp2, ""),
+        ("fsdp2-ddp3", fsdp2, ddp3),
+        (
+            "fsdp2-fsdp4",
+            fsdp2,
+            "parallel fsdp(backend: gloo, world_size: 4)",
+        ),
+        (
+            "fsdp2-tensor2-fsdp2",
+            fsdp2,
+            "parallel mesh(tensor: 2, fsdp: 2)",
+        ),
+        ("ddp2-ddp3", ddp2, ddp3),
+    ] {
+        let run = stopped(&dir, name, &experiment(first));
+        resumed(&dir, name, &run, &experiment(then));
+        agrees(&whole, &run, 1e-5, 1e-5, false);
+    }
     none_left(&dir);
 }
 

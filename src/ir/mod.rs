@@ -288,13 +288,16 @@ impl Layer {
     }
 }
 
-/// Whether training the model depends on how a batch's rows are split between processes, beyond
-/// rounding: dropout (each process draws the masks of its rows) or batch norm (each normalises
-/// by its rows' statistics).
-pub fn split_matters(nodes: &[Node]) -> bool {
-    layers(nodes)
+/// Whether training `e` depends on how a batch's rows are split between processes, beyond
+/// rounding: batch norm (each process normalises by its rows' statistics), or dropout whose
+/// masks are not placed by the rows of the batch: Kiln draws fp32 masks on the CPU by each
+/// element's place in the step's batch, the same however the batch is cut; libtorch's dropout
+/// (on CUDA, or on bf16/fp16 activations) draws each process's masks from its own generator.
+pub fn split_matters(e: &Experiment) -> bool {
+    let placed = e.train.precision == Precision::Fp32;
+    layers(&e.model.nodes)
         .iter()
-        .any(|l| l.drops() || l.batch_statistics())
+        .any(|l| l.batch_statistics() || (l.drops() && !(placed && l.device == Device::Cpu)))
 }
 
 /// How the work is spread.

@@ -110,8 +110,8 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
         ("checkpoint", words(&t.checkpoint)),
         ("early_stop", words(&t.early_stop)),
     ];
-    if let Some(sharded) = sharding(e) {
-        settings.push(("sharding", sharded));
+    if let Some((name, ranks)) = sharding(e) {
+        settings.push((name, ranks));
     }
     let tensor = e.parallel.tensor_degree();
     if tensor > 1 {
@@ -140,23 +140,15 @@ pub fn fingerprint(e: &Experiment, data: &str) -> Fingerprint {
     }
 }
 
-/// The strategy as what the run computes. A sharded run (`fsdp`) computes every step's gradient
-/// as one process on the whole batch does, unless how the batch is split between the ranks
-/// matters (dropout, batch norm): then it is a run without a strategy, and its sharding a
-/// setting ([`sharding`]) that a resume may change (another world size, or none). Tensor
-/// parallel computes what its data ranks compute with every layer whole ([`data_only`]), so its
-/// degree is a setting too. Other strategies are what they say.
+/// The strategy as what the run computes. A distributed run (`ddp`, `fsdp`) computes every
+/// step's gradient as one process on the whole batch does, unless how the batch is split between
+/// the ranks matters (batch norm; dropout whose masks are not placed by rows): then it is a run
+/// without a strategy, and its ranks a setting ([`sharding`]) that a resume may change (another
+/// world size, or none). Tensor parallel computes what its data ranks compute with every layer
+/// whole ([`data_only`]), so its degree is a setting too. Other strategies are what they say.
 fn strategy(e: &Experiment) -> String {
-    match (
-        &data_only(&e.parallel),
-        kiln::ir::split_matters(&e.model.nodes),
-    ) {
-        (
-            Parallel::Distributed {
-                sharding: Some(_), ..
-            },
-            false,
-        ) => words(&Parallel::None),
+    match (&data_only(&e.parallel), kiln::ir::split_matters(e)) {
+        (Parallel::Distributed { .. }, false) => words(&Parallel::None),
         (
             Parallel::Distributed {
                 sharding: Some(_), ..
@@ -190,13 +182,17 @@ fn data_only(parallel: &Parallel) -> Parallel {
     }
 }
 
-/// The sharding of a run whose strategy is a setting ([`strategy`]).
-fn sharding(e: &Experiment) -> Option<String> {
+/// The ranks of a run whose strategy is a setting ([`strategy`]): `("sharding", fsdp(...))`
+/// or `("data parallel", ddp(...))`.
+fn sharding(e: &Experiment) -> Option<(&'static str, String)> {
     let parallel = data_only(&e.parallel);
     match &parallel {
         Parallel::Distributed {
             sharding: Some(_), ..
-        } if !kiln::ir::split_matters(&e.model.nodes) => Some(fsdp_words(&parallel)),
+        } if !kiln::ir::split_matters(e) => Some(("sharding", fsdp_words(&parallel))),
+        Parallel::Distributed { sharding: None, .. } if !kiln::ir::split_matters(e) => {
+            Some(("data parallel", words(&parallel)))
+        }
         Parallel::None
         | Parallel::Model
         | Parallel::Data { .. }

@@ -6,7 +6,7 @@
 use tch::{Kind, Tensor};
 
 use super::failure::At;
-use super::model::Net;
+use super::model::{dropout_draw, with_dropout_rows, Net};
 pub use super::objective::{Objective, Pass, Whole};
 use super::optim::{clip, LossScaler, Optim};
 use kiln::diagnostic::Diagnostic;
@@ -65,6 +65,9 @@ pub struct Batch<'a> {
     pub scale: f64,
     /// What the whole batch's mean loss divides by, known before any forward pass.
     pub whole: Whole,
+    /// The step's dropout key: a forward pass on rows `r..` of the batch runs under
+    /// `model::with_dropout_rows(dropout, r, ..)`, so its masks are the whole batch's.
+    pub dropout: u64,
     /// Where a failure points (the optimizer statement).
     pub span: Span,
 }
@@ -127,7 +130,8 @@ pub trait Backprop {
     }
 }
 
-/// Calls `f(x, y, pass)` on each micro-batch of `batch` in order.
+/// Calls `f(x, y, pass)` on each micro-batch of `batch` in order, its dropout masks placed at
+/// the micro-batch's rows of the batch.
 pub fn micro_batches(
     batch: &Batch,
     mut f: impl FnMut(&Tensor, &Tensor, &mut Pass) -> Result<(), Diagnostic>,
@@ -135,8 +139,10 @@ pub fn micro_batches(
     let xs = batch.x.f_chunk(batch.accumulate, 0).at(batch.span)?;
     let ys = batch.y.f_chunk(batch.accumulate, 0).at(batch.span)?;
     let mut pass = Pass::default();
+    let mut first = 0u64;
     for (xm, ym) in xs.iter().zip(&ys) {
-        f(xm, ym, &mut pass)?;
+        with_dropout_rows(batch.dropout, first, || f(xm, ym, &mut pass))?;
+        first += xm.size().first().copied().unwrap_or(0) as u64;
     }
     Ok(pass)
 }
@@ -225,6 +231,7 @@ impl Stepper {
             accumulate: self.accumulate.min(n).max(1),
             scale: self.scaler.scale(),
             whole,
+            dropout: dropout_draw().at(span)?,
             span,
         };
         let pass = backprop.backprop(model, objective, &batch)?;

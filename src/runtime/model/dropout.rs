@@ -12,6 +12,13 @@
 //! Threads that share the one CPU generator concurrently (a pipeline's stages) would draw their
 //! keys in an order that varies from run to run: such a thread draws its keys from a stream of
 //! its own instead ([`with_keys`]), SplitMix64 from a seed its caller derives deterministically.
+//!
+//! In a training step the masks follow the global batch rather than the generator
+//! ([`with_rows`]): the step draws one key, the `k`-th mask of a forward pass takes the key
+//! `mix(step key ^ mix((k + 1)·γ))`, and each element is decided by its place in the step's
+//! whole batch (the pass's first row's place there, times the values per row, plus its own), so
+//! that however the batch is cut (micro-batches, data ranks, tensor ranks' parts of a mask) each
+//! sample is dropped as one process on the whole batch drops it.
 
 use std::cell::Cell;
 
@@ -20,6 +27,30 @@ use tch::{Device, Kind, TchError, Tensor};
 thread_local! {
     /// This thread's key stream, when it has one: the state of its SplitMix64 sequence.
     static KEYS: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The rows of the step's batch this thread's forward pass runs, when a step set them.
+    static ROWS: Cell<Option<Rows>> = const { Cell::new(None) };
+}
+
+/// A forward pass's place in its step's batch: the step's key, the global index of the pass's
+/// first row, and how many masks the pass has drawn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Rows {
+    key: u64,
+    first: u64,
+    drawn: u64,
+}
+
+/// Runs `f` (a forward pass on rows `first..` of a step's batch) with its masks decided by the
+/// step's `key` and each element's place in the batch.
+pub fn with_rows<R>(key: u64, first: u64, f: impl FnOnce() -> R) -> R {
+    let before = ROWS.replace(Some(Rows {
+        key,
+        first,
+        drawn: 0,
+    }));
+    let out = f();
+    ROWS.set(before);
+    out
 }
 
 /// Runs `f` with this thread's dropout keys drawn from the stream seeded by `seed` rather than
@@ -31,14 +62,16 @@ pub fn with_keys<R>(seed: u64, f: impl FnOnce() -> R) -> R {
     out
 }
 
-/// This thread's key stream as it stands (`None`: keys come from libtorch's generator).
-pub(super) fn keys() -> Option<u64> {
-    KEYS.get()
+/// This thread's key stream and rows as they stand (`None`: keys come from libtorch's
+/// generator, masks are not placed in a batch).
+pub(super) fn keys() -> (Option<u64>, Option<Rows>) {
+    (KEYS.get(), ROWS.get())
 }
 
-/// Puts this thread's key stream back to `state` (what [`keys`] returned).
-pub(super) fn set_keys(state: Option<u64>) {
-    KEYS.set(state);
+/// Puts this thread's key stream and rows back to `state` (what [`keys`] returned).
+pub(super) fn set_keys(state: (Option<u64>, Option<Rows>)) {
+    KEYS.set(state.0);
+    ROWS.set(state.1);
 }
 
 /// The next key: from this thread's stream, or from libtorch's CPU generator.
@@ -91,28 +124,64 @@ pub(super) fn dropout(x: &Tensor, p: f64, train: bool) -> Result<Tensor, TchErro
     x.f_mul(&mask)
 }
 
+/// The key of the next mask and the global index of its first element: from the rows of the
+/// step's batch when a step set them and this thread has no key stream of its own (the first
+/// dimension of `shape` is the pass's rows), else a key from this thread's stream or libtorch's
+/// generator and the mask's own indices.
+fn next_mask(shape: &[i64], n: usize) -> Result<(u64, u64), TchError> {
+    // A thread with a key stream of its own (a replica, a pipeline stage) draws from it.
+    match (KEYS.get(), ROWS.get()) {
+        (None, Some(r)) => {
+            ROWS.set(Some(Rows {
+                drawn: r.drawn + 1,
+                ..r
+            }));
+            let rows = shape.first().copied().unwrap_or(1).max(1) as u64;
+            let per_row = n as u64 / rows;
+            Ok((
+                mix(r.key ^ mix((r.drawn + 1).wrapping_mul(GAMMA))),
+                r.first * per_row,
+            ))
+        }
+        (Some(_), _) | (None, None) => Ok((next_key()?, 0)),
+    }
+}
+
 /// A mask of `shape`: `1 / (1 - p)` where an element is kept, 0 where it is dropped, fp32 on
 /// the CPU, from a key drawn from libtorch's CPU generator (or this thread's stream), written
 /// straight into the tensor.
 pub(super) fn mask(shape: &[i64], p: f64) -> Result<Tensor, TchError> {
-    let key = next_key()?;
     let n = shape.iter().product::<i64>().max(0) as usize;
+    let (key, offset) = next_mask(shape, n)?;
     let scale = 1.0f32 / (1.0 - p) as f32;
     let mask = Tensor::f_empty(shape, (Kind::Float, Device::Cpu))?;
     // SAFETY: a new contiguous fp32 CPU tensor of `n` elements, which nothing else sees yet.
     let values = unsafe { std::slice::from_raw_parts_mut(mask.data_ptr().cast::<f32>(), n) };
-    fill(values, key, p, scale);
+    fill(values, key, p, scale, offset);
     Ok(mask)
 }
 
-/// Element `i` of the mask into `values[i]`.
-fn fill(values: &mut [f32], key: u64, p: f64, scale: f32) {
+/// Element `offset + i` of the mask into `values[i]`: elements `2j` and `2j + 1` are the two
+/// halves of the hash of `key + (j + 1)·γ`.
+fn fill(values: &mut [f32], key: u64, p: f64, scale: f32, offset: u64) {
     let unit = 1.0 / (1u64 << 24) as f64;
+    let decide = |bits: u64| if bits as f64 * unit >= p { scale } else { 0.0 };
+    let hash = |j: u64| mix(key.wrapping_add((j + 1).wrapping_mul(GAMMA)));
+    let mut values = values;
+    // An odd first element is the second half of its pair.
+    if offset % 2 == 1 {
+        let Some((first, rest)) = values.split_first_mut() else {
+            return;
+        };
+        *first = decide((hash(offset / 2) >> 8) & 0xff_ffff);
+        values = rest;
+    }
+    let base = offset.div_ceil(2);
     for (j, pair) in values.chunks_mut(2).enumerate() {
-        let z = mix(key.wrapping_add((j as u64 + 1).wrapping_mul(GAMMA)));
+        let z = hash(base + j as u64);
         let halves = [z >> 40, (z >> 8) & 0xff_ffff];
         for (v, bits) in pair.iter_mut().zip(halves) {
-            *v = if bits as f64 * unit >= p { scale } else { 0.0 };
+            *v = decide(bits);
         }
     }
 }

@@ -24,7 +24,10 @@ mod split;
 
 use tch::{Device, Kind, Tensor};
 
-pub use dropout::{draw as dropout_draw, seed_for as dropout_seed, with_keys as with_dropout_keys};
+pub use dropout::{
+    draw as dropout_draw, seed_for as dropout_seed, with_keys as with_dropout_keys,
+    with_rows as with_dropout_rows,
+};
 pub use split::{piece, whole, Collective};
 
 use super::failure::At;

@@ -48,7 +48,7 @@ struct Group {
     keep: Option<Tensor>,
     /// This thread's dropout key stream as the forward found it (a pipeline stage's): backward's
     /// run draws from it again, as libtorch's generators are put back by the shim.
-    keys: Option<u64>,
+    keys: (Option<u64>, Option<super::dropout::Rows>),
     /// The mask flowing out of the first run, for the layers after the group.
     after: Arc<Mutex<Option<Option<Tensor>>>>,
 }

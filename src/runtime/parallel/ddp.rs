@@ -37,6 +37,7 @@ use super::super::cancel::Cancel;
 pub use super::super::dist::c10d::Backend;
 use super::super::dist::c10d::{Group, Reducer};
 use super::super::failure::At;
+use super::super::model::with_dropout_rows;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 pub use super::ranks::Member;
 use super::ranks::{settings, Ranks};
@@ -162,7 +163,7 @@ impl Backprop for Ddp {
                     .prepare_forward()
                     .map_err(|e| self.ranks.lost(&e.0))?;
             }
-            let out = model.forward(xm, true)?;
+            let out = with_dropout_rows(batch.dropout, rows.starts[i], || model.forward(xm, true))?;
             let ym = ym.f_to_device(out.device()).at(span)?;
             let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
             let scaled = part.f_mul_scalar(batch.scale * weight).at(span)?;

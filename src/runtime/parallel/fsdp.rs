@@ -40,7 +40,7 @@ use tch::Tensor;
 use super::super::cancel::Cancel;
 use super::super::dist::unit::{Pool, Unit};
 use super::super::failure::At;
-use super::super::model::Net;
+use super::super::model::{with_dropout_rows, Net};
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::ranks::{Member, Ranks};
@@ -339,7 +339,7 @@ impl Backprop for Fsdp {
                     .set_sync(self.resharding || i == last)
                     .map_err(|e| self.ranks.lost(&e.0))?;
             }
-            let out = self.forward(xm, true)?;
+            let out = with_dropout_rows(batch.dropout, rows.starts[i], || self.forward(xm, true))?;
             let ym = ym.f_to_device(out.device()).at(span)?;
             let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
             let scaled = part.f_mul_scalar(batch.scale * weight).at(span)?;

@@ -130,6 +130,7 @@ fn stages_run_on_their_own_threads_at_once_and_give_the_one_device_gradients() {
         accumulate: 2,
         scale: 1.0,
         whole: objective.whole(&y).expect("the batch's weight"),
+        dropout: 7,
         span: exp.optimizer.span,
     };
     let local = gradients(|net| {
@@ -213,6 +214,7 @@ fn a_non_finite_loss_is_the_pass_s_loss_on_every_schedule() {
         accumulate: 1,
         scale: 1.0,
         whole: objective.whole(&y).expect("the batch's weight"),
+        dropout: 7,
         span: exp.optimizer.span,
     };
     for schedule in [PipelineSchedule::GPipe, PipelineSchedule::OneFOneB] {

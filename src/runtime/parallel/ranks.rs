@@ -81,6 +81,8 @@ pub struct Rows {
     pub ys: Vec<Tensor>,
     /// Each micro-batch's weight: 1, or 0 for a stand-in row.
     pub weights: Vec<f64>,
+    /// Each micro-batch's first row in the global batch (where its dropout masks are placed).
+    pub starts: Vec<u64>,
 }
 
 impl Ranks {
@@ -277,6 +279,7 @@ impl Ranks {
             xs: Vec::new(),
             ys: Vec::new(),
             weights: Vec::new(),
+            starts: Vec::new(),
         };
         for slot in slots.iter().skip(r * a).take(a) {
             let ((start, len), weight) = match slot {
@@ -286,6 +289,7 @@ impl Ranks {
             rows.xs.push(batch.x.f_narrow(0, start, len).at(span)?);
             rows.ys.push(batch.y.f_narrow(0, start, len).at(span)?);
             rows.weights.push(weight);
+            rows.starts.push(start as u64);
         }
         Ok(rows)
     }

@@ -29,7 +29,7 @@ use super::super::cancel::Cancel;
 use super::super::dist::c10d::Group;
 use super::super::dist::tensor::{enter, gather, leave};
 use super::super::failure::At;
-use super::super::model::{piece, whole, Collective, Net};
+use super::super::model::{piece, whole, with_dropout_rows, Collective, Net};
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::ranks::{Member, Ranks};
@@ -322,8 +322,14 @@ impl Backprop for TensorParallel {
         let (d, data_degree) = self.mesh.data_rank;
         let rows = self.ranks.rows_of(batch, d, data_degree)?;
         let mut pass = Pass::default();
-        for ((xm, ym), weight) in rows.xs.iter().zip(&rows.ys).zip(&rows.weights) {
-            let out = model.forward(xm, true)?;
+        for (((xm, ym), weight), first) in rows
+            .xs
+            .iter()
+            .zip(&rows.ys)
+            .zip(&rows.weights)
+            .zip(&rows.starts)
+        {
+            let out = with_dropout_rows(batch.dropout, *first, || model.forward(xm, true))?;
             let ym = ym.f_to_device(out.device()).at(span)?;
             let part = objective.part(&out, &ym, &batch.whole, &mut pass, *weight)?;
             part.f_mul_scalar(batch.scale * weight)
