@@ -10,12 +10,11 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use support::ranks::{finish, kill_a_rank, none_left, run_to_end, runtime};
-use support::{newest_checkpoint, s, safetensors_f32, scratch, text, write};
+use support::{final_weights, newest_checkpoint, s, scratch, step_losses, text, write};
 
 /// A small experiment with the strategy `parallel`: 364 training samples in batches of 24, each
 /// in two micro-batches (16 steps an epoch, the last a batch of 4: at 3 ranks, 6 micro-batches
@@ -65,34 +64,10 @@ experiment "fsdp" {{
     )
 }
 
-/// The final parameters of `run` (its newest final weights), by name.
-fn weights(run: &Path) -> BTreeMap<String, Vec<f32>> {
-    let newest = ["weights-3", "weights-2", "weights"]
-        .iter()
-        .map(|stem| run.join(format!("{stem}.safetensors")))
-        .find(|p| p.exists())
-        .expect("final weights");
-    let (tensors, others) = safetensors_f32(&newest);
-    assert!(others.is_empty(), "{others:?} are not fp32");
-    tensors
-}
-
-/// Every step's training loss in `run`.
-fn losses(run: &Path) -> Vec<f64> {
-    std::fs::read_to_string(run.join("steps.jsonl"))
-        .expect("steps.jsonl")
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a step");
-            v["loss"].as_f64().expect("loss")
-        })
-        .collect()
-}
-
 /// The largest difference between two runs' final parameters, relative to the largest
 /// magnitude of each tensor, and between their losses at each step, relative to the loss.
 fn differences(a: &Path, b: &Path) -> (f64, f64) {
-    let (wa, wb) = (weights(a), weights(b));
+    let (wa, wb) = (final_weights(a), final_weights(b));
     assert_eq!(wa.keys().collect::<Vec<_>>(), wb.keys().collect::<Vec<_>>());
     let params = wa
         .iter()
@@ -104,7 +79,7 @@ fn differences(a: &Path, b: &Path) -> (f64, f64) {
                 .fold(0.0, f64::max)
         })
         .fold(0.0, f64::max);
-    let (la, lb) = (losses(a), losses(b));
+    let (la, lb) = (step_losses(a), step_losses(b));
     assert_eq!(la.len(), lb.len(), "steps of {a:?} and {b:?}");
     let loss = la
         .iter()

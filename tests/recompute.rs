@@ -56,18 +56,6 @@ experiment "recompute" {{
     )
 }
 
-/// The losses of `steps.jsonl`.
-fn losses(dir: &Path) -> Vec<f64> {
-    std::fs::read_to_string(dir.join("steps.jsonl"))
-        .expect("steps.jsonl")
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
-            v["loss"].as_f64().expect("loss")
-        })
-        .collect()
-}
-
 /// Runs `text` into `dir` and returns its losses and final weights.
 fn train(
     dir: &Path,
@@ -79,7 +67,7 @@ fn train(
     let o = run(&["run", s(&exp), "--quiet", "--run-dir", s(&run_dir)]);
     assert!(o.status.success(), "{name}: {}", text(&o));
     let (weights, _) = safetensors_f32(&run_dir.join("weights.safetensors"));
-    (losses(&run_dir), weights)
+    (step_losses(&run_dir), weights)
 }
 
 /// Asserts that two runs computed the same steps and weights, within a relative 1e-6.

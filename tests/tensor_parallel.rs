@@ -15,14 +15,13 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use support::ranks::{finish, none_left, run_to_end, runtime};
 use support::toolkit::root;
-use support::{kiln, s, safetensors_f32, scratch, text, write};
+use support::{final_weights, kiln, s, scratch, step_losses, text, write};
 
 /// The experiment under `parallel` (a whole line, or nothing), with `dropout` in the block and
 /// between the residual MLP's linears, and `precision` lines.
@@ -71,30 +70,6 @@ experiment "tensor" {{
     )
 }
 
-/// The final parameters of `run` (its newest final weights), by name.
-fn weights(run: &Path) -> BTreeMap<String, Vec<f32>> {
-    let newest = ["weights-3", "weights-2", "weights"]
-        .iter()
-        .map(|stem| run.join(format!("{stem}.safetensors")))
-        .find(|p| p.exists())
-        .expect("final weights");
-    let (tensors, others) = safetensors_f32(&newest);
-    assert!(others.is_empty(), "{others:?} are not fp32");
-    tensors
-}
-
-/// Every step's training loss in `run`.
-fn losses(run: &Path) -> Vec<f64> {
-    std::fs::read_to_string(run.join("steps.jsonl"))
-        .expect("steps.jsonl")
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).expect("a step");
-            v["loss"].as_f64().expect("loss")
-        })
-        .collect()
-}
-
 /// The largest difference of two runs' losses at a step, relative to the loss, and of their
 /// final parameters: elementwise relative to each tensor's largest magnitude (`l2: false`), or
 /// as the relative L2 norm of each tensor's difference (`l2: true`, bf16's measure).
@@ -104,14 +79,14 @@ fn losses(run: &Path) -> Vec<f64> {
 /// ignores): what both runs compute for it is rounding noise, which Adam scales to steps of the
 /// learning rate.
 fn differences(a: &Path, b: &Path, l2: bool) -> (f64, f64) {
-    let (la, lb) = (losses(a), losses(b));
+    let (la, lb) = (step_losses(a), step_losses(b));
     assert_eq!(la.len(), lb.len(), "steps of {a:?} and {b:?}");
     let loss = la
         .iter()
         .zip(&lb)
         .map(|(x, y)| (x - y).abs() / x.abs().max(1e-6))
         .fold(0.0, f64::max);
-    let (wa, wb) = (weights(a), weights(b));
+    let (wa, wb) = (final_weights(a), final_weights(b));
     assert_eq!(wa.keys().collect::<Vec<_>>(), wb.keys().collect::<Vec<_>>());
     let params = wa
         .iter()

@@ -54,6 +54,18 @@ impl ParallelIn {
 /// How long a distributed run waits for its other ranks unless `timeout` says otherwise.
 pub const DDP_TIMEOUT_S: u64 = 60;
 
+/// `n` replicas or ranks when at most `max`; more is reported at `span`.
+fn at_most(cx: &mut Cx, span: Span, n: u64, max: u64) -> Option<u64> {
+    if n > max {
+        cx.report(Problem::Names(Names::OutOfRange {
+            span,
+            situation: OutOfRange::TooManyReplicas { replicas: n, max },
+        }));
+        return None;
+    }
+    Some(n)
+}
+
 /// Reads a time as a whole number of seconds: `20s`, `2 min`, or a bare number of seconds.
 fn seconds(cx: &mut Cx, value: &Value) -> Option<u64> {
     if let ValueKind::Number {
@@ -128,16 +140,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 (None, Some(r)) => {
                     out.dp_span = Some(r.span);
                     let n = cx.uint_min(r, "the number of replicas", 1)?;
-                    if n > MAX_REPLICAS {
-                        cx.report(Problem::Names(Names::OutOfRange {
-                            span: r.span,
-                            situation: OutOfRange::TooManyReplicas {
-                                replicas: n,
-                                max: MAX_REPLICAS,
-                            },
-                        }));
-                        return None;
-                    }
+                    let n = at_most(cx, r.span, n, MAX_REPLICAS)?;
                     // Every replica on the experiment's device.
                     vec![default; n as usize]
                 }
@@ -263,16 +266,7 @@ pub fn check_parallel(cx: &mut Cx, stmt: &Statement, default: Device) -> Option<
                 }
             }
             let world = data.saturating_mul(fsdp).saturating_mul(tensor);
-            if world > MAX_RANKS {
-                cx.report(Problem::Names(Names::OutOfRange {
-                    span: v.span,
-                    situation: OutOfRange::TooManyReplicas {
-                        replicas: world,
-                        max: MAX_RANKS,
-                    },
-                }));
-                return None;
-            }
+            let world = at_most(cx, v.span, world, MAX_RANKS)?;
             Parallel::Distributed {
                 backend: if backend? == "nccl" {
                     Backend::Nccl

@@ -242,6 +242,31 @@ pub fn tensorboard_scalars(run: &Path) -> std::collections::BTreeMap<String, Vec
     serde_json::from_slice(&o.stdout).expect("tag -> [[step, value]]")
 }
 
+/// Every step's training loss in `run` (its `steps.jsonl`).
+pub fn step_losses(run: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run.join("steps.jsonl"))
+        .expect("steps.jsonl")
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("a step");
+            v["loss"].as_f64().expect("loss")
+        })
+        .collect()
+}
+
+/// The final parameters of `run` (its newest final weights, after up to two extensions), by
+/// name; every tensor must be fp32.
+pub fn final_weights(run: &Path) -> BTreeMap<String, Vec<f32>> {
+    let newest = ["weights-3", "weights-2", "weights"]
+        .iter()
+        .map(|stem| run.join(format!("{stem}.safetensors")))
+        .find(|p| p.exists())
+        .expect("final weights");
+    let (tensors, others) = safetensors_f32(&newest);
+    assert!(others.is_empty(), "{others:?} are not fp32");
+    tensors
+}
+
 /// The step of the newest checkpoint in `run`, when there is one.
 pub fn newest_checkpoint(run: &Path) -> Option<u64> {
     std::fs::read_dir(run.join("checkpoints"))

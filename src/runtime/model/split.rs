@@ -78,10 +78,12 @@ impl Net {
         group: Arc<dyn Collective>,
     ) -> Result<(), Diagnostic> {
         let (rank, degree) = (group.rank(), group.degree());
+        let by_name: std::collections::HashMap<&str, Split> =
+            splits.iter().map(|(n, s)| (n.as_str(), *s)).collect();
         let mut nodes = std::mem::take(&mut self.nodes);
         let mut result = Ok(());
         visit(&mut nodes, &mut |l: &mut LayerRun| {
-            let Some((_, split)) = splits.iter().find(|(n, _)| *n == l.name) else {
+            let Some(split) = by_name.get(l.name.as_str()) else {
                 return;
             };
             if matches!(split, Split::Replicated(_)) {
@@ -108,15 +110,22 @@ impl Net {
     /// The cut of each parameter over the tensor ranks, in the model's order (all whole unless
     /// [`Net::split_tensors`] split the model).
     pub fn cuts(&self) -> Vec<Cut> {
-        let mut cuts = vec![Cut::Whole; self.params.len()];
-        let mut nodes = self.nodes.clone();
-        visit(&mut nodes, &mut |l: &mut LayerRun| {
-            if let Some(s) = &l.share {
-                for (local, i) in &l.params {
-                    cuts[*i] = Cut::of(s.split, local);
+        fn walk(nodes: &[Lowered], cuts: &mut [Cut]) {
+            for n in nodes {
+                match n {
+                    Lowered::Layer(l) => {
+                        if let Some(share) = &l.share {
+                            for (local, i) in &l.params {
+                                cuts[*i] = Cut::of(share.split, local);
+                            }
+                        }
+                    }
+                    Lowered::Residual(inner, _) | Lowered::Recompute(inner, _) => walk(inner, cuts),
                 }
             }
-        });
+        }
+        let mut cuts = vec![Cut::Whole; self.params.len()];
+        walk(&self.nodes, &mut cuts);
         cuts
     }
 }

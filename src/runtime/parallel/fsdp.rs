@@ -47,6 +47,7 @@ use super::ranks::{Member, Ranks};
 use super::strategy::{buffers_of, model_state_dict, restore_whole, whole_state, Strategy};
 use super::tensor::Mesh;
 use kiln::diagnostic::Diagnostic;
+use kiln::ir::tensor::Cut;
 use kiln::ir::{Experiment, Node, ParallelPlan};
 use kiln::span::Span;
 
@@ -254,14 +255,17 @@ impl Fsdp {
         for u in &self.units {
             u.unit.gather().map_err(|e| self.ranks.lost(&e.0))?;
             for &i in &u.params {
-                let whole = match &self.mesh {
-                    // Every rank takes part in gathering the pieces over its tensor group.
+                let keep = self.ranks.me.rank == 0;
+                let whole = match self.mesh.as_ref().filter(|m| m.cut(i) != Cut::Whole) {
+                    // Every rank takes part in gathering the pieces over its tensor group (into
+                    // a new tensor).
                     Some(m) => m.gathered(named[i].1, m.cut(i), &self.ranks, span)?,
-                    None if self.ranks.me.rank == 0 => named[i].1.f_detach_copy().at(span)?,
+                    // A copy: the unit's storage is freed below.
+                    None if keep => named[i].1.f_detach_copy().at(span)?,
                     None => continue,
                 };
-                if self.ranks.me.rank == 0 {
-                    out[i] = Some(whole.f_detach_copy().at(span)?);
+                if keep {
+                    out[i] = Some(whole);
                 }
             }
             self.free(u)?;
@@ -421,13 +425,7 @@ impl Strategy for Fsdp {
             for (key, shard) in state {
                 let mut t = self.whole(shard, p)?;
                 if let Some(m) = &self.mesh {
-                    // State shaped as the parameter is cut as it is; a step count is whole.
-                    let cut = if t.size() == p.size() {
-                        m.cut(i)
-                    } else {
-                        kiln::ir::tensor::Cut::Whole
-                    };
-                    t = m.gathered(&t, cut, &self.ranks, self.ranks.span)?;
+                    t = m.gathered_state(i, &t, p, &self.ranks, self.ranks.span)?;
                 }
                 own.push((*key, t));
             }

@@ -33,7 +33,7 @@ use super::super::model::{piece, whole, with_dropout_rows, Collective, Net};
 use super::super::optim::Optim;
 use super::super::step::{Backprop, Batch, Model, Objective, Pass};
 use super::ranks::{Member, Ranks};
-use super::strategy::{restore_whole, Strategy};
+use super::strategy::{buffers_of, restore_whole, whole_state, Strategy};
 use kiln::diagnostic::Diagnostic;
 use kiln::ir::tensor::{splits, Cut};
 use kiln::ir::{Experiment, ParallelPlan};
@@ -108,8 +108,9 @@ impl Mesh {
                 Some(ranks.subgroup(&format!("data/{t}"), &members)?)
             }
         };
-        ranks.broadcast(&shallow(net).0)?;
-        ranks.broadcast(&shallow(net).1)?;
+        let (params, buffers) = shallow(net);
+        ranks.broadcast(&params)?;
+        ranks.broadcast(&buffers)?;
         let tensor = Arc::new(TensorGroup {
             group,
             rank: t,
@@ -186,6 +187,23 @@ impl Mesh {
             })
             .at(span)?;
         whole(&pieces, cut).at(span)
+    }
+
+    /// The whole of `state`, optimizer state of the `i`-th parameter `param` as this rank holds
+    /// it: state shaped as the parameter is cut as it is, a step count is whole.
+    pub fn gathered_state(
+        &self,
+        i: usize,
+        state: &Tensor,
+        param: &Tensor,
+        ranks: &Ranks,
+        span: Span,
+    ) -> Result<Tensor, Diagnostic> {
+        let cut = match state.size() == param.size() {
+            true => self.cut(i),
+            false => Cut::Whole,
+        };
+        self.gathered(state, cut, ranks, span)
     }
 
     /// A whole checkpoint's tensors as this rank's pieces: each parameter, and each optimizer
@@ -268,46 +286,17 @@ impl TensorParallel {
         ))
     }
 
-    /// The model's parameters whole, by name, with their optimizer state when `optim` is given.
-    fn whole_state(
-        &self,
-        model: &dyn Model,
-        optim: Option<&Optim>,
-        span: Span,
-    ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        let mut params = Vec::new();
-        let mut states = Vec::new();
-        for (i, (name, p)) in model.params().into_iter().enumerate() {
-            let cut = self.mesh.cut(i);
-            params.push((
-                name.to_string(),
-                self.mesh.gathered(p, cut, &self.ranks, span)?,
-            ));
-            for (key, s) in optim.map_or(&[][..], |o| &o.state[i][..]) {
-                // State shaped as the parameter is cut as it is; a step count is whole.
-                let cut = if s.size() == p.size() {
-                    cut
-                } else {
-                    Cut::Whole
-                };
-                states.push((
-                    format!("optim/{name}/{key}"),
-                    self.mesh.gathered(s, cut, &self.ranks, span)?,
-                ));
-            }
-        }
-        let mut out: Vec<(String, Tensor)> = params
+    /// The model's parameters whole, in its order (every rank of each tensor group takes part).
+    fn params_whole(&self, model: &dyn Model) -> Result<Vec<Tensor>, Diagnostic> {
+        model
+            .params()
             .into_iter()
-            .map(|(n, t)| (format!("param/{n}"), t))
-            .collect();
-        out.extend(
-            model
-                .buffers()
-                .into_iter()
-                .map(|(n, b)| (format!("buffer/{n}"), b.shallow_clone())),
-        );
-        out.extend(states);
-        Ok(out)
+            .enumerate()
+            .map(|(i, (_, p))| {
+                self.mesh
+                    .gathered(p, self.mesh.cut(i), &self.ranks, self.ranks.span)
+            })
+            .collect()
     }
 }
 
@@ -390,7 +379,30 @@ impl Strategy for TensorParallel {
         model: &dyn Model,
         optim: &Optim,
     ) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        self.whole_state(model, Some(optim), self.ranks.span)
+        let named = model.params();
+        let mut states = Vec::with_capacity(named.len());
+        for (i, ((_, p), state)) in named.iter().zip(&optim.state).enumerate() {
+            let mut own = Vec::with_capacity(state.len());
+            for (key, s) in state {
+                let whole = self
+                    .mesh
+                    .gathered_state(i, s, p, &self.ranks, self.ranks.span)?;
+                own.push((*key, whole));
+            }
+            states.push(own);
+        }
+        let mut out: Vec<(String, Tensor)> = named
+            .iter()
+            .zip(self.params_whole(model)?)
+            .map(|((name, _), t)| (format!("param/{name}"), t))
+            .collect();
+        // The buffers, and the optimizer's state in the whole-model layout.
+        out.extend(
+            whole_state(model, &states)
+                .into_iter()
+                .filter(|(name, _)| !name.starts_with("param/")),
+        );
+        Ok(out)
     }
 
     fn restore(
@@ -405,17 +417,13 @@ impl Strategy for TensorParallel {
     }
 
     fn state_dict(&self, model: &dyn Model) -> Result<Vec<(String, Tensor)>, Diagnostic> {
-        let state = self.whole_state(model, None, self.ranks.span)?;
-        Ok(state
-            .into_iter()
-            .map(|(n, t)| {
-                let name = n
-                    .strip_prefix("param/")
-                    .or_else(|| n.strip_prefix("buffer/"))
-                    .unwrap_or(&n)
-                    .to_string();
-                (name, t)
-            })
-            .collect())
+        let mut out: Vec<(String, Tensor)> = model
+            .params()
+            .iter()
+            .zip(self.params_whole(model)?)
+            .map(|((name, _), t)| (name.to_string(), t))
+            .collect();
+        out.extend(buffers_of(model));
+        Ok(out)
     }
 }
